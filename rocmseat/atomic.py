@@ -1,0 +1,73 @@
+"""Atomic writes (temp file in the same directory + os.replace) and exclusive locks."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rocmseat.errors import RocmseatError
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Write `data` to `path` so that a reader sees the old file or the new one, never a part.
+
+    The temp file lives in the destination directory so os.replace is a rename on one
+    filesystem; it is fsynced before the rename so a crash cannot publish an empty file.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+def atomic_write_json(path: Path, value: Any, *, mode: int = 0o644) -> None:
+    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n", mode=mode)
+
+
+class LockTimeout(RocmseatError):
+    pass
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_path: Path, *, timeout_s: float | None = None) -> Iterator[None]:
+    """Hold an flock on `lock_path` (created if needed). The kernel drops it if we die."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if timeout_s is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockTimeout(
+                            f"{lock_path}: still locked by another process after {timeout_s:g} s"
+                        ) from None
+                    time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)

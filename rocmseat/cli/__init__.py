@@ -1,0 +1,1 @@
+"""click commands only: parse -> call the library -> render. No logic lives here."""

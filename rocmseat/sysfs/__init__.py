@@ -1,0 +1,1 @@
+"""Readers of /sys behind an injectable root, and pure parsers (text -> value)."""

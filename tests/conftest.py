@@ -1,0 +1,134 @@
+"""Shared fixtures: the host's real /sys, state dir and caches are off limits to tests;
+a one-call CLI runner; a per-tier summary printed at the end of the run (.ci/run shows it)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+GOLDEN = REPO / "tests" / "golden"
+
+
+class YouForgotToChooseARoot(AssertionError):
+    """A test reached the host's real /sys or state dir: pass a root explicitly."""
+
+
+@pytest.fixture(autouse=True)
+def _no_host_roots(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import rocmseat.state
+    import rocmseat.sysfs.fs
+
+    def refuse() -> Path:
+        raise YouForgotToChooseARoot("tests must pass --sysfs-root / --state-dir explicitly")
+
+    monkeypatch.setattr(rocmseat.sysfs.fs, "default_sysfs_root", refuse)
+    monkeypatch.setattr(rocmseat.state, "default_state_dir", refuse)
+    monkeypatch.setattr("rocmseat.cli.options.default_sysfs_root", refuse)
+    monkeypatch.setattr("rocmseat.cli.options.default_state_dir", refuse)
+    for var in ("ROCMSEAT_SYSFS_ROOT", "ROCMSEAT_STATE_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("ROCMSEAT_ERROR_LOG", str(tmp_path / "rocmseat-error.log"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "120")
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def rocmseat_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """Run `rocmseat ARGS...` in-process through the real error boundary."""
+    from rocmseat.cli.main import main
+
+    def invoke(*args: str) -> CliResult:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return CliResult(code, out, err)
+
+    return invoke
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden", action="store_true", help="rewrite tests/golden/* from current output"
+    )
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
+    """golden(name, text): compare with tests/golden/<name>, or rewrite it with --update-golden."""
+    update = bool(request.config.getoption("--update-golden"))
+
+    def check(name: str, text: str) -> None:
+        path = GOLDEN / name
+        if update or not path.exists():
+            if not update:
+                pytest.fail(f"golden file {path} missing; run pytest --update-golden")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        assert text == path.read_text(), f"output differs from {path} (pytest --update-golden)"
+
+    return check
+
+
+# ----- tier summary ------------------------------------------------------------------------
+TIERS = ("hip", "engine", "tools")
+_tier_stats: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+_tier_skips: dict[str, list[str]] = defaultdict(list)
+
+
+def _tier_of(item: pytest.Item) -> str:
+    for tier in TIERS:
+        if item.get_closest_marker(tier):
+            return tier
+    return "unit"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    start = time.monotonic()
+    yield
+    _tier_stats[_tier_of(item)]["wall_s"] += time.monotonic() - start
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tier = "unit"
+    for tier_name in TIERS:
+        if tier_name in report.keywords:
+            tier = tier_name
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        _tier_stats[tier][report.outcome] += 1
+        if report.outcome == "skipped" and isinstance(report.longrepr, tuple):
+            _tier_skips[tier].append(str(report.longrepr[2]))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.section("rocmseat tiers")
+    for tier in ("unit", *TIERS):
+        stats = _tier_stats.get(tier)
+        if not stats:
+            terminalreporter.write_line(f"tier {tier}: no tests collected")
+            continue
+        ran = int(stats.get("passed", 0) + stats.get("failed", 0))
+        line = (
+            f"tier {tier}: {'RAN' if ran else 'DID NOT RUN'} - {int(stats.get('passed', 0))} "
+            f"passed, {int(stats.get('failed', 0))} failed, {int(stats.get('skipped', 0))} "
+            f"skipped, wall {stats['wall_s']:.1f} s"
+        )
+        terminalreporter.write_line(line)
+        for reason in sorted(set(_tier_skips.get(tier, [])))[:5]:
+            terminalreporter.write_line(f"    skipped because: {reason}")
