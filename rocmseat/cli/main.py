@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import importlib.util
 import os
 import sys
 import tempfile
