@@ -1,0 +1,188 @@
+"""cache-audit: every cache directory under a seat's cache root, judged against the current key.
+
+States: `current` (manifest key = current key), `stale` (a known factor differs), `unkeyed` (no
+valid manifest: unknown provenance), `unknown` (the manifest agrees on every factor that could be
+computed, but some could not), `moved-aside` (<replica>.stale-<stamp>: kept by rocmseat).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rocmseat.cache.current import CurrentKey
+from rocmseat.cache.key import FactorChange, diff_factors, digest_of
+from rocmseat.cache.store import STAMP_FORMAT, read_manifest
+from rocmseat.cache.usage import InUse, ProcessView, judge_use
+
+STALE_NAME = re.compile(r"^(?P<replica>[a-z0-9][a-z0-9-]*)\.stale-(?P<stamp>\d{8}T\d{6}Z)(-\d+)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class DirStats:
+    size_bytes: int
+    file_count: int
+    newest_mtime: float | None  # None: no file at all
+    oldest_mtime: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEntry:
+    replica: str
+    path: Path
+    state: str  # current | stale | unkeyed | unknown | moved-aside
+    manifest_key: str | None
+    created: str | None  # from the manifest
+    moved_at: dt.datetime | None  # from the stale name
+    moved_age_s: float | None  # seconds since it was moved aside (prune counts from here)
+    stats: DirStats
+    age_s: float | None
+    last_used: dt.datetime | None
+    changes: tuple[FactorChange, ...]  # manifest factors -> current factors
+    unknown: tuple[str, ...]  # current factors that could not be computed
+    in_use: InUse
+
+
+@dataclass(frozen=True, slots=True)
+class SeatAudit:
+    seat: str
+    seat_file: str
+    cache_root: Path
+    current_keys: dict[str, CurrentKey]  # replica -> current key
+    entries: tuple[CacheEntry, ...]
+    problems: tuple[str, ...] = field(default=())  # e.g. the cache root is missing
+
+    def live(self) -> tuple[CacheEntry, ...]:
+        return tuple(e for e in self.entries if e.state != "moved-aside")
+
+    def moved(self, replica: str) -> tuple[CacheEntry, ...]:
+        return tuple(e for e in self.entries if e.state == "moved-aside" and e.replica == replica)
+
+
+def dir_stats(directory: Path) -> DirStats:
+    """Size, file count and mtimes of a tree (symlinks are not followed, their targets not
+    counted); unreadable subdirectories are skipped."""
+    size = count = 0
+    newest: float | None = None
+    oldest: float | None = None
+    for dirpath, _dirnames, filenames in os.walk(directory):
+        for name in filenames:
+            try:
+                info = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            count += 1
+            size += info.st_size
+            newest = info.st_mtime if newest is None else max(newest, info.st_mtime)
+            oldest = info.st_mtime if oldest is None else min(oldest, info.st_mtime)
+    return DirStats(size, count, newest, oldest)
+
+
+def judge_entry(
+    manifest: Mapping[str, Any] | None, current: CurrentKey
+) -> tuple[str, tuple[FactorChange, ...]]:
+    """The state of a live cache dir and the factors that differ (pure)."""
+    if manifest is None:
+        return "unkeyed", ()
+    old = {k: v for k, v in manifest["factors"].items() if k not in current.unknown}
+    changes = tuple(diff_factors(old, current.factors))
+    if changes:
+        return "stale", changes
+    if current.unknown:
+        return "unknown", ()
+    if manifest["key"] != digest_of(current.factors):
+        return "stale", ()  # same factors, other digest: a manifest written by hand or tampered
+    return "current", ()
+
+
+def audit_seat(
+    seat_name: str,
+    seat_file: str,
+    cache_root: Path,
+    current_keys: Mapping[str, CurrentKey],
+    *,
+    now: dt.datetime,
+    processes: Sequence[ProcessView],
+) -> SeatAudit:
+    """Read every cache dir under `cache_root` and judge it (no process is started here)."""
+    entries: list[CacheEntry] = []
+    problems: list[str] = []
+    try:
+        names = sorted(os.listdir(cache_root))
+    except FileNotFoundError:
+        names = []
+        problems.append(f"cache root {cache_root} does not exist yet (no replica has started)")
+    except OSError as exc:
+        names = []
+        problems.append(f"cache root {cache_root}: {exc.strerror}")
+    for name in names:
+        path = cache_root / name
+        if name.startswith(".") or path.is_symlink() or not path.is_dir():
+            continue
+        entries.append(_entry(name, path, current_keys, now, processes))
+    return SeatAudit(seat_name, seat_file, cache_root, dict(current_keys), tuple(entries),
+                     tuple(problems))
+
+
+def _entry(
+    name: str,
+    path: Path,
+    current_keys: Mapping[str, CurrentKey],
+    now: dt.datetime,
+    processes: Sequence[ProcessView],
+) -> CacheEntry:
+    manifest = read_manifest(path)
+    stats = dir_stats(path)
+    stale = STALE_NAME.match(name)
+    replica = stale.group("replica") if stale else name
+    current = current_keys.get(replica)
+    moved_at = None
+    unknown: tuple[str, ...] = ()
+    if stale:
+        moved_at = dt.datetime.strptime(stale.group("stamp"), STAMP_FORMAT).replace(tzinfo=dt.UTC)
+        state = "moved-aside"
+        changes: tuple[FactorChange, ...] = ()
+        if manifest is not None and current is not None:
+            _, changes = judge_entry(manifest, current)
+    elif current is None:
+        state, changes = ("unknown", ()) if manifest is not None else ("unkeyed", ())
+        unknown = ("replica not in the seat",)
+    else:
+        state, changes = judge_entry(manifest, current)
+        unknown = tuple(sorted(current.unknown))
+    created = str(manifest["created"]) if manifest is not None and "created" in manifest else None
+    since = _parse_time(created) or moved_at
+    if since is None and stats.oldest_mtime is not None:
+        since = dt.datetime.fromtimestamp(stats.oldest_mtime, dt.UTC)
+    last_used = (
+        dt.datetime.fromtimestamp(stats.newest_mtime, dt.UTC) if stats.newest_mtime else None
+    )
+    return CacheEntry(
+        replica=replica,
+        path=path,
+        state=state,
+        manifest_key=str(manifest["key"]) if manifest is not None else None,
+        created=created,
+        moved_at=moved_at,
+        moved_age_s=(now - moved_at).total_seconds() if moved_at is not None else None,
+        stats=stats,
+        age_s=(now - since).total_seconds() if since is not None else None,
+        last_used=last_used,
+        changes=changes,
+        unknown=unknown,
+        in_use=judge_use(path, processes),
+    )
+
+
+def _parse_time(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None

@@ -1,0 +1,124 @@
+"""The current key of a replica as far as it can be computed: gathered factors plus the ones that
+could not be (each with its reason). `rocmseat key` and `cache-audit` use it; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocmseat.cache.envclass import Classified, classify_env
+from rocmseat.cache.fingerprint import fingerprint_model
+from rocmseat.cache.key import ConfigKey, build_factors, cpu_arch, digest_of
+from rocmseat.cache.versions import EngineVersions, engine_versions
+from rocmseat.errors import RocmseatError
+from rocmseat.runner import Runner, run
+from rocmseat.seat.model import Seat
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentKey:
+    seat: str
+    replica: str
+    factors: dict[str, Any]  # the computable factors
+    unknown: dict[str, str]  # factor -> why it could not be computed
+    classified: tuple[Classified, ...] = ()  # the seat's [env], each with its class and rule
+
+    @property
+    def key(self) -> ConfigKey | None:
+        """The key, only when every factor is known."""
+        if self.unknown:
+            return None
+        return ConfigKey(digest_of(self.factors), self.factors)
+
+
+def replica_arch(seat: Seat, replica: str, sysfs_root: Path | None) -> tuple[str | None, str]:
+    """The gfx target(s) of the replica's GPUs, or None and why not."""
+    if seat.backend == "cpu":
+        return cpu_arch(), ""
+    if sysfs_root is None:
+        return None, "no sysfs root to read the GPUs from"
+    try:
+        from rocmseat.node.inventory import read_inventory
+    except ImportError as exc:  # the node room's module is not installed
+        return None, f"node inventory unavailable ({exc})"
+    try:
+        inventory = read_inventory(sysfs_root)
+    except RocmseatError as exc:
+        return None, f"cannot read the GPU inventory: {exc}"
+    addresses = _replica_addresses(seat, replica, inventory)
+    if addresses is None:
+        gpus = inventory.gpus
+        where = "on the node"
+    else:
+        gpus = tuple(g for g in inventory.gpus if g.pci_address in addresses)
+        where = f"of replica {replica} ({', '.join(addresses)})"
+        if len(gpus) != len(addresses):
+            return None, f"GPU(s) {where} not found under {sysfs_root}"
+    if not gpus:
+        return None, f"no AMD GPU under {sysfs_root}"
+    targets = {g.gfx_target for g in gpus}
+    if None in targets:
+        return None, f"the gfx target of a GPU {where} is unreadable"
+    if addresses is None and len(targets) > 1:
+        return None, f"GPUs of several archs {where} and replica {replica}'s pair is unknown"
+    return "+".join(sorted(t for t in targets if t is not None)), ""
+
+
+def _replica_addresses(seat: Seat, replica: str, inventory: Any) -> tuple[str, ...] | None:
+    """The PCI addresses of the replica's pair, or None when they cannot be told."""
+    pairs: list[tuple[str, str]]
+    if seat.replicas.mode == "explicit" and seat.replicas.pairs:
+        pairs = list(seat.replicas.pairs)
+    else:
+        try:
+            from rocmseat.preflight.pairs import propose_pairs
+        except ImportError:
+            return None
+        pairs = [(p.a, p.b) for p in propose_pairs(inventory)]
+    if not pairs:
+        return None
+    try:
+        index = seat.replica_names(len(pairs)).index(replica)
+    except ValueError:
+        return None
+    return pairs[index]
+
+
+def current_key(
+    seat: Seat,
+    replica: str,
+    *,
+    gpu_arch: str | None,
+    arch_unknown_why: str = "",
+    runner: Runner = run,
+) -> CurrentKey:
+    """Gather what can be gathered; ConfigError (an unclassified variable) still raises."""
+    unknown: dict[str, str] = {}
+    versions: EngineVersions | None = None
+    try:
+        versions = engine_versions(seat.engine.python, runner=runner)
+    except RocmseatError as exc:
+        unknown["engine"] = f"engine python {seat.engine.python}: {exc}"
+    model = _fingerprint(seat.model.path, "model", unknown)
+    drafter = None
+    if seat.drafter is not None and seat.drafter.path is not None:
+        drafter = _fingerprint(seat.drafter.path, "drafter", unknown)
+    if gpu_arch is None:
+        unknown["gpu_arch"] = arch_unknown_why or "GPU arch not known"
+    factors = build_factors(
+        seat, engine=versions, gpu_arch=gpu_arch, model=model, drafter=drafter
+    )
+    classified = classify_env(
+        seat.env, seat_key=seat.env_classes.key, seat_neutral=seat.env_classes.neutral
+    )
+    return CurrentKey(seat.name, replica, factors, unknown, classified)
+
+
+def _fingerprint(path: Path, name: str, unknown: dict[str, str]) -> dict[str, Any] | None:
+    try:
+        return fingerprint_model(path)
+    except RocmseatError as exc:
+        unknown[name] = str(exc)
+        return None

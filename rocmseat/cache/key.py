@@ -1,0 +1,277 @@
+"""The config key: every factor that changes compiled graphs, as canonical JSON, hashed.
+
+`compute_key` is pure over gathered inputs (engine versions, GPU arch, model and drafter
+identity); the gatherers (versions.py, fingerprint.py, the node inventory) run at the edge, in
+`replica_key`. vLLM's own compile hash misses num_speculative_tokens (vllm#53366), non-vLLM
+environment variables and the image (reference/vllm.md §3.2); this key carries all of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rocmseat.cache.envclass import classify_env, key_env
+from rocmseat.cache.fingerprint import fingerprint_model
+from rocmseat.cache.versions import EngineVersions, engine_versions
+from rocmseat.errors import RocmseatError
+from rocmseat.runner import Runner, run
+from rocmseat.seat.locate import format_loc, locate
+from rocmseat.seat.model import Seat
+
+KEY_SCHEMA = 1
+
+# Engine arguments that cannot change what is compiled (network, names, logging, auth).
+NEUTRAL_FLAGS = frozenset(
+    {
+        "--port", "--host", "--served-model-name", "--api-key", "--uvicorn-log-level",
+        "--disable-log-requests", "--enable-log-requests", "--disable-log-stats",
+        "--disable-uvicorn-access-log", "--max-log-len", "--ssl-keyfile", "--ssl-certfile",
+        "--root-path", "--allowed-origins", "--allowed-methods", "--allowed-headers",
+        "--enable-server-load-tracking", "--middleware", "--chat-template-content-format",
+    }
+)
+_COMPILATION_FLAGS = ("--compilation-config", "-cc")
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    digest: str  # sha256 hex of the canonical JSON of `factors`
+    factors: dict[str, Any] = field(hash=False)
+
+    @property
+    def short(self) -> str:
+        return self.digest[:12]
+
+
+def canonical_json(value: Any) -> str:
+    """One spelling per value: sorted keys, no whitespace, UTF-8 kept as is."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest_of(factors: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(factors).encode("utf-8")).hexdigest()
+
+
+def compute_key(
+    seat: Seat,
+    *,
+    engine: EngineVersions | Mapping[str, Any],
+    gpu_arch: str | Sequence[str],
+    model: Mapping[str, Any],
+    drafter: Mapping[str, Any] | None,
+    extra_env: Mapping[str, str] | None = None,
+) -> ConfigKey:
+    """The key of a replica of `seat` from gathered inputs (pure; ConfigError on bad env)."""
+    factors = build_factors(
+        seat, engine=engine, gpu_arch=gpu_arch, model=model, drafter=drafter, extra_env=extra_env
+    )
+    return ConfigKey(digest_of(factors), factors)
+
+
+def build_factors(
+    seat: Seat,
+    *,
+    engine: EngineVersions | Mapping[str, Any] | None,
+    gpu_arch: str | Sequence[str] | None,
+    model: Mapping[str, Any] | None,
+    drafter: Mapping[str, Any] | None,
+    extra_env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The factor dict; a gathered input given as None is left out (see `missing_factors`)."""
+    engine_factors = engine.as_factors() if isinstance(engine, EngineVersions) else engine
+    args, compilation = split_engine_args(seat.serve.extra_args)
+    speculative = None
+    if seat.drafter is not None:
+        schedule = seat.drafter.num_speculative_tokens_per_batch_size
+        speculative = {
+            "method": seat.drafter.method,
+            "num_speculative_tokens": seat.drafter.num_speculative_tokens,
+            "num_speculative_tokens_per_batch_size": (
+                [list(entry) for entry in schedule] if schedule is not None else None
+            ),
+            "extra": dict(seat.drafter.extra),
+        }
+    env = {**seat.env, **(extra_env or {})}
+    classified = classify_env(
+        env,
+        seat_key=seat.env_classes.key,
+        seat_neutral=seat.env_classes.neutral,
+        where=lambda name: _where(seat, name),
+    )
+    factors: dict[str, Any] = {
+        "key_schema": KEY_SCHEMA,
+        "backend": seat.backend,
+        "engine": dict(engine_factors) if engine_factors is not None else None,
+        "image_digest": seat.engine.image_digest,
+        "gpu_arch": _arch(gpu_arch),
+        "model": dict(model) if model is not None else None,
+        "drafter": dict(drafter) if drafter is not None else None,
+        "speculative": speculative,
+        "tp": seat.tp,
+        "max_num_seqs": seat.serve.max_num_seqs,
+        "max_num_batched_tokens": seat.serve.max_num_batched_tokens,
+        "max_model_len": seat.serve.max_model_len,
+        "dtype": seat.serve.dtype,
+        "quantization": seat.serve.quantization,
+        "compilation_config": compilation,
+        "engine_args": args,
+        "env": key_env(classified),
+    }
+    for name, value in (("engine", engine), ("gpu_arch", gpu_arch), ("model", model)):
+        if value is None:
+            del factors[name]
+    if drafter is None and seat.drafter is not None and seat.drafter.path is not None:
+        del factors["drafter"]
+    return factors
+
+
+def missing_factors(factors: Mapping[str, Any], seat: Seat) -> list[str]:
+    """Names of the gathered factors `build_factors` had to leave out."""
+    needed = ["engine", "gpu_arch", "model"]
+    if seat.drafter is not None and seat.drafter.path is not None:
+        needed.append("drafter")
+    return [name for name in needed if name not in factors]
+
+
+def split_engine_args(args: Sequence[str]) -> tuple[list[str], dict[str, Any] | None]:
+    """Separate the compilation config (parsed) and drop neutral flags from the engine args."""
+    kept: list[str] = []
+    compilation: dict[str, Any] | None = None
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        flag, eq, inline = arg.partition("=")
+        has_value_next = not eq and index + 1 < len(args) and not args[index + 1].startswith("-")
+        value = inline if eq else (args[index + 1] if has_value_next else None)
+        step = 2 if has_value_next else 1
+        base, dot, sub = flag.partition(".")
+        if base in _COMPILATION_FLAGS:
+            compilation = compilation or {}
+            if dot:
+                compilation[sub.replace("-", "_")] = value
+            elif value is not None:
+                try:
+                    parsed = json.loads(value)
+                except ValueError:
+                    parsed = {"<unparsed>": value}
+                if isinstance(parsed, dict):
+                    compilation.update({k.replace("-", "_"): v for k, v in parsed.items()})
+                else:
+                    compilation["<level>"] = parsed
+            index += step
+            continue
+        if flag in NEUTRAL_FLAGS:
+            index += step
+            continue
+        kept.append(arg)
+        index += 1
+    return kept, compilation
+
+
+def _arch(gpu_arch: str | Sequence[str] | None) -> str | None:
+    if gpu_arch is None or isinstance(gpu_arch, str):
+        return gpu_arch
+    return "+".join(sorted(set(gpu_arch)))
+
+
+def _where(seat: Seat, name: str) -> str:
+    if seat.source_path is None:
+        return f"key 'env.{name}'"
+    try:
+        line = locate(seat.source_path.read_text(encoding="utf-8"), ("env", name))
+    except OSError:
+        line = None
+    loc = format_loc(("env", name))
+    return f"{seat.source_path}:{line}: key '{loc}'" if line else f"{seat.source_path}: key '{loc}'"
+
+
+def cpu_arch(machine: str | None = None) -> str:
+    """The arch factor of a cpu-backend seat: "cpu-<machine>" (x86_64, aarch64 ...)."""
+    return f"cpu-{machine or platform.machine()}"
+
+
+def replica_key(
+    seat: Seat,
+    replica: str,
+    gpu_arch: str | Sequence[str] | None,
+    runner: Runner = run,
+    *,
+    extra_env: Mapping[str, str] | None = None,
+) -> ConfigKey:
+    """Gather every input and compute the key of one replica (the launch entry point).
+
+    `gpu_arch`: the gfx target(s) of the replica's GPUs (Gpu.gfx_target from
+    rocmseat.node.inventory.read_inventory); None for backend "cpu", where it is "cpu-<machine>".
+    Raises ConfigError (env), ReadError/ParseError (model), CommandError (engine python).
+    """
+    if gpu_arch is None:
+        if seat.backend != "cpu":
+            raise RocmseatError(
+                f"replica {replica}: the GPU arch of its GPUs is unknown, so its config key "
+                "cannot be computed",
+                hint="read the node inventory (rocmseat preflight) to learn each GPU's gfx target",
+            )
+        gpu_arch = cpu_arch()
+    versions = engine_versions(seat.engine.python, runner=runner)
+    model = fingerprint_model(seat.model.path)
+    drafter = None
+    if seat.drafter is not None and seat.drafter.path is not None:
+        drafter = fingerprint_model(seat.drafter.path)
+    return compute_key(
+        seat, engine=versions, gpu_arch=gpu_arch, model=model, drafter=drafter,
+        extra_env=extra_env,
+    )
+
+
+def flatten(factors: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'engine': {'vllm': '1'}} -> {'engine.vllm': '1'}; lists and scalars are leaves."""
+    out: dict[str, Any] = {}
+    for name in sorted(factors):
+        value = factors[name]
+        path = f"{prefix}{name}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class FactorChange:
+    factor: str  # dotted path
+    old: Any  # MISSING when absent
+    new: Any
+
+    def describe(self) -> str:
+        return f"{self.factor}: {_show(self.old)} -> {_show(self.new)}"
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+MISSING: Any = _Missing()
+
+
+def diff_factors(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FactorChange]:
+    """Leaf-level changes from `old` to `new`, sorted by factor path."""
+    flat_old, flat_new = flatten(old), flatten(new)
+    return [
+        FactorChange(name, flat_old.get(name, MISSING), flat_new.get(name, MISSING))
+        for name in sorted(set(flat_old) | set(flat_new))
+        if flat_old.get(name, MISSING) != flat_new.get(name, MISSING)
+    ]
+
+
+def _show(value: Any) -> str:
+    if value is MISSING:
+        return "(absent)"
+    if isinstance(value, str):
+        return value[:16] + "…" if len(value) == 64 else value  # sha256 digests, shortened
+    return canonical_json(value)

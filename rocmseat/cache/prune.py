@@ -1,0 +1,83 @@
+"""Prune moved-aside caches: only `<replica>.stale-*` dirs, only when old enough and when no
+process is known to use them (unknown use keeps them). The plan is computed first (pure)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmseat.atomic import exclusive_lock
+from rocmseat.cache.audit import CacheEntry, SeatAudit
+from rocmseat.cache.audit_render import human_age, human_size
+from rocmseat.cache.store import lock_path
+from rocmseat.cache.usage import Use
+from rocmseat.errors import ConfigError
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """'14d' -> seconds (units s, m, h, d, w)."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise ConfigError(f"--older-than {text!r}: expected a number and a unit, e.g. 14d or 36h")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+@dataclass(frozen=True, slots=True)
+class PruneItem:
+    root: Path
+    entry: CacheEntry
+    remove: bool
+    why: str
+
+    def describe(self) -> str:
+        verb = "remove" if self.remove else "keep  "
+        size = human_size(self.entry.stats.size_bytes)
+        return f"{verb} {self.entry.path}  ({size}) {self.why}"
+
+
+def plan_prune(audits: Sequence[SeatAudit], *, older_than_s: float) -> list[PruneItem]:
+    """Pure: a decision for every moved-aside dir (age = time since it was moved aside)."""
+    plan: list[PruneItem] = []
+    seen: set[Path] = set()
+    for audit in audits:
+        for entry in audit.entries:
+            if entry.state != "moved-aside" or entry.path in seen:
+                continue
+            seen.add(entry.path)
+            plan.append(PruneItem(audit.cache_root, entry, *_decide(entry, older_than_s)))
+    return plan
+
+
+def _decide(entry: CacheEntry, older_than_s: float) -> tuple[bool, str]:
+    if entry.in_use.use is Use.YES:
+        return False, f"in use: {entry.in_use.describe()}"
+    if entry.in_use.use is Use.UNKNOWN:
+        return False, f"cannot tell whether a process uses it: {entry.in_use.describe()}"
+    age = entry.moved_age_s
+    if age is None:
+        return False, "age unknown"
+    if age < older_than_s:
+        return False, f"moved aside {human_age(age)} ago, younger than {human_age(older_than_s)}"
+    return True, f"moved aside {human_age(age)} ago, no process uses it"
+
+
+def execute_prune(plan: Sequence[PruneItem]) -> list[tuple[PruneItem, str | None]]:
+    """Remove the dirs the plan marks, each under its replica's lock; (item, error or None)."""
+    done: list[tuple[PruneItem, str | None]] = []
+    for item in plan:
+        if not item.remove:
+            continue
+        with exclusive_lock(lock_path(item.root, item.entry.replica), timeout_s=60):
+            try:
+                shutil.rmtree(item.entry.path)
+            except OSError as exc:
+                done.append((item, f"{exc.strerror or exc}"))
+                continue
+        done.append((item, None))
+    return done

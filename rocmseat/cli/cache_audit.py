@@ -1,0 +1,168 @@
+"""`rocmseat cache-audit [SEAT...]`: every replica cache, its state and why; prune moved-aside."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rocmseat import exitcodes
+from rocmseat.cache.audit import STALE_NAME, SeatAudit, audit_seat
+from rocmseat.cache.audit_render import audit_json, audit_table
+from rocmseat.cache.current import CurrentKey, current_key, replica_arch
+from rocmseat.cache.prune import execute_prune, parse_duration, plan_prune
+from rocmseat.cache.usage import ProcessView, scan_processes
+from rocmseat.cli.options import json_option, resolve_sysfs_root, sysfs_root_option
+from rocmseat.runner import Completed, Runner, run
+from rocmseat.seat.load import load_seat
+from rocmseat.seat.model import Seat
+
+
+@click.command("cache-audit")
+@click.argument("seat_files", nargs=-1, type=click.Path(path_type=Path, dir_okay=False))
+@json_option
+@click.option("--prune", is_flag=True, help="Remove old moved-aside caches no process uses.")
+@click.option("--older-than", metavar="AGE", help="With --prune: moved aside longer ago (14d).")
+@click.option("--yes", is_flag=True, help="With --prune: act (without it, print the plan only).")
+@sysfs_root_option
+def cache_audit(
+    *,
+    seat_files: tuple[Path, ...],
+    as_json: bool,
+    prune: bool,
+    older_than: str | None,
+    yes: bool,
+    sysfs_root: Path | None,
+) -> int:
+    """Audit the compile caches of SEAT files (default: ./launchers/*.toml).
+
+    Exit 0: every live cache matches its current key; 1: a live cache is stale or unkeyed (the
+    next launch moves it aside), or a prune failed; 2: a state could not be judged.
+    """
+    if (older_than or yes) and not prune:
+        raise click.UsageError("--older-than and --yes go with --prune")
+    if prune and older_than is None:
+        raise click.UsageError("--prune needs --older-than (e.g. --older-than 14d)")
+    files = list(seat_files) or sorted(Path("launchers").glob("*.toml"))
+    if not files:
+        raise click.UsageError("name a seat file (no ./launchers/*.toml here)")
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    processes = list(scan_processes())
+    audits = [_audit(path, sysfs_root, now, processes) for path in files]
+    document = audit_json(audits, now=now)
+    code = _exit_code(audits)
+    if prune:
+        return _prune(audits, document, older_than or "", yes=yes, as_json=as_json, code=code)
+    if as_json:
+        click.echo(json.dumps(document, indent=2, sort_keys=True))
+    else:
+        click.echo(audit_table(audits), nl=False)
+    return code
+
+
+def _prune(
+    audits: Sequence[SeatAudit],
+    document: dict[str, Any],
+    older_than: str,
+    *,
+    yes: bool,
+    as_json: bool,
+    code: int,
+) -> int:
+    """Print the plan first; remove only with --yes."""
+    plan = plan_prune(audits, older_than_s=parse_duration(older_than))
+    errors: dict[str, str] = {}
+    document["prune"] = {
+        "older_than": older_than,
+        "acted": yes,
+        "plan": [{"path": str(i.entry.path), "remove": i.remove, "why": i.why} for i in plan],
+        "errors": errors,
+    }
+    if not as_json:
+        click.echo(audit_table(audits))
+        click.echo(f"prune plan (moved aside more than {older_than} ago, used by no process):")
+        click.echo("\n".join(f"  {item.describe()}" for item in plan) or "  nothing moved aside")
+        if not yes and any(i.remove for i in plan):
+            click.echo("nothing removed: run again with --yes to remove the dirs marked remove")
+    if yes:
+        for item, error in execute_prune(plan):
+            if error is not None:
+                errors[str(item.entry.path)] = error
+                code = exitcodes.PROBLEM
+            if not as_json:
+                done = "removed" if error is None else f"could not remove ({error})"
+                click.echo(f"{done} {item.entry.path}")
+    if as_json:
+        click.echo(json.dumps(document, indent=2, sort_keys=True))
+    return code
+
+
+def _audit(
+    path: Path, sysfs_root: Path | None, now: dt.datetime, processes: Sequence[ProcessView]
+) -> SeatAudit:
+    seat = load_seat(path)
+    runner = _Memo(run)  # one version probe per engine python, not per replica
+    sysfs = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
+    currents: dict[str, CurrentKey] = {}
+    for replica in _replica_names(seat):
+        arch, why = replica_arch(seat, replica, sysfs)
+        currents[replica] = current_key(
+            seat, replica, gpu_arch=arch, arch_unknown_why=why, runner=runner
+        )
+    return audit_seat(
+        seat.name, str(path), seat.cache_root, currents, now=now, processes=processes
+    )
+
+
+def _replica_names(seat: Seat) -> tuple[str, ...]:
+    if seat.replicas.names is not None:
+        return seat.replicas.names
+    if seat.replicas.pairs:
+        return seat.replica_names(len(seat.replicas.pairs))
+    if seat.backend == "cpu":
+        return ("r0",)
+    try:  # rocm, mode auto, unnamed: the replicas that have a cache
+        found = sorted(
+            p.name for p in seat.cache_root.iterdir()
+            if p.is_dir() and not p.name.startswith(".") and not STALE_NAME.match(p.name)
+        )
+    except OSError:
+        found = []
+    return tuple(found) or ("r0",)
+
+
+class _Memo:
+    """A Runner that runs each argv once (the version probe of a shared engine python)."""
+
+    def __init__(self, runner: Runner) -> None:
+        self._runner = runner
+        self._seen: dict[tuple[str, ...], Completed] = {}
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        input_text: str | None = None,
+    ) -> Completed:
+        key = tuple(argv)
+        if key not in self._seen:
+            self._seen[key] = self._runner(
+                argv, timeout_s=timeout_s, env=env, cwd=cwd, input_text=input_text
+            )
+        return self._seen[key]
+
+
+def _exit_code(audits: Sequence[SeatAudit]) -> int:
+    states = {entry.state for audit in audits for entry in audit.live()}
+    if states & {"stale", "unkeyed"}:
+        return exitcodes.PROBLEM
+    if "unknown" in states:
+        return exitcodes.CANNOT_CHECK
+    return exitcodes.OK

@@ -1,0 +1,56 @@
+"""`rocmseat demo`: the CPU demo (docs/demo.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from rocmseat import exitcodes
+from rocmseat.cli.options import json_option
+from rocmseat.demo import PYTHON_ENV, build_models, default_engine_python
+
+
+@click.group()
+def demo() -> None:
+    """Try the whole loop without a GPU: tiny models for vLLM's CPU build."""
+
+
+@demo.command("models")
+@click.argument("dest", type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--python",
+    "python",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help=f"The engine's Python (torch + transformers) [env var: {PYTHON_ENV}; "
+    "default /opt/rocmseat/vllm-venv/bin/python].",
+)
+@click.option("--force", is_flag=True, help="Rebuild model folders that already exist.")
+@json_option
+def models(dest: Path, python: Path | None, force: bool, as_json: bool) -> int:
+    """Build DEST/target, DEST/drafter (same weights) and DEST/drafter-other (other weights)."""
+    built = build_models(dest, python or default_engine_python(), force=force)
+    if as_json:
+        doc = {
+            "schema": "rocmseat.demo-models/v1",
+            "models": [
+                {
+                    "name": m.name,
+                    "path": str(m.path),
+                    "seed": m.seed,
+                    "weights_sha256": m.weights_sha256,
+                    "size_bytes": m.size_bytes,
+                }
+                for m in built
+            ],
+        }
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        return exitcodes.OK
+    for m in built:
+        click.echo(
+            f"{m.name:<14} {m.path}  seed {m.seed}  weights sha256 {m.weights_sha256[:12]}  "
+            f"{m.size_bytes / 1e6:.1f} MB"
+        )
+    return exitcodes.OK

@@ -1,0 +1,54 @@
+"""`rocmseat key SEAT`: the config key of a replica, and with --explain every factor in it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from rocmseat import exitcodes
+from rocmseat.cli.options import json_option, resolve_sysfs_root, sysfs_root_option
+
+
+@click.command()
+@click.argument("seat_file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--replica", default="r0", show_default=True, help="Replica name.")
+@click.option("--explain", is_flag=True, help="Print every factor and its value.")
+@json_option
+@sysfs_root_option
+def key(
+    seat_file: Path, replica: str, explain: bool, as_json: bool, sysfs_root: Path | None
+) -> int:
+    """Print the config key of a replica of SEAT_FILE (exit 2 if a factor is unknown).
+
+    The key hashes every factor that changes compiled graphs: engine versions (asked from the
+    seat's engine python), image digest, GPU arch, model and drafter identity, speculative
+    config, TP, sequence and token limits, dtype, compilation config and the key environment.
+    """
+    from rocmseat.cache.current import current_key, replica_arch
+    from rocmseat.cache.explain import explain_text, key_json, key_line
+    from rocmseat.errors import ConfigError
+    from rocmseat.seat.load import load_seat
+
+    seat = load_seat(seat_file)
+    names = seat.replicas.names
+    if (names is not None and replica not in names) or (
+        names is None and not (replica.startswith("r") and replica[1:].isdigit())
+    ):
+        known = ", ".join(names) if names is not None else "r0, r1, ..."
+        raise ConfigError(f"{seat_file}: seat {seat.name} has no replica {replica!r} ({known})")
+    sysfs = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
+    arch, why = replica_arch(seat, replica, sysfs)
+    current = current_key(seat, replica, gpu_arch=arch, arch_unknown_why=why)
+    if as_json:
+        click.echo(json.dumps(key_json(current, str(seat_file)), indent=2, sort_keys=True))
+    elif explain:
+        click.echo(explain_text(current, str(seat_file)), nl=False)
+    elif current.key is not None:
+        click.echo(current.key.digest)
+    else:
+        click.echo(key_line(current), err=True)
+        for name, reason in sorted(current.unknown.items()):
+            click.echo(f"  {name}: {reason}", err=True)
+    return exitcodes.OK if current.key is not None else exitcodes.CANNOT_CHECK

@@ -1,0 +1,65 @@
+"""`rocmseat launch SEAT --replica NAME` and `rocmseat launch SEAT --dry-run [--json]`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from rocmseat import exitcodes
+from rocmseat.cli.options import (
+    json_option,
+    resolve_state_dir,
+    resolve_sysfs_root,
+    state_dir_option,
+    sysfs_root_option,
+)
+
+
+def _echo_engine(line: str) -> None:
+    # The engine's own output: passed through to stdout (the journal under systemd) as is.
+    sys.stdout.write(line)
+    sys.stdout.flush()
+
+
+@click.command("launch")
+@click.argument("seat_file", metavar="SEAT", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--replica", help="Run this replica in the foreground (r0, r1, ...).")
+@click.option("--dry-run", is_flag=True, help="Print every replica's plan; start nothing.")
+@click.option("--stop-grace", "stop_grace_s", type=click.FloatRange(min=0), default=30.0,
+              show_default=True, help="Seconds between SIGTERM and SIGKILL when stopping.")
+@json_option
+@sysfs_root_option
+@state_dir_option
+def launch(seat_file: Path, *, replica: str | None, dry_run: bool, stop_grace_s: float,
+           as_json: bool, sysfs_root: Path | None, state_dir: Path | None) -> int:
+    """Start one replica of SEAT under supervision, or show the plan of every replica."""
+    from rocmseat.launch import flow
+    from rocmseat.seat.load import load_seat
+
+    if dry_run == (replica is not None):
+        raise click.UsageError("give exactly one of --replica NAME and --dry-run")
+    if as_json and not dry_run:
+        raise click.UsageError("--json goes with --dry-run")
+    seat = load_seat(seat_file)
+    # backend cpu reads no /sys: no GPUs, no pairs, no NUMA binding
+    root = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
+    if dry_run:
+        from rocmseat.launch.planview import plan_json, plan_text
+
+        plans = flow.dry_run(seat, root)
+        if as_json:
+            click.echo(json.dumps(plan_json(seat, plans), indent=2, sort_keys=True))
+        else:
+            click.echo(plan_text(seat, plans), nl=False)
+        return exitcodes.OK
+    assert replica is not None
+    state = state_dir if state_dir is not None else seat.state_dir
+    result = flow.launch_replica(
+        seat, replica, sysfs_root=root, state_dir=resolve_state_dir(state),
+        echo=_echo_engine, say=lambda text: click.echo(f"rocmseat: {text}", err=True),
+        stop_grace_s=stop_grace_s,
+    )
+    return result.exit_code

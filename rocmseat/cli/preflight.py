@@ -1,0 +1,123 @@
+"""`rocmseat preflight`: parse -> rocmseat.preflight.run -> render. No logic lives here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from rocmseat.cli.options import (
+    json_option,
+    resolve_state_dir,
+    resolve_sysfs_root,
+    state_dir_option,
+    sysfs_root_option,
+)
+from rocmseat.errors import ConfigError
+from rocmseat.findings import exit_code_for
+
+
+def _pairs(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    from rocmseat.preflight.run import parse_pair
+
+    try:
+        return [parse_pair(value) for value in values]
+    except ConfigError as exc:
+        raise click.BadParameter(exc.message) from None
+
+
+@click.command()
+@sysfs_root_option
+@state_dir_option
+@click.option(
+    "--only",
+    "only",
+    multiple=True,
+    type=click.Choice(["pcie", "aer", "numa", "profile", "amdsmi", "hip"]),
+    help="Run only this family of checks (repeatable).",
+)
+@click.option(
+    "--pair",
+    "pairs",
+    multiple=True,
+    callback=_pairs,
+    metavar="A,B",
+    help="Check only this GPU pair, e.g. 05:00.0,09:00.0 (repeatable); also the "
+    "pairs the HIP probe exercises.",
+)
+@click.option(
+    "--profile",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Expectations profile (TOML, see checks/).",
+)
+@json_option
+@click.option(
+    "--textfile",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Also write rocmseat_preflight.prom here (node_exporter textfile collector).",
+)
+@click.option(
+    "--sample",
+    "sample_s",
+    type=click.FloatRange(min=0.0, max=3600.0),
+    metavar="SECONDS",
+    help="Judge AER by two readings this far apart (run a load meanwhile).",
+)
+@click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
+@click.option(
+    "--hip/--no-hip",
+    default=False,
+    help="Also run the HIP IPC/P2P probe on the pairs (initialises the GPUs in child "
+    "processes and takes seconds; off by default).",
+)
+@click.option(
+    "--amdsmi/--no-amdsmi",
+    default=None,
+    help="Cross-check with amdsmi (default: on for the live /sys, off for a tree).",
+)
+def preflight(  # noqa: PLR0917 (click passes every option)
+    sysfs_root: Path | None,
+    state_dir: Path | None,
+    only: tuple[str, ...],
+    pairs: list[tuple[str, str]],
+    profile: Path | None,
+    as_json: bool,
+    textfile: Path | None,
+    sample_s: float | None,
+    strict: bool,
+    hip: bool,
+    amdsmi: bool | None,
+) -> int:
+    """Check each AMD GPU's PCIe link, AER errors, NUMA locality and TP2 pairs.
+
+    Exit 0 ok, 1 a problem, 2 could not check (node-problem-detector compatible).
+    """
+    from rocmseat.preflight import render
+    from rocmseat.preflight.run import preflight_report
+
+    report = preflight_report(
+        resolve_sysfs_root(sysfs_root),
+        resolve_state_dir(state_dir),
+        families=set(only) or None,
+        pairs=pairs or None,
+        profile=profile,
+        hip=hip,
+        amdsmi=amdsmi,
+        sample_s=sample_s,
+    )
+    if textfile is not None:
+        from rocmseat.atomic import atomic_write_text
+
+        atomic_write_text(
+            textfile / render.TEXTFILE_NAME, render.render_textfile(report, strict=strict)
+        )
+    if as_json:
+        click.echo(render.render_json(report, strict=strict), nl=False)
+    elif sys.stdout.isatty():
+        render.print_rich_table(report, strict=strict)
+    else:
+        click.echo(render.render_table(report, strict=strict), nl=False)
+    return exit_code_for(report.findings, strict=strict)

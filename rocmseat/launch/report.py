@@ -1,0 +1,138 @@
+"""The startup report: what a replica's start did, saved in the state dir with its config key.
+
+`<state dir>/seats/<seat>/<replica>/startup.json` (schema rocmseat.startup/v1) is the latest
+start; every start is also kept as `history/<UTC stamp>-<pid>.json` beside it, so the next start
+can compare its KV pool with the previous one. Written atomically under a lock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rocmseat.atomic import atomic_write_json, exclusive_lock
+from rocmseat.findings import Finding
+from rocmseat.launch.judge import PreviousStart
+from rocmseat.launch.plan import ReplicaPlan
+from rocmseat.launch.startuplog import StartupSummary
+
+SCHEMA = "rocmseat.startup/v1"
+HISTORY_KEEP = 50  # newest starts kept; older ones are evidence nobody reads
+
+
+def replica_state_dir(state_dir: Path, seat: str, replica: str) -> Path:
+    return state_dir / "seats" / seat / replica
+
+
+def utc_stamp(now: dt.datetime) -> str:
+    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def summary_json(summary: StartupSummary) -> dict[str, Any]:
+    return {
+        "components": {
+            c.component: {
+                "outcome": c.outcome.value,
+                "outcomes": [o.value for o in c.outcomes],
+                "paths": list(c.paths),
+                "load_failure_reasons": list(c.load_failure_reasons),
+            }
+            for c in summary.components
+        },
+        "compile_disabled": summary.compile_disabled,
+        "kv_cache_tokens": summary.kv_cache_tokens,
+        "kv_cache_device": summary.kv_cache_device,
+        "max_concurrency": summary.max_concurrency,
+        "max_concurrency_tokens_per_request": summary.max_concurrency_tokens_per_request,
+        "available_kv_cache_gib": summary.available_kv_cache_gib,
+        "model_memory_gib": summary.model_memory_gib,
+        "model_load_s": summary.model_load_s,
+        "graph_capture_gib": summary.graph_capture_gib,
+        "init_engine_s": summary.init_engine_s,
+        "compilation_s": summary.compilation_s,
+        "speculative_config": summary.speculative_config,
+        "drafter_loaded": summary.drafter_loaded,
+        "drafter_evidence": summary.drafter_evidence,
+        "server_started": summary.server_started,
+        "fatal": [{"signature": f.signature, "line": f.line} for f in summary.fatal],
+        "warnings": [{"kind": w.kind, "line": w.line} for w in summary.warnings],
+        "lines_read": summary.lines_read,
+    }
+
+
+def build_report(
+    plan: ReplicaPlan,
+    summary: StartupSummary,
+    findings: Sequence[Finding],
+    *,
+    started_at: dt.datetime,
+    finished_at: dt.datetime,
+    moved_aside: Path | None,
+    changed_factors: Sequence[str],
+    outcome: dict[str, Any],
+) -> dict[str, Any]:
+    """The report document (pure). `outcome`: ready, ready_after_s, timed_out, exit_code,
+    engine_returncode, reason (None while the engine still runs)."""
+    return {
+        "schema": SCHEMA,
+        "seat": plan.seat,
+        "replica": plan.replica,
+        "started_at": utc_stamp(started_at),
+        "written_at": utc_stamp(finished_at),
+        "config_key": {"digest": plan.key.digest, "reason": plan.key.reason},
+        "cache": {
+            "dir": str(plan.cache_dir),
+            "moved_aside": str(moved_aside) if moved_aside is not None else None,
+            "changed_factors": list(changed_factors),
+        },
+        "plan": {
+            "pci_pair": list(plan.pci_pair),
+            "hip_indices": list(plan.hip_indices),
+            "numa_node": plan.binding.numa_node,
+            "binding": plan.binding.method,
+            "port": plan.port,
+            "argv": list(plan.argv),
+        },
+        "outcome": outcome,
+        "log": summary_json(summary),
+        "findings": [f.to_json() for f in findings],
+    }
+
+
+def save_report(state_dir: Path, report: dict[str, Any]) -> Path:
+    """Write startup.json and this start's history entry; returns the startup.json path."""
+    directory = replica_state_dir(state_dir, report["seat"], report["replica"])
+    history = directory / "history"
+    entry = history / f"{report['started_at'].replace(':', '')}-{os.getpid()}.json"
+    with exclusive_lock(directory / ".lock", timeout_s=30.0):
+        atomic_write_json(entry, report)
+        atomic_write_json(directory / "startup.json", report)
+        entries = sorted(history.glob("*.json"))
+        for old in entries[:-HISTORY_KEEP]:
+            old.unlink(missing_ok=True)
+    return directory / "startup.json"
+
+
+def previous_start(
+    state_dir: Path, seat: str, replica: str
+) -> tuple[PreviousStart | None, list[str]]:
+    """The newest earlier start that stated a KV pool, and the history files that could not be
+    read (named, so the caller can say so; a corrupt old entry must not block a start)."""
+    history = replica_state_dir(state_dir, seat, replica) / "history"
+    problems: list[str] = []
+    for path in sorted(history.glob("*.json"), reverse=True):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            tokens = doc["log"]["kv_cache_tokens"]
+            started = doc["started_at"]
+            digest = doc.get("config_key", {}).get("digest")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            problems.append(f"{path}: {type(exc).__name__}: {exc}")
+            continue
+        if isinstance(tokens, int) and tokens > 0:
+            return PreviousStart(tokens, str(started), digest), problems
+    return None, problems

@@ -1,0 +1,1 @@
+"""Preflight: pure judges from an inventory to findings, and the report renderers."""

@@ -1,0 +1,98 @@
+"""The AER baseline in the state dir: the last reading, so a later run reports what is new.
+
+`<state dir>/preflight/aer-baseline.json`, written atomically under an exclusive lock (two
+replica units' ExecStartPre can run preflight at once); each run merges the devices it read.
+A baseline taken on another sysfs root (a fixture tree) is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmseat.atomic import atomic_write_json, exclusive_lock
+from rocmseat.errors import RocmseatError
+
+SCHEMA = "rocmseat.aer-baseline/v1"
+LOCK_TIMEOUT_S = 10.0
+
+Counters = dict[str, dict[str, int]]  # address -> "correctable.BadTLP" -> count
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    taken_at: str  # UTC ISO stamp
+    devices: Counters
+
+
+def state_path(state_dir: Path) -> Path:
+    return state_dir / "preflight" / "aer-baseline.json"
+
+
+def _root_key(sysfs_root: Path) -> str:
+    try:
+        return str(sysfs_root.resolve())
+    except OSError:
+        return str(sysfs_root)
+
+
+def _parse(text: str, sysfs_root: Path) -> Baseline | None:
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ValueError(f"not a {SCHEMA} file")
+    if data.get("sysfs_root") != _root_key(sysfs_root):
+        return None
+    devices = data.get("devices")
+    taken_at = data.get("taken_at")
+    if not isinstance(devices, dict) or not isinstance(taken_at, str):
+        raise ValueError("missing devices or taken_at")
+    clean: Counters = {}
+    for address, counters in devices.items():
+        if not isinstance(counters, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+            for k, v in counters.items()
+        ):
+            raise ValueError(f"bad counters for {address}")
+        clean[str(address)] = dict(counters)
+    return Baseline(taken_at, clean)
+
+
+def load_baseline(state_dir: Path, sysfs_root: Path) -> tuple[Baseline | None, str | None]:
+    """(baseline or None, a one-line problem if the file exists but cannot be used)."""
+    path = state_path(state_dir)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    except OSError as exc:
+        return None, f"{path}: {exc.strerror or exc}"
+    try:
+        return _parse(text, sysfs_root), None
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"{path}: unusable baseline ({exc})"
+
+
+def save_baseline(
+    state_dir: Path, sysfs_root: Path, devices: Mapping[str, Mapping[str, int]], taken_at: str
+) -> str | None:
+    """Merge `devices` into the stored baseline; returns a one-line problem or None."""
+    path = state_path(state_dir)
+    try:
+        with exclusive_lock(path.with_suffix(".lock"), timeout_s=LOCK_TIMEOUT_S):
+            previous, _problem = load_baseline(state_dir, sysfs_root)
+            merged: Counters = dict(previous.devices) if previous else {}
+            merged.update({a: dict(c) for a, c in devices.items()})
+            atomic_write_json(
+                path,
+                {
+                    "schema": SCHEMA,
+                    "sysfs_root": _root_key(sysfs_root),
+                    "taken_at": taken_at,
+                    "devices": merged,
+                },
+            )
+    except (OSError, RocmseatError) as exc:
+        return f"{path}: cannot save the AER baseline ({getattr(exc, 'strerror', None) or exc})"
+    return None

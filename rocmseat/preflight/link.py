@@ -1,0 +1,275 @@
+"""Judge each GPU's PCIe links (family `pcie`): trained vs. supported, and pp_dpm_pcie.
+
+The endpoint of an AMD dGPU reports its internal link (the ASIC's 32 GT/s x16), which is what
+`lspci` LnkSta shows; the truth is the link below each non-AMD port on the path
+(rocmseat.node.link). A link trained below what both its ends support fails; a link that is
+narrow because the slot is (an x8 slot bifurcated with a NIC) is capability-limited, not a fault,
+unless an expectations profile says otherwise.
+"""
+
+from __future__ import annotations
+
+from rocmseat.findings import Finding, Severity
+from rocmseat.node.inventory import Gpu, Hop
+from rocmseat.node.link import EffectiveLink, PhysicalLink, effective_link, physical_links
+from rocmseat.sysfs.parse import DpmLevel, format_speed
+
+ROLE_WORDS = {
+    "root-port": "root port",
+    "bridge": "bridge",
+    "amd-switch-port": "AMD switch port",
+    "endpoint": "endpoint",
+}
+
+
+def link_words(speed_gts: float | None, width: int | None) -> str:
+    return f"{format_speed(speed_gts)} {'x?' if width is None else f'x{width}'}"
+
+
+def hop_words(hop: Hop) -> str:
+    return f"{ROLE_WORDS.get(hop.role, hop.role)} {hop.address}"
+
+
+def endpoint_claim(gpu: Gpu) -> str:
+    own = gpu.endpoint.link
+    return link_words(own.current_speed_gts, own.current_width)
+
+
+def _endpoint_overclaims(gpu: Gpu, eff: EffectiveLink) -> bool:
+    own = gpu.endpoint.link
+    if own.current_speed_gts is None or eff.speed_gts is None:
+        return False
+    return own.current_speed_gts > eff.speed_gts or (own.current_width or 0) > (eff.width or 0)
+
+
+def _below(link: PhysicalLink) -> bool:
+    speed_low = (
+        link.trained_speed_gts is not None
+        and link.capable_speed_gts is not None
+        and link.trained_speed_gts < link.capable_speed_gts
+    )
+    width_low = (
+        link.trained_width is not None
+        and link.capable_width is not None
+        and 0 < link.trained_width < link.capable_width
+    )
+    return speed_low or width_low
+
+
+def _dpm_idle(gpu: Gpu, link: PhysicalLink) -> DpmLevel | None:
+    """The active pp_dpm_pcie level if it explains a low link (idle power saving), else None."""
+    levels = gpu.amdgpu.pp_dpm_pcie or ()
+    if not levels:
+        return None
+    top = max(levels, key=lambda lv: (lv.speed_gts, lv.width))
+    for level in levels:
+        if (
+            level.active
+            and (level.speed_gts, level.width) == (link.trained_speed_gts, link.trained_width)
+            and (level.speed_gts, level.width) < (top.speed_gts, top.width)
+        ):
+            return level
+    return None
+
+
+def judge_link(gpu: Gpu, expected: tuple[float, int] | None = None) -> list[Finding]:
+    """`pcie.link.*` findings for one GPU; `expected` = (GT/s, width) from a profile."""
+    subject = gpu.pci_address
+    errors = [e for hop in gpu.path for e in hop.errors if "_link_" in e or "/vendor" in e]
+    links = physical_links(gpu)
+    eff = effective_link(gpu)
+    claim = endpoint_claim(gpu)
+    data = {
+        "effective_speed_gts": eff.speed_gts,
+        "effective_width": eff.width,
+        "limited_at": eff.limited_at,
+        "capable_speed_gts": eff.capable_speed_gts,
+        "capable_width": eff.capable_width,
+        "endpoint_claims": claim,
+    }
+    if errors or eff.speed_gts is None or eff.width is None:
+        reason = "; ".join(errors) or f"no link state readable on the path of {subject}"
+        return [
+            Finding(
+                "pcie.link.unknown",
+                Severity.UNKNOWN,
+                subject,
+                f"cannot judge the link: {reason}",
+                "check that the sysfs tree is complete and readable",
+                data,
+            )
+        ]
+    findings: list[Finding] = []
+    overclaim = (
+        f"; the endpoint claims {claim} (what lspci on {subject} would falsely show)"
+        if _endpoint_overclaims(gpu, eff)
+        else ""
+    )
+    for link in links:
+        if not _below(link):
+            continue
+        trained = link_words(link.trained_speed_gts, link.trained_width)
+        capable = link_words(link.capable_speed_gts, link.capable_width)
+        idle = _dpm_idle(gpu, link)
+        if idle is not None:
+            findings.append(
+                Finding(
+                    "pcie.link.idle",
+                    Severity.WARN,
+                    subject,
+                    f"{hop_words(link.upstream)} trained {trained}, at pp_dpm_pcie level "
+                    f"{idle.index} (idle power saving); both ends support {capable}",
+                    "judge under load: rocmseat preflight --sample 30 while a job runs",
+                    data,
+                )
+            )
+            continue
+        findings.append(
+            Finding(
+                "pcie.link.degraded",
+                Severity.FAIL,
+                subject,
+                f"{hop_words(link.upstream)} trained {trained}; both ends support {capable}"
+                f"{overclaim}",
+                "reseat the GPU and its riser/cable, check the slot's BIOS link speed setting, "
+                "then power-cycle (a warm reboot keeps a bad training)",
+                data,
+            )
+        )
+    if expected is not None and (eff.speed_gts, eff.width) != expected:
+        findings.append(
+            Finding(
+                "pcie.link.expected",
+                Severity.FAIL,
+                subject,
+                f"effective link {link_words(eff.speed_gts, eff.width)} at "
+                f"{eff.limited_at}; the profile expects {link_words(*expected)}",
+                "fix the link, or the profile if the slot changed",
+                data,
+            )
+        )
+    if findings:
+        return findings
+    where = f"hop {eff.limited_at}"
+    root = gpu.root_port
+    if root is not None and root.address == eff.limited_at:
+        where = hop_words(root)
+    note = _capability_note(gpu, eff)
+    if expected is not None:
+        note += "; as the profile expects"
+    return [
+        Finding(
+            "pcie.link.ok",
+            Severity.OK,
+            subject,
+            f"{link_words(eff.speed_gts, eff.width)} at {where}{note}{overclaim}",
+            "",
+            data,
+        )
+    ]
+
+
+def gpu_capability(gpu: Gpu) -> tuple[float | None, int | None]:
+    """What the GPU itself supports: the max link of its topmost AMD function (its upstream
+    port), which faces the slot."""
+    amd = [hop for hop in gpu.path if hop.is_amd]
+    top = amd[-1] if amd else gpu.endpoint
+    return top.link.max_speed_gts, top.link.max_width
+
+
+def _capability_note(gpu: Gpu, eff: EffectiveLink) -> str:
+    gpu_speed, gpu_width = gpu_capability(gpu)
+    narrow = (
+        eff.capable_width is not None and gpu_width is not None and eff.capable_width < gpu_width
+    )
+    slow = (
+        eff.capable_speed_gts is not None
+        and gpu_speed is not None
+        and eff.capable_speed_gts < gpu_speed
+    )
+    if narrow:
+        return (
+            f"; the slot is x{eff.capable_width} (the GPU could do x{gpu_width}): "
+            "capability-limited by design, not a fault"
+        )
+    if slow:
+        return f"; all the port supports (the GPU could do {format_speed(gpu_speed)})"
+    return ""
+
+
+def judge_dpm(gpu: Gpu) -> list[Finding]:
+    """`pcie.dpm.*`: pp_dpm_pcie's active and highest level against the trained link."""
+    subject = gpu.pci_address
+    dpm_errors = [e for e in gpu.amdgpu.errors if "pp_dpm_pcie" in e]
+    if dpm_errors:
+        return [
+            Finding(
+                "pcie.dpm.unknown",
+                Severity.UNKNOWN,
+                subject,
+                f"cannot read pp_dpm_pcie: {dpm_errors[0]}",
+            )
+        ]
+    levels = gpu.amdgpu.pp_dpm_pcie
+    if levels is None:
+        return [
+            Finding(
+                "pcie.dpm.absent",
+                Severity.OK,
+                subject,
+                "pp_dpm_pcie not exposed (amdgpu does not create it on MI200/MI300-class "
+                "parts); the link is judged from PCI sysfs",
+            )
+        ]
+    if not levels:
+        return [
+            Finding(
+                "pcie.dpm.empty",
+                Severity.OK,
+                subject,
+                "pp_dpm_pcie is empty (the ASIC prints no PCIe levels)",
+            )
+        ]
+    top = max(levels, key=lambda lv: (lv.speed_gts, lv.width))
+    active = [lv for lv in levels if lv.active]
+    eff = effective_link(gpu)
+    data = {
+        "levels": [
+            {
+                "index": lv.index,
+                "speed_gts": lv.speed_gts,
+                "width": lv.width,
+                "lclk_mhz": lv.lclk_mhz,
+                "active": lv.active,
+            }
+            for lv in levels
+        ],
+        "highest_index": top.index,
+        "active_indexes": [lv.index for lv in active],
+    }
+    if active:
+        act = ", ".join(f"{lv.index} ({link_words(lv.speed_gts, lv.width)})" for lv in active)
+        active_text = f"active level {act}"
+        if active[0].index == levels[0].index and top.index != levels[0].index:
+            active_text += " (idle)"
+    else:
+        active_text = "no level marked active"
+    top_text = f"highest level {top.index} ({link_words(top.speed_gts, top.width)})"
+    if (
+        eff.speed_gts is not None
+        and eff.width is not None
+        and (top.speed_gts < eff.speed_gts or top.width < eff.width)
+    ):
+        return [
+            Finding(
+                "pcie.dpm.below_link",
+                Severity.WARN,
+                subject,
+                f"{top_text} is below the trained link "
+                f"{link_words(eff.speed_gts, eff.width)}; {active_text}",
+                "the GPU will never use the link's full rate: check "
+                "power_dpm_force_performance_level and the SMU's PCIe table (firmware)",
+                data,
+            )
+        ]
+    return [Finding("pcie.dpm.ok", Severity.OK, subject, f"{active_text}; {top_text}", "", data)]

@@ -1,0 +1,184 @@
+"""Judge NUMA locality and TP2 pairs (family `numa`).
+
+`numa_node` -1 means the firmware gave no _PXM (Documentation/ABI/testing/sysfs-bus-pci); on a
+multi-socket host that is a defect worth a warning, and the socket is inferred from the CPUs in
+`local_cpulist`. A pair that straddles sockets host-stages every all-reduce (cross-socket HIP IPC
+fails with hipErrorInvalidDevicePointer on the X99 platform, DESIGN.md incident 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rocmseat.findings import Finding, Severity
+from rocmseat.node.inventory import Gpu, Inventory
+from rocmseat.preflight.pairs import Pair, make_pair
+
+
+def judge_locality(gpu: Gpu, inventory: Inventory) -> list[Finding]:
+    subject = gpu.pci_address
+    data = {
+        "numa_node": gpu.numa_node,
+        "socket": gpu.socket,
+        "socket_source": gpu.socket_source,
+        "local_cpulist": gpu.local_cpulist,
+    }
+    if gpu.numa_node_raw == -1 and inventory.multi_socket:
+        if gpu.socket is None:
+            text = f"socket unknown ({gpu.socket_source}); the GPU cannot be paired"
+        else:
+            text = f"socket {gpu.socket} inferred from the {gpu.socket_source}"
+        return [
+            Finding(
+                "numa.node_unknown",
+                Severity.WARN,
+                subject,
+                f"numa_node is -1 on a {len(inventory.sockets)}-socket host (no ACPI _PXM); {text}",
+                "update the BIOS / enable NUMA-aware PCI affinity (ACPI _PXM, SRAT)",
+                data,
+            )
+        ]
+    if gpu.socket is None:
+        return [
+            Finding(
+                "numa.socket_unknown",
+                Severity.UNKNOWN,
+                subject,
+                f"cannot tell the GPU's socket: {gpu.socket_source}",
+                "check devices/system/cpu/cpu*/topology/physical_package_id",
+                data,
+            )
+        ]
+    node = "NUMA node unknown (-1)" if gpu.numa_node is None else f"NUMA node {gpu.numa_node}"
+    return [
+        Finding(
+            "numa.locality",
+            Severity.OK,
+            subject,
+            f"{node}, socket {gpu.socket} ({gpu.socket_source}), CPUs {gpu.local_cpulist}",
+            "",
+            data,
+        )
+    ]
+
+
+def _asymmetry(pair: Pair) -> str:
+    if pair.symmetric:
+        return f"symmetric links ({pair.link_a})"
+    why = (
+        "a link is degraded (see pcie.link)"
+        if pair.degraded
+        else "the narrower link bounds the pair's host bandwidth; by design on a bifurcated slot"
+    )
+    return f"asymmetric links: {pair.a} {pair.link_a}, {pair.b} {pair.link_b} ({why})"
+
+
+def _pair_data(pair: Pair) -> dict[str, object]:
+    return {
+        "a": pair.a,
+        "b": pair.b,
+        "socket": pair.socket,
+        "numa_node": pair.numa_node,
+        "symmetric": pair.symmetric,
+        "degraded": pair.degraded,
+        "link_a": pair.link_a,
+        "link_b": pair.link_b,
+    }
+
+
+def judge_proposed(pairs: Sequence[Pair], inventory: Inventory) -> list[Finding]:
+    """`numa.pair` for each proposed pair; `numa.pair.unpaired` for each GPU left over."""
+    findings = []
+    for pair in pairs:
+        node = "" if pair.numa_node is None else f", NUMA node {pair.numa_node}"
+        findings.append(
+            Finding(
+                "numa.pair",
+                Severity.OK,
+                pair.subject,
+                f"proposed TP2 pair on socket {pair.socket}{node}; {_asymmetry(pair)}",
+                "",
+                _pair_data(pair),
+            )
+        )
+    taken = {a for pair in pairs for a in pair.addresses()}
+    for gpu in inventory.gpus:
+        if gpu.pci_address in taken:
+            continue
+        if gpu.socket is None:
+            findings.append(
+                Finding(
+                    "numa.pair.unpaired",
+                    Severity.WARN,
+                    gpu.pci_address,
+                    "not paired: its socket is unknown, and a pair must not straddle sockets",
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "numa.pair.unpaired",
+                    Severity.OK,
+                    gpu.pci_address,
+                    f"no socket-local partner left on socket {gpu.socket}",
+                )
+            )
+    return findings
+
+
+def judge_requested(requested: Sequence[tuple[str, str]], inventory: Inventory) -> list[Finding]:
+    """Verify pairs named by `--pair` or a profile: present, same socket."""
+    findings = []
+    for a, b in requested:
+        subject = f"{min(a, b)}+{max(a, b)}"
+        gpu_a, gpu_b = inventory.gpu(a), inventory.gpu(b)
+        missing = [x for x, g in ((a, gpu_a), (b, gpu_b)) if g is None]
+        if missing:
+            findings.append(
+                Finding(
+                    "numa.pair.missing",
+                    Severity.FAIL,
+                    subject,
+                    f"no amdgpu device at {', '.join(missing)}",
+                    "check the address (rocmseat preflight lists the GPUs) or the hardware",
+                )
+            )
+            continue
+        assert gpu_a is not None and gpu_b is not None
+        pair = make_pair(gpu_a, gpu_b)
+        if gpu_a.socket is None or gpu_b.socket is None:
+            findings.append(
+                Finding(
+                    "numa.pair.unknown",
+                    Severity.UNKNOWN,
+                    subject,
+                    "cannot tell whether the pair shares a socket (a GPU's socket is unknown)",
+                    "",
+                    _pair_data(pair),
+                )
+            )
+        elif gpu_a.socket != gpu_b.socket:
+            findings.append(
+                Finding(
+                    "numa.pair.cross_socket",
+                    Severity.FAIL,
+                    subject,
+                    f"pair straddles sockets {gpu_a.socket} and {gpu_b.socket}: "
+                    "cross-socket HIP IPC fails on such platforms and every all-reduce "
+                    "is host-staged",
+                    "pair GPUs on one socket (see the proposed pairs)",
+                    _pair_data(pair),
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "numa.pair",
+                    Severity.OK,
+                    subject,
+                    f"pair on socket {pair.socket}; {_asymmetry(pair)}",
+                    "",
+                    _pair_data(pair),
+                )
+            )
+    return findings

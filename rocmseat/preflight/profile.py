@@ -1,0 +1,266 @@
+"""Expectation profiles (checks/*.toml): which GPU sits where, its expected link, the pairs,
+and the AER thresholds. Loading fails with a ConfigError naming the file, the line and the key.
+
+    name = "x99-r9700"
+    [thresholds]                      # optional; AerThresholds' fields
+    aer_correctable_warn = 1
+    [[gpu]]
+    pci_address = "0000:09:00.0"
+    speed_gts = 8.0                   # optional, with width
+    width = 8
+    socket = 0                        # optional
+    [[pair]]
+    gpus = ["0000:05:00.0", "0000:09:00.0"]
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocmseat.errors import ConfigError
+from rocmseat.findings import Finding, Severity
+from rocmseat.node.inventory import Inventory
+from rocmseat.preflight.aer import AerThresholds
+from rocmseat.sysfs.parse import KNOWN_SPEEDS_GTS, normalize_pci_address
+
+_THRESHOLD_KEYS = {
+    "aer_correctable_warn": "correctable_warn",
+    "aer_correctable_fail": "correctable_fail",
+    "replay_warn": "replay_warn",
+    "replay_fail": "replay_fail",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedGpu:
+    pci_address: str
+    speed_gts: float | None
+    width: int | None
+    socket: int | None
+
+    @property
+    def link(self) -> tuple[float, int] | None:
+        if self.speed_gts is None or self.width is None:
+            return None
+        return (self.speed_gts, self.width)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    source: Path
+    gpus: tuple[ExpectedGpu, ...]
+    pairs: tuple[tuple[str, str], ...]
+    thresholds: AerThresholds
+
+    def expected_link(self, address: str) -> tuple[float, int] | None:
+        gpu = next((g for g in self.gpus if g.pci_address == address), None)
+        return None if gpu is None else gpu.link
+
+
+class _Where:
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def line_of(self, key: str, occurrence: int = 0) -> int:
+        """1-based line of the `occurrence`-th `key = ...` (0 if not found)."""
+        pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
+        seen = -1
+        for number, line in enumerate(self.lines, 1):
+            if pattern.match(line):
+                seen += 1
+                if seen == occurrence:
+                    return number
+        return 0
+
+    def error(
+        self, key: str, why: str, *, line_key: str | None = None, nth: int = 0
+    ) -> ConfigError:
+        line = self.line_of(line_key or key.rsplit(".", 1)[-1], nth)
+        return ConfigError(f"{self.path}:{line}: key '{key}': {why}")
+
+
+def load_profile(path: Path) -> Profile:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}:0: cannot read the profile: {exc.strerror or exc}") from None
+    where = _Where(path, text)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # Python 3.11's TOMLDecodeError has no lineno; its message says "(at line N, ...)"
+        # or "(at end of document)".
+        match = re.search(r"at line (\d+)", str(exc))
+        line = int(match.group(1)) if match else max(len(text.splitlines()), 1)
+        raise ConfigError(f"{path}:{line}: not valid TOML: {exc}") from None
+    unknown = set(data) - {"name", "description", "thresholds", "gpu", "pair"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise where.error(key, "unknown key (expected name, description, thresholds, gpu, pair)")
+    name = data.get("name", path.stem)
+    if not isinstance(name, str):
+        raise where.error("name", "must be a string")
+    return Profile(
+        name=name,
+        source=path,
+        gpus=_gpus(data.get("gpu", []), where),
+        pairs=_pairs(data.get("pair", []), where),
+        thresholds=_thresholds(data.get("thresholds", {}), where),
+    )
+
+
+def _address(value: Any, key: str, where: _Where, nth: int) -> str:
+    address = normalize_pci_address(value) if isinstance(value, str) else None
+    if address is None:
+        raise where.error(
+            key, f"not a PCI address: {value!r}", line_key=key.rsplit(".", 1)[-1], nth=nth
+        )
+    return address
+
+
+def _gpus(entries: Any, where: _Where) -> tuple[ExpectedGpu, ...]:
+    if not isinstance(entries, list):
+        raise where.error("gpu", "must be an array of tables ([[gpu]])")
+    gpus = []
+    for index, entry in enumerate(entries):
+        key = f"gpu[{index}]"
+        if not isinstance(entry, dict):
+            raise where.error(key, "must be a table")
+        extra = set(entry) - {"pci_address", "speed_gts", "width", "socket", "note"}
+        if extra:
+            bad = sorted(extra)[0]
+            raise where.error(f"{key}.{bad}", "unknown key", line_key=bad)
+        address = _address(entry.get("pci_address"), f"{key}.pci_address", where, index)
+        speed = entry.get("speed_gts")
+        width = entry.get("width")
+        socket = entry.get("socket")
+        if speed is not None and (
+            not isinstance(speed, int | float)
+            or isinstance(speed, bool)
+            or float(speed) not in KNOWN_SPEEDS_GTS
+        ):
+            raise where.error(
+                f"{key}.speed_gts",
+                f"must be one of {KNOWN_SPEEDS_GTS}",
+                line_key="speed_gts",
+                nth=_nth(entries, index, "speed_gts"),
+            )
+        if width is not None and (
+            not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= 32
+        ):
+            raise where.error(
+                f"{key}.width",
+                "must be a lane count 1..32",
+                line_key="width",
+                nth=_nth(entries, index, "width"),
+            )
+        if (speed is None) != (width is None):
+            raise where.error(
+                f"{key}.pci_address",
+                "give speed_gts and width together",
+                line_key="pci_address",
+                nth=index,
+            )
+        if socket is not None and (not isinstance(socket, int) or isinstance(socket, bool)):
+            raise where.error(
+                f"{key}.socket",
+                "must be an integer",
+                line_key="socket",
+                nth=_nth(entries, index, "socket"),
+            )
+        gpus.append(ExpectedGpu(address, None if speed is None else float(speed), width, socket))
+    return tuple(gpus)
+
+
+def _nth(entries: list[Any], index: int, key: str) -> int:
+    return sum(1 for e in entries[:index] if isinstance(e, dict) and key in e)
+
+
+def _pairs(entries: Any, where: _Where) -> tuple[tuple[str, str], ...]:
+    if not isinstance(entries, list):
+        raise where.error("pair", "must be an array of tables ([[pair]])")
+    pairs = []
+    for index, entry in enumerate(entries):
+        key = f"pair[{index}].gpus"
+        gpus = entry.get("gpus") if isinstance(entry, dict) else None
+        if not isinstance(gpus, list) or len(gpus) != 2:
+            raise where.error(key, "must list two PCI addresses", line_key="gpus", nth=index)
+        a = _address(gpus[0], key, where, index)
+        b = _address(gpus[1], key, where, index)
+        if a == b:
+            raise where.error(key, "a pair needs two different GPUs", line_key="gpus", nth=index)
+        pairs.append((min(a, b), max(a, b)))
+    return tuple(pairs)
+
+
+def _thresholds(table: Any, where: _Where) -> AerThresholds:
+    if not isinstance(table, dict):
+        raise where.error("thresholds", "must be a table")
+    values = {}
+    for key, value in table.items():
+        if key not in _THRESHOLD_KEYS:
+            raise where.error(f"thresholds.{key}", f"unknown (known: {', '.join(_THRESHOLD_KEYS)})")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise where.error(f"thresholds.{key}", "must be a non-negative integer")
+        values[_THRESHOLD_KEYS[key]] = value
+    return AerThresholds(**values)
+
+
+def judge_profile(inventory: Inventory, profile: Profile, checked: set[str]) -> list[Finding]:
+    """`profile.*`: expected GPUs present, on their socket; no unexpected GPU.
+
+    Expected links are judged by pcie.link (pcie.link.expected), expected pairs by numa.
+    """
+    findings = []
+    present = {g.pci_address: g for g in inventory.gpus}
+    for expected in profile.gpus:
+        if checked and expected.pci_address not in checked:
+            continue
+        gpu = present.get(expected.pci_address)
+        if gpu is None:
+            findings.append(
+                Finding(
+                    "profile.gpu.missing",
+                    Severity.FAIL,
+                    expected.pci_address,
+                    f"profile {profile.name} expects a GPU at {expected.pci_address}; none found",
+                    "a GPU fell off the bus (dmesg), or the profile is out of date",
+                )
+            )
+        elif expected.socket is not None and gpu.socket != expected.socket:
+            findings.append(
+                Finding(
+                    "profile.gpu.socket",
+                    Severity.FAIL,
+                    expected.pci_address,
+                    f"profile {profile.name} expects socket {expected.socket}; found {gpu.socket}",
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "profile.gpu.present",
+                    Severity.OK,
+                    expected.pci_address,
+                    f"present as profile {profile.name} expects",
+                )
+            )
+    known = {g.pci_address for g in profile.gpus}
+    for address in sorted(present):
+        if address not in known and (not checked or address in checked):
+            findings.append(
+                Finding(
+                    "profile.gpu.unexpected",
+                    Severity.WARN,
+                    address,
+                    f"GPU not listed in profile {profile.name}",
+                    "add it to the profile",
+                )
+            )
+    return findings

@@ -1,0 +1,296 @@
+"""Render a PreflightReport: a table for humans, JSON (rocmseat.preflight/v1), and a
+node_exporter textfile-collector file. Pure text builders; cli/preflight.py prints/writes them.
+rich is imported only for a colour table on a terminal (import time matters: preflight runs as
+ExecStartPre and in a 16-GPU bench).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from rocmseat.findings import SEVERITY_ORDER, Finding, Severity, exit_code_for, worst
+from rocmseat.node.link import effective_link
+from rocmseat.preflight.link import endpoint_claim, link_words
+from rocmseat.preflight.pairs import Pair
+from rocmseat.preflight.run import PreflightReport
+
+SCHEMA = "rocmseat.preflight/v1"
+TEXTFILE_NAME = "rocmseat_preflight.prom"
+SEVERITY_VALUE = {Severity.OK: 0, Severity.WARN: 1, Severity.UNKNOWN: 2, Severity.FAIL: 3}
+
+
+def _pair_json(pair: Pair) -> dict[str, Any]:
+    return {
+        "a": pair.a,
+        "b": pair.b,
+        "socket": pair.socket,
+        "numa_node": pair.numa_node,
+        "symmetric": pair.symmetric,
+        "link_a": pair.link_a,
+        "link_b": pair.link_b,
+    }
+
+
+def to_json(report: PreflightReport, *, strict: bool = False) -> dict[str, Any]:
+    checked = {g.pci_address for g in report.checked}
+    gpus = []
+    for gpu in report.inventory.gpus:
+        eff = effective_link(gpu)
+        own = gpu.endpoint.link
+        gpus.append(
+            {
+                "pci_address": gpu.pci_address,
+                "card": gpu.card,
+                "product_name": gpu.product_name,
+                "gfx_target": gpu.gfx_target,
+                "numa_node": gpu.numa_node,
+                "socket": gpu.socket,
+                "socket_source": gpu.socket_source,
+                "local_cpulist": gpu.local_cpulist,
+                "checked": gpu.pci_address in checked,
+                "effective_link": {
+                    "speed_gts": eff.speed_gts,
+                    "width": eff.width,
+                    "limited_at": eff.limited_at,
+                    "capable_speed_gts": eff.capable_speed_gts,
+                    "capable_width": eff.capable_width,
+                },
+                "endpoint_claims": {"speed_gts": own.current_speed_gts, "width": own.current_width},
+                "path": [
+                    {
+                        "address": hop.address,
+                        "role": hop.role,
+                        "ids": hop.ids,
+                        "current_speed_gts": hop.link.current_speed_gts,
+                        "current_width": hop.link.current_width,
+                        "max_speed_gts": hop.link.max_speed_gts,
+                        "max_width": hop.link.max_width,
+                    }
+                    for hop in gpu.path
+                ],
+            }
+        )
+    counts = Counter(f.severity.value for f in report.findings)
+    return {
+        "schema": SCHEMA,
+        "exit_code": exit_code_for(report.findings, strict=strict),
+        "worst": worst(report.findings).value,
+        "counts": {s.value: counts.get(s.value, 0) for s in Severity},
+        "profile": report.profile,
+        "aer_window": report.aer_window,
+        "gpus": gpus,
+        "pairs": {
+            "proposed": [_pair_json(p) for p in report.proposed],
+            "requested": [list(p) for p in report.requested],
+        },
+        "findings": [f.to_json() for f in report.findings],
+    }
+
+
+def render_json(report: PreflightReport, *, strict: bool = False) -> str:
+    return json.dumps(to_json(report, strict=strict), indent=2, sort_keys=False) + "\n"
+
+
+# --- table ------------------------------------------------------------------------------------
+def _gpu_rows(report: PreflightReport) -> list[list[str]]:
+    rows = []
+    for gpu in report.checked:
+        eff = effective_link(gpu)
+        rows.append(
+            [
+                gpu.pci_address,
+                gpu.card or "-",
+                gpu.gfx_target or "-",
+                link_words(eff.speed_gts, eff.width),
+                eff.limited_at or "-",
+                endpoint_claim(gpu),
+                "-" if gpu.socket is None else str(gpu.socket),
+                "-1" if gpu.numa_node is None else str(gpu.numa_node),
+            ]
+        )
+    return rows
+
+
+GPU_HEADER = ["GPU", "CARD", "GFX", "LINK", "LIMITED AT", "ENDPOINT CLAIMS", "SOCKET", "NUMA"]
+FINDING_HEADER = ["SEVERITY", "CHECK", "SUBJECT", "MESSAGE"]
+
+
+def _finding_rows(findings: tuple[Finding, ...]) -> list[list[str]]:
+    ordered = sorted(
+        enumerate(findings), key=lambda item: (-SEVERITY_ORDER[item[1].severity], item[0])
+    )
+    return [[f.severity.value.upper(), f.check_id, f.subject, f.message] for _, f in ordered]
+
+
+def _summary(report: PreflightReport, strict: bool) -> str:
+    counts = Counter(f.severity for f in report.findings)
+    parts = [
+        f"{counts.get(s, 0)} {s.value}"
+        for s in (Severity.FAIL, Severity.UNKNOWN, Severity.WARN, Severity.OK)
+    ]
+    code = exit_code_for(report.findings, strict=strict)
+    return f"result: {', '.join(parts)} -> exit {code}"
+
+
+def _title(report: PreflightReport) -> str:
+    inv = report.inventory
+    sockets = len(inv.sockets)
+    checked = "" if len(report.checked) == len(inv.gpus) else f", checking {len(report.checked)}"
+    return f"rocmseat preflight: {len(inv.gpus)} AMD GPUs{checked}, {sockets} socket(s)" + (
+        f", profile {report.profile}" if report.profile else ""
+    )
+
+
+def _pair_lines(report: PreflightReport) -> list[str]:
+    lines = []
+    for pair in report.proposed:
+        sym = "symmetric" if pair.symmetric else f"asymmetric: {pair.link_a} / {pair.link_b}"
+        lines.append(f"  {pair.a} + {pair.b}  socket {pair.socket}  ({sym})")
+    return lines or ["  none (no two GPUs share a known socket)"]
+
+
+def _plain_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    out = []
+    for row in [header, *rows]:
+        cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])]
+        out.append("  ".join([*cells, row[-1]]).rstrip())
+    return out
+
+
+def render_table(report: PreflightReport, *, strict: bool = False) -> str:
+    """Plain text, no colour (for pipes, logs and the journal of an ExecStartPre)."""
+    lines = [_title(report), ""]
+    lines += _plain_table(GPU_HEADER, _gpu_rows(report))
+    lines += ["", "proposed TP2 pairs (socket-local):", *_pair_lines(report), ""]
+    lines += _plain_table(FINDING_HEADER, _finding_rows(report.findings))
+    lines += ["", _summary(report, strict)]
+    return "\n".join(lines) + "\n"
+
+
+def print_rich_table(report: PreflightReport, *, strict: bool = False) -> None:
+    """The same table in colour on a terminal."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(_title(report), style="bold")
+    gpus = Table(*GPU_HEADER, box=None, pad_edge=False)
+    for row in _gpu_rows(report):
+        gpus.add_row(*row)
+    console.print(gpus)
+    console.print("proposed TP2 pairs (socket-local):")
+    for line in _pair_lines(report):
+        console.print(line, highlight=False)
+    styles = {"OK": "green", "WARN": "yellow", "UNKNOWN": "magenta", "FAIL": "bold red"}
+    table = Table(*FINDING_HEADER, box=None, pad_edge=False)
+    for row in _finding_rows(report.findings):
+        table.add_row(f"[{styles[row[0]]}]{row[0]}[/]", *row[1:])
+    console.print(table)
+    console.print(_summary(report, strict), highlight=False)
+
+
+# --- node_exporter textfile -------------------------------------------------------------------
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**labels: str) -> str:
+    return ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+
+
+def render_textfile(report: PreflightReport, *, strict: bool = False) -> str:
+    """Prometheus text exposition for node_exporter's textfile collector (one file, atomic)."""
+    out: list[str] = []
+
+    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+        out.append(f"# HELP {name} {help_text}")
+        out.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            out.append(f"{name}{{{labels}}} {value:g}" if labels else f"{name} {value:g}")
+
+    family(
+        "rocmseat_preflight_exit_code",
+        "gauge",
+        "Exit code of the last preflight: 0 ok, 1 problem, 2 could not check.",
+        [("", exit_code_for(report.findings, strict=strict))],
+    )
+    counts = Counter(f.severity for f in report.findings)
+    family(
+        "rocmseat_preflight_findings",
+        "gauge",
+        "Findings of the last preflight by severity.",
+        [(_labels(severity=s.value), counts.get(s, 0)) for s in Severity],
+    )
+    checks: dict[tuple[str, str], Severity] = {}
+    for f in report.findings:
+        key = (f.check_id, f.subject)
+        if key not in checks or SEVERITY_VALUE[f.severity] > SEVERITY_VALUE[checks[key]]:
+            checks[key] = f.severity
+    family(
+        "rocmseat_preflight_check_severity",
+        "gauge",
+        "Worst severity per check and subject: 0 ok, 1 warn, 2 unknown, 3 fail.",
+        [(_labels(check_id=c, subject=s), SEVERITY_VALUE[v]) for (c, s), v in checks.items()],
+    )
+    speed: list[tuple[str, float]] = []
+    width: list[tuple[str, float]] = []
+    for gpu in report.checked:
+        eff = effective_link(gpu)
+        own = gpu.endpoint.link
+        for kind, s, w in (
+            ("effective", eff.speed_gts, eff.width),
+            ("capable", eff.capable_speed_gts, eff.capable_width),
+            ("endpoint_claimed", own.current_speed_gts, own.current_width),
+        ):
+            labels = _labels(pci_address=gpu.pci_address, kind=kind)
+            if s is not None:
+                speed.append((labels, s))
+            if w is not None:
+                width.append((labels, w))
+    family(
+        "rocmseat_gpu_pcie_link_speed_gts",
+        "gauge",
+        "PCIe link speed in GT/s: effective (slowest real hop), capable, endpoint_claimed.",
+        speed,
+    )
+    family("rocmseat_gpu_pcie_link_width", "gauge", "PCIe link width in lanes (same kinds).", width)
+    sockets = [
+        (_labels(pci_address=g.pci_address), g.socket)
+        for g in report.checked
+        if g.socket is not None
+    ]
+    family(
+        "rocmseat_gpu_socket",
+        "gauge",
+        "CPU socket (physical package) of the GPU.",
+        [(labels, float(value)) for labels, value in sockets],
+    )
+    aer: list[tuple[str, float]] = []
+    seen: set[str] = set()
+    for gpu in report.checked:
+        for hop in gpu.path:
+            if hop.address in seen:
+                continue
+            seen.add(hop.address)
+            for kind, counters in (
+                ("correctable", hop.aer.correctable),
+                ("nonfatal", hop.aer.nonfatal),
+                ("fatal", hop.aer.fatal),
+            ):
+                if counters is not None and counters.total is not None:
+                    aer.append(
+                        (
+                            _labels(function=hop.address, gpu=gpu.pci_address, kind=kind),
+                            counters.total,
+                        )
+                    )
+    family(
+        "rocmseat_pcie_aer_errors",
+        "gauge",
+        "AER TOTAL_ERR_* of each function on a GPU's path, cumulative since boot.",
+        aer,
+    )
+    return "\n".join(out) + "\n"

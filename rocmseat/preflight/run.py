@@ -1,0 +1,272 @@
+"""The library entry of preflight: sysfs root -> inventory -> findings (plus what renders them).
+
+`run_preflight` is what `launch` calls; `preflight_report` also returns the inventory and the
+pairs for the CLI's renderers. Families: pcie, aer, numa, profile (with a profile), amdsmi
+(live host only by default), hip (only when asked: it initialises GPUs in child processes).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmseat.errors import ConfigError, NoDeviceError
+from rocmseat.findings import Finding, Severity
+from rocmseat.node.inventory import Gpu, Inventory, read_inventory
+from rocmseat.preflight.aer import AerThresholds, judge_aer, snapshot
+from rocmseat.preflight.aer_state import load_baseline, save_baseline
+from rocmseat.preflight.link import judge_dpm, judge_link
+from rocmseat.preflight.numa import judge_locality, judge_proposed, judge_requested
+from rocmseat.preflight.pairs import Pair, propose_pairs
+from rocmseat.preflight.profile import Profile, judge_profile, load_profile
+from rocmseat.sysfs.fs import is_live_root
+from rocmseat.sysfs.parse import normalize_pci_address
+
+FAMILIES = ("pcie", "aer", "numa", "profile", "amdsmi", "hip")
+DEFAULT_FAMILIES = frozenset({"pcie", "aer", "numa", "profile"})
+
+
+@dataclass(frozen=True, slots=True)
+class PreflightReport:
+    inventory: Inventory
+    checked: tuple[Gpu, ...]  # the GPUs judged (all, or those of --pair)
+    proposed: tuple[Pair, ...]
+    requested: tuple[tuple[str, str], ...]
+    findings: tuple[Finding, ...]
+    aer_window: str | None
+    profile: str | None
+
+
+def parse_pair(text: str) -> tuple[str, str]:
+    """`05:00.0,09:00.0` -> ("0000:05:00.0", "0000:09:00.0"); ConfigError on anything else."""
+    parts = [p.strip() for p in text.split(",")]
+    addresses = [normalize_pci_address(p) for p in parts]
+    if len(parts) != 2 or None in addresses:
+        raise ConfigError(
+            f"--pair {text!r}: expected two PCI addresses A,B (0000:05:00.0 or 05:00.0)"
+        )
+    a, b = addresses[0] or "", addresses[1] or ""
+    if a == b:
+        raise ConfigError(f"--pair {text!r}: a pair needs two different GPUs")
+    return (min(a, b), max(a, b))
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def preflight_report(
+    sysfs_root: Path,
+    state_dir: Path,
+    *,
+    families: Collection[str] | None = None,
+    pairs: Sequence[tuple[str, str]] | None = None,
+    profile: Path | Profile | None = None,
+    hip: bool = False,
+    hip_env: Mapping[str, str] | None = None,
+    hip_library: Path | None = None,
+    hip_stage_timeout_s: float = 30.0,
+    amdsmi: bool | None = None,
+    sample_s: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], str] = _now,
+) -> PreflightReport:
+    """Raises NoDeviceError when the root has no amdgpu device, ConfigError on a bad profile."""
+    loaded = load_profile(profile) if isinstance(profile, Path) else profile
+    live = is_live_root(sysfs_root)
+    selected = set(families) if families else set(DEFAULT_FAMILIES)
+    if not families:
+        if hip:
+            selected.add("hip")
+        if amdsmi if amdsmi is not None else live:
+            selected.add("amdsmi")
+    unknown = selected - set(FAMILIES)
+    if unknown:
+        raise ConfigError(f"unknown check family {sorted(unknown)[0]!r} (one of {FAMILIES})")
+    inventory = read_inventory(sysfs_root)
+    if not inventory.gpus:
+        others = f" (found {', '.join(inventory.other_cards)})" if inventory.other_cards else ""
+        problems = f" ({'; '.join(inventory.problems)})" if inventory.problems else ""
+        raise NoDeviceError(
+            f"no amdgpu device under {sysfs_root / 'class' / 'drm'}{others}{problems}"
+        )
+    requested = tuple(pairs or ())
+    if not requested and loaded is not None and "numa" in selected:
+        requested = loaded.pairs
+    wanted = {a for pair in (pairs or ()) for a in pair}
+    checked = tuple(g for g in inventory.gpus if not wanted or g.pci_address in wanted)
+    findings: list[Finding] = _inventory_findings(inventory, wanted, live)
+    thresholds = loaded.thresholds if loaded is not None else AerThresholds()
+    for gpu in checked:
+        if "pcie" in selected:
+            expected = loaded.expected_link(gpu.pci_address) if loaded is not None else None
+            findings += judge_link(gpu, expected)
+            findings += judge_dpm(gpu)
+        if "numa" in selected:
+            findings += judge_locality(gpu, inventory)
+    proposed = propose_pairs(inventory)
+    if "numa" in selected:
+        if requested:
+            findings += judge_requested(requested, inventory)
+        else:
+            findings += judge_proposed(proposed, inventory)
+    if "profile" in selected and loaded is not None:
+        findings += judge_profile(inventory, loaded, wanted)
+    window = None
+    if "aer" in selected:
+        aer_findings, window = _aer(
+            sysfs_root, state_dir, checked, thresholds, sample_s=sample_s, sleep=sleep, now=now
+        )
+        findings += aer_findings
+    if "amdsmi" in selected:
+        from rocmseat.node.amdsmi_check import amdsmi_findings
+
+        findings += amdsmi_findings(inventory)
+    if "hip" in selected:
+        hip_pairs = list(pairs) if pairs else [p.addresses() for p in proposed]
+        findings += _hip(hip_pairs, hip_env, hip_library, hip_stage_timeout_s)
+    return PreflightReport(
+        inventory=inventory,
+        checked=checked,
+        proposed=proposed,
+        requested=requested,
+        findings=tuple(findings),
+        aer_window=window,
+        profile=loaded.name if loaded is not None else None,
+    )
+
+
+def run_preflight(
+    sysfs_root: Path,
+    state_dir: Path,
+    *,
+    families: Collection[str] | None = None,
+    pairs: Sequence[tuple[str, str]] | None = None,
+    profile: Path | Profile | None = None,
+    hip: bool = False,
+    hip_env: Mapping[str, str] | None = None,
+    hip_library: Path | None = None,
+    amdsmi: bool | None = None,
+    sample_s: float | None = None,
+) -> list[Finding]:
+    """The findings of one preflight run (see preflight_report for the arguments)."""
+    report = preflight_report(
+        sysfs_root,
+        state_dir,
+        families=families,
+        pairs=pairs,
+        profile=profile,
+        hip=hip,
+        hip_env=hip_env,
+        hip_library=hip_library,
+        amdsmi=amdsmi,
+        sample_s=sample_s,
+    )
+    return list(report.findings)
+
+
+def _inventory_findings(inventory: Inventory, wanted: set[str], live: bool) -> list[Finding]:
+    findings = [
+        Finding(
+            "inventory.card",
+            Severity.UNKNOWN,
+            problem.split(":", 1)[0],
+            f"cannot read DRM card: {problem}",
+            "a card without its device link: driver unbinding or a broken tree",
+        )
+        for problem in inventory.problems
+    ]
+    present = {g.pci_address for g in inventory.gpus}
+    for address in sorted(wanted - present):
+        findings.append(
+            Finding(
+                "inventory.gpu_missing",
+                Severity.FAIL,
+                address,
+                f"no amdgpu device at {address}",
+                "check the address, or dmesg for a GPU that fell off",
+            )
+        )
+    if live:
+        from rocmseat.node.udev import compare_udev, udev_card_addresses
+
+        findings += compare_udev(inventory, udev_card_addresses())
+    return findings
+
+
+def _aer(
+    sysfs_root: Path,
+    state_dir: Path,
+    gpus: tuple[Gpu, ...],
+    thresholds: AerThresholds,
+    *,
+    sample_s: float | None,
+    sleep: Callable[[float], None],
+    now: Callable[[], str],
+) -> tuple[list[Finding], str]:
+    findings: list[Finding] = []
+    current = snapshot(gpus)
+    baseline_devices: dict[str, dict[str, int]] | None
+    if sample_s is not None:
+        baseline_devices = current
+        sleep(sample_s)
+        addresses = {g.pci_address for g in gpus}
+        again = read_inventory(sysfs_root)
+        gpus = tuple(g for g in again.gpus if g.pci_address in addresses)
+        current = snapshot(gpus)
+        window = f"during the {sample_s:g} s sample"
+    else:
+        baseline, problem = load_baseline(state_dir, sysfs_root)
+        if problem:
+            findings.append(
+                Finding(
+                    "aer.baseline",
+                    Severity.WARN,
+                    "node",
+                    f"{problem}; counting since boot",
+                    "remove the file; the next run writes a fresh one",
+                )
+            )
+        if baseline is None:
+            baseline_devices, window = None, "since boot"
+        else:
+            baseline_devices = baseline.devices
+            window = f"since the last preflight ({baseline.taken_at})"
+    for gpu in gpus:
+        findings += judge_aer(gpu, current, baseline_devices, window, thresholds)
+    problem = save_baseline(state_dir, sysfs_root, current, now())
+    if problem:
+        findings.append(
+            Finding(
+                "aer.baseline",
+                Severity.WARN,
+                "node",
+                problem,
+                "pass --state-dir to a writable directory",
+            )
+        )
+    return findings, window
+
+
+def _hip(
+    pairs: list[tuple[str, str]],
+    env: Mapping[str, str] | None,
+    library: Path | None,
+    stage_timeout_s: float,
+) -> list[Finding]:
+    try:
+        from rocmseat.hip.check import hip_findings
+    except ImportError as exc:
+        return [
+            Finding(
+                "hip.runtime",
+                Severity.UNKNOWN,
+                "node",
+                f"the HIP probe module is unavailable ({exc})",
+                "install rocmseat with its hip package",
+            )
+        ]
+    return list(hip_findings(pairs, env=env, stage_timeout_s=stage_timeout_s, library=library))

@@ -1,0 +1,67 @@
+"""Read one attribute and parse it, turning every failure into a one-line reason.
+
+A reading keeps going when one file is bad: the caller stores the reason in its `errors` tuple
+and the judge turns it into an `unknown` finding (never a 0, never a traceback).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from rocmseat.errors import ParseError
+from rocmseat.sysfs.fs import Unreadable, Unsupported, read_attr
+
+T = TypeVar("T")
+
+
+def read_parsed(path: Path, parser: Callable[[str, str], T]) -> tuple[T | None, str | None]:
+    """(value, None) on success; (None, None) when the file is absent; (None, reason) otherwise."""
+    raw = read_attr(path)
+    if raw is None:
+        return None, None
+    if isinstance(raw, Unsupported):
+        return None, f"{path}: not supported by the kernel ({raw.reason})"
+    if isinstance(raw, Unreadable):
+        return None, f"{path}: {raw.reason}"
+    try:
+        return parser(raw, str(path)), None
+    except ParseError as exc:
+        return None, exc.message
+
+
+def read_text(path: Path) -> tuple[str | None, str | None]:
+    """A free-text attribute (product_name, unique_id): stripped text, or the reason."""
+    return read_parsed(path, lambda text, _source: text.strip())
+
+
+def resolve_link(path: Path) -> tuple[Path | None, str | None]:
+    """Follow a sysfs symlink (`class/drm/card1/device`) to its real directory."""
+    try:
+        if not path.is_symlink() and not path.exists():
+            return None, f"{path}: missing"
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        return None, f"{path}: {getattr(exc, 'strerror', None) or exc}"
+    return target, None
+
+
+class Collector:
+    """Reads attributes of one directory, collecting the reasons of the ones that failed."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.errors: list[str] = []
+
+    def get(self, name: str, parser: Callable[[str, str], T]) -> T | None:
+        value, error = read_parsed(self.directory / name, parser)
+        if error:
+            self.errors.append(error)
+        return value
+
+    def text(self, name: str) -> str | None:
+        value, error = read_text(self.directory / name)
+        if error:
+            self.errors.append(error)
+        return value or None

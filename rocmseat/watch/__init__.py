@@ -1,0 +1,1 @@
+"""The watchdog: scrape vLLM's /metrics -> window stats -> detector -> alerts, exporter, sinks."""

@@ -1,0 +1,148 @@
+"""The acceptance baseline of one replica and config key: pinned, or learned after a launch.
+
+A baseline is the per-position acceptance profile P_i = c_i / N (the share of drafts whose first
+i+1 tokens were accepted) at the full draft length K. From it the detector gets the expected
+accepted tokens per draft at any effective K (a per-batch-size schedule cuts K under load:
+comparing like with like, DESIGN.md "Speculation facts"). A pinned acceptance length (the seat's
+[watch].expected_acceptance_length or --baseline-al) is turned into a profile with the
+constant-acceptance model AL = 1 + sum_{i=1..K} alpha^i.
+
+Persisted atomically as `<state dir>/watch/<replica key>.json` (docs/INTERFACES.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocmseat.atomic import atomic_write_json
+
+SCHEMA = "rocmseat.watch-baseline/v1"
+UNKEYED = "unkeyed"
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    key: str
+    source: str  # "pinned" | "learned"
+    acceptance_length: float
+    position_rates: tuple[float, ...]
+    drafts: float
+    windows: int
+    learned_at_s: float | None = None
+
+    @property
+    def num_positions(self) -> int:
+        return len(self.position_rates)
+
+    def accepted_per_draft(self, effective_k: float | None) -> float:
+        """Expected accepted tokens per draft when drafts carry `effective_k` tokens on average.
+
+        A window mixing two draft lengths (a schedule) is interpolated between floor and ceil.
+        """
+        rates = self.position_rates
+        k = float(len(rates)) if effective_k is None else min(effective_k, float(len(rates)))
+        whole = int(k)
+        value = sum(rates[:whole])
+        if whole < len(rates):
+            value += (k - whole) * rates[whole]
+        return value
+
+    def acceptance_length_at(self, effective_k: float | None) -> float:
+        return 1.0 + self.accepted_per_draft(effective_k)
+
+
+def alpha_for_acceptance_length(acceptance_length: float, k: int) -> float:
+    """Solve 1 + sum_{i=1..k} a^i = AL for a in [0, 1] (bisection; AL is increasing in a)."""
+    target = min(max(acceptance_length, 1.0), 1.0 + k)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if 1.0 + sum(mid**i for i in range(1, k + 1)) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def pinned_baseline(acceptance_length: float, k: int, key: str) -> Baseline:
+    alpha = alpha_for_acceptance_length(acceptance_length, k)
+    rates = tuple(alpha ** (i + 1) for i in range(k))
+    return Baseline(key, "pinned", acceptance_length, rates, drafts=0.0, windows=0)
+
+
+def learned_baseline(
+    *,
+    drafts: float, per_pos: tuple[float, ...], accepted: float, windows: int, key: str, now_s: float
+) -> Baseline:
+    rates = tuple(c / drafts for c in per_pos)
+    return Baseline(key, "learned", 1.0 + accepted / drafts, rates, drafts, windows, now_s)
+
+
+def baseline_path(state_dir: Path, replica_key: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", replica_key)
+    return state_dir / "watch" / f"{safe}.json"
+
+
+def save_baseline(path: Path, baseline: Baseline) -> None:
+    atomic_write_json(
+        path,
+        {
+            "schema": SCHEMA,
+            "key": baseline.key,
+            "source": baseline.source,
+            "acceptance_length": baseline.acceptance_length,
+            "position_rates": list(baseline.position_rates),
+            "drafts": baseline.drafts,
+            "windows": baseline.windows,
+            "learned_at_s": baseline.learned_at_s,
+        },
+    )
+
+
+def load_baseline(path: Path) -> Baseline | None:
+    """The persisted baseline, or None when there is none. A damaged file is ignored (it is
+    re-learned) rather than trusted: a wrong baseline would mean wrong alarms."""
+    try:
+        data: Any = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None
+    try:
+        if data["schema"] != SCHEMA:
+            return None
+        rates = tuple(float(x) for x in data["position_rates"])
+        if not rates:
+            return None
+        return Baseline(
+            key=str(data["key"]),
+            source=str(data["source"]),
+            acceptance_length=float(data["acceptance_length"]),
+            position_rates=rates,
+            drafts=float(data["drafts"]),
+            windows=int(data["windows"]),
+            learned_at_s=None if data.get("learned_at_s") is None else float(data["learned_at_s"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def read_config_key(replica_cache_dir: Path) -> str | None:
+    """The config key recorded in `<cache root>/<replica>/rocmseat-manifest.json`, or None."""
+    try:
+        data: Any = json.loads((replica_cache_dir / "rocmseat-manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    for name in ("config_key", "key", "digest"):
+        value = data.get(name)
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, dict) and isinstance(value.get("digest"), str):
+            return str(value["digest"])
+    return None

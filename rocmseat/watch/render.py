@@ -1,0 +1,54 @@
+"""The --once table for a person at a terminal (pure: statuses in, text out)."""
+
+from __future__ import annotations
+
+from rocmseat.watch.status import ReplicaStatus
+
+
+def _f(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def render_table(statuses: list[ReplicaStatus]) -> str:
+    header = ("replica", "up", "AL", "baseline", "rate", "K", "drafts/s", "tok/s", "run",
+              "wait", "kv", "prefix", "alerts")
+    rows = [header]
+    for s in statuses:
+        w = s.window
+        base = None
+        if s.expected_al is not None:
+            base = s.expected_al
+        elif s.baseline is not None:
+            base = s.baseline.acceptance_length
+        rows.append((
+            s.replica,
+            "yes" if s.up else "NO",
+            _f(w.acceptance_length if w else None, ".2f"),
+            _f(base, ".2f") + ("" if s.baseline is None else f" ({s.baseline.source})"),
+            _f(w.draft_acceptance_rate if w else None, ".3f"),
+            _f(w.effective_k if w else None, ".2f"),
+            _f(w.drafts_per_s if w else None, ".1f"),
+            _f(w.generation_tokens_per_s if w else None, ".1f"),
+            _f(w.running if w else None, ".0f"),
+            _f(w.waiting if w else None, ".0f"),
+            _f(w.kv_usage if w else None, ".2f"),
+            _f(w.prefix_cache_hit_rate if w else None, ".2f"),
+            ",".join(s.alerts) or "-",
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+             for row in rows]
+    notes = []
+    for s in statuses:
+        w = s.window
+        if s.error:
+            notes.append(f"{s.replica}: scrape failed: {s.error}")
+        if s.blind:
+            notes.append(f"{s.replica}: no spec-decode series (speculation off or "
+                         "--disable-log-stats)")
+        if s.restarted:
+            notes.append(f"{s.replica}: restarted between the two scrapes (no window)")
+        if w is not None and w.position_acceptance:
+            pos = " ".join(f"{p:.3f}" for p in w.position_acceptance)
+            notes.append(f"{s.replica}: per-position acceptance {pos} over {w.drafts:.0f} drafts")
+    return "\n".join(lines + notes) + "\n"

@@ -1,0 +1,61 @@
+"""Fetch one /metrics page (the only network read of the watch loop) and the target list."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmseat.errors import ConfigError, RocmseatError
+
+# Ask for the classic text format; the reader also copes with OpenMetrics (escaped names).
+ACCEPT = "text/plain;version=0.0.4;q=0.9,text/plain;version=1.0.0;q=0.8,*/*;q=0.1"
+
+
+class ScrapeError(RocmseatError):
+    """The page could not be fetched: refused, timed out, HTTP error, HTML instead of metrics."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    url: str
+    cache_dir: Path | None = None  # <seat cache root>/<replica>: its manifest holds the key
+    gpus: tuple[str, ...] = ()  # PCI addresses (node events)
+
+
+def fetch_metrics(url: str, timeout_s: float) -> str:
+    import httpx
+
+    try:
+        response = httpx.get(url, timeout=timeout_s, headers={"Accept": ACCEPT})
+    except httpx.TimeoutException:
+        raise ScrapeError(f"{url}: timed out after {timeout_s:g} s") from None
+    except httpx.HTTPError as exc:
+        raise ScrapeError(f"{url}: {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise ScrapeError(f"{url}: HTTP {response.status_code}")
+    content_type = response.headers.get("content-type", "")
+    if "html" in content_type:
+        raise ScrapeError(f"{url}: answered {content_type}, not Prometheus metrics")
+    return response.text
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def parse_target(spec: str, index: int) -> Target:
+    """`URL` or `NAME=URL`; a bare host:port gets http:// and a bare base URL gets /metrics."""
+    name, sep, url = spec.partition("=")
+    if not sep or "://" in name:
+        name, url = f"t{index}", spec
+    if not _NAME.match(name):
+        raise ConfigError(f"--target {spec!r}: name {name!r} must match [A-Za-z0-9][A-Za-z0-9._-]*")
+    if "://" not in url:
+        url = "http://" + url
+    scheme, _, rest = url.partition("://")
+    if scheme not in ("http", "https") or not rest:
+        raise ConfigError(f"--target {spec!r}: not an http(s) URL")
+    if "/" not in rest:
+        url = url + "/metrics"
+    return Target(name, url)

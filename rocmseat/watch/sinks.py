@@ -1,0 +1,185 @@
+"""Alert sinks that must never block the evaluation loop: webhook and command hook.
+
+Each sink owns one daemon thread and a pending map keyed by alert identity: `submit` only takes a
+lock for a dict assignment, so a stuck receiver cannot delay an evaluation. A newer state of an
+alert replaces an older one still pending (deduplication); a failed delivery is retried with
+exponential backoff, and dropped with one stderr line after `max_attempts`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rocmseat.errors import CommandError
+from rocmseat.runner import run
+
+Deliver = Callable[[list[dict[str, Any]]], None]
+
+
+class BackgroundSender:
+    def __init__(
+        self,
+        name: str,
+        deliver: Deliver,
+        *,
+        on_error: Callable[[str], None],
+        backoff_s: Sequence[float] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0),
+        max_attempts: int = 8,
+        batch: bool = True,
+    ) -> None:
+        self.name = name
+        self._deliver = deliver
+        self._on_error = on_error
+        self._backoff = tuple(backoff_s)
+        self._max_attempts = max_attempts
+        self._batch = batch
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self.delivered = 0
+        self.failures = 0
+        self._thread = threading.Thread(target=self._work, name=f"rocmseat-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, key: str, payload: dict[str, Any]) -> None:
+        with self._cond:
+            self._pending.pop(key, None)  # keep order: the newest state goes last
+            self._pending[key] = payload
+            self._cond.notify()
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._pending)
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Stop the worker; what is still pending after `timeout_s` is reported, not kept."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify()
+        self._thread.join(timeout_s)
+        left = self.pending()
+        if left:
+            self._on_error(f"{self.name}: {left} alert(s) not delivered at exit")
+
+    def _take(self) -> list[tuple[str, dict[str, Any]]]:
+        with self._cond:
+            while not self._pending and not self._stop.is_set():
+                self._cond.wait()
+            items = list(self._pending.items())
+            if not self._batch:
+                items = items[:1]
+            for key, _ in items:
+                del self._pending[key]
+            return items
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            items = self._take()
+            if not items:
+                continue
+            attempt = 0
+            while True:
+                try:
+                    self._deliver([payload for _, payload in items])
+                    self.delivered += len(items)
+                    break
+                except Exception as exc:  # a sink must never kill its thread
+                    attempt += 1
+                    self.failures += 1
+                    if attempt >= self._max_attempts:
+                        self._on_error(
+                            f"{self.name}: giving up after {attempt} attempts: {exc}"
+                        )
+                        break
+                    delay = self._backoff[min(attempt - 1, len(self._backoff) - 1)]
+                    if self._stop.wait(delay):
+                        self._requeue(items)
+                        return
+                    # A newer state submitted meanwhile supersedes the one being retried.
+                    with self._cond:
+                        items = [(k, p) for k, p in items if k not in self._pending]
+                    if not items:
+                        break
+
+    def _requeue(self, items: list[tuple[str, dict[str, Any]]]) -> None:
+        with self._cond:
+            for key, payload in items:
+                self._pending.setdefault(key, payload)
+
+
+def webhook_deliver(url: str, *, timeout_s: float = 10.0) -> Deliver:
+    """POST the batch as Alertmanager v2 expects it: a JSON list of alerts."""
+    import httpx
+
+    def deliver(batch: list[dict[str, Any]]) -> None:
+        response = httpx.post(url, json=batch, timeout=timeout_s)
+        if response.status_code >= 300:
+            raise RuntimeError(f"POST {url}: HTTP {response.status_code}")
+
+    return deliver
+
+
+def command_deliver(argv: Sequence[str], *, timeout_s: float = 30.0) -> Deliver:
+    """Run the hook once per alert state change, the alert's JSON on stdin (argv, no shell)."""
+    command = list(argv)
+
+    def deliver(batch: list[dict[str, Any]]) -> None:
+        for payload in batch:
+            done = run(command, timeout_s=timeout_s, input_text=json.dumps(payload) + "\n")
+            if not done.ok:
+                raise CommandError(command, done.returncode, done.stdout, done.stderr)
+
+    return deliver
+
+
+class AlertFanout:
+    """Route each transition to the log line, the webhook and the command hook.
+
+    Alertmanager resolves an alert whose endsAt is unset after its resolve_timeout (5 min by
+    default) unless the client re-sends it, as Prometheus does; `keepalive` re-submits firing
+    alerts every `resend_s` (the pending map keeps that deduplicated).
+    """
+
+    def __init__(
+        self,
+        log: Callable[[str], None],
+        *,
+        webhook: BackgroundSender | None = None,
+        hook: BackgroundSender | None = None,
+        seat: str | None = None,
+        resend_s: float = 60.0,
+    ) -> None:
+        self._log = log
+        self._webhook = webhook
+        self._hook = hook
+        self._seat = seat
+        self._resend_s = resend_s
+        self._firing: dict[str, tuple[Any, float]] = {}
+
+    def __call__(self, transition: Any) -> None:
+        self._log(transition.log_line())
+        key = f"{transition.replica}/{transition.alert}"
+        if transition.state == "firing":
+            self._firing[key] = (transition, transition.starts_at_s)
+        else:
+            self._firing.pop(key, None)
+        if self._webhook is not None:
+            self._webhook.submit(key, transition.to_alertmanager(seat=self._seat))
+        if self._hook is not None:
+            self._hook.submit(f"{key}/{transition.state}", transition.to_json())
+
+    def keepalive(self, now_s: float) -> None:
+        if self._webhook is None:
+            return
+        for key, (transition, last) in list(self._firing.items()):
+            if now_s - last >= self._resend_s:
+                self._firing[key] = (transition, now_s)
+                self._webhook.submit(key, transition.to_alertmanager(seat=self._seat))
+
+    def close(self) -> None:
+        for sender in (self._webhook, self._hook):
+            if sender is not None:
+                sender.close()

@@ -1,0 +1,265 @@
+"""The cache store: reuse, move aside (every byte kept), crash recovery, concurrency, refusals."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rocmseat.cache.key import ConfigKey, digest_of
+from rocmseat.cache.layout import MANIFEST_NAME
+from rocmseat.cache.store import prepare, read_manifest
+from rocmseat.errors import ConfigError
+
+NOW = dt.datetime(2026, 11, 29, 14, 0, 5, tzinfo=dt.UTC)
+STAMP = "20261129T140005Z"
+
+CTX = multiprocessing.get_context("fork")
+
+
+def make_key(**factors: Any) -> ConfigKey:
+    base: dict[str, Any] = {"key_schema": 1, "engine": {"vllm": "0.33.0"}, "speculative": {"k": 7}}
+    base.update(factors)
+    return ConfigKey(digest_of(base), base)
+
+
+OLD = make_key()
+NEW = make_key(speculative={"k": 5}, env={"RADIANCE_X": "1"})
+
+
+def populate(directory: Path) -> dict[str, bytes]:
+    """A cache tree the engine could have written: nested files, binary bytes, a symlink."""
+    files = {
+        "vllm/torch_compile_cache/abc123/rank_0_0/backbone/computation_graph.py": b"graph = 1\n",
+        "vllm/torch_compile_cache/abc123/rank_0_0/inductor_cache/x.so": bytes(range(256)) * 40,
+        "vllm/torch_compile_cache/abc123/rank_1_0/triton_cache/k.hsaco": os.urandom(3000),
+        "miopen/db/gfx1201.ukdb": b"\x00\x01binary",
+        "xdg-cache/empty": b"",
+    }
+    for rel, data in files.items():
+        path = directory / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    (directory / "vllm" / "latest").symlink_to("torch_compile_cache/abc123")
+    return files
+
+
+def old_cache(root: Path, key: ConfigKey | None = OLD) -> dict[str, bytes]:
+    live = root / "r0"
+    live.mkdir(parents=True)
+    files = populate(live)
+    if key is not None:
+        (live / MANIFEST_NAME).write_text(json.dumps({"key": key.digest, "factors": key.factors}))
+        files[MANIFEST_NAME] = (live / MANIFEST_NAME).read_bytes()
+    return files
+
+
+def assert_kept(directory: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        assert (directory / rel).read_bytes() == data, rel
+    assert os.readlink(directory / "vllm" / "latest") == "torch_compile_cache/abc123"
+    stored = {
+        str(p.relative_to(directory))
+        for p in directory.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    }
+    assert stored == set(files)
+
+
+def stale_dirs(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if ".stale-" in p.name)
+
+
+def test_fresh_then_reuse(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    first = prepare(root, "r0", NEW, seat_name="s", now=NOW)
+    assert first.state_before == "absent" and first.moved_aside is None
+    manifest = read_manifest(root / "r0")
+    assert manifest is not None and manifest["key"] == NEW.digest
+    assert manifest["factors"] == NEW.factors and manifest["created"] == "2026-11-29T14:00:05Z"
+    assert manifest["rocmseat_version"] and manifest["replica"] == "r0" and manifest["seat"] == "s"
+    assert first.env["VLLM_CACHE_ROOT"] == str(root / "r0" / "vllm")
+    assert "TRITON_CACHE_DIR" not in first.env  # vLLM keeps a per-rank Triton cache itself
+    for value in first.env.values():
+        assert Path(value).is_dir() and Path(value).is_relative_to(root / "r0")
+    (root / "r0" / "vllm" / "marker").write_text("x")
+    again = prepare(root, "r0", NEW, now=NOW)
+    assert again.reused and again.moved_aside is None and again.changed == ()
+    assert (root / "r0" / "vllm" / "marker").read_text() == "x"
+    assert stale_dirs(root) == []
+
+
+def test_mismatch_moves_aside_every_byte(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "cache"
+    files = old_cache(root)
+    with caplog.at_level("WARNING", logger="rocmseat.cache"):
+        result = prepare(root, "r0", NEW, now=NOW)
+    assert result.state_before == "stale"
+    assert result.moved_aside == root / f"r0.stale-{STAMP}"
+    assert_kept(result.moved_aside, files)
+    assert {c.factor for c in result.changed} == {"speculative.k", "env.RADIANCE_X"}
+    assert [r.getMessage() for r in caplog.records] == [result.message]
+    assert result.message == (
+        f"r0: moved cache aside to {root}/r0.stale-{STAMP} because changed: "
+        'env.RADIANCE_X: (absent) -> 1; speculative.k: 7 -> 5'
+    )
+    manifest = read_manifest(root / "r0")
+    assert manifest is not None and manifest["key"] == NEW.digest
+    assert not any(p.name.startswith(".r0.") and p.name != ".r0.lock" for p in root.iterdir())
+
+
+def test_unkeyed_cache_is_moved(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    files = old_cache(root, key=None)
+    result = prepare(root, "r0", NEW, now=NOW)
+    assert result.state_before == "unkeyed" and result.moved_aside is not None
+    assert "no manifest" in result.message
+    assert_kept(result.moved_aside, files)
+
+
+def test_corrupt_manifest_is_unkeyed(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    old_cache(root, key=None)
+    (root / "r0" / MANIFEST_NAME).write_text("{not json")
+    result = prepare(root, "r0", NEW, now=NOW)
+    assert result.state_before == "unkeyed"
+    assert (result.moved_aside / MANIFEST_NAME).read_text() == "{not json"  # type: ignore[operator]
+
+
+def test_stale_name_taken_gets_suffix(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    old_cache(root)
+    (root / f"r0.stale-{STAMP}").mkdir()
+    (root / f"r0.stale-{STAMP}-1").mkdir()
+    result = prepare(root, "r0", NEW, now=NOW)
+    assert result.moved_aside == root / f"r0.stale-{STAMP}-2"
+
+
+def test_symlinked_root_refused(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(ConfigError, match=r"link is a symlink to .*real"):
+        prepare(tmp_path / "link", "r0", NEW)
+    assert list((tmp_path / "real").iterdir()) == []
+
+
+def test_symlinked_replica_refused(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    (tmp_path / "elsewhere").mkdir()
+    root.mkdir()
+    (root / "r0").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ConfigError, match="r0 is a symlink"):
+        prepare(root, "r0", NEW)
+
+
+def test_foreign_owner_refused(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    root.mkdir()
+    with pytest.raises(ConfigError, match=rf"owned by uid {os.geteuid()}, not by uid 4242"):
+        prepare(root, "r0", NEW, owner_uid=4242)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_foreign_owner_real_chown(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    root.mkdir()
+    os.chown(root, 4242, 4242)
+    with pytest.raises(ConfigError, match="owned by uid 4242"):
+        prepare(root, "r0", NEW)
+
+
+# ----- kill -9 between every pair of steps ---------------------------------------------------
+STEPS = ["locked", "intent-written", "moved", "fresh-created", "manifest-written", "published",
+         "intent-removed"]
+
+
+def _crash_at(root: str, step: str) -> None:
+    def hook(reached: str) -> None:
+        if reached == step:
+            os._exit(9)  # as abrupt as kill -9: no cleanup, no finally blocks
+
+    prepare(Path(root), "r0", NEW, now=NOW, crash_hook=hook)
+    os._exit(0)
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("unkeyed", [False, True], ids=["stale", "unkeyed"])
+def test_kill9_between_steps_recovers(tmp_path: Path, step: str, unkeyed: bool) -> None:
+    root = tmp_path / "cache"
+    files = old_cache(root, key=None if unkeyed else OLD)
+    child = CTX.Process(target=_crash_at, args=(str(root), step))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 9, f"the child did not die at {step}"
+    result = prepare(root, "r0", NEW, now=NOW)
+    [aside] = stale_dirs(root)
+    assert_kept(aside, files)
+    manifest = read_manifest(root / "r0")
+    assert manifest is not None and manifest["key"] == NEW.digest
+    assert not (root / ".r0.intent.json").exists() and not (root / ".r0.new").exists()
+    if step == "intent-removed":
+        assert result.reused  # the first run finished everything but returning
+    else:
+        assert result.moved_aside == aside  # the recovering run reports the move
+        if not unkeyed:
+            assert {c.factor for c in result.changed} == {"speculative.k", "env.RADIANCE_X"}
+
+
+def test_kill9_with_a_fresh_root(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    for step in ("fresh-created", "manifest-written"):
+        child = CTX.Process(target=_crash_at, args=(str(root), step))
+        child.start()
+        child.join(60)
+        assert child.exitcode == 9
+    result = prepare(root, "r0", NEW, now=NOW)
+    assert result.state_before == "absent" and stale_dirs(root) == []
+
+
+def test_interrupted_move_towards_another_key(tmp_path: Path) -> None:
+    """Killed while moving towards key NEW; the next run wants a third key: nothing is lost."""
+    root = tmp_path / "cache"
+    files = old_cache(root)
+    child = CTX.Process(target=_crash_at, args=(str(root), "moved"))
+    child.start()
+    child.join(60)
+    third = make_key(tp=4)
+    result = prepare(root, "r0", third, now=NOW)
+    assert result.state_before == "absent"
+    [aside] = stale_dirs(root)
+    assert_kept(aside, files)
+    assert read_manifest(root / "r0")["key"] == third.digest  # type: ignore[index]
+
+
+# ----- two processes at once -----------------------------------------------------------------
+def _racer(root: str, barrier: Any, queue: Any) -> None:
+    barrier.wait(30)
+    result = prepare(Path(root), "r0", NEW, now=NOW)
+    queue.put((str(result.moved_aside) if result.moved_aside else None, result.state_before))
+
+
+def test_two_processes_prepare_at_once(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    files = old_cache(root)
+    barrier = CTX.Barrier(2)
+    queue = CTX.Queue()
+    racers = [CTX.Process(target=_racer, args=(str(root), barrier, queue)) for _ in range(2)]
+    for racer in racers:
+        racer.start()
+    results = sorted([queue.get(timeout=60), queue.get(timeout=60)], key=lambda r: r[1])
+    for racer in racers:
+        racer.join(30)
+        assert racer.exitcode == 0
+    assert results[0] == (None, "current")
+    assert results[1][1] == "stale" and results[1][0] is not None
+    [aside] = stale_dirs(root)
+    assert str(aside) == results[1][0]
+    assert_kept(aside, files)
+    assert read_manifest(root / "r0")["key"] == NEW.digest  # type: ignore[index]
+
+

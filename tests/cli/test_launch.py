@@ -1,0 +1,291 @@
+"""`rocmseat launch`: the dry-run plan (golden), usage errors, and whole launches of a cpu seat
+whose engine command is the TEST ENGINE (tests/launch/testengine.py, not vLLM) or a program
+that never becomes healthy. The config key is real: it asks the vLLM CPU venv's Python for its
+versions (skipped with a reason where that venv is absent)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import rocmseat.launch.flow
+from tests.conftest import FIXTURES, REPO
+from tests.launch.test_supervise import Datagrams, alive, free_port, wait_for_file
+
+R9700 = "launchers/r9700-mxfp4-dflash.toml"
+X99 = str(FIXTURES / "sysfs" / "x99-r9700")
+TEST_ENGINE = REPO / "tests" / "launch" / "testengine.py"
+ENGINE_PYTHON = Path("/opt/rocmseat/vllm-venv/bin/python")
+needs_engine_python = pytest.mark.skipif(
+    not ENGINE_PYTHON.exists(),
+    reason=f"{ENGINE_PYTHON} (the vLLM CPU venv) is absent: the config key asks it for versions",
+)
+
+
+def normalise(text: str) -> str:
+    return text.replace(str(REPO), "<repo>")
+
+
+@pytest.fixture
+def no_numactl(monkeypatch):
+    monkeypatch.setattr(rocmseat.launch.flow, "find_numactl", lambda: None)
+
+
+def test_dry_run_r9700_text(rocmseat_cli, golden, no_numactl, monkeypatch):
+    monkeypatch.chdir(REPO)
+    result = rocmseat_cli("launch", R9700, "--dry-run", "--sysfs-root", X99)
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "replica r0\n  gpus        {0000:05:00.0, 0000:09:00.0}" in out
+    assert "  numa        bound to node 0 (cpus 0-13,28-41)" in out
+    assert "replica r1\n  gpus        {0000:86:00.0, 0000:89:00.0}" in out
+    assert "  numa        bound to node 1 (cpus 14-27,42-55)" in out
+    assert "config key  unknown: /opt/vllm/bin/python exited 127" in out
+    golden("launch-r9700-dry-run.txt", normalise(out))
+
+
+def test_dry_run_r9700_json_with_numactl(rocmseat_cli, golden, monkeypatch):
+    monkeypatch.setattr(rocmseat.launch.flow, "find_numactl", lambda: "/usr/bin/numactl")
+    monkeypatch.chdir(REPO)
+    result = rocmseat_cli("launch", R9700, "--dry-run", "--json", "--sysfs-root", X99)
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "rocmseat.launch-plan/v1"
+    r0, r1 = doc["replicas"]
+    assert r0["argv"][:3] == ["/usr/bin/numactl", "--cpunodebind=0", "--membind=0"]
+    assert r1["argv"][:3] == ["/usr/bin/numactl", "--cpunodebind=1", "--membind=1"]
+    assert r0["key"]["digest"] is None and r0["key"]["reason"].startswith("unknown: ")
+    golden("launch-r9700-dry-run.json", normalise(result.stdout))
+
+
+def test_dry_run_cpu_seat_reads_no_sysfs(rocmseat_cli):
+    # the autouse guard makes the default /sys raise: a cpu seat must not need it
+    result = rocmseat_cli("launch", str(REPO / "launchers" / "demo-cpu.toml"), "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert "gpus        none (backend cpu)" in result.stdout
+    assert "HIP_VISIBLE_DEVICES" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((R9700,), "give exactly one of --replica NAME and --dry-run"),
+        ((R9700, "--dry-run", "--replica", "r0"), "give exactly one of"),
+        ((R9700, "--replica", "r0", "--json"), "--json goes with --dry-run"),
+    ],
+)
+def test_usage_errors(rocmseat_cli, monkeypatch, args, message):
+    monkeypatch.chdir(REPO)
+    result = rocmseat_cli("launch", *args, "--sysfs-root", X99)
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_bad_seat_file_names_file_and_key(rocmseat_cli, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text((REPO / "launchers" / "demo-cpu.toml").read_text().replace(
+        "max_num_seqs = 4", "max_num_seqs = -4"))
+    result = rocmseat_cli("launch", str(bad), "--dry-run")
+    assert result.exit_code == 2
+    assert f"{bad}:" in result.stderr and "serve.max_num_seqs" in result.stderr
+
+
+def test_unknown_replica(rocmseat_cli, monkeypatch, tmp_path):
+    monkeypatch.chdir(REPO)
+    result = rocmseat_cli("launch", R9700, "--replica", "r7", "--sysfs-root", X99,
+                          "--state-dir", str(tmp_path))
+    assert result.exit_code == 1
+    assert "no replica 'r7' in this seat (replicas: r0, r1)" in result.stderr
+
+
+# ----- whole launches of a cpu seat ------------------------------------------------------
+def write_seat(tmp_path: Path, command: list[str], *, port: int, timeout_s: float = 60,
+               drafter_tokens: int = 3, expect: str = "") -> Path:
+    models = tmp_path / "models"
+    for name in ("target", "drafter"):
+        (models / name).mkdir(parents=True, exist_ok=True)
+        (models / name / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    seat = tmp_path / "seat.toml"
+    seat.write_text(f"""
+name = "test-cpu"
+backend = "cpu"
+tp = 1
+cache_root = "{tmp_path / 'cache'}"
+state_dir = "{tmp_path / 'state'}"
+
+[engine]
+command = {json.dumps(command)}
+model_flag = "--model"
+python = "{ENGINE_PYTHON}"
+
+[model]
+path = "{models / 'target'}"
+served_name = "demo"
+
+[drafter]
+method = "draft_model"
+path = "{models / 'drafter'}"
+num_speculative_tokens = {drafter_tokens}
+
+[serve]
+port_base = {port}
+max_model_len = 256
+max_num_seqs = 4
+dtype = "bfloat16"
+
+[env]
+VLLM_CPU_KVCACHE_SPACE = "1"
+
+[preflight]
+refuse_on_fail = false
+hip = false
+
+[readiness]
+timeout_s = {timeout_s}
+canary_max_tokens = 2
+{expect}
+""")
+    return seat
+
+
+def engine(*extra: str) -> list[str]:
+    return [sys.executable, str(TEST_ENGINE), *extra]
+
+
+def read_report(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "state" / "seats" / "test-cpu" / "r0" /
+                       "startup.json").read_text())
+
+
+@needs_engine_python
+def test_launch_ready_report_and_engine_exit_status(rocmseat_cli, tmp_path):
+    port = free_port()
+    log = FIXTURES / "logs" / "cpu-0.32-fresh-draft-model.log"
+    seat = write_seat(tmp_path, engine("--replay", str(log), "--exit-after-canary", "7"),
+                      port=port)
+    result = rocmseat_cli("launch", str(seat), "--replica", "r0")
+    assert result.exit_code == 7, result.stderr
+    assert "CPU KV cache size: 524,288 tokens" in result.stdout  # passed through
+    assert "rocmseat: r0: new cache" in result.stderr
+    assert "replica r0 ready in" in result.stderr
+    assert "the engine exited with status 7 after" in result.stderr
+    report = read_report(tmp_path)
+    assert report["schema"] == "rocmseat.startup/v1"
+    assert len(report["config_key"]["digest"]) == 64
+    assert report["outcome"]["ready"] is True and report["outcome"]["exit_code"] == 7
+    assert report["log"]["kv_cache_tokens"] == 524_288
+    assert report["log"]["components"]["backbone"]["outcome"] == "fresh_compile"
+    assert report["cache"]["moved_aside"] is None
+    history = list((tmp_path / "state" / "seats" / "test-cpu" / "r0" / "history").glob("*.json"))
+    assert len(history) == 1  # one entry per start (rewritten at exit)
+
+
+@needs_engine_python
+def test_relaunch_after_key_change_judges_the_log(rocmseat_cli, tmp_path):
+    """Start 1: a fresh compile, KV 524,288. Start 2 with another draft length: the key changes,
+    the cache is moved aside, and the test engine replays a log with cache loads and a smaller
+    KV pool: both judgements must fire and land in the report."""
+    port = free_port()
+    logs = FIXTURES / "logs"
+    seat = write_seat(tmp_path, engine("--replay", str(logs / "cpu-0.32-fresh-draft-model.log"),
+                                       "--exit-after-canary", "0"), port=port)
+    first = rocmseat_cli("launch", str(seat), "--replica", "r0")
+    assert first.exit_code == 0, first.stderr
+    seat = write_seat(tmp_path, engine("--replay", str(logs / "musa-nonaot-hit-two-line-kv.log"),
+                                       "--exit-after-canary", "0"), port=port, drafter_tokens=4,
+                      expect='[[expect_log]]\npattern = "experts resident"\nseverity = "fail"\n')
+    second = rocmseat_cli("launch", str(seat), "--replica", "r0")
+    assert second.exit_code == 0, second.stderr
+    assert "moved cache aside to" in second.stderr
+    assert "speculative.num_speculative_tokens" in second.stderr
+    assert "WARNING: the invalidation hit a warm cache" in second.stderr
+    assert "KV pool shrank" in second.stderr
+    report = read_report(tmp_path)
+    ids = {f["check_id"]: f for f in report["findings"]}
+    assert ids["launch.cache.warm_after_invalidation"]["severity"] == "warn"
+    shrunk = ids["launch.kv.shrunk"]
+    assert shrunk["data"]["previous_kv_cache_tokens"] == 524_288
+    assert shrunk["data"]["kv_cache_tokens"] == 98_304
+    assert "KV pool shrank 81.2%: 98,304 tokens now, 524,288 at the previous start" in (
+        shrunk["message"])
+    assert ids["launch.drafter.loaded"]["severity"] == "warn"
+    assert ids["launch.expect_log"]["severity"] == "fail"
+    assert report["cache"]["moved_aside"].startswith(str(tmp_path / "cache" / "r0.stale-"))
+    assert report["cache"]["changed_factors"]
+
+
+def rocmseat_argv() -> list[str]:
+    script = Path(sys.executable).parent / "rocmseat"
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-c", "from rocmseat.cli.main import main; main()"]
+
+
+def child_env(tmp_path: Path, sock: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMSEAT_")}
+    env["ROCMSEAT_ERROR_LOG"] = str(tmp_path / "error.log")
+    if sock is not None:
+        env["NOTIFY_SOCKET"] = str(sock)
+    return env
+
+
+@needs_engine_python
+def test_never_healthy_engine_times_out_and_leaves_nothing(tmp_path):
+    seat = write_seat(tmp_path, [sys.executable, "-c", "import time; time.sleep(600)"],
+                      port=free_port(), timeout_s=3)
+    proc = subprocess.Popen([*rocmseat_argv(), "launch", str(seat), "--replica", "r0",
+                             "--stop-grace", "2"], env=child_env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "r0: not ready within 3 s (last probe: /health: " in err
+    assert "engine stopped" in err
+    report = read_report(tmp_path)
+    assert report["outcome"]["timed_out"] is True
+    sleepers = [p for p in psutil.process_iter(["cmdline"])
+                if "import time; time.sleep(600)" in " ".join(p.info["cmdline"] or [])
+                and str(seat) in " ".join(p.info["cmdline"] or [])]
+    assert [p for p in sleepers if alive(p.pid)] == []
+
+
+@needs_engine_python
+def test_sigterm_to_launch_stops_the_engine_and_returns_its_status(tmp_path):
+    port = free_port()
+    pid_file = tmp_path / "engine.pid"
+    seat = write_seat(tmp_path, engine("--sigterm-exit", "3", "--grandchild", "--pid-file",
+                                       str(pid_file)), port=port)
+    sock = tmp_path / "notify.sock"
+    grams = Datagrams(str(sock), str(sock))
+    proc = subprocess.Popen([*rocmseat_argv(), "launch", str(seat), "--replica", "r0"],
+                            env=child_env(tmp_path, sock), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in wait_for_file(pid_file, 60).split()]
+        seen: list[str] = []
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not any(g.startswith("READY=1") for g in seen):
+            seen += grams.read_all()
+            time.sleep(0.1)
+        assert any(g.startswith("READY=1") for g in seen), seen
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    seen += grams.read_all()
+    assert proc.returncode == 3, err
+    assert "received SIGTERM, forwarded to the engine; it exited with status 3" in err
+    assert any(g.startswith("STOPPING=1") for g in seen)
+    end = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert [p for p in pids if alive(p)] == []  # the engine and the child it left behind
+    assert "test engine listening" in out

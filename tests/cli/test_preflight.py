@@ -1,0 +1,312 @@
+"""`rocmseat preflight` end to end on the fixture trees (in-process unless said otherwise)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import REPO
+from tests.sysfs.conftest import SYSFS_FIXTURES, copy_tree  # noqa: F401 (fixture)
+
+X99 = SYSFS_FIXTURES / "x99-r9700"
+DEGRADED = SYSFS_FIXTURES / "x99-r9700-degraded"
+
+
+@pytest.fixture
+def preflight(rocmseat_cli, tmp_path):
+    def run(root, *args):
+        return rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "state"), *args)
+
+    return run
+
+
+def test_degraded_exits_1_naming_hop_badtlp_and_false_claim(preflight):
+    result = preflight(DEGRADED)
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert (
+        "FAIL      pcie.link.degraded  0000:89:00.0               root port 0000:80:03.0 trained "
+        "2.5 GT/s x16; both ends support 8 GT/s x16; the endpoint claims 32 GT/s x16 (what lspci "
+        "on 0000:89:00.0 would falsely show)"
+    ) in lines
+    assert (
+        "FAIL      aer.badtlp          0000:80:02.0               root port 0000:80:02.0 (path of "
+        "GPU 0000:86:00.0): 6655 BadTLP since boot"
+    ) in lines
+    assert lines[-1] == "result: 2 fail, 0 unknown, 0 warn, 16 ok -> exit 1"
+
+
+def test_x99_exits_0_with_socket_local_pairs_noting_x8(preflight):
+    result = preflight(X99)
+    assert result.exit_code == 0, result.stdout
+    assert "  0000:05:00.0 + 0000:09:00.0  socket 0  (asymmetric: 8 GT/s x16 / 8 GT/s x8)" in result.stdout
+    assert "  0000:86:00.0 + 0000:89:00.0  socket 1  (symmetric)" in result.stdout
+    assert "FAIL" not in result.stdout and "\x1b[" not in result.stdout
+    assert "the slot is x8 (the GPU could do x16): capability-limited by design, not a fault" in result.stdout
+
+
+@pytest.mark.parametrize("host", ["x99-r9700", "x99-r9700-degraded"])
+def test_json_golden(preflight, golden, host):
+    result = preflight(SYSFS_FIXTURES / host, "--json")
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "rocmseat.preflight/v1"
+    assert doc["exit_code"] == result.exit_code
+    golden(f"preflight-{host}.json", result.stdout)
+
+
+def test_table_golden(preflight, golden):
+    golden("preflight-x99-r9700-degraded.txt", preflight(DEGRADED).stdout)
+
+
+def test_textfile_golden_and_parsed_back(preflight, golden, tmp_path):
+    out = tmp_path / "textfile"
+    result = preflight(DEGRADED, "--textfile", str(out), "--json")
+    assert result.exit_code == 1
+    assert [p.name for p in out.iterdir()] == ["rocmseat_preflight.prom"]  # no temp file left
+    text = (out / "rocmseat_preflight.prom").read_text()
+    golden("preflight-x99-r9700-degraded.prom", text)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["rocmseat_preflight_exit_code"].samples[0].value == 1
+    findings = {s.labels["severity"]: s.value for s in families["rocmseat_preflight_findings"].samples}
+    assert findings == {"ok": 16, "warn": 0, "fail": 2, "unknown": 0}
+    speeds = {
+        (s.labels["pci_address"], s.labels["kind"]): s.value
+        for s in families["rocmseat_gpu_pcie_link_speed_gts"].samples
+    }
+    assert speeds[("0000:89:00.0", "effective")] == 2.5
+    assert speeds[("0000:89:00.0", "endpoint_claimed")] == 32.0
+    severity = {
+        (s.labels["check_id"], s.labels["subject"]): s.value
+        for s in families["rocmseat_preflight_check_severity"].samples
+    }
+    assert severity[("aer.badtlp", "0000:80:02.0")] == 3
+    aer = {
+        (s.labels["function"], s.labels["kind"]): s.value for s in families["rocmseat_pcie_aer_errors"].samples
+    }
+    assert aer[("0000:80:02.0", "correctable")] == 6655
+
+
+def test_textfile_promtool_check(preflight, tmp_path):
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package prometheus)")
+    preflight(DEGRADED, "--textfile", str(tmp_path / "t"))
+    proc = subprocess.run(
+        [promtool, "check", "metrics"], input=(tmp_path / "t/rocmseat_preflight.prom").read_text(),
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_no_amdgpu_one_line_exit_2(preflight):
+    result = preflight(SYSFS_FIXTURES / "no-amdgpu")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"rocmseat: error: no amdgpu device under {SYSFS_FIXTURES / 'no-amdgpu' / 'class' / 'drm'} "
+        "(found card0 0000:03:00.0 1a03:2000 ast)"
+    ]
+
+
+def test_pair_restricts_gpus_and_accepts_short_addresses(preflight):
+    result = preflight(X99, "--pair", "09:00.0,05:00.0", "--json")
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    subjects = {f["subject"] for f in doc["findings"]}
+    assert "0000:86:00.0" not in subjects and "0000:89:00.0" not in subjects
+    assert doc["pairs"]["requested"] == [["0000:05:00.0", "0000:09:00.0"]]
+    assert [g["pci_address"] for g in doc["gpus"] if g["checked"]] == ["0000:05:00.0", "0000:09:00.0"]
+
+
+def test_pair_across_sockets_fails(preflight):
+    result = preflight(X99, "--pair", "05:00.0,86:00.0", "--only", "numa")
+    assert result.exit_code == 1
+    assert "numa.pair.cross_socket" in result.stdout
+
+
+def test_pair_with_missing_gpu_fails(preflight):
+    result = preflight(X99, "--pair", "05:00.0,42:00.0", "--json")
+    assert result.exit_code == 1
+    checks = {(f["check_id"], f["subject"]) for f in json.loads(result.stdout)["findings"]}
+    assert ("inventory.gpu_missing", "0000:42:00.0") in checks
+
+
+@pytest.mark.parametrize("bad", ["05:00.0", "05:00.0,zz", "05:00.0,05:00.0", "a,b,c"])
+def test_bad_pair_is_a_usage_error(preflight, bad):
+    result = preflight(X99, "--pair", bad)
+    assert result.exit_code == 2
+    assert "--pair" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_only_one_family(preflight):
+    doc = json.loads(preflight(DEGRADED, "--only", "aer", "--json").stdout)
+    assert {f["check_id"].split(".")[0] for f in doc["findings"]} == {"aer"}
+
+
+def test_strict_turns_warnings_into_1(preflight):
+    root = SYSFS_FIXTURES / "single-socket-numa-unknown"
+    assert preflight(root).exit_code == 0
+    assert preflight(root, "--strict").exit_code == 1
+
+
+def test_profile_option(preflight):
+    result = preflight(X99, "--profile", str(REPO / "checks/x99-r9700.toml"))
+    assert result.exit_code == 0 and "profile.gpu.present" in result.stdout
+    assert preflight(DEGRADED, "--profile", str(REPO / "checks/x99-r9700.toml")).exit_code == 1
+
+
+def test_bad_profile_one_line_exit_2(preflight, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[gpu]]\npci_address = "nope"\n')
+    result = preflight(X99, "--profile", str(bad))
+    assert result.exit_code == 2
+    assert result.stderr == f"rocmseat: error: {bad}:2: key 'gpu[0].pci_address': not a PCI address: 'nope'\n"
+
+
+def test_second_run_reports_since_last_preflight(preflight):
+    assert preflight(DEGRADED).exit_code == 1
+    second = preflight(DEGRADED, "--json")
+    assert second.exit_code == 1  # the Gen1 link is still there
+    doc = json.loads(second.stdout)
+    assert doc["aer_window"].startswith("since the last preflight (")
+    assert not [f for f in doc["findings"] if f["check_id"] == "aer.badtlp"]
+
+
+def test_hip_family_unknown_when_probe_module_unavailable(preflight, monkeypatch):
+    monkeypatch.setitem(sys.modules, "rocmseat.hip.check", None)
+    result = preflight(X99, "--hip", "--json")
+    assert result.exit_code == 2
+    (hip,) = [f for f in json.loads(result.stdout)["findings"] if f["check_id"].startswith("hip")]
+    assert hip["severity"] == "unknown"
+    assert hip["message"].startswith("the HIP probe module is unavailable")
+
+
+def test_hip_gets_pairs(preflight, monkeypatch):
+    import types
+
+    from rocmseat.findings import Finding, Severity
+
+    calls = []
+
+    def hip_findings(pairs, *, env=None, stage_timeout_s=30.0, library=None):
+        calls.append(list(pairs))
+        return [Finding("hip.ipc", Severity.OK, f"{a}+{b}", "ok") for a, b in pairs]
+
+    monkeypatch.setitem(sys.modules, "rocmseat.hip.check", types.SimpleNamespace(hip_findings=hip_findings))
+    assert preflight(X99, "--hip").exit_code == 0
+    assert preflight(X99, "--only", "hip", "--pair", "86:00.0,89:00.0").exit_code == 0
+    assert preflight(X99).exit_code == 0  # no --hip: not called
+    assert calls == [
+        [("0000:05:00.0", "0000:09:00.0"), ("0000:86:00.0", "0000:89:00.0")],
+        [("0000:86:00.0", "0000:89:00.0")],
+    ]
+
+
+def test_plain_preflight_imports_no_hip_rich_pydantic_httpx(tmp_path):
+    code = (
+        "import sys; from rocmseat.cli.main import main; "
+        f"rc = main(['preflight', '--sysfs-root', {str(X99)!r}, '--state-dir', {str(tmp_path)!r}, '--json']); "
+        "heavy = [m for m in ('rocmseat.hip', 'rich', 'pydantic', 'httpx') if m in sys.modules]; "
+        "print(rc, heavy, file=sys.stderr)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stderr.strip().splitlines()[-1] == "0 []"
+
+
+GARBAGE = ["", "\n", "garbage\n", "\xff\xfe\x00\x01", "-1\n", "99999999999999999999999\n"]
+PATH_FILES = [
+    "vendor", "device", "class", "current_link_speed", "current_link_width", "max_link_speed",
+    "max_link_width", "numa_node", "local_cpulist", "aer_dev_correctable", "aer_dev_fatal",
+    "aer_dev_nonfatal", "aer_rootport_total_err_cor", "aer_rootport_total_err_fatal",
+    "pp_dpm_pcie", "pcie_replay_count", "gpu_busy_percent", "unique_id", "mem_info_vram_total",
+    "product_name",
+]
+
+
+@pytest.mark.parametrize("name", PATH_FILES)
+@pytest.mark.parametrize("garbage", GARBAGE, ids=range(len(GARBAGE)))
+def test_garbage_in_every_parsed_file_never_crashes(rocmseat_cli, copy_tree, tmp_path, name, garbage):
+    root = copy_tree("x99-r9700-degraded")
+    gpu = (root / "class/drm/card4/device").resolve()
+    for directory in (gpu, *list(gpu.parents)[:3]):
+        if (directory / name).exists():
+            (directory / name).write_bytes(garbage.encode("latin-1"))
+    result = rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--json")
+    assert result.exit_code in (0, 1, 2), result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    if result.stdout:
+        json.loads(result.stdout)
+    else:
+        assert len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "relpath",
+    ["devices/system/node/node1/cpulist", "devices/system/node/node0/distance",
+     "devices/system/cpu/cpu3/topology/physical_package_id", "class/kfd/kfd/topology/nodes/5/properties"],
+)
+@pytest.mark.parametrize("garbage", GARBAGE[1:4], ids=range(3))
+def test_garbage_in_node_files_never_crashes(rocmseat_cli, copy_tree, tmp_path, relpath, garbage):
+    root = copy_tree("x99-r9700")
+    (root / relpath).write_bytes(garbage.encode("latin-1"))
+    result = rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--json")
+    assert result.exit_code in (0, 1, 2)
+    assert "internal error" not in result.stderr
+    json.loads(result.stdout)
+
+
+def test_missing_files_and_card_without_device(rocmseat_cli, copy_tree, tmp_path):
+    root = copy_tree("x99-r9700")
+    gpu = (root / "class/drm/card1/device").resolve()
+    for name in ("current_link_speed", "numa_node", "aer_dev_correctable", "pp_dpm_pcie"):
+        (gpu / name).unlink()
+    ((root / "class/drm/card2").resolve() / "device").unlink()
+    result = rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 2
+    unknown = {(f["check_id"], f["subject"]) for f in doc["findings"] if f["severity"] == "unknown"}
+    assert ("inventory.card", "card2") in unknown
+    assert len(doc["gpus"]) == 3
+
+
+def test_permission_denied_as_an_unprivileged_user():
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    base = tempfile.mkdtemp(prefix="rocmseat-perm-")
+    try:
+        os.chmod(base, 0o755)
+        root = os.path.join(base, "tree")
+        shutil.copytree(X99, root, symlinks=True)
+        rp = os.path.join(root, "devices/pci0000:00/0000:00:02.0")
+        os.chmod(os.path.join(rp, "aer_dev_correctable"), 0)
+        os.chmod(os.path.join(rp, "current_link_speed"), 0)
+        state = os.path.join(base, "state")
+        os.mkdir(state)
+        os.chmod(state, stat.S_IRWXU | stat.S_IRWXG | stat.S_IRWXO)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMSEAT_")}
+        env["ROCMSEAT_ERROR_LOG"] = os.path.join(state, "error.log")
+        env["HOME"] = state
+        env["PYTHONPATH"] = str(REPO)  # the editable install's finder may be unreadable to nobody
+        code = "import sys; from rocmseat.cli.main import main; main()"
+        proc = subprocess.run(
+            [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code,
+             "preflight", "--sysfs-root", root, "--state-dir", state, "--json"],
+            capture_output=True, text=True, timeout=120, env=env, cwd=base,
+        )
+        assert proc.returncode == 2, proc.stderr
+        doc = json.loads(proc.stdout)
+        unknown = [f for f in doc["findings"] if f["severity"] == "unknown"]
+        assert {f["check_id"] for f in unknown} == {"pcie.link.unknown", "aer.unknown"}
+        assert all("Permission denied" in f["message"] for f in unknown)
+        assert "current_link_speed: Permission denied" in unknown[0]["message"]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -1,0 +1,159 @@
+"""`rocmseat demo models`: the library with an injected runner, the CLI's errors, and (engine
+tier) the real builder run by the engine's Python."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rocmseat.demo import BUILDER, MODEL_NAMES, build_models, parse_build_report
+from rocmseat.errors import CommandError, RocmseatError
+from rocmseat.runner import Completed
+from tests.e2e.harness import engine_python_or_skip
+
+
+def _report(dest: Path) -> str:
+    models = {
+        name: {
+            "seed": 1234 if name != "drafter-other" else 4321,
+            "path": str(dest / name),
+            "files": {
+                "model.safetensors": {"size_bytes": 100, "sha256": name[0] * 64},
+                "config.json": {"size_bytes": 7, "sha256": "0" * 64},
+            },
+        }
+        for name in MODEL_NAMES
+    }
+    return json.dumps({"schema": "rocmseat.demo-models/v1", "models": models})
+
+
+class FakeRunner:
+    def __init__(self, returncode: int = 0, stdout: str | None = None, stderr: str = "") -> None:
+        self.calls: list[tuple[str, ...]] = []
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+    def __call__(self, argv, *, timeout_s=None, env=None, cwd=None, input_text=None):
+        self.calls.append(tuple(argv))
+        out = self.stdout if self.stdout is not None else _report(Path(argv[2]))
+        return Completed(tuple(argv), self.returncode, out, self.stderr)
+
+
+@pytest.fixture
+def python(tmp_path: Path) -> Path:
+    exe = tmp_path / "bin" / "python"
+    exe.parent.mkdir()
+    exe.write_text("")
+    return exe
+
+
+def test_runs_the_shipped_builder_with_the_engine_python(tmp_path, python):
+    runner = FakeRunner()
+    built = build_models(tmp_path / "models", python, runner=runner)
+    assert runner.calls == [(str(python), str(BUILDER), str(tmp_path / "models"))]
+    assert [m.name for m in built] == ["target", "drafter", "drafter-other"]
+    assert [m.seed for m in built] == [1234, 1234, 4321]
+    assert built[0].size_bytes == 107
+    assert built[2].weights_sha256 == "d" * 64
+
+
+def test_existing_models_are_kept_without_force(tmp_path, python):
+    (tmp_path / "drafter").mkdir()
+    (tmp_path / "drafter" / "model.safetensors").write_bytes(b"swapped on purpose")
+    runner = FakeRunner()
+    with pytest.raises(RocmseatError, match="drafter: already exists") as info:
+        build_models(tmp_path, python, runner=runner)
+    assert info.value.hint and "--force" in info.value.hint
+    assert runner.calls == []
+    assert (tmp_path / "drafter" / "model.safetensors").read_bytes() == b"swapped on purpose"
+
+
+def test_force_rebuilds(tmp_path, python):
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "stale").write_text("x")
+    build_models(tmp_path, python, force=True, runner=FakeRunner())
+    assert not (tmp_path / "target" / "stale").exists()
+
+
+def test_missing_engine_python_names_it(tmp_path):
+    with pytest.raises(RocmseatError, match="nope/python: engine Python not found"):
+        build_models(tmp_path / "m", tmp_path / "nope" / "python", runner=FakeRunner())
+
+
+def test_builder_failure_carries_its_last_line(tmp_path, python):
+    runner = FakeRunner(returncode=1, stdout="", stderr="Traceback...\nModuleNotFoundError: torch")
+    with pytest.raises(CommandError, match="exited 1: ModuleNotFoundError: torch"):
+        build_models(tmp_path / "m", python, runner=runner)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "not json", "{}", '{"models": {}}', '{"models": {"target": {"seed": 1}}}', "[1, 2]"],
+)
+def test_malformed_builder_report(text):
+    with pytest.raises(RocmseatError, match="unexpected report"):
+        parse_build_report(text)
+
+
+def test_cli_missing_python_exit_1(rocmseat_cli, tmp_path):
+    result = rocmseat_cli("demo", "models", str(tmp_path / "m"), "--python",
+                          str(tmp_path / "none"))
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == (
+        f"rocmseat: error: {tmp_path / 'none'}: engine Python not found")
+
+
+def test_cli_python_from_env(rocmseat_cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROCMSEAT_VLLM_PYTHON", str(tmp_path / "from-env"))
+    result = rocmseat_cli("demo", "models", str(tmp_path / "m"))
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'from-env'}: engine Python not found" in result.stderr
+
+
+# ----- the real builder (needs torch + transformers: the engine's venv) -------------------------
+def _header(path: Path) -> bytes:
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    return data[8 : 8 + length]
+
+
+@pytest.mark.engine
+def test_real_builder(rocmseat_cli, tmp_path):
+    python = engine_python_or_skip()
+    result = rocmseat_cli("demo", "models", str(tmp_path), "--python", str(python), "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "rocmseat.demo-models/v1"
+    sha = {m["name"]: m["weights_sha256"] for m in doc["models"]}
+    assert sha["target"] == sha["drafter"] != sha["drafter-other"]
+
+    target, other = tmp_path / "target", tmp_path / "drafter-other"
+    # Same shapes, other weights: what the config key sees is identical (issue 4).
+    assert (target / "config.json").read_bytes() == (other / "config.json").read_bytes()
+    assert _header(target / "model.safetensors") == _header(other / "model.safetensors")
+    config = json.loads((target / "config.json").read_text())
+    assert (config["vocab_size"], config["hidden_size"], config["num_attention_heads"]) == (
+        256, 256, 4)
+    assert config["hidden_size"] // config["num_attention_heads"] >= 32  # vLLM CPU attention
+
+    # The tokenizer round-trips words and fills the whole vocabulary.
+    probe = subprocess.run(
+        [str(python), "-c",
+         "import sys, transformers; t = transformers.AutoTokenizer.from_pretrained(sys.argv[1]); "
+         "ids = t('the state of the world')['input_ids']; print(len(t), t.decode(ids), "
+         "t.apply_chat_template([{'role': 'user', 'content': 'hello'}], tokenize=False))",
+         str(target)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert probe.stdout.split(None, 1)[0] == "256"
+    assert "the state of the world" in probe.stdout
+
+    # Deterministic: a second build gives the same bytes.
+    again = rocmseat_cli("demo", "models", str(tmp_path), "--python", str(python), "--force",
+                         "--json")
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout) == doc

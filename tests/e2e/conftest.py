@@ -1,0 +1,47 @@
+"""The engine tier (tier 4): the real vLLM CPU build driven only through rocmseat's CLI.
+
+Skips, with the reason printed, only where the engine cannot run: no engine Python at
+$ROCMSEAT_VLLM_PYTHON (default /opt/rocmseat/vllm-venv/bin/python), `import vllm` failing there,
+or .ci/setup having left /opt/rocmseat/vllm-unavailable.txt (its text is the reason).
+Everything else that goes wrong is a failure.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import cli, engine_python_or_skip
+from tests.e2e.world import World
+
+
+@pytest.fixture(scope="session")
+def engine_python() -> Path:
+    return engine_python_or_skip()
+
+
+@pytest.fixture(scope="session")
+def demo_models(engine_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One model build per session, through the one rocmseat command a user runs."""
+    dest = tmp_path_factory.mktemp("models")
+    done = cli("demo", "models", dest, "--python", engine_python, timeout_s=600)
+    assert done.returncode == 0, f"rocmseat demo models failed:\n{done.stdout}\n{done.stderr}"
+    return dest
+
+
+@pytest.fixture(scope="module")
+def world(engine_python: Path, demo_models: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    root = tmp_path_factory.mktemp("e2e")
+    # AF_UNIX paths are limited to 108 bytes; pytest's tmp paths can be longer.
+    sock_dir = Path(tempfile.mkdtemp(prefix="rocmseat-e2e-"))
+    w = World(root=root, engine_python=engine_python, models=demo_models,
+              notify_path=sock_dir / "notify")
+    try:
+        yield w
+    finally:
+        w.close()
+        sock_dir.rmdir()

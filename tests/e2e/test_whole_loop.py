@@ -1,0 +1,197 @@
+"""The whole loop on a real vLLM (CPU build): launch, key, watch and alert (issue 7).
+
+The scenarios run in file order on one seat and reuse the running replica where that is honest
+(the healthy replica is the one that dies; the relaunched one is the one whose drafter is
+swapped). Every wait is bounded and reports what it saw. Only rocmseat's CLI drives the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import Traffic, cli, complete, gauge, tail, tree_digest, wait_for
+from tests.e2e.world import INTERVAL_S, REPLICA, SERVED, World
+
+pytestmark = pytest.mark.engine
+
+K = 3
+# Alert names (rocmseat.watch.alerts): the drafter-dead signature and replica down.
+ALERT_DRAFTER = "spec_drafter_dead"
+ALERT_DOWN = "replica_down"
+# Drafts flow at > 50/s here, so two intervals are plenty; one more interval of slack absorbs a
+# scrape that straddles the swap and a loaded 2-core machine. The bound is the assertion.
+ALERT_BOUND_S = 3 * INTERVAL_S + 10
+
+
+def _json(done: Any, what: str) -> Any:
+    assert done.stdout.strip(), f"{what}: no output (exit {done.returncode}):\n{done.stderr}"
+    try:
+        return json.loads(done.stdout)
+    except ValueError as exc:
+        raise AssertionError(f"{what}: not JSON ({exc}):\n{done.stdout[-2000:]}") from exc
+
+
+def _replica_entry(doc: Any) -> dict[str, Any]:
+    """The r0 entry of a `watch --once --json` document."""
+    replicas = doc.get("replicas", doc)
+    if isinstance(replicas, dict):
+        replicas = [dict(v, name=k) for k, v in replicas.items() if isinstance(v, dict)]
+    for entry in replicas:
+        if REPLICA in str(entry.get("replica", entry.get("name", ""))):
+            return dict(entry)
+    raise AssertionError(f"no replica {REPLICA} in watch JSON: {json.dumps(doc)[:2000]}")
+
+
+def _alert_active(world: World, alert: str) -> float | None:
+    return gauge(world.exporter(), "rocmseat_alert_active", alert=alert)
+
+
+def _webhook_has(world: World, alert: str, state: str) -> bool:
+    """An Alertmanager v2 alert for `alert`: firing has no endsAt, resolved carries one."""
+    for a in world.webhook.alerts():
+        if a.get("labels", {}).get("alertname") != alert:
+            continue
+        if (state == "resolved") == bool(a.get("endsAt")):
+            return True
+    return False
+
+
+def _report(world: World) -> dict[str, Any]:
+    path = world.startup_report
+    assert path.is_file(), f"no startup report at {path}"
+    report = json.loads(path.read_text())
+    assert report.get("schema") == "rocmseat.startup/v1", report
+    return dict(report)
+
+
+def _component_outcomes(report: dict[str, Any]) -> dict[str, str]:
+    """component (backbone, draft_model ...) -> fresh_compile | cache_load | load_failure."""
+    comps = report.get("log", {}).get("components", {})
+    return {name: c["outcome"] for name, c in comps.items()}
+
+
+# ----- no-op invalidation: refused before any engine starts ------------------------------------
+def test_noop_invalidation_refused(world: World) -> None:
+    seat = world.write_seat("noop-seat.toml")
+    text = seat.read_text().replace("[env]\n", "[env]\nVLLM_CACHE_ROOT = \"/var/tmp/elsewhere\"\n")
+    seat.write_text(text)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.startswith("VLLM_CACHE_ROOT"))
+    done = cli("launch", seat, "--replica", REPLICA, env=world.env(), timeout_s=120)
+    assert done.returncode != 0, f"launch accepted a hard-coded VLLM_CACHE_ROOT:\n{done.stdout}"
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("rocmseat: error")]
+    assert len(errors) == 1, done.stderr
+    assert "VLLM_CACHE_ROOT" in errors[0] and f":{line}" in errors[0], done.stderr
+    cache = world.cache_root / REPLICA
+    assert not cache.exists() or not any(cache.iterdir()), "a refused seat touched the cache"
+
+
+# ----- healthy ----------------------------------------------------------------------------------
+def test_healthy(world: World) -> None:
+    seat = world.write_seat()
+    proc = world.launch(seat)
+    assert world.notify is not None and any("READY=1" in m for m in world.notify.messages)
+    world.healthy_texts = complete(world.engine_port, SERVED)
+    assert all(t.strip() for t in world.healthy_texts), world.healthy_texts
+
+    # Drafts keep flowing while `watch --once` takes its window.
+    with Traffic(world.engine_port, SERVED) as traffic:
+        done = cli("watch", seat, "--once", "--json", env=world.env(), timeout_s=120)
+    assert not traffic.errors, traffic.errors[:3]
+    doc = _json(done, "rocmseat watch --once --json")
+    assert doc.get("schema", "").startswith("rocmseat."), doc
+    entry = _replica_entry(doc)
+    window = entry.get("window") or {}
+    al = window.get("acceptance_length")
+    assert al is not None, f"no acceptance length in the window: {entry}"
+    assert abs(al - (1 + K)) <= 0.2, f"acceptance length {al}, expected {1 + K}: {entry}"
+    assert entry.get("up") is True and entry.get("alerts") == [], entry
+    assert done.returncode == 0, f"watch --once exit {done.returncode}: {done.stderr}"
+
+    outcomes = _component_outcomes(_report(world))
+    # An empty cache: both the backbone and the drafter compiled.
+    assert outcomes == {"backbone": "fresh_compile", "draft_model": "fresh_compile"}, outcomes
+    assert proc.alive()
+
+
+# ----- replica dies -----------------------------------------------------------------------------
+def test_replica_dies_then_resolves(world: World) -> None:
+    seat = world.write_seat()
+    proc = world.running() or world.launch(seat)
+    world.start_watch(seat)
+    wait_for("replica_down inactive while the replica serves",
+             lambda: _alert_active(world, ALERT_DOWN) == 0.0, 30, world.seen)
+
+    engines = world.engine_pids(proc)
+    assert len(engines) == 1, f"expected one engine under rocmseat launch, found {engines}"
+    os.kill(engines[0], signal.SIGKILL)
+    rc = proc.wait_exit(120)
+    assert rc != 0, f"rocmseat launch exited 0 after its engine was killed:\n{tail(proc.log)}"
+
+    wait_for("replica_down firing (exporter)", lambda: _alert_active(world, ALERT_DOWN) == 1.0,
+             60, world.seen)
+    wait_for("replica_down firing (webhook)", lambda: _webhook_has(world, ALERT_DOWN, "firing"),
+             30, world.seen)
+
+    world.launch(seat)
+    wait_for("replica_down resolved (exporter)", lambda: _alert_active(world, ALERT_DOWN) == 0.0,
+             60, world.seen)
+    wait_for("replica_down resolved (webhook)", lambda: _webhook_has(world, ALERT_DOWN, "resolved"),
+             30, world.seen)
+
+
+# ----- drafter lost its mind --------------------------------------------------------------------
+def test_drafter_lost_its_mind(world: World) -> None:
+    assert world.healthy_texts, "the healthy scenario must run first (it records the completions)"
+    seat = world.write_seat()
+    key_before = cli("key", seat, "--json", env=world.env())
+    assert key_before.returncode == 0, key_before.stderr
+
+    drafter, other = world.models / "drafter", world.models / "drafter-other"
+    shutil.copyfile(other / "model.safetensors", drafter / "model.safetensors")
+    key_after = cli("key", seat, "--json", env=world.env())
+    assert key_after.returncode == 0, key_after.stderr
+    # Same shapes, same config, same safetensors header: the key rightly does not change.
+    assert _json(key_after, "key") == _json(key_before, "key")
+
+    world.stop_replica()
+    world.launch(seat)
+    world.start_watch(seat)
+    texts = complete(world.engine_port, SERVED)
+    assert texts == world.healthy_texts, "greedy output changed with the drafter"
+    with Traffic(world.engine_port, SERVED) as traffic:
+        wait_for(f"{ALERT_DRAFTER} firing (exporter)",
+                 lambda: _alert_active(world, ALERT_DRAFTER) == 1.0, ALERT_BOUND_S, world.seen)
+        wait_for(f"{ALERT_DRAFTER} firing (webhook)",
+                 lambda: _webhook_has(world, ALERT_DRAFTER, "firing"), 30, world.seen)
+    assert not traffic.errors, traffic.errors[:3]
+
+
+# ----- stale cache ------------------------------------------------------------------------------
+def test_stale_cache_moved_aside(world: World) -> None:
+    world.stop_replica()
+    cache = world.cache_root / REPLICA
+    assert cache.is_dir(), f"no replica cache at {cache}"
+    before = tree_digest(cache)
+    assert any("torch_compile_cache" in p for p in before), sorted(before)[:20]
+    siblings_before = set(world.cache_root.glob(f"{REPLICA}.stale-*"))
+
+    seat = world.write_seat(feature="b")
+    world.launch(seat)
+    moved = set(world.cache_root.glob(f"{REPLICA}.stale-*")) - siblings_before
+    assert len(moved) == 1, f"expected one moved-aside cache, found {sorted(moved)}"
+    aside = moved.pop()
+    assert tree_digest(aside) == before, "the moved-aside cache lost or changed files"
+
+    report = _report(world)
+    assert report["cache"]["moved_aside"] == str(aside), report["cache"]
+    assert any("E2E_FEATURE" in f for f in report["cache"]["changed_factors"]), report["cache"]
+    outcomes = _component_outcomes(report)
+    assert outcomes == {"backbone": "fresh_compile", "draft_model": "fresh_compile"}, report["log"]
+    world.stop_replica()
+

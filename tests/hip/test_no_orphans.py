@@ -1,0 +1,99 @@
+"""Tier 3: the probe never leaves a child behind, even when its parent is SIGKILLed mid-probe."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO
+from tests.hip.conftest import A, B
+
+pytestmark = pytest.mark.hip
+
+# The parent: a plain Python process running hip_findings with a stage that hangs "forever".
+PARENT = """
+import json, sys
+from pathlib import Path
+from rocmseat.hip.check import hip_findings
+env = json.loads(sys.argv[2])
+hip_findings([(sys.argv[3], sys.argv[4])], env=env, stage_timeout_s=3600, library=Path(sys.argv[1]))
+"""
+
+
+def _wait_for(predicate, what: str, limit_s: float = 60.0):
+    # A bounded wait for a state, not a speed assertion: the machine is shared.
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"gave up after {limit_s:.0f} s waiting for {what}")
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:  # gone, or a zombie
+        return []
+
+
+def _probe_children(parent: psutil.Process) -> list[psutil.Process]:
+    try:
+        children = parent.children(recursive=True)
+    except psutil.Error:
+        return []
+    return [c for c in children if "rocmseat.hip.child" in _cmdline(c)]
+
+
+def test_sigkill_of_the_parent_mid_probe_leaves_no_child(
+    fake_hip: Path, x99: dict[str, str]
+) -> None:
+    env = {**x99, "FAKEHIP_HANG": "hipIpcOpenMemHandle"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(fake_hip), json.dumps(env), A, B],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        parent = psutil.Process(proc.pid)
+        # owner (waiting for the opener) and opener (hung in hipIpcOpenMemHandle) both alive
+        children = _wait_for(
+            lambda: [c for c in _probe_children(parent) if "opener" in _cmdline(c)]
+            and _probe_children(parent),
+            "the owner and the hung opener")
+        roles = {_cmdline(c)[_cmdline(c).index("rocmseat.hip.child") + 1] for c in children}
+        assert roles == {"owner", "opener"}
+        pids = [c.pid for c in children]
+        # the children live in their own process groups: a SIGKILL of the parent alone does
+        # not reach them; only PR_SET_PDEATHSIG does
+        assert all(os.getpgid(pid) != os.getpgid(proc.pid) for pid in pids)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+
+        def all_gone() -> bool:
+            return not any(psutil.pid_exists(pid) and psutil.Process(pid).status()
+                           != psutil.STATUS_ZOMBIE for pid in pids)
+
+        _wait_for(all_gone, f"children {pids} to die with their parent")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+
+
+def test_a_hung_stage_kills_the_childs_process_group(fake_hip: Path, x99: dict[str, str]) -> None:
+    # After hip_findings returns, no process of ours runs the child program any more.
+    from rocmseat.hip.check import hip_findings
+
+    env = {**x99, "FAKEHIP_HANG": "hipIpcOpenMemHandle"}
+    findings = hip_findings([(A, B)], env=env, stage_timeout_s=2.0, library=fake_hip)
+    assert any(f.check_id == "hip.ipc" and f.data.get("hung") for f in findings)
+    assert _probe_children(psutil.Process()) == []

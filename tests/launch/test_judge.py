@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rocmseat.findings import Severity
+from rocmseat.launch.judge import ExpectRule, JudgeContext, PreviousStart, judge_startup
+from rocmseat.launch.startuplog import classify_text
+from tests.conftest import FIXTURES
+
+LOGS = FIXTURES / "logs"
+RECORDED = FIXTURES / "recorded"
+STALE = Path("/var/cache/rocmseat/s/r0.stale-20261129T100000Z")
+
+
+def ctx(**kw):
+    base = dict(replica="r0", moved_aside=None, cache_dir=None, drafter_configured=True,
+                previous=None)
+    base.update(kw)
+    return JudgeContext(**base)
+
+
+def by_id(findings, check_id):
+    return [f for f in findings if f.check_id == check_id]
+
+
+def test_cache_hit_after_move_aside_is_loud():
+    s = classify_text((LOGS / "rocm-0.33-aot-hit-eagle3.log").read_text())
+    [f] = by_id(judge_startup(s, ctx(moved_aside=STALE)), "launch.cache.warm_after_invalidation")
+    assert f.severity is Severity.WARN
+    assert f.message.startswith("WARNING: the invalidation hit a warm cache")
+    assert "backbone, eagle_head" in f.message
+    assert str(STALE) in f.message
+
+
+def test_fresh_compile_after_move_aside_is_ok():
+    s = classify_text((LOGS / "rocm-0.33-fresh-dflash.log").read_text())
+    [f] = by_id(judge_startup(s, ctx(moved_aside=STALE)), "launch.cache.fresh_after_invalidation")
+    assert f.severity is Severity.OK
+    assert "backbone, dflash_head" in f.message
+
+
+def test_no_compile_lines_after_move_aside_warns():
+    s = classify_text("GPU KV cache size: 1,000 tokens\n")
+    [f] = by_id(judge_startup(s, ctx(moved_aside=STALE)), "launch.cache.warm_after_invalidation")
+    assert f.severity is Severity.WARN
+    assert "no fresh compile" in f.message
+
+
+def test_recorded_restart_with_load_failure_after_move_aside():
+    """Real vLLM CPU log: an artifact was found after the 'move aside' and failed to load."""
+    s = classify_text((RECORDED / "startup-restart-same-cache.log").read_text())
+    findings = judge_startup(s, ctx(moved_aside=STALE))
+    artifacts = by_id(findings, "launch.cache.artifact_after_invalidation")
+    assert [f.severity for f in artifacts] == [Severity.WARN, Severity.WARN]
+    assert "'function' object has no attribute 'finalize_loading'" in artifacts[0].message
+    assert by_id(findings, "launch.cache.warm_after_invalidation") == []
+
+
+def test_cache_paths_outside_the_store():
+    s = classify_text((RECORDED / "startup-fresh-compile.log").read_text())
+    findings = judge_startup(s, ctx(cache_dir=Path("/var/cache/rocmseat/demo/r0")))
+    [f] = by_id(findings, "launch.cache.outside_store")
+    assert "/var/tmp/rocmseat-e2e/manual/cache/torch_compile_cache" in f.message
+    inside = judge_startup(s, ctx(cache_dir=Path("/var/tmp/rocmseat-e2e/manual/cache")))
+    assert by_id(inside, "launch.cache.outside_store") == []
+
+
+@pytest.mark.parametrize(
+    ("previous", "now", "severity", "check_id"),
+    [
+        (600_000, 495_000, Severity.WARN, "launch.kv.shrunk"),  # 17.5 %: the drafter case
+        (600_000, 180_000, Severity.WARN, "launch.kv.shrunk"),  # ~70 %
+        (600_000, 540_000, Severity.OK, "launch.kv.pool"),  # exactly 10 %: not more than
+        (600_000, 700_000, Severity.OK, "launch.kv.pool"),  # grew
+    ],
+)
+def test_kv_pool_against_previous_start(previous, now, severity, check_id):
+    s = classify_text(f"GPU KV cache size: {now:,} tokens, Maximum concurrency for 32,768 tokens "
+                      f"per request: 8.00x")
+    prev = PreviousStart(previous, "2026-11-28T10:00:00Z", "abc")
+    [f] = by_id(judge_startup(s, ctx(previous=prev)), check_id)
+    assert f.severity is severity
+    if severity is Severity.WARN:
+        assert f"{now:,} tokens now, {previous:,} at the previous start" in f.message
+        assert f.data["previous_kv_cache_tokens"] == previous
+
+
+def test_kv_unknown_when_never_stated():
+    [f] = by_id(judge_startup(classify_text("nothing"), ctx()), "launch.kv.pool")
+    assert f.severity is Severity.UNKNOWN
+    # an engine that died early is judged on what it said, not on what it never reached
+    assert by_id(judge_startup(classify_text("x"), ctx(complete=False)), "launch.kv.pool") == []
+
+
+def test_drafter_not_loaded():
+    s = classify_text((LOGS / "musa-nonaot-hit-two-line-kv.log").read_text())
+    [f] = by_id(judge_startup(s, ctx()), "launch.drafter.loaded")
+    assert f.severity is Severity.WARN
+    assert by_id(judge_startup(s, ctx(drafter_configured=False)), "launch.drafter.loaded") == []
+
+
+def test_expect_log_rules():
+    rules = [
+        ExpectRule("experts resident", "must_appear", Severity.WARN),
+        ExpectRule(r"speculative_config=SpeculativeConfig\(method='dflash'", "must_appear",
+                   Severity.FAIL),
+        ExpectRule("EmulationMxfp4LinearKernel", "must_not_appear", Severity.FAIL),
+        ExpectRule("paged fallback", "must_not_appear", Severity.WARN),
+    ]
+    s = classify_text((LOGS / "rocm-0.33-fresh-dflash.log").read_text(),
+                      [r.pattern for r in rules])
+    got = [(f.severity, f.data["pattern"]) for f in by_id(judge_startup(s, ctx(expect=rules)),
+                                                          "launch.expect_log")]
+    assert got == [
+        (Severity.WARN, "experts resident"),
+        (Severity.OK, r"speculative_config=SpeculativeConfig\(method='dflash'"),
+        (Severity.FAIL, "EmulationMxfp4LinearKernel"),
+        (Severity.OK, "paged fallback"),
+    ]
+
+
+def test_fatal_signatures_fail():
+    s = classify_text((LOGS / "rocm-ipc-fatal.log").read_text())
+    fatal = by_id(judge_startup(s, ctx(complete=False)), "launch.log.fatal")
+    assert [f.data["signature"] for f in fatal] == [
+        "cuda_error", "invalid_device_pointer", "engine_core_fatal"
+    ]
+    assert all(f.severity is Severity.FAIL for f in fatal)
+    assert "hip" in fatal[1].hint.lower()

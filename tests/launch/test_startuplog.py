@@ -1,0 +1,257 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rocmseat.launch.startuplog import (
+    UNTAGGED,
+    CompileOutcome,
+    StartupLogReader,
+    classify_text,
+)
+from tests.conftest import FIXTURES
+
+LOGS = FIXTURES / "logs"
+RECORDED = FIXTURES / "recorded"
+
+
+def _summary(name: str, expect: tuple[str, ...] = ()):
+    return classify_text((LOGS / name).read_text(), expect)
+
+
+def test_cpu_first_start_fresh_compile_of_backbone_and_drafter():
+    s = _summary("cpu-0.32-fresh-draft-model.log")
+    assert {c.component: c.outcome for c in s.components} == {
+        "backbone": CompileOutcome.FRESH_COMPILE,
+        "draft_model": CompileOutcome.FRESH_COMPILE,
+    }
+    assert s.kv_cache_tokens == 524_288
+    assert s.kv_cache_device == "CPU"
+    assert s.max_concurrency == 2048.0
+    assert s.max_concurrency_tokens_per_request == 256
+    assert s.init_engine_s == 23.16
+    assert s.compilation_s is None
+    assert s.drafter_loaded
+    assert "Loading drafter model..." in (s.drafter_evidence or "")
+    assert s.speculative_config == (
+        "SpeculativeConfig(method='draft_model', model='/models/tinyA', num_spec_tokens=3)"
+    )
+    assert s.server_started
+    assert s.fatal == ()
+    backbone = s.component("backbone")
+    assert backbone is not None and backbone.paths[0].endswith("/rank_0_0/model")
+
+
+def test_cpu_restart_load_failure_then_compiled_again():
+    s = _summary("cpu-0.32-restart-load-failure.log")
+    backbone = s.component("backbone")
+    assert backbone is not None
+    assert backbone.outcomes == (CompileOutcome.LOAD_FAILURE, CompileOutcome.FRESH_COMPILE)
+    assert backbone.outcome is CompileOutcome.LOAD_FAILURE
+    assert backbone.load_failure_reasons == (
+        "Source code has changed since the last compilation. Recompiling the model.",
+    )
+    # the path stops before the ", reason:" separator
+    assert backbone.paths[0].endswith("/rank_0_0/model")
+    drafter = s.component("draft_model")
+    assert drafter is not None and drafter.outcome is CompileOutcome.FRESH_COMPILE
+
+
+def test_gpu_aot_cache_hit_with_eagle3_tp2():
+    s = _summary("rocm-0.33-aot-hit-eagle3.log")
+    assert {c.component: c.outcome for c in s.components} == {
+        "backbone": CompileOutcome.CACHE_LOAD,
+        "eagle_head": CompileOutcome.CACHE_LOAD,
+    }
+    backbone = s.component("backbone")
+    assert backbone is not None and len(backbone.paths) == 2  # one per TP rank
+    assert backbone.outcomes == (CompileOutcome.CACHE_LOAD,)  # ranks collapsed
+    assert s.kv_cache_device == "GPU"
+    assert s.kv_cache_tokens == 1_234_560
+    assert s.max_concurrency == 37.68
+    assert s.max_concurrency_tokens_per_request == 32_768
+    assert s.model_memory_gib == 8.63  # the largest rank
+    assert s.model_load_s == pytest.approx(29.38881)
+    assert s.available_kv_cache_gib == 17.72
+    assert s.graph_capture_gib == 0.62
+    assert s.init_engine_s == 60.55
+    assert s.compilation_s == 4.12
+    assert s.drafter_loaded
+
+
+def test_gpu_fresh_dflash_and_cache_directory():
+    s = _summary("rocm-0.33-fresh-dflash.log", (r"EmulationMxfp4LinearKernel", r"experts resident"))
+    assert {c.component: c.outcome for c in s.components} == {
+        "backbone": CompileOutcome.FRESH_COMPILE,
+        "dflash_head": CompileOutcome.FRESH_COMPILE,
+    }
+    backbone = s.component("backbone")
+    assert backbone is not None
+    assert backbone.paths[0].endswith("torch_compile_cache/a599c65868/rank_0_0/backbone")
+    assert s.drafter_loaded  # by the dflash_head compile tag, no "Loading drafter" line
+    assert s.kv_cache_tokens == 299_008
+    assert s.max_concurrency == 1.14
+    assert 0 in s.expect_hits and 1 not in s.expect_hits
+
+
+def test_older_untagged_non_aot_hit_and_two_line_kv():
+    s = _summary("musa-nonaot-hit-two-line-kv.log")
+    assert [(c.component, c.outcome) for c in s.components] == [
+        (UNTAGGED, CompileOutcome.CACHE_LOAD)
+    ]
+    assert s.kv_cache_tokens == 98_304
+    assert s.max_concurrency == 3.0
+    assert s.max_concurrency_tokens_per_request == 32_768
+    assert s.model_memory_gib == 14.99  # older "took X GiB and Y seconds" shape
+    assert s.init_engine_s == 31.84
+    assert not s.drafter_loaded
+    assert not s.server_started
+
+
+def test_fatal_ipc_log():
+    s = _summary("rocm-ipc-fatal.log")
+    assert [f.signature for f in s.fatal] == [
+        "cuda_error", "invalid_device_pointer", "engine_core_fatal"
+    ]
+    assert s.speculative_config is None
+
+
+@pytest.mark.parametrize(
+    ("line", "signature"),
+    [
+        ("Failed: Cuda error /build/csrc/custom_all_reduce.cuh:368 'invalid device pointer'",
+         "cuda_error"),
+        ("RuntimeError: HIP error: invalid device pointer", "invalid_device_pointer"),
+        ("hipIpcOpenMemHandle failed: hipErrorInvalidDevicePointer", "invalid_device_pointer"),
+        ("(EngineCore pid=3) ERROR 11-29 09:00:41 [core.py:932] EngineCore encountered a fatal "
+         "error.", "engine_core_fatal"),
+        ("TimeoutError: RPC call to execute_model timed out.", "rpc_timeout"),
+        ("vLLM failed to compile the model. The most likely reason for this is that a previous "
+         "compilation failed", "compile_failed"),
+    ],
+)
+def test_fatal_signatures(line, signature):
+    reader = StartupLogReader()
+    events = reader.feed(line + "\n")
+    assert ("fatal", signature) in [(e.kind, e.value) for e in events]
+
+
+@pytest.mark.parametrize(
+    ("line", "tokens", "device", "conc"),
+    [
+        ("GPU KV cache size: 1,234,560 tokens, Maximum concurrency for 32,768 tokens per "
+         "request: 37.68x", 1_234_560, "GPU", 37.68),
+        ("GPU + host KV cache size: 2,000,000 tokens, Maximum concurrency for 4,096 tokens per "
+         "request: 488.28x", 2_000_000, "GPU + host", 488.28),
+        ("CPU KV cache size: 524,288 tokens, Maximum concurrency for 256 tokens per request: "
+         "2048.00x", 524_288, "CPU", 2048.0),
+        ("GPU KV cache size: 98304 tokens", 98_304, "GPU", None),
+    ],
+)
+def test_kv_line_shapes(line, tokens, device, conc):
+    s = classify_text(f"(EngineCore pid=1) INFO 11-29 09:05:41 [kv_cache_utils.py:1418] {line}")
+    assert (s.kv_cache_tokens, s.kv_cache_device, s.max_concurrency) == (tokens, device, conc)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "KV cache size: tokens",
+        "GPU KV cache size: 1,2a tokens",
+        "Model loading took GiB memory",
+        "init engine (profile, create kv cache, warmup model) took s",
+        "[backbone Directly load AOT compilation from path",
+        "[file.py:12] saved AOT compiled function",  # no path: not a compile line
+        "Maximum concurrency for tokens per request: x",
+    ],
+)
+def test_malformed_lines_are_not_facts(line):
+    s = classify_text(line)
+    assert s.components == ()
+    assert s.kv_cache_tokens is None and s.max_concurrency is None
+    assert s.model_memory_gib is None and s.init_engine_s is None
+
+
+def test_compile_disabled_line():
+    s = classify_text(
+        "INFO [vllm.py:701] Enforce eager set, disabling torch.compile, CUDAGraphs, and JIT "
+        "kernel warmup."
+    )
+    assert s.compile_disabled is not None
+
+
+def test_shm_stall_is_a_warning_not_fatal():
+    s = classify_text(
+        "(EngineCore pid=3) WARNING [shm_broadcast.py:466] No available shared memory broadcast "
+        "block found in 60 seconds. This typically happens when some processes are hanging"
+    )
+    assert s.fatal == ()
+    assert [w.kind for w in s.warnings] == ["shm_broadcast_stall"]
+
+
+@given(st.lists(st.text(max_size=200), max_size=30))
+def test_reader_never_raises_and_counts_lines(lines):
+    reader = StartupLogReader([r"experts resident"])
+    for line in lines:
+        reader.feed(line)
+    assert reader.summary().lines_read == len(lines)
+
+
+@given(st.integers(min_value=0, max_value=10**12), st.sampled_from(["GPU", "CPU", "GPU + host"]))
+def test_kv_tokens_roundtrip(tokens, device):
+    s = classify_text(f"{device} KV cache size: {tokens:,} tokens")
+    assert s.kv_cache_tokens == tokens
+    assert s.kv_cache_device == device
+
+
+def _recorded_logs():
+    return sorted(RECORDED.glob("**/*.log")) if RECORDED.is_dir() else []
+
+
+@pytest.mark.parametrize("path", _recorded_logs(), ids=lambda p: p.name)
+def test_recorded_real_vllm_logs(path):
+    """Logs recorded by the e2e tier from the real vLLM CPU build: every started engine states
+    its KV pool and an init time, and every compile line is classified to a known component."""
+    s = classify_text(path.read_text(errors="replace"))
+    if not s.server_started:
+        pytest.skip(f"{path.name}: the engine did not reach 'Starting vLLM server'")
+    assert s.kv_cache_tokens is not None and s.kv_cache_tokens > 0
+    assert s.init_engine_s is not None
+    assert s.components, "a started engine logs at least one compile or load line"
+
+
+# ----- the real vLLM CPU build (tests/fixtures/recorded, see its README) ---------------------
+def _recorded(name: str):
+    return classify_text((RECORDED / name).read_text())
+
+
+def test_recorded_fresh_compile():
+    s = _recorded("startup-fresh-compile.log")
+    assert {c.component: c.outcome for c in s.components} == {
+        "backbone": CompileOutcome.FRESH_COMPILE,
+        "draft_model": CompileOutcome.FRESH_COMPILE,
+    }
+    assert (s.kv_cache_device, s.kv_cache_tokens, s.max_concurrency) == ("CPU", 524_288, 2048.0)
+    assert s.init_engine_s == 30.61
+    assert s.drafter_loaded and s.server_started and s.fatal == ()
+    assert s.model_memory_gib is None  # the CPU build states no "Model loading took"
+
+
+def test_recorded_restart_load_failure():
+    s = _recorded("startup-restart-same-cache.log")
+    for name in ("backbone", "draft_model"):
+        comp = s.component(name)
+        assert comp is not None
+        assert comp.outcomes == (CompileOutcome.LOAD_FAILURE, CompileOutcome.FRESH_COMPILE)
+        assert comp.load_failure_reasons == (
+            "'function' object has no attribute 'finalize_loading'",
+        )
+    assert s.init_engine_s == 13.83
+
+
+def test_recorded_other_drafter_fresh():
+    s = _recorded("startup-drafter-other.log")
+    assert [c.outcome for c in s.components] == [CompileOutcome.FRESH_COMPILE] * 2
+    assert s.speculative_config is not None and "drafter-other" in s.speculative_config

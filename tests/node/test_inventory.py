@@ -1,0 +1,84 @@
+"""Inventory from fixture trees: GPUs keyed by PCI address, paths, effective links, sockets."""
+
+from __future__ import annotations
+
+from rocmseat.node.inventory import read_inventory
+from rocmseat.node.link import effective_link, physical_links
+from tests.sysfs.conftest import SYSFS_FIXTURES
+
+
+def test_x99_inventory_interface():
+    inv = read_inventory(SYSFS_FIXTURES / "x99-r9700")
+    assert [g.pci_address for g in inv.gpus] == [
+        "0000:05:00.0", "0000:09:00.0", "0000:86:00.0", "0000:89:00.0"
+    ]
+    gpu = inv.gpus[1]
+    assert (gpu.card, gpu.gfx_target, gpu.numa_node, gpu.socket) == ("card2", "gfx1201", 0, 0)
+    assert gpu.local_cpulist == "0-13,28-41"
+    assert gpu.product_name == "AMD Radeon AI PRO R9700"
+    assert [h.role for h in gpu.path] == ["endpoint", "amd-switch-port", "amd-switch-port", "root-port"]
+    assert inv.sockets == (0, 1) and inv.multi_socket
+    assert [n.node_id for n in inv.numa_nodes] == [0, 1]
+
+
+def test_effective_link_skips_amd_internal_hops():
+    inv = read_inventory(SYSFS_FIXTURES / "x99-r9700")
+    gpu = inv.gpu("0000:09:00.0")
+    assert (gpu.endpoint.link.current_speed_gts, gpu.endpoint.link.current_width) == (32.0, 16)
+    eff = effective_link(gpu)
+    assert (eff.speed_gts, eff.width, eff.limited_at) == (8.0, 8, "0000:00:03.0")
+    (link,) = physical_links(gpu)
+    assert (link.upstream.address, link.downstream.address) == ("0000:00:03.0", "0000:07:00.0")
+    assert (link.capable_speed_gts, link.capable_width) == (8.0, 8)
+
+
+def test_degraded_gen1():
+    inv = read_inventory(SYSFS_FIXTURES / "x99-r9700-degraded")
+    eff = effective_link(inv.gpu("0000:89:00.0"))
+    assert (eff.speed_gts, eff.width, eff.capable_speed_gts) == (2.5, 16, 8.0)
+
+
+def test_mi300x_cards_keyed_by_address():
+    inv = read_inventory(SYSFS_FIXTURES / "mi300x-8gpu")
+    assert [g.card for g in inv.gpus] == [f"card{n}" for n in (1, 9, 17, 25, 33, 41, 49, 57)]
+    assert {g.gfx_target for g in inv.gpus} == {"gfx942"}
+    assert [g.socket for g in inv.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert all(g.amdgpu.pp_dpm_pcie is None for g in inv.gpus)
+    # EPYC root ports are vendor 0x1022, not 0x1002: they count as real hops
+    assert effective_link(inv.gpus[0]).limited_at == "0000:09:01.1"
+
+
+def test_single_socket_numa_unknown_socket_from_local_cpulist():
+    inv = read_inventory(SYSFS_FIXTURES / "single-socket-numa-unknown")
+    for gpu in inv.gpus:
+        assert gpu.numa_node is None and gpu.numa_node_raw == -1
+        assert gpu.socket == 0
+        assert gpu.socket_source == "package of local_cpulist 0-47"
+    assert inv.gpus[1].product_name is None  # an empty product_name file
+
+
+def test_no_amdgpu():
+    inv = read_inventory(SYSFS_FIXTURES / "no-amdgpu")
+    assert inv.gpus == ()
+    assert inv.other_cards == ("card0 0000:03:00.0 1a03:2000 ast",)
+
+
+def test_numa_minus_one_on_two_sockets(copy_tree):
+    root = copy_tree("x99-r9700")
+    gpu_dir = (root / "class/drm/card3/device").resolve()
+    (gpu_dir / "numa_node").write_text("-1\n")
+    gpu2 = (root / "class/drm/card4/device").resolve()
+    (gpu2 / "numa_node").write_text("-1\n")
+    (gpu2 / "local_cpulist").write_text("0-55\n")
+    inv = read_inventory(root)
+    a, b = inv.gpu("0000:86:00.0"), inv.gpu("0000:89:00.0")
+    assert (a.numa_node, a.socket, a.socket_source) == (None, 1, "package of local_cpulist 14-27,42-55")
+    assert b.socket is None and b.socket_source == "local_cpulist 0-55 spans packages 0,1"
+
+
+def test_card_without_device_link_is_a_problem_not_a_crash(copy_tree):
+    root = copy_tree("x99-r9700")
+    ((root / "class/drm/card2").resolve() / "device").unlink()
+    inv = read_inventory(root)
+    assert len(inv.gpus) == 3
+    assert len(inv.problems) == 1 and inv.problems[0].startswith("card2: ")

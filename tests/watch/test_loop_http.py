@@ -1,0 +1,209 @@
+"""The loop against a real local HTTP server serving recorded page sequences."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from rocmseat.watch import alerts as A
+from rocmseat.watch.loop import WatchConfig, Watcher
+from rocmseat.watch.scrape import Target
+from rocmseat.watch.sinks import AlertFanout, BackgroundSender, webhook_deliver
+from tests.watch.conftest import OPENMETRICS, TEXT_100, Answer, FakeClock, page
+
+
+def make(server, tmp_path, clock, *, transitions=None, **config):
+    sink = transitions.append if transitions is not None else (lambda t: None)
+    cfg = WatchConfig(interval_s=10.0, timeout_s=2.0, state_dir=tmp_path / "state", **config)
+    return Watcher([Target("r0", server.url)], cfg, clock=clock, on_transition=sink)
+
+
+def run_steps(watcher, clock, n):
+    out = []
+    for _ in range(n):
+        out.append(watcher.step()[0])
+        clock.tick(10.0)
+    return out
+
+
+def test_healthy_then_collapse_fires_drop_and_dead(page_server, tmp_path):
+    clock, transitions = FakeClock(), []
+    page_server.play(*(Answer(page(n)) for n in
+                       ("00-healthy.txt", "01-healthy.txt", "02-collapse.txt", "03-collapse.txt")))
+    w = make(page_server, tmp_path, clock, transitions=transitions, pinned_al=2.9)
+    statuses = run_steps(w, clock, 4)
+    w.close()
+    assert [s.up for s in statuses] == [True] * 4
+    assert statuses[1].window is not None and statuses[1].window.acceptance_length > 2.9
+    assert set(statuses[2].alerts) == {A.SPEC_ACCEPTANCE_DROP, A.SPEC_DRAFTER_DEAD}
+    lines = [t.log_line() for t in transitions]
+    assert any(l.startswith("rocmseat-watch replica=r0 alert=spec_acceptance_drop state=firing al=1.02 baseline=2.90 drafts=600")
+               for l in lines), lines
+
+
+def test_restart_gives_no_negative_window_and_blind_page_alerts(page_server, tmp_path):
+    clock, transitions = FakeClock(), []
+    page_server.play(*(Answer(page(n)) for n in
+                       ("01-healthy.txt", "04-restarted.txt", "05-after-restart.txt",
+                        "06-blind.txt", "05-after-restart.txt")))
+    w = make(page_server, tmp_path, clock, transitions=transitions)
+    s = run_steps(w, clock, 5)
+    w.close()
+    assert s[1].restarted and s[1].window is None
+    assert s[2].window is not None and s[2].window.drafts == 600 and s[2].window.accepted_tokens > 0
+    assert s[3].blind and A.SPEC_BLIND in s[3].alerts
+    assert A.SPEC_BLIND not in s[4].alerts
+    assert [(t.alert, t.state) for t in transitions] == [
+        (A.SPEC_BLIND, "firing"), (A.SPEC_BLIND, "resolved")]
+
+
+def test_garbage_html_truncated_and_http_errors_count_and_go_down(page_server, tmp_path):
+    clock, transitions = FakeClock(), []
+    good = page("00-healthy.txt")
+    page_server.play(
+        Answer(good),
+        Answer("<html><body>502 Bad Gateway</body></html>", content_type="text/plain"),
+        Answer(good[: len(good) // 2]),
+        Answer("\x00\x17garbage\x99"),
+        Answer("oops", status=500),
+        Answer(page("01-healthy.txt"), content_type=TEXT_100),
+    )
+    w = make(page_server, tmp_path, clock, transitions=transitions, down_after=3)
+    s = run_steps(w, clock, 6)
+    w.close()
+    assert [x.up for x in s] == [True, False, False, False, False, True]
+    assert "HTML" in (s[1].error or "") and "truncated" in (s[2].error or "")
+    assert "HTTP 500" in (s[4].error or "")
+    assert s[5].scrape_errors_total == 4
+    assert [(t.alert, t.state) for t in transitions] == [
+        (A.REPLICA_DOWN, "firing"), (A.REPLICA_DOWN, "resolved")]
+    # the window after the outage spans it, from the last good scrape
+    assert s[5].window is not None and s[5].window.drafts == 600
+
+
+def test_timeouts_are_scrape_errors(page_server, tmp_path):
+    clock = FakeClock()
+    hang = threading.Event()
+    page_server.play(Answer(page("00-healthy.txt"), hang=hang))
+    cfg = WatchConfig(timeout_s=0.3, down_after=2, state_dir=tmp_path)
+    w = Watcher([Target("r0", page_server.url)], cfg, clock=clock)
+    try:
+        s = run_steps(w, clock, 2)
+    finally:
+        hang.set()
+        w.close()
+    assert [x.up for x in s] == [False, False]
+    assert "timed out" in (s[0].error or "")
+    assert A.REPLICA_DOWN in s[1].alerts
+
+
+def test_openmetrics_content_type_is_read(page_server, tmp_path):
+    clock = FakeClock()
+    from tests.watch.conftest import METRICS
+    page_server.play(Answer((METRICS / "vllm-qwen-dp2-k7.openmetrics.txt").read_text(),
+                            content_type=OPENMETRICS))
+    w = make(page_server, tmp_path, clock)
+    s = run_steps(w, clock, 1)
+    w.close()
+    assert s[0].up and s[0].error is None
+
+
+def test_stall_fires_after_flat_tokens_with_running_requests(page_server, tmp_path):
+    clock, transitions = FakeClock(), []
+    page_server.play(Answer(page("01-healthy.txt")))  # the same page forever: nothing moves
+    w = make(page_server, tmp_path, clock, transitions=transitions, stall_after_s=30.0)
+    s = run_steps(w, clock, 5)
+    w.close()
+    assert [A.REPLICA_STALLED in x.alerts for x in s] == [False, False, False, True, True]
+
+
+class StuckReceiver:
+    """An Alertmanager that accepts the connection and never answers until released."""
+
+    def __init__(self):
+        self.release = threading.Event()
+        self.received = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                outer.received.append(json.loads(body))
+                outer.release.wait(30)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/api/v2/alerts"
+
+    def close(self):
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_stuck_webhook_receiver_does_not_delay_evaluation(page_server, tmp_path):
+    receiver = StuckReceiver()
+    clock, logged = FakeClock(), []
+    sender = BackgroundSender("webhook", webhook_deliver(receiver.url, timeout_s=60.0),
+                              on_error=logged.append)
+    fanout = AlertFanout(logged.append, webhook=sender)
+    page_server.play(Answer("not metrics"))  # down after 1: fires at once, then stays down
+    w = make(page_server, tmp_path, clock, down_after=1)
+    w._emit = fanout
+    done = threading.Event()
+    statuses = []
+
+    def evaluate():
+        for _ in range(20):
+            statuses.append(w.step()[0])
+            clock.tick(10.0)
+        done.set()
+
+    worker = threading.Thread(target=evaluate, daemon=True)
+    try:
+        worker.start()
+        finished = done.wait(60)  # a bound for a broken build, not a speed assertion
+        still_stuck = not receiver.release.is_set()
+        assert finished and still_stuck
+        assert len(statuses) == 20
+        assert logged[0].startswith("rocmseat-watch replica=r0 alert=replica_down state=firing")
+        assert receiver.received and receiver.received[0][0]["labels"]["alertname"] == "replica_down"
+    finally:
+        receiver.close()
+        sender.close()
+        w.close()
+
+
+def test_webhook_retries_with_backoff_and_sends_resolved(tmp_path):
+    calls = []
+    gate = threading.Event()
+
+    def flaky(batch):
+        gate.wait(30)  # the first attempt is in flight when the resolved state is submitted
+        calls.append(batch)
+        if len(calls) < 3:
+            raise RuntimeError("connection refused")
+
+    sender = BackgroundSender("webhook", flaky, on_error=lambda m: None, backoff_s=(0.01,))
+    fanout = AlertFanout(lambda line: None, webhook=sender)
+    book = A.AlertBook()
+    fanout(book.set("r0", A.SPEC_DRAFTER_DEAD, True, 1_790_000_000.0, {"al": "1.02"}))
+    fanout(book.set("r0", A.SPEC_DRAFTER_DEAD, False, 1_790_000_060.0))
+    gate.set()
+    done = threading.Event()
+    for _ in range(500):
+        if sender.delivered:
+            break
+        done.wait(0.01)
+    sender.close()
+    states = [a["endsAt"] if "endsAt" in a else None for batch in calls for a in batch]
+    # the firing state was superseded while it was being retried: resolved is what gets through
+    assert len(calls) == 3 and sender.delivered == 1
+    assert states[-1] == A.iso(1_790_000_060.0)

@@ -1,0 +1,148 @@
+"""The targeted reader against prometheus_client's parser, on real-format pages and bad ones."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rocmseat.watch.metrics import PageError, read_page, read_page_reference
+from tests.watch.conftest import METRICS, SEQ
+
+PAGES = sorted(p for p in METRICS.glob("*.txt") if "openmetrics" not in p.name)
+SEQ_PAGES = sorted(SEQ.glob("*.txt"))
+
+
+@pytest.mark.parametrize("path", PAGES + SEQ_PAGES, ids=lambda p: p.name)
+def test_reader_agrees_with_prometheus_client(path):
+    text = path.read_text()
+    assert read_page(text) == read_page_reference(text)
+
+
+def test_dp2_page_sums_engines_and_keeps_all_positions():
+    reading = read_page((METRICS / "vllm-qwen-dp2-k7.txt").read_text())
+    assert reading.engines == 2
+    assert reading.drafts == 182_311 + 176_902
+    assert len(reading.accepted_per_pos or ()) == 7
+    assert reading.accepted_tokens == sum(reading.accepted_per_pos or ())
+    assert reading.kv_usage == 0.41  # the fuller of the two engines, not a sum
+    assert reading.running == 9.0
+
+
+def test_openmetrics_page_with_escaped_names_reads_like_the_text_page():
+    # prometheus_client 0.26 escapes ':' to '_' in OpenMetrics sample names while the HELP line
+    # keeps the colon; its own OpenMetrics parser refuses that page, the reader does not.
+    om = (METRICS / "vllm-qwen-dp2-k7.openmetrics.txt").read_text()
+    assert om.endswith("# EOF\n")
+    assert read_page(om) == read_page_reference((METRICS / "vllm-qwen-dp2-k7.txt").read_text())
+
+
+def test_page_without_spec_decode_is_blind_not_an_error():
+    reading = read_page((METRICS / "vllm-nospec.txt").read_text())
+    assert not reading.spec_present
+    assert reading.generation_tokens == 41_230
+
+
+GOOD = (SEQ / "00-healthy.txt").read_text()
+
+
+def _drop_lines(text, needle):
+    return "".join(line for line in text.splitlines(keepends=True) if needle not in line)
+
+
+MALFORMED = [
+    ("empty", "", "empty page"),
+    ("blank", "\n\n  \n", "empty page"),
+    ("html", "<!DOCTYPE html><html><body>502 Bad Gateway</body></html>\n", "HTML"),
+    ("html-late", "\n\n<html>oops</html>\n", "HTML"),
+    ("truncated-mid-line", GOOD[: GOOD.index("vllm:spec_decode_num_drafts_total") + 40],
+     "truncated"),
+    ("garbage-bytes", "\x00\x01\x02garbage\n", "not exposition format"),
+    ("json", '{"error": "not found"}\n', "not exposition format"),
+    ("not-vllm", "# HELP up x\n# TYPE up gauge\nup 1\n", "no vllm: series"),
+    ("bad-number", GOOD.replace('model_name="tiny"} 10000.0', 'model_name="tiny"} ten'),
+     "not a number"),
+    ("no-value", GOOD.replace('model_name="tiny"} 10000.0', 'model_name="tiny"}'),
+     "without a value"),
+    ("unterminated-labels", GOOD.replace('vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 10000.0',
+                                         'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny" 10000.0'),
+     "unterminated"),
+    ("partial-spec", _drop_lines(GOOD, "vllm:spec_decode_num_accepted_tokens_total"),
+     "incomplete spec-decode"),
+    ("missing-position", _drop_lines(GOOD, 'position="1"'), "not 0..K-1"),
+    ("positions-only", _drop_lines(_drop_lines(_drop_lines(GOOD, "num_drafts_total"),
+                                               "num_draft_tokens_total"), "accepted_tokens_total{"),
+     "without the draft counters"),
+]
+
+
+@pytest.mark.parametrize(("text", "why"), [(t, w) for _, t, w in MALFORMED],
+                         ids=[n for n, _, _ in MALFORMED])
+def test_malformed_pages_are_page_errors(text, why):
+    with pytest.raises(PageError, match=why):
+        read_page(text)
+
+
+def test_page_cut_at_a_line_boundary_inside_the_spec_block_is_refused():
+    cut = GOOD.index('vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="1"}')
+    with pytest.raises(PageError):
+        read_page(GOOD[:cut])
+
+
+_label_value = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-/._", min_size=1,
+                       max_size=12)
+_value = st.one_of(st.integers(0, 10**9).map(float), st.floats(0, 1e9, allow_nan=False))
+
+
+@st.composite
+def vllm_pages(draw):
+    engines = draw(st.integers(1, 3))
+    model = draw(_label_value)
+    k = draw(st.integers(1, 8))
+    spec = draw(st.booleans())
+    lines = []
+
+    def family(name, kind, samples):
+        lines.append(f"# HELP {name} help text for {name}.")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(samples)
+
+    def per_engine(name, extra=""):
+        return [f'{name}{{engine="{e}",model_name="{model}"{extra}}} {draw(_value)!r}'
+                for e in range(engines)]
+
+    family("process_cpu_seconds_total", "counter", [f"process_cpu_seconds_total {draw(_value)!r}"])
+    if spec:
+        for name in ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+                     "vllm:spec_decode_num_accepted_tokens_total"):
+            family(name, "counter", per_engine(name))
+            created = name.replace("_total", "_created")
+            family(created, "gauge", per_engine(created))
+        family("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+               [s for i in range(k) for s in per_engine(
+                   "vllm:spec_decode_num_accepted_tokens_per_pos_total", f',position="{i}"')])
+    for name, kind in (("vllm:num_requests_running", "gauge"), ("vllm:kv_cache_usage_perc", "gauge"),
+                       ("vllm:generation_tokens_total", "counter"),
+                       ("vllm:prefix_cache_hits_total", "counter")):
+        family(name, kind, per_engine(name))
+    family("vllm:time_to_first_token_seconds", "histogram",
+           [f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="{le}",model_name="{model}"}} 1.0'
+            for le in ("0.001", "0.5", "+Inf")]
+           + [f'vllm:time_to_first_token_seconds_count{{engine="0",model_name="{model}"}} 1.0',
+              f'vllm:time_to_first_token_seconds_sum{{engine="0",model_name="{model}"}} 0.2'])
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=150, deadline=None)
+@given(vllm_pages())
+def test_reader_matches_prometheus_client_on_generated_pages(text):
+    assert read_page(text) == read_page_reference(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_arbitrary_text_never_crashes_the_reader(text):
+    try:
+        read_page(text)
+    except PageError:
+        pass

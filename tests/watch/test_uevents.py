@@ -1,0 +1,113 @@
+"""Node events: recorded uevent property sets -> alerts for the replica whose GPU they touch.
+
+The property sets are what `udevadm monitor --kernel --property` prints for the kernel's
+KOBJ_CHANGE uevents: pci_uevent_ers() (drivers/pci/pci-driver.c), drm_dev_wedged_event()
+(drivers/gpu/drm/drm_drv.c); devpaths as on a dual-socket R9700 host, where each GPU endpoint
+sits behind the card's internal switch (root port -> upstream port -> downstream port -> GPU).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rocmseat.watch import alerts as A
+from rocmseat.watch.loop import WatchConfig, Watcher
+from rocmseat.watch.scrape import Target
+from rocmseat.watch.uevents import GpuPath, node_events
+from tests.watch.conftest import FakeClock
+
+R0_GPU = "/devices/pci0000:00/0000:00:01.1/0000:03:00.0/0000:04:00.0/0000:05:00.0"
+R0_GPU2 = "/devices/pci0000:00/0000:00:03.1/0000:07:00.0/0000:08:00.0/0000:09:00.0"
+R1_GPU = "/devices/pci0000:80/0000:80:01.1/0000:84:00.0/0000:85:00.0/0000:86:00.0"
+GPUS = [GpuPath("r0", "0000:05:00.0", R0_GPU), GpuPath("r0", "0000:09:00.0", R0_GPU2),
+        GpuPath("r1", "0000:86:00.0", R1_GPU)]
+
+
+def aer(devpath, event, online):
+    return {"ACTION": "change", "DEVPATH": devpath, "SUBSYSTEM": "pci", "DRIVER": "pcieport",
+            "PCI_CLASS": "60400", "PCI_ID": "1022:1483", "PCI_SLOT_NAME": devpath.rsplit("/", 1)[1],
+            "MODALIAS": "pci:v00001022d00001483sv00000000sd00000000bc06sc04i00",
+            "ERROR_EVENT": event, "DEVICE_ONLINE": online, "SEQNUM": "5821"}
+
+
+def drm(devpath, **extra):
+    return {"ACTION": "change", "DEVPATH": devpath + "/drm/card1", "SUBSYSTEM": "drm",
+            "DEVNAME": "/dev/dri/card1", "DEVTYPE": "drm_minor", "MAJOR": "226", "MINOR": "1",
+            "SEQNUM": "6120", **extra}
+
+
+def test_begin_recovery_on_the_root_port_above_r0_gpu():
+    events = node_events(aer("/devices/pci0000:00/0000:00:01.1", "BEGIN_RECOVERY", "0"), GPUS)
+    assert [(e.replica, e.alert, e.on) for e in events] == [("r0", A.GPU_AER_RECOVERY, True)]
+    assert events[0].device == "0000:00:01.1"
+
+
+def test_successful_and_failed_recovery():
+    ok = node_events(aer(R1_GPU, "SUCCESSFUL_RECOVERY", "1"), GPUS)
+    assert {(e.replica, e.alert, e.on) for e in ok} == {
+        ("r1", A.GPU_AER_RECOVERY, False), ("r1", A.GPU_AER_FAILED, False)}
+    bad = node_events(aer("/devices/pci0000:80/0000:80:01.1/0000:84:00.0", "FAILED_RECOVERY", "0"),
+                      GPUS)
+    assert {(e.replica, e.alert, e.on) for e in bad} == {
+        ("r1", A.GPU_AER_RECOVERY, False), ("r1", A.GPU_AER_FAILED, True)}
+
+
+def test_wedged_none_is_a_reset_that_holds_then_resolves():
+    events = node_events(drm(R0_GPU2, WEDGED="none", PID="4242", TASK="python3"), GPUS)
+    assert [(e.replica, e.alert, e.on) for e in events] == [("r0", A.GPU_RESET, True)]
+    assert events[0].hold_s is not None and "PID=4242 TASK=python3" in events[0].detail
+
+
+@pytest.mark.parametrize("method", ["rebind", "bus-reset", "rebind,bus-reset", "unknown",
+                                    "vendor-specific"])
+def test_wedged_needing_recovery(method):
+    events = node_events(drm(R1_GPU, WEDGED=method), GPUS)
+    assert [(e.replica, e.alert, e.on) for e in events] == [("r1", A.GPU_WEDGED, True)]
+
+
+@pytest.mark.parametrize("props", [{"RESET": "1", "PID": "77", "NAME": "vllm", "FLAGS": "1"},
+                                   {"AMDGPURESET": "1"}])
+def test_amdgpu_reset_uevents(props):
+    events = node_events(drm(R0_GPU, **props), GPUS)
+    assert [(e.replica, e.alert) for e in events] == [("r0", A.GPU_RESET)]
+
+
+def test_driver_bind_on_the_gpu_resolves_wedged():
+    props = {"ACTION": "bind", "DEVPATH": R1_GPU, "SUBSYSTEM": "pci", "DRIVER": "amdgpu"}
+    assert {(e.alert, e.on) for e in node_events(props, GPUS)} == {
+        (A.GPU_WEDGED, False), (A.GPU_AER_FAILED, False)}
+
+
+@pytest.mark.parametrize("props", [
+    aer("/devices/pci0000:40/0000:40:01.1", "BEGIN_RECOVERY", "0"),  # another socket's port
+    aer(R0_GPU + "/0000:05:00.1", "BEGIN_RECOVERY", "0") | {"DEVPATH": R0_GPU[:-1] + "1"},
+    {"ACTION": "change", "DEVPATH": R0_GPU + "/drm/card1", "SUBSYSTEM": "drm", "HOTPLUG": "1"},
+    {"ACTION": "add", "DEVPATH": "/devices/virtual/net/veth1", "SUBSYSTEM": "net"},
+    {"ACTION": "change", "SUBSYSTEM": "pci"},
+    {},
+])
+def test_unrelated_events_do_nothing(props):
+    assert node_events(props, GPUS) == []
+
+
+def test_watcher_turns_queued_events_into_transitions_and_expires_resets(tmp_path):
+    clock, transitions = FakeClock(), []
+
+    def fetch(url, timeout):
+        return "# no vllm here\nup 1\n"
+
+    w = Watcher([Target("r0", "http://x/metrics"), Target("r1", "http://y/metrics")],
+                WatchConfig(state_dir=tmp_path, down_after=99), fetch=fetch, clock=clock,
+                on_transition=transitions.append, gpu_paths=GPUS)
+    w.events.put(drm(R0_GPU, WEDGED="none"))
+    w.events.put(aer("/devices/pci0000:80/0000:80:01.1", "BEGIN_RECOVERY", "0"))
+    w.step()
+    assert [(t.replica, t.alert, t.state) for t in transitions] == [
+        ("r0", A.GPU_RESET, "firing"), ("r1", A.GPU_AER_RECOVERY, "firing")]
+    assert transitions[0].log_line() == (
+        "rocmseat-watch replica=r0 alert=gpu_reset state=firing device=card1 event=WEDGED=none")
+    clock.tick(601)
+    w.step()
+    w.close()
+    assert (transitions[-1].replica, transitions[-1].alert, transitions[-1].state) == (
+        "r0", A.GPU_RESET, "resolved")
