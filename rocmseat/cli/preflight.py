@@ -14,7 +14,7 @@ from rocmseat.cli.options import (
     state_dir_option,
     sysfs_root_option,
 )
-from rocmseat.errors import ConfigError
+from rocmseat.errors import ConfigError, ReadError, RocmseatError
 from rocmseat.findings import exit_code_for
 
 
@@ -27,6 +27,17 @@ def _pairs(
         return [parse_pair(value) for value in values]
     except ConfigError as exc:
         raise click.BadParameter(exc.message) from None
+
+
+def _write_textfile(directory: Path, text: str) -> None:
+    from rocmseat.atomic import atomic_write_text
+    from rocmseat.preflight.textfile import TEXTFILE_NAME
+
+    target = directory / TEXTFILE_NAME
+    try:
+        atomic_write_text(target, text)
+    except OSError as exc:
+        raise ReadError(target, f"cannot write the textfile: {exc.strerror or exc}") from None
 
 
 @click.command()
@@ -97,23 +108,25 @@ def preflight(  # noqa: PLR0917 (click passes every option)
     """
     from rocmseat.preflight import render
     from rocmseat.preflight.run import preflight_report
+    from rocmseat.preflight.textfile import render_textfile, render_textfile_error
 
-    report = preflight_report(
-        resolve_sysfs_root(sysfs_root),
-        resolve_state_dir(state_dir),
-        families=set(only) or None,
-        pairs=pairs or None,
-        profile=profile,
-        hip=hip,
-        amdsmi=amdsmi,
-        sample_s=sample_s,
-    )
-    if textfile is not None:
-        from rocmseat.atomic import atomic_write_text
-
-        atomic_write_text(
-            textfile / render.TEXTFILE_NAME, render.render_textfile(report, strict=strict)
+    try:
+        report = preflight_report(
+            resolve_sysfs_root(sysfs_root),
+            resolve_state_dir(state_dir),
+            families=set(only) or None,
+            pairs=pairs or None,
+            profile=profile,
+            hip=hip,
+            amdsmi=amdsmi,
+            sample_s=sample_s,
         )
+    except RocmseatError as exc:
+        if textfile is not None:
+            _write_textfile(textfile, render_textfile_error(exc.exit_code))
+        raise
+    if textfile is not None:
+        _write_textfile(textfile, render_textfile(report, strict=strict))
     if as_json:
         click.echo(render.render_json(report, strict=strict), nl=False)
     elif sys.stdout.isatty():

@@ -22,7 +22,7 @@ from rocmseat.watch.detector import DetectorParams
 from rocmseat.watch.exporter import parse_listen, start_exporter
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.render import render_table
-from rocmseat.watch.scrape import Target, parse_target
+from rocmseat.watch.scrape import HttpFetch, Target, parse_target
 from rocmseat.watch.sinks import AlertFanout, BackgroundSender, command_deliver, webhook_deliver
 from rocmseat.watch.status import ReplicaStatus, report_json
 from rocmseat.watch.uevents import UeventMonitor
@@ -156,6 +156,7 @@ def _loop(
     def log(line: str) -> None:
         click.echo(line, err=True)
 
+    server = None
     fanout = AlertFanout(
         log,
         webhook=BackgroundSender("webhook", webhook_deliver(webhook), on_error=log)
@@ -164,21 +165,28 @@ def _loop(
                               batch=False) if hook_argv else None,
         seat=seat_name,
     )
-    watcher = Watcher(targets, config, on_transition=fanout, gpu_paths=None)
-    monitor = _start_node_events(targets, watcher, log)
-    server = None
-    if listen != "off":
-        server, _ = start_exporter(listen, lambda: watcher.statuses)
+    fetch = HttpFetch()
+    watcher = Watcher(targets, config, fetch=fetch, on_transition=fanout, gpu_paths=None)
+    monitor: UeventMonitor | None = None
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    names = ",".join(t.name for t in targets)
-    log(f"rocmseat-watch start replicas={names} interval_s={config.interval_s:g} "
-        f"exporter={listen}")
     try:
+        if listen != "off":
+            try:
+                server, _ = start_exporter(listen, lambda: watcher.statuses)
+            except OSError as exc:
+                raise ConfigError(
+                    f"--exporter-listen {listen}: {exc.strerror or exc}",
+                    hint="choose another HOST:PORT, or 'off'",
+                ) from None
+        monitor = _start_node_events(targets, watcher, log)
+        names = ",".join(t.name for t in targets)
+        log(f"rocmseat-watch start replicas={names} interval_s={config.interval_s:g} "
+            f"exporter={listen}")
         watcher.run(stop, lambda statuses: fanout.keepalive(time.time()))
     finally:
         for sig, handler in previous.items():
@@ -187,8 +195,10 @@ def _loop(
             monitor.stop()
         if server is not None:
             server.shutdown()
+            server.server_close()
         fanout.close()
         watcher.close()
+        fetch.close()
         log("rocmseat-watch stop")
     return exitcodes.OK
 

@@ -25,6 +25,8 @@ def hip_findings(
     never loads HIP. A pair whose runtime is missing or sees no device yields one hip.runtime
     `unknown` with HIP's own reason, and no other finding for that pair.
     """
+    if not stage_timeout_s > 0:
+        raise ValueError(f"stage_timeout_s must be positive, not {stage_timeout_s!r}")
     findings: list[Finding] = []
     for a, b in pairs:
         probe = probe_pair(a.lower(), b.lower(), env=env, stage_timeout_s=stage_timeout_s,

@@ -25,6 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rocmseat.hip import api, library
+from rocmseat.hip.api import Hip
+
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 BANDWIDTH_REPEATS = 3
 
@@ -64,7 +67,7 @@ def best_gbps(timed: Callable[[], float], size_bytes: int) -> float | None:
     return max((gbps(size_bytes, timed()) or 0.0 for _ in range(BANDWIDTH_REPEATS)), default=0.0)
 
 
-def _device_index(hip: Any, rep: Reporter, pci: str) -> int:
+def _device_index(hip: Hip, rep: Reporter, pci: str) -> int:
     rep.enter("device_count")
     count = hip.device_count()
     rep.enter("pci_bus_id")
@@ -75,7 +78,7 @@ def _device_index(hip: Any, rep: Reporter, pci: str) -> int:
     return seen.index(pci.lower())
 
 
-def run_info(hip: Any, rep: Reporter, args: argparse.Namespace) -> dict[str, Any]:
+def run_info(hip: Hip, rep: Reporter, args: argparse.Namespace) -> dict[str, Any]:
     rep.enter("runtime_version")
     version = hip.runtime_version()
     rep.enter("device_count")
@@ -98,14 +101,12 @@ def run_info(hip: Any, rep: Reporter, args: argparse.Namespace) -> dict[str, Any
         try:
             hip.enable_peer_access(other)
             enable[key] = None
-        except Exception as exc:  # HipCallError: recorded, judged as a p2p warning
-            enable[key] = f"{getattr(exc, 'name', exc)} ({getattr(exc, 'code', '?')})"
+        except api.HipCallError as exc:  # recorded, judged as a p2p warning
+            enable[key] = f"{exc.name} ({exc.code})"
     return {"runtime_version": version, "devices": devices, "peer": peer, "enable_peer": enable}
 
 
-def run_owner(hip: Any, rep: Reporter, args: argparse.Namespace) -> dict[str, Any]:
-    from rocmseat.hip import api
-
+def run_owner(hip: Hip, rep: Reporter, args: argparse.Namespace) -> dict[str, Any]:
     device = _device_index(hip, rep, args.pci[0])
     n = args.bytes
     rep.enter("set_device")
@@ -140,9 +141,7 @@ class VerifyError(Exception):
     pass
 
 
-def run_opener(hip: Any, rep: Reporter, args: argparse.Namespace) -> dict[str, Any]:
-    from rocmseat.hip import api
-
+def run_opener(hip: Hip, rep: Reporter, args: argparse.Namespace) -> dict[str, Any]:
     device = _device_index(hip, rep, args.pci[0])
     n = args.bytes
     rep.enter("set_device")
@@ -191,8 +190,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     die_with_parent(args.parent_pid)
 
-    from rocmseat.hip import api, library
-
     rep = Reporter()
     rep.enter("load")
     try:
@@ -206,10 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         result = ROLES[args.role](hip, rep, args)
     except api.HipCallError as exc:
         rep.send({"error": {"stage": rep.stage, "call": exc.call, "code": exc.code,
-                            "name": exc.name}})
+                            "name": exc.name, "library": loaded.source}})
         return 0
     except VerifyError as exc:
-        rep.send({"error": {"stage": rep.stage, "call": "", "code": None, "name": str(exc)}})
+        rep.send({"error": {"stage": rep.stage, "call": "", "code": None, "name": str(exc),
+                            "library": loaded.source}})
         return 0
     result["library"] = loaded.source
     result["child_wall_s"] = time.monotonic() - started

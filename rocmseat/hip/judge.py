@@ -47,7 +47,8 @@ def _failure_data(failure: StageFailure) -> dict[str, Any]:
 
 def judge_pair(probe: PairProbe) -> list[Finding]:
     subject = f"{probe.a}+{probe.b}"
-    base: dict[str, Any] = {"wall_s": round(probe.wall_s, 3), "a": probe.a, "b": probe.b}
+    # One rounding for data and message, so the two always agree.
+    base: dict[str, Any] = {"wall_s": round(probe.wall_s, 2), "a": probe.a, "b": probe.b}
     runtime = _runtime(probe, subject, base)
     if runtime.severity is not Severity.OK:
         return [runtime]
@@ -61,7 +62,8 @@ def _runtime(probe: PairProbe, subject: str, base: dict[str, Any]) -> Finding:
         return Finding("hip.runtime", Severity.UNKNOWN, subject, probe.no_runtime, hint, base)
     if probe.runtime_failure is not None:
         f = probe.runtime_failure
-        message = f"HIP could not be used: {f.call or f.stage}: {f.reason}"
+        source = f" ({probe.library})" if probe.library else ""
+        message = f"HIP could not be used{source}: {f.call or f.stage}: {f.reason}"
         if f.hung:
             message = f"HIP stage {f.stage} hung: {f.reason}"
         return Finding("hip.runtime", Severity.UNKNOWN, subject, message,
@@ -81,7 +83,7 @@ def _runtime(probe: PairProbe, subject: str, base: dict[str, Any]) -> Finding:
 
 
 def _ipc(probe: PairProbe, subject: str, base: dict[str, Any]) -> Finding:
-    wall = f"probe {probe.wall_s:.2f} s"
+    wall = f"probe {base['wall_s']:.2f} s"
     failed = [d for d in probe.directions if d.failure is not None]
     if not failed and len(probe.directions) == 2:
         nbytes = probe.directions[0].verified_bytes or 0

@@ -249,7 +249,8 @@ def _stop_fields(child: Child, msg: dict[str, Any]) -> dict[str, Any]:
     code = err.get("code")
     name = err.get("name", "")
     reason = f"{name} ({code})" if code is not None else str(name)
-    return {"failure": StageFailure(child.role, str(err.get("stage", child.stage)), reason,
+    library = {"library": str(err["library"])} if err.get("library") else {}
+    return {**library, "failure": StageFailure(child.role, str(err.get("stage", child.stage)), reason,
                                     call=str(err.get("call", "")),
                                     error_name=name if code is not None else None,
                                     error_code=code)}

@@ -9,18 +9,26 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import shlex
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rocmseat.atomic import LockTimeout, exclusive_lock
 from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.launch.judge import ExpectRule, JudgeContext, judge_startup
-from rocmseat.launch.plan import KeyStatus, ReplicaPlan, plan_replicas
+from rocmseat.launch.plan import (
+    KeyStatus,
+    ReplicaPlan,
+    plan_replicas,
+    probed_hip_order,
+    with_probed_hip_indices,
+)
 from rocmseat.launch.readiness import Canary, Fetch, http_fetch
-from rocmseat.launch.report import build_report, previous_start, save_report
+from rocmseat.launch.report import build_report, previous_start, replica_state_dir, save_report
 from rocmseat.launch.sdnotify import NOTIFY_ENV, Notifier
 from rocmseat.launch.startuplog import StartupLogReader, StartupSummary
 from rocmseat.launch.supervise import EngineSpec, SupervisionResult, supervise
@@ -137,15 +145,35 @@ def launch_replica(
     environ: Mapping[str, str] | None = None, stop_grace_s: float = 30.0,
     probe_interval_s: float = 2.0, fetch: Fetch = http_fetch,
 ) -> LaunchResult:
+    placement = place(seat, sysfs_root, numactl=find_numactl())
+    plan = pick(placement.plans, replica)
+    # One launch per replica: a second one would move the cache of a running engine aside and
+    # race it for the port. The kernel drops the lock when we die; the engine does not inherit
+    # it (PEP 446: our descriptors are not inheritable).
+    lock = replica_state_dir(state_dir, seat.name, plan.replica) / ".launch.lock"
+    try:
+        with exclusive_lock(lock, timeout_s=0.0):
+            return _launch_locked(seat, placement, plan, sysfs_root=sysfs_root,
+                                  state_dir=state_dir, echo=echo, say=say, environ=environ,
+                                  stop_grace_s=stop_grace_s, probe_interval_s=probe_interval_s,
+                                  fetch=fetch)
+    except LockTimeout:
+        raise RocmseatError(f"replica {plan.replica} of seat {seat.name} is already being "
+                            f"launched by another process (lock {lock})",
+                            hint="stop that one first (systemctl stop, or SIGTERM)") from None
+
+
+def _launch_locked(
+    seat: Seat, placement: Placement, plan: ReplicaPlan, *, sysfs_root: Path | None,
+    state_dir: Path, echo: Say, say: Say, environ: Mapping[str, str] | None,
+    stop_grace_s: float, probe_interval_s: float, fetch: Fetch,
+) -> LaunchResult:
     from rocmseat.cache.key import replica_key
     from rocmseat.cache.store import prepare
 
     environ = dict(os.environ if environ is None else environ)
     notifier = Notifier.from_environ(environ)
     started = dt.datetime.now(dt.UTC)
-    notifier.status("planning")
-    placement = place(seat, sysfs_root, numactl=find_numactl())
-    plan = pick(placement.plans, replica)
     notifier.status("computing the config key")
     key = replica_key(seat, plan.replica, gpu_arch(placement, plan))
     prepared = prepare(seat.cache_root, plan.replica, key, seat_name=seat.name)
@@ -154,6 +182,13 @@ def launch_replica(
                                env={**plan.env, **prepared.env})
     notifier.status("preflight of the pair")
     preflight = preflight_gate(seat, plan, sysfs_root, state_dir, say)
+    order = probed_hip_order(preflight)
+    if order is not None:
+        probed = with_probed_hip_indices(plan, order)
+        if probed.hip_indices != plan.hip_indices:
+            say(f"HIP numbers {', '.join(plan.pci_pair)} as {probed.hip_indices}, not "
+                f"{plan.hip_indices} (PCI bus order): using the probe's indices")
+        plan = probed
     previous, problems = previous_start(state_dir, seat.name, plan.replica)
     for problem in problems:
         say(f"startup history entry skipped: {problem}")
@@ -193,10 +228,14 @@ def launch_replica(
         readiness_timeout_s=seat.readiness.timeout_s, probe_interval_s=probe_interval_s,
         stop_grace_s=stop_grace_s,
     )
-    say(f"starting replica {plan.replica}: {' '.join(plan.argv)}")
+    say(f"starting replica {plan.replica}: {shlex.join(plan.argv)}")
     result = supervise(spec, reader=reader, notifier=notifier, echo=echo, on_ready=on_ready,
                        fetch=fetch)
     path, findings = write(result.summary, result.ready, _outcome(result))
+    if not result.ready:  # when ready, on_ready has said them already
+        for finding in findings:
+            if finding.severity is not Severity.OK and finding.family != "preflight":
+                say(f"{finding.severity.value}: {finding.check_id}: {finding.message}")
     say(f"replica {plan.replica}: {result.reason}; startup report {path}")
     return LaunchResult(result.exit_code, result.reason, path, tuple(findings))
 

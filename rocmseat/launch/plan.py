@@ -13,14 +13,16 @@ as `hip_index_by_pci` and it wins over the assumption.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rocmseat.cache.layout import cache_env
 from rocmseat.errors import ConfigError, NoDeviceError
+from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Inventory
 from rocmseat.preflight.pairs import Pair
 from rocmseat.seat.locate import Loc, format_loc, locate
@@ -204,6 +206,9 @@ def plan_replicas(
         cache_dir = seat.cache_root / name
         env = dict(seat.env)
         env.update((cache_envs or {}).get(name) or cache_env(cache_dir))
+        # The engine's output goes to a pipe: unbuffered, each line reaches the journal and the
+        # startup-log classifier when it is written, not when a 8 KiB buffer fills.
+        env.setdefault("PYTHONUNBUFFERED", "1")
         indices, source = _hip_indices(pair, inventory, hip_index_by_pci)
         if pair:
             env["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in indices)
@@ -257,3 +262,24 @@ def _binding(seat: Seat, pair: tuple[str, ...], inventory: Inventory | None,
                        "numactl not found: CPU affinity only, memory not bound (first touch)")
     return Binding(node_id, None, (), "none",
                    f"numactl not found and node {node_id} has no readable cpulist: not bound")
+
+
+def probed_hip_order(findings: Iterable[Finding]) -> dict[str, int] | None:
+    """PCI address -> HIP index as the HIP probe saw it (hipDeviceGetPCIBusId of each index,
+    in the `devices` data of an ok `hip.runtime` finding), or None when it did not run."""
+    for finding in findings:
+        if finding.check_id == "hip.runtime" and finding.severity is Severity.OK:
+            devices = finding.data.get("devices")
+            if isinstance(devices, list) and devices and all(isinstance(d, str) for d in devices):
+                return {d.lower(): i for i, d in enumerate(devices)}
+    return None
+
+
+def with_probed_hip_indices(plan: ReplicaPlan, order: Mapping[str, int]) -> ReplicaPlan:
+    """The plan with the probe's HIP indices (unchanged if the probe did not see the pair)."""
+    if not plan.pci_pair or not all(a in order for a in plan.pci_pair):
+        return plan
+    indices = tuple(order[a] for a in plan.pci_pair)
+    env = {**plan.env, "HIP_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}
+    return dataclasses.replace(plan, hip_indices=indices, hip_index_source=HIP_ORDER_PROBED,
+                               env=env)

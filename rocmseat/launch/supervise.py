@@ -109,6 +109,10 @@ def supervise(
     on_ready: Callable[[StartupSummary, float], None] | None = None,
     fetch: Fetch = http_fetch,
 ) -> SupervisionResult:
+    # Handlers first: a SIGTERM between the fork and their installation would kill us and
+    # orphan the engine in its own session.
+    state = _State()
+    previous = _install_forwarding(state)
     try:
         with _affinity(spec.cpus):
             proc = subprocess.Popen(
@@ -116,15 +120,18 @@ def supervise(
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             )
     except FileNotFoundError:
+        _restore(previous)
         raise RocmseatError(f"{spec.argv[0]}: command not found",
                             hint="check [engine] command in the seat file") from None
-    except PermissionError as exc:
-        raise RocmseatError(f"{spec.argv[0]}: {exc.strerror}") from None
+    except BaseException as exc:
+        _restore(previous)
+        if isinstance(exc, PermissionError):
+            raise RocmseatError(f"{spec.argv[0]}: {exc.strerror}") from None
+        raise
+    state.attach(proc)
     assert proc.stdout is not None
     pump = _Pump(proc.stdout, reader, echo)
     pump.start()
-    state = _State(proc)
-    previous = _install_forwarding(state)
     try:
         return _watch(spec, proc, pump, state, notifier=notifier, on_ready=on_ready, fetch=fetch)
     finally:
@@ -134,14 +141,24 @@ def supervise(
 
 
 class _State:
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
+    def __init__(self) -> None:
+        self.pid: int | None = None
         self.signal_received: int | None = None
+
+    def attach(self, proc: subprocess.Popen[bytes]) -> None:
+        self.pid = proc.pid
+        if self.signal_received is not None:  # it came while we were forking
+            self._send(self.signal_received)
 
     def forward(self, signum: int, _frame: FrameType | None) -> None:
         self.signal_received = signum
+        self._send(signum)
+
+    def _send(self, signum: int) -> None:
+        if self.pid is None:
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signum)
+            os.killpg(self.pid, signum)
 
 
 def _install_forwarding(state: _State) -> dict[int, Any]:
@@ -202,7 +219,7 @@ def _watch(
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=0.2 if ready_after is None else 1.0)
     rc = proc.wait()
-    pump.join(timeout=10.0)
+    _sweep_group(proc, pump, min(spec.stop_grace_s, 5.0))
     if state.signal_received is not None:
         name = signal.Signals(state.signal_received).name
         reason = f"received {name}, forwarded to the engine; it exited {_describe(rc)}"
@@ -275,6 +292,17 @@ def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     # Children the engine left behind keep its process group id after it is gone.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _sweep_group(proc: subprocess.Popen[bytes], pump: _Pump, grace_s: float) -> None:
+    """The engine has exited; what it left in its group (a worker, a compiler child) still
+    holds its output pipe. SIGTERM them, give them `grace_s` to go, then SIGKILL."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    pump.join(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    pump.join(timeout=10.0)
 
 
 @contextlib.contextmanager

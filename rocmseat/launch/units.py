@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmseat.errors import ReadError
 from rocmseat.launch.plan import ReplicaPlan
 from rocmseat.seat.model import Seat
 
@@ -109,12 +110,14 @@ def hardening(seat: Seat, ctx: UnitContext, *, devices: bool) -> str:
 
 def _common(seat: Seat, ctx: UnitContext, *, devices: bool) -> dict[str, str]:
     dirs = sorted({str(seat.cache_root), str(ctx.state_dir)})
+    # '+': runs outside the sandbox, so the writable paths exist before it is set up; with
+    # User= they must belong to that user (the cache store refuses a root of another owner).
+    make = ["install", "-d", "-o", ctx.user, *dirs] if ctx.user else ["mkdir", "-p", *dirs]
     return {
         "SEAT": seat.name,
         "USER": f"User={ctx.user}" if ctx.user else "",
         "HARDENING": hardening(seat, ctx, devices=devices),
-        # '+': runs outside the sandbox, so the writable paths exist before it is set up.
-        "PREPARE_DIRS": "ExecStartPre=+" + exec_line(["mkdir", "-p", *dirs]),
+        "PREPARE_DIRS": "ExecStartPre=+" + exec_line(make),
     }
 
 
@@ -152,7 +155,8 @@ def render_units(seat: Seat, plans: Sequence[ReplicaPlan], ctx: UnitContext,
             "REPLICA": plan.replica,
             "PLACE": place.replace("%", "%%"),
             "PORT": str(plan.port),
-            "AFTER": preflight_unit or "",
+            "AFTER": " ".join(["network-online.target", *([preflight_unit] if preflight_unit
+                                                           else [])]),
             "BURST": str(BURST),
             "BURST_WINDOW": str(BURST_WINDOW_S),
             "PREFLIGHT": preflight,
@@ -176,8 +180,8 @@ def render_units(seat: Seat, plans: Sequence[ReplicaPlan], ctx: UnitContext,
     values = _common(seat, ctx, devices=False)
     values |= {
         "AFTER": " ".join(replica_units),
-        "WATCH": exec_line([str(ctx.rocmseat_bin), "watch", str(ctx.seat_file)]),
-        "STATE_DIR": quote_arg(str(ctx.state_dir)),
+        "WATCH": exec_line([str(ctx.rocmseat_bin), "watch", str(ctx.seat_file), "--state-dir",
+                            str(ctx.state_dir)]),
     }
     units[names["watch"]] = substitute(templates["watch"], values)
     return units
@@ -185,5 +189,13 @@ def render_units(seat: Seat, plans: Sequence[ReplicaPlan], ctx: UnitContext,
 
 def load_templates(directory: Path | None = None) -> dict[str, str]:
     base = directory or template_dir()
-    return {kind: (base / f"{kind}.service.in").read_text(encoding="utf-8")
-            for kind in ("replica", "preflight", "watch")}
+    out = {}
+    for kind in ("replica", "preflight", "watch"):
+        path = base / f"{kind}.service.in"
+        try:
+            out[kind] = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ReadError(path, exc.strerror or str(exc),
+                            hint="the unit templates live in the repository's systemd/ folder; "
+                            "install rocmseat from a checkout (pip install -e .)") from None
+    return out

@@ -139,7 +139,7 @@ def read_config_key(replica_cache_dir: Path) -> str | None:
         return None
     if not isinstance(data, dict):
         return None
-    for name in ("config_key", "key", "digest"):
+    for name in ("key", "config_key", "digest"):  # rocmseat.cache.store writes "key"
         value = data.get(name)
         if isinstance(value, str) and value:
             return value

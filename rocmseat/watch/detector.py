@@ -129,7 +129,9 @@ class SpecDetector:
         # learning AL 1.08 from a stale-cache launch would make the fault the norm.
         if self.dead or judged.effective_k is None:
             return None
-        if abs(judged.effective_k - judged.num_positions) > 1e-6:
+        # Full K within 0.1 token: grammar-invalidated draft tokens are subtracted from
+        # num_draft_tokens (vllm/v1/core/sched/scheduler.py), so structured output sits just below.
+        if judged.effective_k < judged.num_positions - 0.1:
             return None
         if judged.accepted_per_pos[0] / judged.drafts <= self.params.dead_resolve_p0:
             return None

@@ -16,6 +16,8 @@ def seat_replica_names(seat: Any, state_dir: Path | None) -> list[str]:
         return list(replicas.names)
     if replicas.pairs:
         return [f"r{i}" for i in range(len(replicas.pairs))]
+    if seat.backend == "cpu":
+        return ["r0"]  # the CPU backend runs one replica (launchers/demo-cpu.toml)
     found: set[str] = set()
     if state_dir is not None:
         seat_state = state_dir / "seats" / seat.name

@@ -94,7 +94,9 @@ class Window:
 
     @property
     def drafts_per_s(self) -> float | None:
-        return self.drafts / self.duration_s if self.duration_s > 0 else None
+        if not self.spec_present or self.duration_s <= 0:
+            return None
+        return self.drafts / self.duration_s
 
     @property
     def generation_tokens_per_s(self) -> float | None:

@@ -1,5 +1,7 @@
 """cache-audit over a built fixture tree: states, diffs, in-use, goldens, prune plan."""
 
+# ruff: noqa: E501  (tables of cases read best one per line)
+
 from __future__ import annotations
 
 import datetime as dt

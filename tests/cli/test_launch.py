@@ -244,7 +244,7 @@ def test_never_healthy_engine_times_out_and_leaves_nothing(tmp_path):
     proc = subprocess.Popen([*rocmseat_argv(), "launch", str(seat), "--replica", "r0",
                              "--stop-grace", "2"], env=child_env(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = proc.communicate(timeout=120)
+    _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err
     assert "r0: not ready within 3 s (last probe: /health: " in err
     assert "engine stopped" in err
@@ -275,6 +275,12 @@ def test_sigterm_to_launch_stops_the_engine_and_returns_its_status(tmp_path):
             seen += grams.read_all()
             time.sleep(0.1)
         assert any(g.startswith("READY=1") for g in seen), seen
+        second = subprocess.run([*rocmseat_argv(), "launch", str(seat), "--replica", "r0"],
+                                env=child_env(tmp_path), capture_output=True, text=True,
+                                timeout=60)
+        assert second.returncode == 1, second.stderr
+        assert "replica r0 of seat test-cpu is already being launched by another process" in (
+            second.stderr)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:

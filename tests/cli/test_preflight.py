@@ -14,16 +14,28 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO
-from tests.sysfs.conftest import SYSFS_FIXTURES, copy_tree  # noqa: F401 (fixture)
+from tests.sysfs.conftest import SYSFS_FIXTURES
 
 X99 = SYSFS_FIXTURES / "x99-r9700"
 DEGRADED = SYSFS_FIXTURES / "x99-r9700-degraded"
 
 
 @pytest.fixture
+def copy_tree(tmp_path):
+    def copy(name):
+        dest = tmp_path / name
+        shutil.copytree(SYSFS_FIXTURES / name, dest, symlinks=True)
+        return dest
+
+    return copy
+
+
+@pytest.fixture
 def preflight(rocmseat_cli, tmp_path):
     def run(root, *args):
-        return rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "state"), *args)
+        return rocmseat_cli(
+            "preflight", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "state"), *args
+        )
 
     return run
 
@@ -47,10 +59,16 @@ def test_degraded_exits_1_naming_hop_badtlp_and_false_claim(preflight):
 def test_x99_exits_0_with_socket_local_pairs_noting_x8(preflight):
     result = preflight(X99)
     assert result.exit_code == 0, result.stdout
-    assert "  0000:05:00.0 + 0000:09:00.0  socket 0  (asymmetric: 8 GT/s x16 / 8 GT/s x8)" in result.stdout
+    assert (
+        "  0000:05:00.0 + 0000:09:00.0  socket 0  (asymmetric: 8 GT/s x16 / 8 GT/s x8)"
+        in result.stdout
+    )
     assert "  0000:86:00.0 + 0000:89:00.0  socket 1  (symmetric)" in result.stdout
     assert "FAIL" not in result.stdout and "\x1b[" not in result.stdout
-    assert "the slot is x8 (the GPU could do x16): capability-limited by design, not a fault" in result.stdout
+    assert (
+        "the slot is x8 (the GPU could do x16): capability-limited by design, not a fault"
+        in result.stdout
+    )
 
 
 @pytest.mark.parametrize("host", ["x99-r9700", "x99-r9700-degraded"])
@@ -75,7 +93,9 @@ def test_textfile_golden_and_parsed_back(preflight, golden, tmp_path):
     golden("preflight-x99-r9700-degraded.prom", text)
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert families["rocmseat_preflight_exit_code"].samples[0].value == 1
-    findings = {s.labels["severity"]: s.value for s in families["rocmseat_preflight_findings"].samples}
+    findings = {
+        s.labels["severity"]: s.value for s in families["rocmseat_preflight_findings"].samples
+    }
     assert findings == {"ok": 16, "warn": 0, "fail": 2, "unknown": 0}
     speeds = {
         (s.labels["pci_address"], s.labels["kind"]): s.value
@@ -89,19 +109,23 @@ def test_textfile_golden_and_parsed_back(preflight, golden, tmp_path):
     }
     assert severity[("aer.badtlp", "0000:80:02.0")] == 3
     aer = {
-        (s.labels["function"], s.labels["kind"]): s.value for s in families["rocmseat_pcie_aer_errors"].samples
+        (s.labels["function"], s.labels["kind"]): s.value
+        for s in families["rocmseat_pcie_aer_errors"].samples
     }
     assert aer[("0000:80:02.0", "correctable")] == 6655
 
 
+@pytest.mark.tools
 def test_textfile_promtool_check(preflight, tmp_path):
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool is not installed (Debian package prometheus)")
     preflight(DEGRADED, "--textfile", str(tmp_path / "t"))
     proc = subprocess.run(
-        [promtool, "check", "metrics"], input=(tmp_path / "t/rocmseat_preflight.prom").read_text(),
-        capture_output=True, text=True,
+        [promtool, "check", "metrics"],
+        input=(tmp_path / "t/rocmseat_preflight.prom").read_text(),
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -123,7 +147,10 @@ def test_pair_restricts_gpus_and_accepts_short_addresses(preflight):
     subjects = {f["subject"] for f in doc["findings"]}
     assert "0000:86:00.0" not in subjects and "0000:89:00.0" not in subjects
     assert doc["pairs"]["requested"] == [["0000:05:00.0", "0000:09:00.0"]]
-    assert [g["pci_address"] for g in doc["gpus"] if g["checked"]] == ["0000:05:00.0", "0000:09:00.0"]
+    assert [g["pci_address"] for g in doc["gpus"] if g["checked"]] == [
+        "0000:05:00.0",
+        "0000:09:00.0",
+    ]
 
 
 def test_pair_across_sockets_fails(preflight):
@@ -168,7 +195,10 @@ def test_bad_profile_one_line_exit_2(preflight, tmp_path):
     bad.write_text('[[gpu]]\npci_address = "nope"\n')
     result = preflight(X99, "--profile", str(bad))
     assert result.exit_code == 2
-    assert result.stderr == f"rocmseat: error: {bad}:2: key 'gpu[0].pci_address': not a PCI address: 'nope'\n"
+    assert (
+        result.stderr
+        == f"rocmseat: error: {bad}:2: key 'gpu[0].pci_address': not a PCI address: 'nope'\n"
+    )
 
 
 def test_second_run_reports_since_last_preflight(preflight):
@@ -200,7 +230,9 @@ def test_hip_gets_pairs(preflight, monkeypatch):
         calls.append(list(pairs))
         return [Finding("hip.ipc", Severity.OK, f"{a}+{b}", "ok") for a, b in pairs]
 
-    monkeypatch.setitem(sys.modules, "rocmseat.hip.check", types.SimpleNamespace(hip_findings=hip_findings))
+    monkeypatch.setitem(
+        sys.modules, "rocmseat.hip.check", types.SimpleNamespace(hip_findings=hip_findings)
+    )
     assert preflight(X99, "--hip").exit_code == 0
     assert preflight(X99, "--only", "hip", "--pair", "86:00.0,89:00.0").exit_code == 0
     assert preflight(X99).exit_code == 0  # no --hip: not called
@@ -213,7 +245,8 @@ def test_hip_gets_pairs(preflight, monkeypatch):
 def test_plain_preflight_imports_no_hip_rich_pydantic_httpx(tmp_path):
     code = (
         "import sys; from rocmseat.cli.main import main; "
-        f"rc = main(['preflight', '--sysfs-root', {str(X99)!r}, '--state-dir', {str(tmp_path)!r}, '--json']); "
+        f"rc = main(['preflight', '--sysfs-root', {str(X99)!r}, "
+        f"'--state-dir', {str(tmp_path)!r}, '--json']); "
         "heavy = [m for m in ('rocmseat.hip', 'rich', 'pydantic', 'httpx') if m in sys.modules]; "
         "print(rc, heavy, file=sys.stderr)"
     )
@@ -223,23 +256,42 @@ def test_plain_preflight_imports_no_hip_rich_pydantic_httpx(tmp_path):
 
 GARBAGE = ["", "\n", "garbage\n", "\xff\xfe\x00\x01", "-1\n", "99999999999999999999999\n"]
 PATH_FILES = [
-    "vendor", "device", "class", "current_link_speed", "current_link_width", "max_link_speed",
-    "max_link_width", "numa_node", "local_cpulist", "aer_dev_correctable", "aer_dev_fatal",
-    "aer_dev_nonfatal", "aer_rootport_total_err_cor", "aer_rootport_total_err_fatal",
-    "pp_dpm_pcie", "pcie_replay_count", "gpu_busy_percent", "unique_id", "mem_info_vram_total",
+    "vendor",
+    "device",
+    "class",
+    "current_link_speed",
+    "current_link_width",
+    "max_link_speed",
+    "max_link_width",
+    "numa_node",
+    "local_cpulist",
+    "aer_dev_correctable",
+    "aer_dev_fatal",
+    "aer_dev_nonfatal",
+    "aer_rootport_total_err_cor",
+    "aer_rootport_total_err_fatal",
+    "pp_dpm_pcie",
+    "pcie_replay_count",
+    "gpu_busy_percent",
+    "unique_id",
+    "mem_info_vram_total",
     "product_name",
 ]
 
 
 @pytest.mark.parametrize("name", PATH_FILES)
 @pytest.mark.parametrize("garbage", GARBAGE, ids=range(len(GARBAGE)))
-def test_garbage_in_every_parsed_file_never_crashes(rocmseat_cli, copy_tree, tmp_path, name, garbage):
+def test_garbage_in_every_parsed_file_never_crashes(
+    rocmseat_cli, copy_tree, tmp_path, name, garbage
+):
     root = copy_tree("x99-r9700-degraded")
     gpu = (root / "class/drm/card4/device").resolve()
     for directory in (gpu, *list(gpu.parents)[:3]):
         if (directory / name).exists():
             (directory / name).write_bytes(garbage.encode("latin-1"))
-    result = rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--json")
+    result = rocmseat_cli(
+        "preflight", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--json"
+    )
     assert result.exit_code in (0, 1, 2), result.stderr
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr
     if result.stdout:
@@ -250,14 +302,20 @@ def test_garbage_in_every_parsed_file_never_crashes(rocmseat_cli, copy_tree, tmp
 
 @pytest.mark.parametrize(
     "relpath",
-    ["devices/system/node/node1/cpulist", "devices/system/node/node0/distance",
-     "devices/system/cpu/cpu3/topology/physical_package_id", "class/kfd/kfd/topology/nodes/5/properties"],
+    [
+        "devices/system/node/node1/cpulist",
+        "devices/system/node/node0/distance",
+        "devices/system/cpu/cpu3/topology/physical_package_id",
+        "class/kfd/kfd/topology/nodes/5/properties",
+    ],
 )
 @pytest.mark.parametrize("garbage", GARBAGE[1:4], ids=range(3))
 def test_garbage_in_node_files_never_crashes(rocmseat_cli, copy_tree, tmp_path, relpath, garbage):
     root = copy_tree("x99-r9700")
     (root / relpath).write_bytes(garbage.encode("latin-1"))
-    result = rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--json")
+    result = rocmseat_cli(
+        "preflight", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--json"
+    )
     assert result.exit_code in (0, 1, 2)
     assert "internal error" not in result.stderr
     json.loads(result.stdout)
@@ -269,7 +327,9 @@ def test_missing_files_and_card_without_device(rocmseat_cli, copy_tree, tmp_path
     for name in ("current_link_speed", "numa_node", "aer_dev_correctable", "pp_dpm_pcie"):
         (gpu / name).unlink()
     ((root / "class/drm/card2").resolve() / "device").unlink()
-    result = rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--json")
+    result = rocmseat_cli(
+        "preflight", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--json"
+    )
     doc = json.loads(result.stdout)
     assert result.exit_code == 2
     unknown = {(f["check_id"], f["subject"]) for f in doc["findings"] if f["severity"] == "unknown"}
@@ -295,12 +355,35 @@ def test_permission_denied_as_an_unprivileged_user():
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMSEAT_")}
         env["ROCMSEAT_ERROR_LOG"] = os.path.join(state, "error.log")
         env["HOME"] = state
-        env["PYTHONPATH"] = str(REPO)  # the editable install's finder may be unreadable to nobody
+        # nobody cannot read a site-packages under a 0700 /root (pyenv): give it a readable
+        # copy of the one third-party package the JSON path imports
+        import click
+
+        pkgs = os.path.join(base, "pkgs")
+        shutil.copytree(os.path.dirname(click.__file__), os.path.join(pkgs, "click"))
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), pkgs])
         code = "import sys; from rocmseat.cli.main import main; main()"
         proc = subprocess.run(
-            [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code,
-             "preflight", "--sysfs-root", root, "--state-dir", state, "--json"],
-            capture_output=True, text=True, timeout=120, env=env, cwd=base,
+            [
+                setpriv,
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                code,
+                "preflight",
+                "--sysfs-root",
+                root,
+                "--state-dir",
+                state,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=base,
         )
         assert proc.returncode == 2, proc.stderr
         doc = json.loads(proc.stdout)
@@ -310,3 +393,28 @@ def test_permission_denied_as_an_unprivileged_user():
         assert "current_link_speed: Permission denied" in unknown[0]["message"]
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_sample_window(preflight):
+    doc = json.loads(preflight(DEGRADED, "--sample", "0", "--json").stdout)
+    assert doc["aer_window"] == "during the 0 s sample"
+    assert not [f for f in doc["findings"] if f["check_id"] == "aer.badtlp"]  # nothing new
+
+
+def test_unwritable_textfile_dir_is_one_line(preflight, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = preflight(X99, "--textfile", str(blocker / "dir"))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        f"rocmseat: error: {blocker / 'dir' / 'rocmseat_preflight.prom'}: "
+    )
+    assert "cannot write the textfile" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_no_device_still_refreshes_the_textfile(preflight, tmp_path):
+    out = tmp_path / "tf"
+    assert preflight(X99, "--textfile", str(out)).exit_code == 0
+    assert preflight(SYSFS_FIXTURES / "no-amdgpu", "--textfile", str(out)).exit_code == 2
+    families = list(text_string_to_metric_families((out / "rocmseat_preflight.prom").read_text()))
+    assert [(f.name, f.samples[0].value) for f in families] == [("rocmseat_preflight_exit_code", 2)]

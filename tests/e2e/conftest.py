@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import cli, engine_python_or_skip
+from tests.e2e.harness import NOTES, cli, engine_python_or_skip
 from tests.e2e.world import World
 
 
@@ -45,3 +45,25 @@ def world(engine_python: Path, demo_models: Path,
     finally:
         w.close()
         sock_dir.rmdir()
+
+
+_OUTCOMES: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "tests/e2e/" not in report.nodeid:
+        return
+    name = report.nodeid.rsplit("::", 1)[-1]
+    if report.when == "call" or report.outcome != "passed":
+        _OUTCOMES[name] = report.outcome.upper()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _OUTCOMES:
+        return
+    terminalreporter.section("rocmseat engine scenarios (real vLLM, CPU build)")
+    for name, outcome in _OUTCOMES.items():
+        scenario = name.removeprefix("test_")
+        terminalreporter.write_line(f"{scenario}: {outcome}")
+        for text in NOTES.get(scenario, []):
+            terminalreporter.write_line(f"    {text}")

@@ -285,3 +285,11 @@ def gauge(text: str, name: str, **labels: str) -> float | None:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return float(sample.value)
     return None
+
+
+# ----- what each scenario saw, printed at the end of the run (.ci/run shows it) ---------------
+NOTES: dict[str, list[str]] = {}
+
+
+def note(scenario: str, text: str) -> None:
+    NOTES.setdefault(scenario, []).append(text)

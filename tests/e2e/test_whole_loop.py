@@ -11,11 +11,21 @@ import json
 import os
 import shutil
 import signal
+import time
 from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Traffic, cli, complete, gauge, tail, tree_digest, wait_for
+from tests.e2e.harness import (
+    Traffic,
+    cli,
+    complete,
+    gauge,
+    note,
+    tail,
+    tree_digest,
+    wait_for,
+)
 from tests.e2e.world import INTERVAL_S, REPLICA, SERVED, World
 
 pytestmark = pytest.mark.engine
@@ -89,6 +99,7 @@ def test_noop_invalidation_refused(world: World) -> None:
     assert "VLLM_CACHE_ROOT" in errors[0] and f":{line}" in errors[0], done.stderr
     cache = world.cache_root / REPLICA
     assert not cache.exists() or not any(cache.iterdir()), "a refused seat touched the cache"
+    note("noop_invalidation_refused", f"launch exit {done.returncode}: {errors[0]}")
 
 
 # ----- healthy ----------------------------------------------------------------------------------
@@ -117,6 +128,8 @@ def test_healthy(world: World) -> None:
     # An empty cache: both the backbone and the drafter compiled.
     assert outcomes == {"backbone": "fresh_compile", "draft_model": "fresh_compile"}, outcomes
     assert proc.alive()
+    note("healthy", f"READY=1 after {world.last_ready_s:.0f} s; watch --once: acceptance length "
+         f"{al} over {window.get('drafts')} drafts, alerts []; startup report {outcomes}")
 
 
 # ----- replica dies -----------------------------------------------------------------------------
@@ -133,8 +146,10 @@ def test_replica_dies_then_resolves(world: World) -> None:
     rc = proc.wait_exit(120)
     assert rc != 0, f"rocmseat launch exited 0 after its engine was killed:\n{tail(proc.log)}"
 
+    killed = time.monotonic()
     wait_for("replica_down firing (exporter)", lambda: _alert_active(world, ALERT_DOWN) == 1.0,
              60, world.seen)
+    fired_s = time.monotonic() - killed
     wait_for("replica_down firing (webhook)", lambda: _webhook_has(world, ALERT_DOWN, "firing"),
              30, world.seen)
 
@@ -143,6 +158,10 @@ def test_replica_dies_then_resolves(world: World) -> None:
              60, world.seen)
     wait_for("replica_down resolved (webhook)", lambda: _webhook_has(world, ALERT_DOWN, "resolved"),
              30, world.seen)
+    note("replica_dies_then_resolves",
+         f"kill -9 engine pid {engines[0]}: launch exit {rc}; replica_down firing on the exporter "
+         f"{fired_s:.1f} s later and on the webhook; relaunch READY after "
+         f"{world.last_ready_s:.0f} s; resolved on both")
 
 
 # ----- drafter lost its mind --------------------------------------------------------------------
@@ -157,19 +176,34 @@ def test_drafter_lost_its_mind(world: World) -> None:
     key_after = cli("key", seat, "--json", env=world.env())
     assert key_after.returncode == 0, key_after.stderr
     # Same shapes, same config, same safetensors header: the key rightly does not change.
+    assert _json(key_after, "key")["unknown"] == {}, key_after.stdout
     assert _json(key_after, "key") == _json(key_before, "key")
 
     world.stop_replica()
     world.launch(seat)
     world.start_watch(seat)
+    wait_for("the watchdog sees the relaunched replica, drafter alert inactive",
+             lambda: _alert_active(world, ALERT_DOWN) == 0.0
+             and _alert_active(world, ALERT_DRAFTER) == 0.0, 60, world.seen)
+    started = time.monotonic()
     texts = complete(world.engine_port, SERVED)
     assert texts == world.healthy_texts, "greedy output changed with the drafter"
     with Traffic(world.engine_port, SERVED) as traffic:
         wait_for(f"{ALERT_DRAFTER} firing (exporter)",
                  lambda: _alert_active(world, ALERT_DRAFTER) == 1.0, ALERT_BOUND_S, world.seen)
+        fired_s = time.monotonic() - started
         wait_for(f"{ALERT_DRAFTER} firing (webhook)",
                  lambda: _webhook_has(world, ALERT_DRAFTER, "firing"), 30, world.seen)
     assert not traffic.errors, traffic.errors[:3]
+    al = gauge(world.exporter(), "rocmseat_spec_acceptance_length")
+    note("drafter_lost_its_mind",
+         f"key unchanged ({_digest(key_after)[:12]}); 3 greedy completions byte-identical; "
+         f"{ALERT_DRAFTER} on the exporter {fired_s:.1f} s after traffic began (interval "
+         f"{INTERVAL_S:.0f} s) and on the webhook; exporter acceptance length {al}")
+
+
+def _digest(done: Any) -> str:
+    return str(_json(done, "rocmseat key --json")["key"])
 
 
 # ----- stale cache ------------------------------------------------------------------------------
@@ -193,5 +227,12 @@ def test_stale_cache_moved_aside(world: World) -> None:
     assert any("E2E_FEATURE" in f for f in report["cache"]["changed_factors"]), report["cache"]
     outcomes = _component_outcomes(report)
     assert outcomes == {"backbone": "fresh_compile", "draft_model": "fresh_compile"}, report["log"]
+    # rocmseat's own judgement of the start: the invalidation did not hit a warm cache.
+    judged = {f["check_id"]: f["severity"] for f in report.get("findings", [])}
+    assert judged.get("launch.cache.fresh_after_invalidation") == "ok", report.get("findings")
+    note("stale_cache_moved_aside",
+         f"E2E_FEATURE a -> b: {aside.name} keeps all {len(before)} files (sizes + sha256 equal); "
+         f"changed {report['cache']['changed_factors']}; startup report {outcomes}; "
+         f"READY after {world.last_ready_s:.0f} s")
     world.stop_replica()
 

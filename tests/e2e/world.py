@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,7 @@ class World:
     watch: Proc | None = None
     notify: NotifySocket | None = None
     healthy_texts: list[str] | None = None
+    last_ready_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.webhook.start()
@@ -157,8 +159,10 @@ class World:
                                      f"READY=1; last lines:\n{tail(log)}")
             return notify.saw("READY=1")
 
+        start = time.monotonic()
         wait_for("READY=1 on the notify socket", ready, READY_TIMEOUT_S + 60,
                  lambda: f"notify: {notify.messages[-5:]}\nlaunch log:\n{tail(log)}")
+        self.last_ready_s = time.monotonic() - start
         return proc
 
     def stop_replica(self) -> int | None:

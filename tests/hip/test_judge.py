@@ -91,7 +91,8 @@ def test_missing_host_figure_is_unknown_not_ok() -> None:
         ({"runtime_failure": StageFailure("info", "device_count", "hipErrorNoDevice (100)",
                                           call="hipGetDeviceCount",
                                           error_name="hipErrorNoDevice", error_code=100)},
-         "HIP could not be used: hipGetDeviceCount: hipErrorNoDevice (100)"),
+         "HIP could not be used (/opt/rocm/lib/libamdhip64.so): hipGetDeviceCount: "
+         "hipErrorNoDevice (100)"),
         ({"not_visible": f"{B} (HIP sees: {A})"}, f"HIP does not see {B} (HIP sees: {A})"),
     ],
 )
@@ -99,7 +100,7 @@ def test_runtime_problems_are_a_single_unknown(overrides: dict[str, object], mes
     findings = judge_pair(probe(directions=(), **overrides))
     assert [(f.check_id, f.severity, f.message) for f in findings] == [
         ("hip.runtime", Severity.UNKNOWN, message)]
-    assert findings[0].data["wall_s"] == 1.234
+    assert findings[0].data["wall_s"] == 1.23
 
 
 def test_enable_peer_refused_is_a_warning() -> None:

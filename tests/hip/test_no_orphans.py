@@ -97,3 +97,38 @@ def test_a_hung_stage_kills_the_childs_process_group(fake_hip: Path, x99: dict[s
     findings = hip_findings([(A, B)], env=env, stage_timeout_s=2.0, library=fake_hip)
     assert any(f.check_id == "hip.ipc" and f.data.get("hung") for f in findings)
     assert _probe_children(psutil.Process()) == []
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_an_exception_mid_probe_kills_the_children_at_once(
+    fake_hip: Path, x99: dict[str, str]
+) -> None:
+    # The parent survives here (unlike the SIGKILL test), so only its own cleanup can help.
+    from rocmseat.hip.check import hip_findings
+
+    me = psutil.Process()
+    seen: list[int] = []
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        hung = [c for c in _probe_children(me) if "opener" in _cmdline(c)]
+        if not hung:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)  # not there yet: look again shortly
+            return
+        seen.extend(c.pid for c in _probe_children(me))
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        env = {**x99, "FAKEHIP_HANG": "hipIpcOpenMemHandle"}
+        with pytest.raises(_Interrupted):
+            hip_findings([(A, B)], env=env, stage_timeout_s=3600, library=fake_hip)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(seen) == 2  # the owner and the hung opener were running
+    assert _probe_children(me) == []
+    assert not any(psutil.pid_exists(pid) for pid in seen)  # killed and reaped, not zombies

@@ -111,7 +111,9 @@ def test_hang_before_any_pair_work_is_unknown_runtime(fake_hip: Path, x99: dict[
     assert "stage device_count hung" in findings[0].message
 
 
-def test_corrupted_mapping_fails_verify_with_byte_count(fake_hip: Path, x99: dict[str, str]) -> None:
+def test_corrupted_mapping_fails_verify_with_byte_count(
+    fake_hip: Path, x99: dict[str, str]
+) -> None:
     env = {**x99, "FAKEHIP_IPC_CORRUPT": "1"}
     ipc = by_id(hip_findings([(A, B)], env=env, library=fake_hip), f"{A}+{B}")["hip.ipc"]
     assert ipc.severity is Severity.FAIL
@@ -137,7 +139,7 @@ def test_no_device_is_unknown_with_hips_error_name(fake_hip: Path, shm_prefix: s
     findings = hip_findings([(A, B)], env={"FAKEHIP_DEVICES": ""}, library=fake_hip)
     assert [(f.check_id, f.severity) for f in findings] == [("hip.runtime", Severity.UNKNOWN)]
     assert findings[0].message == \
-        "HIP could not be used: hipGetDeviceCount: hipErrorNoDevice (100)"
+        f"HIP could not be used ({fake_hip}): hipGetDeviceCount: hipErrorNoDevice (100)"
     assert findings[0].data["error_code"] == 100
 
 

@@ -29,17 +29,20 @@ def test_real_library_without_gpu_is_unknown_with_hips_reason(real_hip: Path) ->
     findings = hip_findings([(A, B)], library=real_hip)
     assert [(f.check_id, f.severity) for f in findings] == [("hip.runtime", Severity.UNKNOWN)]
     assert findings[0].message == \
-        "HIP could not be used: hipGetDeviceCount: hipErrorNoDevice (100)"
+        f"HIP could not be used ({real_hip}): hipGetDeviceCount: hipErrorNoDevice (100)"
     assert findings[0].data["error_name"] == "hipErrorNoDevice"
     assert findings[0].data["wall_s"] > 0
 
 
 def test_real_library_is_found_by_discovery_through_its_versioned_soname(
-    real_hip: Path, tmp_path: Path
+    real_hip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # No explicit path: ROCM_PATH points nowhere, so only the loader's search by the versioned
     # name libamdhip64.so.5 (Debian ships no unversioned symlink without -dev) can find it.
+    monkeypatch.delenv("ROCMSEAT_HIP_LIBRARY", raising=False)
+    monkeypatch.delenv("HIP_PATH", raising=False)
     findings = hip_findings([(A, B)], env={"ROCM_PATH": str(tmp_path)})
     assert findings[0].severity is Severity.UNKNOWN
-    assert "hipErrorNoDevice (100)" in findings[0].message
+    assert findings[0].message == \
+        "HIP could not be used (libamdhip64.so.5): hipGetDeviceCount: hipErrorNoDevice (100)"
     assert findings[0].data["error_code"] == 100

@@ -164,3 +164,25 @@ def test_argv_lines_keep_flags_with_values():
                        "--port", "8000", "--enable-prefix-caching", "--x", "a b"]) == [
         "numactl", "--cpunodebind=0", "--membind=0", "vllm serve /m", "--port 8000",
         "--enable-prefix-caching", "--x 'a b'"]
+
+
+def test_hip_probe_order_replaces_the_assumption(tmp_path):
+    from rocmseat.findings import Finding, Severity
+    from rocmseat.launch.plan import probed_hip_order, with_probed_hip_indices
+
+    seat = seat_from(tmp_path, R9700)
+    r0, r1 = plans_for(seat, numactl=None)
+    devices = ["0000:86:00.0", "0000:89:00.0", "0000:05:00.0", "0000:09:00.0"]
+    findings = [
+        Finding("hip.ipc", Severity.OK, "x", "ok", data={"devices": ["bogus"]}),
+        Finding("hip.runtime", Severity.OK, "0000:05:00.0+0000:09:00.0", "HIP runtime",
+                data={"devices": devices}),
+    ]
+    order = probed_hip_order(findings)
+    assert order == {"0000:86:00.0": 0, "0000:89:00.0": 1, "0000:05:00.0": 2, "0000:09:00.0": 3}
+    probed = with_probed_hip_indices(r0, order)
+    assert probed.hip_indices == (2, 3) and probed.hip_index_source == HIP_ORDER_PROBED
+    assert probed.env["HIP_VISIBLE_DEVICES"] == "2,3"
+    # a probe that did not see the pair changes nothing; an unknown runtime gives no order
+    assert with_probed_hip_indices(r1, {"0000:86:00.0": 0}) is r1
+    assert probed_hip_order([Finding("hip.runtime", Severity.UNKNOWN, "x", "no runtime")]) is None

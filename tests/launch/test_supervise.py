@@ -243,3 +243,33 @@ def test_notifier_abstract_socket_and_no_socket():
 def test_notifier_unreachable_socket_does_not_raise(tmp_path):
     n = Notifier(str(tmp_path / "nobody-listens.sock"))
     assert n.stopping("bye") is False
+
+
+def test_cpu_affinity_is_inherited_by_the_engine_only():
+    mine = os.sched_getaffinity(0)
+    one = frozenset({min(mine)})
+    argv = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
+    spec = spec_for(argv, free_port())
+    spec = EngineSpec(spec.argv, spec.env, one, spec.canary, spec.readiness_timeout_s,
+                      spec.probe_interval_s, spec.stop_grace_s)
+    lines: list[str] = []
+    supervise(spec, reader=StartupLogReader(), notifier=Notifier(None), echo=lines.append)
+    assert lines == [f"{sorted(one)}\n"]
+    assert os.sched_getaffinity(0) == mine  # ours is restored after the fork
+
+
+@pytest.mark.parametrize(
+    ("kind", "component", "value", "status"),
+    [
+        ("fresh_compile", "backbone", None, "compiling (backbone)"),
+        ("cache_load", "eagle_head", None, "loading compiled graphs (eagle_head)"),
+        ("kv_cache_tokens", None, 524288, "KV cache 524,288 tokens"),
+        ("fatal", None, "rpc_timeout", "fatal: rpc_timeout"),
+        ("compile_disabled", None, None, None),
+    ],
+)
+def test_status_lines(kind, component, value, status):
+    from rocmseat.launch.startuplog import LogEvent
+    from rocmseat.launch.supervise import status_of
+
+    assert status_of(LogEvent(kind, component, value)) == status

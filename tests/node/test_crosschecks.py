@@ -44,7 +44,12 @@ def test_udev_agrees_and_disagrees():
     devices = [FakeDevice(f"card{i + 1}", g.pci_address) for i, g in enumerate(inv.gpus)]
     devices += [FakeDevice("renderD128", "0000:05:00.0"), FakeDevice("card1-DP-1", None)]
     cards = udev_card_addresses(FakeContext(devices))
-    assert cards == {"card1": "0000:05:00.0", "card2": "0000:09:00.0", "card3": "0000:86:00.0", "card4": "0000:89:00.0"}
+    assert cards == {
+        "card1": "0000:05:00.0",
+        "card2": "0000:09:00.0",
+        "card3": "0000:86:00.0",
+        "card4": "0000:89:00.0",
+    }
     (ok,) = compare_udev(inv, cards)
     assert ok.severity == Severity.OK
     cards["card2"] = "0000:0a:00.0"
@@ -70,7 +75,10 @@ def _report(inv, **override):
             "numa_affinity": g.numa_node_raw,
             "pcie": {
                 "pcie_static": {"max_pcie_speed": 32000, "max_pcie_width": 16},
-                "pcie_metric": {"pcie_speed": 8000, "pcie_width": 8 if g.pci_address == "0000:09:00.0" else 16},
+                "pcie_metric": {
+                    "pcie_speed": 8000,
+                    "pcie_width": 8 if g.pci_address == "0000:09:00.0" else 16,
+                },
             },
             "replay": 0,
         }
@@ -115,11 +123,14 @@ def _fake_amdsmi(tmp_path, body):
 
 def test_probe_silences_pypi_amdsmi_prints(tmp_path):
     # What the PyPI wheel does without ROCm: print to stdout, then KeyError on import.
-    env = _fake_amdsmi(tmp_path, """
+    env = _fake_amdsmi(
+        tmp_path,
+        """
         print("/opt/rocm/lib/libamd_smi.so: cannot open shared object file")
         print("Unable to find libamd_smi.so library try installing amd-smi-lib")
         raise KeyError("libamd_smi.so")
-    """)
+    """,
+    )
     done = run([sys.executable, "-m", "rocmseat.node.amdsmi_probe"], env=env, timeout_s=60)
     assert json.loads(done.stdout) == {"error": "KeyError: 'libamd_smi.so'"}
     assert "Unable to find libamd_smi.so" in done.stderr
@@ -128,18 +139,23 @@ def test_probe_silences_pypi_amdsmi_prints(tmp_path):
 
 
 def test_probe_with_a_working_amdsmi(tmp_path):
-    env = _fake_amdsmi(tmp_path, """
+    env = _fake_amdsmi(
+        tmp_path,
+        """
         print("chatty import")
         def amdsmi_init(): pass
         def amdsmi_shut_down(): pass
-        def amdsmi_get_processor_handles(): return ["0000:05:00.0", "0000:09:00.0", "0000:86:00.0", "0000:89:00.0"]
+        def amdsmi_get_processor_handles():
+            return ["0000:05:00.0", "0000:09:00.0", "0000:86:00.0", "0000:89:00.0"]
         def amdsmi_get_gpu_device_bdf(h): return h
         def amdsmi_get_gpu_topo_numa_affinity(h): return 0 if h < "0000:80" else 1
         def amdsmi_get_pcie_info(h):
+            width = 8 if h == "0000:09:00.0" else 16
             return {"pcie_static": {"max_pcie_speed": 32000, "max_pcie_width": 16},
-                    "pcie_metric": {"pcie_speed": 8000, "pcie_width": 8 if h == "0000:09:00.0" else 16}}
+                    "pcie_metric": {"pcie_speed": 8000, "pcie_width": width}}
         def amdsmi_get_gpu_pci_replay_counter(h): raise RuntimeError("not supported")
-    """)
+    """,
+    )
     findings = amdsmi_findings(read_inventory(X99), env=env)
     assert [f.severity for f in findings] == [Severity.OK] * 4
     assert "gpu_metrics link 8 GT/s x8 agrees" in findings[1].message

@@ -10,13 +10,21 @@ from tests.sysfs.conftest import SYSFS_FIXTURES
 def test_x99_inventory_interface():
     inv = read_inventory(SYSFS_FIXTURES / "x99-r9700")
     assert [g.pci_address for g in inv.gpus] == [
-        "0000:05:00.0", "0000:09:00.0", "0000:86:00.0", "0000:89:00.0"
+        "0000:05:00.0",
+        "0000:09:00.0",
+        "0000:86:00.0",
+        "0000:89:00.0",
     ]
     gpu = inv.gpus[1]
     assert (gpu.card, gpu.gfx_target, gpu.numa_node, gpu.socket) == ("card2", "gfx1201", 0, 0)
     assert gpu.local_cpulist == "0-13,28-41"
     assert gpu.product_name == "AMD Radeon AI PRO R9700"
-    assert [h.role for h in gpu.path] == ["endpoint", "amd-switch-port", "amd-switch-port", "root-port"]
+    assert [h.role for h in gpu.path] == [
+        "endpoint",
+        "amd-switch-port",
+        "amd-switch-port",
+        "root-port",
+    ]
     assert inv.sockets == (0, 1) and inv.multi_socket
     assert [n.node_id for n in inv.numa_nodes] == [0, 1]
 
@@ -72,7 +80,11 @@ def test_numa_minus_one_on_two_sockets(copy_tree):
     (gpu2 / "local_cpulist").write_text("0-55\n")
     inv = read_inventory(root)
     a, b = inv.gpu("0000:86:00.0"), inv.gpu("0000:89:00.0")
-    assert (a.numa_node, a.socket, a.socket_source) == (None, 1, "package of local_cpulist 14-27,42-55")
+    assert (a.numa_node, a.socket, a.socket_source) == (
+        None,
+        1,
+        "package of local_cpulist 14-27,42-55",
+    )
     assert b.socket is None and b.socket_source == "local_cpulist 0-55 spans packages 0,1"
 
 

@@ -24,7 +24,10 @@ def test_first_run_reports_counts_since_boot(tmp_path):
     assert [(f.check_id, f.severity, f.subject) for f in bad] == [
         ("aer.badtlp", Severity.FAIL, "0000:80:02.0")
     ]
-    assert bad[0].message == "root port 0000:80:02.0 (path of GPU 0000:86:00.0): 6655 BadTLP since boot"
+    assert (
+        bad[0].message
+        == "root port 0000:80:02.0 (path of GPU 0000:86:00.0): 6655 BadTLP since boot"
+    )
     assert bad[0].data["delta"] == 6655
     saved = json.loads(state_path(tmp_path).read_text())
     assert saved["schema"] == "rocmseat.aer-baseline/v1"
@@ -50,10 +53,18 @@ def test_nonfatal_growth_fails_even_once(copy_tree, tmp_path):
     preflight_report(root, tmp_path, families={"aer"})
     gpu = (root / "class/drm/card2/device").resolve()
     text = (gpu / "aer_dev_nonfatal").read_text()
-    (gpu / "aer_dev_nonfatal").write_text(text.replace("CmpltTO 0", "CmpltTO 1").replace("TOTAL_ERR_NONFATAL 0", "TOTAL_ERR_NONFATAL 1"))
+    (gpu / "aer_dev_nonfatal").write_text(
+        text.replace("CmpltTO 0", "CmpltTO 1").replace(
+            "TOTAL_ERR_NONFATAL 0", "TOTAL_ERR_NONFATAL 1"
+        )
+    )
     report = preflight_report(root, tmp_path, families={"aer"})
     (fail,) = [f for f in report.findings if f.severity != Severity.OK]
-    assert (fail.check_id, fail.severity, fail.subject) == ("aer.nonfatal", Severity.FAIL, "0000:09:00.0")
+    assert (fail.check_id, fail.severity, fail.subject) == (
+        "aer.nonfatal",
+        Severity.FAIL,
+        "0000:09:00.0",
+    )
     assert "1 uncorrectable (nonfatal) CmpltTO since the last preflight" in fail.message
 
 
@@ -71,7 +82,9 @@ def test_sample_takes_two_readings(copy_tree, tmp_path):
     assert report.aer_window == "during the 30 s sample"
     bad = [f for f in report.findings if f.severity != Severity.OK]
     # the 6655 BadTLP since boot did not grow during the sample; the new RxErr did
-    assert [(f.check_id, f.subject, f.data["delta"]) for f in bad] == [("aer.rxerr", "0000:03:00.0", 3)]
+    assert [(f.check_id, f.subject, f.data["delta"]) for f in bad] == [
+        ("aer.rxerr", "0000:03:00.0", 3)
+    ]
 
 
 def test_counter_reset_counts_anew(copy_tree, tmp_path):
@@ -115,12 +128,16 @@ def test_unreadable_or_absent_aer_is_unknown(copy_tree, tmp_path):
 def test_baseline_for_another_root_is_ignored_and_corrupt_one_warned(tmp_path):
     save_baseline(tmp_path, SYSFS_FIXTURES / "x99-r9700", {"0000:05:00.0": {"a.b": 1}}, "T")
     assert load_baseline(tmp_path, DEGRADED) == (None, None)
-    assert load_baseline(tmp_path, SYSFS_FIXTURES / "x99-r9700")[0].devices == {"0000:05:00.0": {"a.b": 1}}
+    assert load_baseline(tmp_path, SYSFS_FIXTURES / "x99-r9700")[0].devices == {
+        "0000:05:00.0": {"a.b": 1}
+    }
     state_path(tmp_path).write_text("{not json")
     baseline, problem = load_baseline(tmp_path, DEGRADED)
     assert baseline is None and "unusable baseline" in problem
     report = preflight_report(DEGRADED, tmp_path, families={"aer"})
-    assert any(f.check_id == "aer.baseline" and f.severity == Severity.WARN for f in report.findings)
+    assert any(
+        f.check_id == "aer.baseline" and f.severity == Severity.WARN for f in report.findings
+    )
     assert report.aer_window == "since boot"
 
 

@@ -50,7 +50,9 @@ def test_unreadable_link_is_unknown(copy_tree, content):
     root = copy_tree("x99-r9700")
     for name in ("current_link_speed",):
         (root / "devices/pci0000:00/0000:00:02.0" / name).write_text(content)
-    (root / "devices/pci0000:00/0000:00:02.0/0000:03:00.0" / "current_link_speed").write_text(content)
+    (root / "devices/pci0000:00/0000:00:02.0/0000:03:00.0" / "current_link_speed").write_text(
+        content
+    )
     (finding,) = judge_link(read_inventory(root).gpu("0000:05:00.0"))
     assert finding.severity == Severity.UNKNOWN
 

@@ -19,7 +19,9 @@ def test_x99_pairs_same_socket_noting_asymmetry():
     assert all(isinstance(p, Pair) and p.a < p.b for p in pairs)
     findings = judge_proposed(pairs, inv)
     assert [f.severity for f in findings] == [Severity.OK, Severity.OK]
-    assert "asymmetric links: 0000:05:00.0 8 GT/s x16, 0000:09:00.0 8 GT/s x8" in findings[0].message
+    assert (
+        "asymmetric links: 0000:05:00.0 8 GT/s x16, 0000:09:00.0 8 GT/s x8" in findings[0].message
+    )
 
 
 def test_mi300x_pairs_never_straddle():
@@ -72,13 +74,21 @@ def test_numa_minus_one_multi_socket_warns_saying_how(copy_tree):
 def test_numa_minus_one_single_socket_is_ok():
     inv = read_inventory(SYSFS_FIXTURES / "single-socket-numa-unknown")
     (finding,) = judge_locality(inv.gpus[0], inv)
-    assert finding.severity == Severity.OK and "socket 0 (package of local_cpulist 0-47)" in finding.message
+    assert (
+        finding.severity == Severity.OK
+        and "socket 0 (package of local_cpulist 0-47)" in finding.message
+    )
 
 
 def test_requested_pairs():
     inv = read_inventory(SYSFS_FIXTURES / "x99-r9700")
     findings = judge_requested(
-        [("0000:05:00.0", "0000:86:00.0"), ("0000:05:00.0", "0000:09:00.0"), ("0000:05:00.0", "0000:42:00.0")], inv
+        [
+            ("0000:05:00.0", "0000:86:00.0"),
+            ("0000:05:00.0", "0000:09:00.0"),
+            ("0000:05:00.0", "0000:42:00.0"),
+        ],
+        inv,
     )
     assert [(f.check_id, f.severity) for f in findings] == [
         ("numa.pair.cross_socket", Severity.FAIL),

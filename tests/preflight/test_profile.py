@@ -36,14 +36,38 @@ def test_profile_against_another_host():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('name = "x"\n[[gpu]]\npci_address = "zz"\n', "x.toml:3: key 'gpu[0].pci_address': not a PCI address: 'zz'"),
-        ('[[gpu]]\npci_address = "05:00.0"\nwidth = 99\nspeed_gts = 8.0\n', "x.toml:3: key 'gpu[0].width': must be a lane count 1..32"),
-        ('[[gpu]]\npci_address = "05:00.0"\nspeed_gts = 7.0\nwidth = 8\n', "x.toml:3: key 'gpu[0].speed_gts': must be one of"),
-        ('[[gpu]]\npci_address = "05:00.0"\nwidth = 8\n', "x.toml:2: key 'gpu[0].pci_address': give speed_gts and width together"),
-        ('[[gpu]]\npci_address = "05:00.0"\nslot = 3\n', "x.toml:3: key 'gpu[0].slot': unknown key"),
-        ('[[pair]]\ngpus = ["05:00.0"]\n', "x.toml:2: key 'pair[0].gpus': must list two PCI addresses"),
-        ('[[pair]]\ngpus = ["05:00.0", "0000:05:00.0"]\n', "x.toml:2: key 'pair[0].gpus': a pair needs two different GPUs"),
-        ("[thresholds]\naer_correctable_warn = -1\n", "x.toml:2: key 'thresholds.aer_correctable_warn': must be a non-negative integer"),
+        (
+            'name = "x"\n[[gpu]]\npci_address = "zz"\n',
+            "x.toml:3: key 'gpu[0].pci_address': not a PCI address: 'zz'",
+        ),
+        (
+            '[[gpu]]\npci_address = "05:00.0"\nwidth = 99\nspeed_gts = 8.0\n',
+            "x.toml:3: key 'gpu[0].width': must be a lane count 1..32",
+        ),
+        (
+            '[[gpu]]\npci_address = "05:00.0"\nspeed_gts = 7.0\nwidth = 8\n',
+            "x.toml:3: key 'gpu[0].speed_gts': must be one of",
+        ),
+        (
+            '[[gpu]]\npci_address = "05:00.0"\nwidth = 8\n',
+            "x.toml:2: key 'gpu[0].pci_address': give speed_gts and width together",
+        ),
+        (
+            '[[gpu]]\npci_address = "05:00.0"\nslot = 3\n',
+            "x.toml:3: key 'gpu[0].slot': unknown key",
+        ),
+        (
+            '[[pair]]\ngpus = ["05:00.0"]\n',
+            "x.toml:2: key 'pair[0].gpus': must list two PCI addresses",
+        ),
+        (
+            '[[pair]]\ngpus = ["05:00.0", "0000:05:00.0"]\n',
+            "x.toml:2: key 'pair[0].gpus': a pair needs two different GPUs",
+        ),
+        (
+            "[thresholds]\naer_correctable_warn = -1\n",
+            "x.toml:2: key 'thresholds.aer_correctable_warn': must be a non-negative integer",
+        ),
         ("[thresholds]\nbadtlp = 3\n", "x.toml:2: key 'thresholds.badtlp': unknown"),
         ("colour = 1\n", "x.toml:1: key 'colour': unknown key"),
         ("name = [\n", "x.toml:1: not valid TOML"),

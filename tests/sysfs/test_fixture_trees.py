@@ -10,7 +10,9 @@ from tests.conftest import FIXTURES
 
 
 def _builder():
-    spec = importlib.util.spec_from_file_location("build_sysfs_fixtures", FIXTURES / "build_sysfs_fixtures.py")
+    spec = importlib.util.spec_from_file_location(
+        "build_sysfs_fixtures", FIXTURES / "build_sysfs_fixtures.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
@@ -37,9 +39,14 @@ def test_tree_difference_is_detected(tmp_path):
 def test_symlinks_are_relative_and_kernel_shaped():
     root = FIXTURES / "sysfs" / "x99-r9700"
     card = root / "class/drm/card4"
-    assert os.readlink(card) == "../../devices/pci0000:80/0000:80:03.0/0000:87:00.0/0000:88:00.0/0000:89:00.0/drm/card4"
+    assert (
+        os.readlink(card)
+        == "../../devices/pci0000:80/0000:80:03.0/0000:87:00.0/0000:88:00.0/0000:89:00.0/drm/card4"
+    )
     assert os.readlink(card / "device") == "../../../0000:89:00.0"
-    assert os.readlink(root / "bus/pci/devices/0000:89:00.0").startswith("../../../devices/pci0000:80/")
+    assert os.readlink(root / "bus/pci/devices/0000:89:00.0").startswith(
+        "../../../devices/pci0000:80/"
+    )
     for path in root.rglob("*"):
         if path.is_symlink():
             assert not os.readlink(path).startswith("/"), path

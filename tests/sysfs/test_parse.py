@@ -29,7 +29,9 @@ def test_link_speed_both_spellings(text, expected):
     assert p.parse_link_speed(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "\n", "8.0 Gb/s", "fast", "7 GT/s", "8.0 GT/s PCIe x16", "-8 GT/s"])
+@pytest.mark.parametrize(
+    "text", ["", "\n", "8.0 Gb/s", "fast", "7 GT/s", "8.0 GT/s PCIe x16", "-8 GT/s"]
+)
 def test_link_speed_malformed(text):
     with pytest.raises(ParseError):
         p.parse_link_speed(text, "current_link_speed")
@@ -74,8 +76,14 @@ def test_hex_ids():
         p.parse_hex_id("1002")
 
 
-SHORT_COR = "RxErr 0\nBadTLP 6655\nBadDLLP 0\nRollover 0\nTimeout 0\nNonFatalErr 0\nCorrIntErr 0\nHeaderOF 0\nTOTAL_ERR_COR 6655\n"
-LONG_COR = "Receiver Error 2\nBad TLP 3\nBad DLLP 0\nRELAY_NUM Rollover 0\nReplay Timer Timeout 1\nAdvisory Non-Fatal 0\nCorrected Internal Error 0\nHeader Log Overflow 0\nTOTAL_ERR_COR 6\n"
+SHORT_COR = (
+    "RxErr 0\nBadTLP 6655\nBadDLLP 0\nRollover 0\nTimeout 0\nNonFatalErr 0\n"
+    "CorrIntErr 0\nHeaderOF 0\nTOTAL_ERR_COR 6655\n"
+)
+LONG_COR = (
+    "Receiver Error 2\nBad TLP 3\nBad DLLP 0\nRELAY_NUM Rollover 0\nReplay Timer Timeout 1\n"
+    "Advisory Non-Fatal 0\nCorrected Internal Error 0\nHeader Log Overflow 0\nTOTAL_ERR_COR 6\n"
+)
 
 
 def test_aer_short_names():
@@ -87,8 +95,14 @@ def test_aer_short_names():
 def test_aer_long_names_map_to_short():
     counters = p.parse_aer_counters(LONG_COR)
     assert counters.as_dict() == {
-        "RxErr": 2, "BadTLP": 3, "BadDLLP": 0, "Rollover": 0, "Timeout": 1,
-        "NonFatalErr": 0, "CorrIntErr": 0, "HeaderOF": 0,
+        "RxErr": 2,
+        "BadTLP": 3,
+        "BadDLLP": 0,
+        "Rollover": 0,
+        "Timeout": 1,
+        "NonFatalErr": 0,
+        "CorrIntErr": 0,
+        "HeaderOF": 0,
     }
     assert counters.total == 6
 
@@ -101,7 +115,9 @@ def test_aer_bit_lines_and_total():
     assert fatal.as_dict()["dev_fatal_errs_bit[2]"] == 1
 
 
-@pytest.mark.parametrize("text", ["", "\n", "BadTLP\n", "BadTLP x\n", "BadTLP -1\n", "Bad:TLP 1\n", "12 3\n"])
+@pytest.mark.parametrize(
+    "text", ["", "\n", "BadTLP\n", "BadTLP x\n", "BadTLP -1\n", "Bad:TLP 1\n", "12 3\n"]
+)
 def test_aer_malformed(text):
     with pytest.raises(ParseError):
         p.parse_aer_counters(text, "aer_dev_correctable")
@@ -111,12 +127,20 @@ def test_aer_malformed(text):
     ("text", "expected"),
     [
         # smu_cmn_print_pcie_levels: space before the star, trailing space when not starred
-        ("0: 2.5GT/s, x1 97Mhz \n1: 8.0GT/s, x16 619Mhz *\n", [(2.5, 1, 97, False), (8.0, 16, 619, True)]),
+        (
+            "0: 2.5GT/s, x1 97Mhz \n1: 8.0GT/s, x16 619Mhz *\n",
+            [(2.5, 1, 97, False), (8.0, 16, 619, True)],
+        ),
         # no star at all (nvtop#242)
-        ("0: 2.5GT/s, x1 78Mhz\n1: 5.0GT/s, x4 156Mhz\n2: 16.0GT/s, x16 623Mhz\n",
-         [(2.5, 1, 78, False), (5.0, 4, 156, False), (16.0, 16, 623, False)]),
+        (
+            "0: 2.5GT/s, x1 78Mhz\n1: 5.0GT/s, x4 156Mhz\n2: 16.0GT/s, x16 623Mhz\n",
+            [(2.5, 1, 78, False), (5.0, 4, 156, False), (16.0, 16, 623, False)],
+        ),
         # several stars (identical rows both match the current link)
-        ("0: 16.0GT/s, x16 *\n1: 16.0GT/s, x16 *\n", [(16.0, 16, None, True), (16.0, 16, None, True)]),
+        (
+            "0: 16.0GT/s, x16 *\n1: 16.0GT/s, x16 *\n",
+            [(16.0, 16, None, True), (16.0, 16, None, True)],
+        ),
         # Vega10 format without Mhz, trailing space
         ("0: 8.0GT/s, x16 \n1: 8.0GT/s, x16 *\n", [(8.0, 16, None, False), (8.0, 16, None, True)]),
         # Arcturus: single boot level, always starred
@@ -130,7 +154,9 @@ def test_pp_dpm_pcie_variants(text, expected):
     assert [(lv.speed_gts, lv.width, lv.lclk_mhz, lv.active) for lv in levels] == expected
 
 
-@pytest.mark.parametrize("text", ["0: fast\n", "x: 8.0GT/s, x16\n", "0: 7.0GT/s, x16 *\n", "0: 8.0GT/s, x16 619Mhz **\n"])
+@pytest.mark.parametrize(
+    "text", ["0: fast\n", "x: 8.0GT/s, x16\n", "0: 7.0GT/s, x16 *\n", "0: 8.0GT/s, x16 619Mhz **\n"]
+)
 def test_pp_dpm_pcie_malformed(text):
     with pytest.raises(ParseError):
         p.parse_pp_dpm_pcie(text, "pp_dpm_pcie")
@@ -156,8 +182,16 @@ def test_addresses():
 
 
 PARSERS = [
-    p.parse_link_speed, p.parse_link_width, p.parse_numa_node, p.parse_hex_id, p.parse_cpulist,
-    p.parse_distance, p.parse_aer_counters, p.parse_pp_dpm_pcie, p.parse_kfd_properties, p.parse_int,
+    p.parse_link_speed,
+    p.parse_link_width,
+    p.parse_numa_node,
+    p.parse_hex_id,
+    p.parse_cpulist,
+    p.parse_distance,
+    p.parse_aer_counters,
+    p.parse_pp_dpm_pcie,
+    p.parse_kfd_properties,
+    p.parse_int,
 ]
 TEXT = st.one_of(
     st.text(max_size=200),
@@ -174,8 +208,17 @@ def test_parsers_raise_only_parse_error(parser, text):
         assert "\n" not in exc.message.split(": ", 1)[0]
 
 
-@given(st.lists(st.tuples(st.sampled_from(p.KNOWN_SPEEDS_GTS), st.sampled_from([1, 2, 4, 8, 16]),
-                          st.one_of(st.none(), st.integers(0, 3000)), st.booleans()), max_size=8))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(p.KNOWN_SPEEDS_GTS),
+            st.sampled_from([1, 2, 4, 8, 16]),
+            st.one_of(st.none(), st.integers(0, 3000)),
+            st.booleans(),
+        ),
+        max_size=8,
+    )
+)
 def test_pp_dpm_pcie_roundtrip(rows):
     text = "".join(
         f"{i}: {s:.1f}GT/s, x{w}{'' if m is None else f' {m}Mhz'} {'*' if a else ''}\n"
@@ -185,7 +228,9 @@ def test_pp_dpm_pcie_roundtrip(rows):
     assert [(lv.speed_gts, lv.width, lv.lclk_mhz, lv.active) for lv in levels] == rows
 
 
-@given(st.dictionaries(st.sampled_from(list(p.LONG_AER_NAMES)), st.integers(0, 2**64 - 1), min_size=1))
+@given(
+    st.dictionaries(st.sampled_from(list(p.LONG_AER_NAMES)), st.integers(0, 2**64 - 1), min_size=1)
+)
 def test_aer_long_roundtrip(counts):
     text = "".join(f"{k} {v}\n" for k, v in counts.items()) + "TOTAL_ERR_COR 0\n"
     parsed = p.parse_aer_counters(text).as_dict()

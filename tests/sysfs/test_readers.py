@@ -51,7 +51,9 @@ def test_pci_device_and_chain():
     assert (dev.link.current_speed_gts, dev.link.current_width) == (32.0, 16)
     assert dev.numa_node == 1 and dev.local_cpulist == "14-27,42-55"
     assert [p.name for p in parent_chain(GPU3.resolve())] == [
-        "0000:88:00.0", "0000:87:00.0", "0000:80:03.0"
+        "0000:88:00.0",
+        "0000:87:00.0",
+        "0000:80:03.0",
     ]
 
 
@@ -100,7 +102,8 @@ def test_unreadable_and_garbage_become_errors(copy_tree):
 def test_numa_and_cpus():
     nodes = read_numa_nodes(X99)
     assert [(n.node_id, n.cpulist, n.distance) for n in nodes] == [
-        (0, "0-13,28-41", (10, 21)), (1, "14-27,42-55", (21, 10))
+        (0, "0-13,28-41", (10, 21)),
+        (1, "14-27,42-55", (21, 10)),
     ]
     packages = read_cpu_topology(X99).package_of()
     assert packages[0] == 0 and packages[14] == 1 and packages[28] == 0 and len(packages) == 56

@@ -135,3 +135,17 @@ def test_simulated_collapse_fires_within_two_intervals():
 
 def test_sim_day_is_24h_of_ten_second_windows():
     assert sum(1 for _ in simulate(seed=1, duration_s=DAY_S)) == 8640
+
+
+def test_learning_accepts_windows_just_below_full_k_but_not_scheduled_ones():
+    params = DetectorParams(learn_min_drafts=300, learn_min_s=20)
+    d = SpecDetector(params=params)
+    for t in range(5):  # K cut to 1 by a schedule: no profile to learn at full K
+        assert d.observe(window(100, [80, 0, 0], k=1), t * 10).learned is None
+    learned = None
+    for t in range(5, 12):
+        w = healthy(100, 0.8, k=3)
+        w = Window(w.duration_s, w.drafts, w.draft_tokens - 2, w.accepted_tokens,
+                   w.accepted_per_pos, None, None, None, None, None, 1.0, 0.0, None, True)
+        learned = learned or d.observe(w, t * 10).learned
+    assert learned is not None and learned.num_positions == 3

@@ -42,7 +42,8 @@ def test_exporter_page_names_and_values(tmp_path):
     assert 'rocmseat_spec_baseline_acceptance_length{replica="r0"} 2.9' in text
     assert 'rocmseat_spec_position_acceptance{position="2",replica="r0"} 0.0' in text
     assert 'rocmseat_replica_up{replica="r1"} 0.0' in text
-    al = [l for l in text.splitlines() if l.startswith('rocmseat_spec_acceptance_length{replica="r0"}')]
+    al = [line for line in text.splitlines()
+          if line.startswith('rocmseat_spec_acceptance_length{replica="r0"}')]
     assert al and float(al[0].split()[-1]) == pytest.approx(1 + 12 / 600)
 
 
@@ -50,7 +51,7 @@ def test_exporter_serves_its_own_registry_over_http(tmp_path):
     import httpx
 
     statuses = statuses_after_collapse(tmp_path)
-    server, thread = start_exporter("127.0.0.1:0", lambda: statuses)
+    server, _thread = start_exporter("127.0.0.1:0", lambda: statuses)
     try:
         port = server.server_address[1]
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text

@@ -38,8 +38,9 @@ def test_healthy_then_collapse_fires_drop_and_dead(page_server, tmp_path):
     assert statuses[1].window is not None and statuses[1].window.acceptance_length > 2.9
     assert set(statuses[2].alerts) == {A.SPEC_ACCEPTANCE_DROP, A.SPEC_DRAFTER_DEAD}
     lines = [t.log_line() for t in transitions]
-    assert any(l.startswith("rocmseat-watch replica=r0 alert=spec_acceptance_drop state=firing al=1.02 baseline=2.90 drafts=600")
-               for l in lines), lines
+    expected = ("rocmseat-watch replica=r0 alert=spec_acceptance_drop state=firing al=1.02 "
+                "baseline=2.90 drafts=600")
+    assert any(line.startswith(expected) for line in lines), lines
 
 
 def test_restart_gives_no_negative_window_and_blind_page_alerts(page_server, tmp_path):
@@ -174,7 +175,8 @@ def test_stuck_webhook_receiver_does_not_delay_evaluation(page_server, tmp_path)
         assert finished and still_stuck
         assert len(statuses) == 20
         assert logged[0].startswith("rocmseat-watch replica=r0 alert=replica_down state=firing")
-        assert receiver.received and receiver.received[0][0]["labels"]["alertname"] == "replica_down"
+        assert receiver.received
+        assert receiver.received[0][0]["labels"]["alertname"] == "replica_down"
     finally:
         receiver.close()
         sender.close()

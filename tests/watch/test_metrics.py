@@ -64,8 +64,7 @@ MALFORMED = [
      "not a number"),
     ("no-value", GOOD.replace('model_name="tiny"} 10000.0', 'model_name="tiny"}'),
      "without a value"),
-    ("unterminated-labels", GOOD.replace('vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 10000.0',
-                                         'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny" 10000.0'),
+    ("unterminated-labels", GOOD.replace('model_name="tiny"} 10000.0', 'model_name="tiny" 10000.0'),
      "unterminated"),
     ("partial-spec", _drop_lines(GOOD, "vllm:spec_decode_num_accepted_tokens_total"),
      "incomplete spec-decode"),
@@ -84,7 +83,8 @@ def test_malformed_pages_are_page_errors(text, why):
 
 
 def test_page_cut_at_a_line_boundary_inside_the_spec_block_is_refused():
-    cut = GOOD.index('vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="1"}')
+    cut = GOOD.index('vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",'
+                     'model_name="tiny",position="1"}')
     with pytest.raises(PageError):
         read_page(GOOD[:cut])
 
@@ -121,12 +121,14 @@ def vllm_pages(draw):
         family("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
                [s for i in range(k) for s in per_engine(
                    "vllm:spec_decode_num_accepted_tokens_per_pos_total", f',position="{i}"')])
-    for name, kind in (("vllm:num_requests_running", "gauge"), ("vllm:kv_cache_usage_perc", "gauge"),
+    for name, kind in (("vllm:num_requests_running", "gauge"),
+                       ("vllm:kv_cache_usage_perc", "gauge"),
                        ("vllm:generation_tokens_total", "counter"),
                        ("vllm:prefix_cache_hits_total", "counter")):
         family(name, kind, per_engine(name))
     family("vllm:time_to_first_token_seconds", "histogram",
-           [f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="{le}",model_name="{model}"}} 1.0'
+           [f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="{le}",'
+            f'model_name="{model}"}} 1.0'
             for le in ("0.001", "0.5", "+Inf")]
            + [f'vllm:time_to_first_token_seconds_count{{engine="0",model_name="{model}"}} 1.0',
               f'vllm:time_to_first_token_seconds_sum{{engine="0",model_name="{model}"}} 0.2'])

@@ -13,7 +13,7 @@ from rocmseat.watch.window import Snapshot, Window, is_restart, window_between
 from tests.watch.conftest import page
 
 
-def counters(accepted_per_draft: list[int], k: int) -> tuple[float, float, float, tuple[float, ...]]:
+def counters(accepted_per_draft, k):
     """What vLLM's SpecDecodingStats.observe_draft accumulates for these drafts."""
     per_pos = [0.0] * k
     for a in accepted_per_draft:

@@ -1,0 +1,54 @@
+"""Environment classification: the built-in table, the seat's classes, the unclassified error."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocmseat.cache.envclass import EnvClass, classify_env, classify_one
+from rocmseat.errors import ConfigError
+
+KEY, NEUTRAL = EnvClass.KEY, EnvClass.NEUTRAL
+
+
+@pytest.mark.parametrize(("name", "expected", "rule"), [
+    ("VLLM_ROCM_USE_AITER", KEY, "built-in VLLM_*"),
+    ("VLLM_USE_V2_MODEL_RUNNER", KEY, "built-in VLLM_*"),
+    ("VLLM_PORT", NEUTRAL, "vLLM ignored_factors"),
+    ("VLLM_LOGGING_LEVEL", NEUTRAL, "vLLM ignored_factors"),
+    ("VLLM_CPU_KVCACHE_SPACE", NEUTRAL, "vLLM ignored_factors"),
+    ("CUDA_VISIBLE_DEVICES", NEUTRAL, "vLLM ignored_factors"),
+    ("HIP_VISIBLE_DEVICES", NEUTRAL, "built-in HIP_VISIBLE_DEVICES"),
+    ("ROCR_VISIBLE_DEVICES", NEUTRAL, "built-in ROCR_VISIBLE_DEVICES"),
+    ("HIP_FORCE_DEV_KERNARG", KEY, "built-in HIP_*"),
+    ("HSA_OVERRIDE_GFX_VERSION", KEY, "built-in HSA_*"),
+    ("MIOPEN_FIND_MODE", KEY, "built-in MIOPEN_*"),
+    ("TRITON_HIP_USE_BLOCK_PINGPONG", KEY, "built-in TRITON_*"),
+    ("TORCHINDUCTOR_MAX_AUTOTUNE", KEY, "built-in TORCHINDUCTOR_*"),
+    ("PYTORCH_TUNABLEOP_ENABLED", KEY, "built-in PYTORCH_*"),
+    ("AITER_LOG_LEVEL", NEUTRAL, "built-in *_LOG_LEVEL"),
+    ("AITER_ASM_DIR", KEY, "built-in AITER_*"),
+    ("NCCL_PROTO", NEUTRAL, "built-in NCCL_*"),
+    ("NCCL_P2P_DISABLE", NEUTRAL, "built-in NCCL_*"),
+    ("HF_TOKEN", NEUTRAL, "built-in HF_TOKEN"),
+    ("MY_SERVICE_PORT", NEUTRAL, "built-in *_PORT"),
+    ("PYTHONPATH", KEY, "built-in PYTHONPATH"),
+    ("OMP_NUM_THREADS", NEUTRAL, "built-in OMP_NUM_THREADS"),
+])
+def test_builtin_table(name: str, expected: EnvClass, rule: str) -> None:
+    assert classify_one(name) == (expected, rule)
+
+
+def test_seat_classes_win_and_key_beats_neutral() -> None:
+    assert classify_one("NCCL_ALGO", seat_key=["NCCL_*"]) == (KEY, "seat key NCCL_*")
+    assert classify_one("RADIANCE_X", seat_key=["RADIANCE_*"], seat_neutral=["RADIANCE_X"]) == (
+        KEY, "seat key RADIANCE_*")
+    expected = (NEUTRAL, "seat neutral MY_LOG_*")
+    assert classify_one("MY_LOG_DIR", seat_neutral=["MY_LOG_*"]) == expected
+
+
+def test_unclassified_names_the_variable() -> None:
+    assert classify_one("RADIANCE_MXFP4") is None
+    with pytest.raises(ConfigError) as info:
+        classify_env({"NCCL_PROTO": "Simple", "RADIANCE_MXFP4": "1"})
+    assert "'RADIANCE_MXFP4' is not classified" in info.value.message
+    assert info.value.hint and '[env_classes]: key = ["RADIANCE_MXFP4"]' in info.value.hint

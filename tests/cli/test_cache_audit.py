@@ -1,0 +1,117 @@
+"""`rocmseat cache-audit`: a seat's caches end to end (real key, real store, real CLI)."""
+
+# ruff: noqa: E501  (expected lines are quoted whole)
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rocmseat.cache.key import replica_key
+from rocmseat.cache.store import prepare
+from rocmseat.seat.load import load_seat
+from tests.cache.builders import write_model
+from tests.cli.test_key import SEAT, fake_python
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+
+@pytest.fixture
+def seat_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr("rocmseat.cli.cache_audit.scan_processes", lambda: iter(()))
+    write_model(tmp_path / "models" / "target")
+    write_model(tmp_path / "models" / "drafter", hidden=32, layers=1, shards=1)
+    fake_python(tmp_path / "engine-python")
+    path = tmp_path / "seat.toml"
+    path.write_text(SEAT)
+    return path
+
+
+def launch_prepare(seat_file: Path) -> str:
+    """What `launch` does before starting a replica: key it, prepare its cache."""
+    seat = load_seat(seat_file)
+    result = prepare(seat.cache_root, "r0", replica_key(seat, "r0", None), seat_name=seat.name)
+    return result.message
+
+
+def test_lifecycle(rocmseat_cli: Cli, seat_file: Path, tmp_path: Path) -> None:
+    empty = rocmseat_cli("cache-audit", str(seat_file))
+    assert empty.exit_code == 0 and "does not exist yet" in empty.stdout
+    launch_prepare(seat_file)
+    (tmp_path / "cache" / "r0" / "vllm" / "graph.bin").write_bytes(b"x" * 5000)
+    ok = rocmseat_cli("cache-audit", str(seat_file))
+    assert ok.exit_code == 0, ok.stdout + ok.stderr
+    assert "current: manifest key = current key" in ok.stdout
+    # The operator shortens the draft: the live cache is now stale, and the audit says why.
+    seat_file.write_text(SEAT.replace("num_speculative_tokens = 3", "num_speculative_tokens = 2"))
+    stale = rocmseat_cli("cache-audit", str(seat_file), "--json")
+    assert stale.exit_code == 1
+    doc = json.loads(stale.stdout)
+    assert doc["schema"] == "rocmseat.cache-audit/v1"
+    [replica] = doc["seats"][0]["replicas"]
+    assert replica["cache"]["state"] == "stale"
+    assert [c["text"] for c in replica["cache"]["changes"]] == ["speculative.num_speculative_tokens: 3 -> 2"]
+    message = launch_prepare(seat_file)
+    assert "because changed: speculative.num_speculative_tokens: 3 -> 2" in message
+    after = rocmseat_cli("cache-audit", str(seat_file))
+    assert after.exit_code == 0
+    assert "moved aside" in after.stdout and "differs from current: speculative.num_speculative_tokens: 3 -> 2" in after.stdout
+    doc = json.loads(rocmseat_cli("cache-audit", str(seat_file), "--json").stdout)
+    [moved] = doc["seats"][0]["replicas"][0]["moved_aside"]
+    assert moved["file_count"] == 2 and moved["size_bytes"] > 5000
+
+
+def test_prune(rocmseat_cli: Cli, seat_file: Path, tmp_path: Path) -> None:
+    launch_prepare(seat_file)
+    seat_file.write_text(SEAT.replace('RADIANCE_X = "1"', 'RADIANCE_X = "0"'))
+    launch_prepare(seat_file)
+    [aside] = [p for p in (tmp_path / "cache").iterdir() if ".stale-" in p.name]
+    young = rocmseat_cli("cache-audit", str(seat_file), "--prune", "--older-than", "14d", "--yes")
+    assert young.exit_code == 0 and aside.exists()
+    assert "keep" in young.stdout and "younger than 14d" in young.stdout
+    plan = rocmseat_cli("cache-audit", str(seat_file), "--prune", "--older-than", "0s")
+    assert plan.exit_code == 0 and aside.exists()
+    assert f"remove {aside}" in plan.stdout and "run again with --yes" in plan.stdout
+    act = rocmseat_cli("cache-audit", str(seat_file), "--prune", "--older-than", "0s", "--yes", "--json")
+    assert act.exit_code == 0 and not aside.exists()
+    doc = json.loads(act.stdout)
+    assert doc["prune"]["acted"] is True and doc["prune"]["plan"][0]["remove"] is True
+    assert (tmp_path / "cache" / "r0").is_dir()
+
+
+def test_prune_in_use_is_kept(rocmseat_cli: Cli, seat_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rocmseat.cache.usage import ProcessView
+
+    launch_prepare(seat_file)
+    seat_file.write_text(SEAT.replace('RADIANCE_X = "1"', 'RADIANCE_X = "0"'))
+    launch_prepare(seat_file)
+    [aside] = [p for p in (tmp_path / "cache").iterdir() if ".stale-" in p.name]
+    views = [ProcessView(31337, "old-replica", {"VLLM_CACHE_ROOT": str(aside / "vllm")}, ())]
+    monkeypatch.setattr("rocmseat.cli.cache_audit.scan_processes", lambda: iter(views))
+    result = rocmseat_cli("cache-audit", str(seat_file), "--prune", "--older-than", "0s", "--yes")
+    assert aside.exists() and "in use: yes (pid 31337)" in result.stdout
+
+
+def test_engine_unknown_exit_2(rocmseat_cli: Cli, seat_file: Path, tmp_path: Path) -> None:
+    launch_prepare(seat_file)
+    fake_python(tmp_path / "engine-python", None)
+    result = rocmseat_cli("cache-audit", str(seat_file))
+    assert result.exit_code == 2
+    assert "current key unknown: engine: engine python" in result.stdout
+
+
+@pytest.mark.parametrize("args", [["--yes"], ["--older-than", "1d"], ["--prune"]])
+def test_usage_errors(rocmseat_cli: Cli, seat_file: Path, args: list[str]) -> None:
+    result = rocmseat_cli("cache-audit", str(seat_file), *args)
+    assert result.exit_code == 2 and ("--prune" in result.stderr)
+
+
+def test_unkeyed_dir(rocmseat_cli: Cli, seat_file: Path, tmp_path: Path) -> None:
+    (tmp_path / "cache" / "r0" / "triton").mkdir(parents=True)
+    (tmp_path / "cache" / "r0" / "triton" / "k.hsaco").write_bytes(b"k")
+    result = rocmseat_cli("cache-audit", str(seat_file))
+    assert result.exit_code == 1 and "unkeyed: no manifest" in result.stdout

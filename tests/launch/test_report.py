@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from rocmseat.launch.plan import Binding, KeyStatus, ReplicaPlan
+from rocmseat.launch.readiness import Canary, probe
+from rocmseat.launch.report import (
+    HISTORY_KEEP,
+    SCHEMA,
+    build_report,
+    previous_start,
+    replica_state_dir,
+    save_report,
+)
+from rocmseat.launch.startuplog import classify_text
+from tests.conftest import FIXTURES
+
+
+def a_plan(key: str | None = "ab" * 32) -> ReplicaPlan:
+    return ReplicaPlan(
+        seat="s", replica="r0", index=0, backend="rocm", pci_pair=("0000:05:00.0", "0000:09:00.0"),
+        hip_indices=(0, 1), hip_index_source="pci-bus-order",
+        binding=Binding(0, "0-3", (0, 1, 2, 3), "numactl", "numactl --cpunodebind=0"),
+        host="127.0.0.1", port=8000, cache_dir=Path("/c/r0"), env={}, engine_argv=("vllm",),
+        argv=("vllm",), key=KeyStatus(key, "" if key else "unknown: x"),
+    )
+
+
+def report_at(day: int, tokens_log: str) -> dict:
+    summary = classify_text(tokens_log)
+    when = dt.datetime(2026, 11, day, 10, 0, tzinfo=dt.UTC)
+    return build_report(a_plan(), summary, [], started_at=when, finished_at=when,
+                        moved_aside=None, changed_factors=[], outcome={"ready": True})
+
+
+def test_report_document_and_files(tmp_path):
+    doc = report_at(27, (FIXTURES / "logs" / "rocm-0.33-aot-hit-eagle3.log").read_text())
+    assert doc["schema"] == SCHEMA
+    assert doc["config_key"] == {"digest": "ab" * 32, "reason": ""}
+    assert doc["log"]["components"]["eagle_head"]["outcome"] == "cache_load"
+    assert doc["plan"]["pci_pair"] == ["0000:05:00.0", "0000:09:00.0"]
+    path = save_report(tmp_path, doc)
+    assert path == tmp_path / "seats" / "s" / "r0" / "startup.json"
+    assert json.loads(path.read_text()) == doc
+    assert len(list((path.parent / "history").glob("*.json"))) == 1
+
+
+def test_previous_start_is_newest_with_a_kv_pool_and_names_bad_entries(tmp_path):
+    save_report(tmp_path, report_at(25, "GPU KV cache size: 600,000 tokens"))
+    save_report(tmp_path, report_at(26, "GPU KV cache size: 500,000 tokens"))
+    save_report(tmp_path, report_at(27, "engine died before the KV line"))
+    history = replica_state_dir(tmp_path, "s", "r0") / "history"
+    (history / "2026-11-28T100000Z-1.json").write_text("{not json")
+    prev, problems = previous_start(tmp_path, "s", "r0")
+    assert prev is not None
+    assert (prev.kv_cache_tokens, prev.started_at) == (500_000, "2026-11-26T10:00:00Z")
+    assert len(problems) == 1 and "2026-11-28T100000Z-1.json" in problems[0]
+
+
+def test_no_history_no_previous(tmp_path):
+    assert previous_start(tmp_path, "s", "r0") == (None, [])
+
+
+def test_history_is_pruned(tmp_path):
+    history = replica_state_dir(tmp_path, "s", "r0") / "history"
+    history.mkdir(parents=True)
+    for i in range(HISTORY_KEEP + 5):
+        (history / f"2026-01-01T00{i:04d}Z-1.json").write_text("{}")
+    save_report(tmp_path, report_at(27, "x"))
+    assert len(list(history.glob("*.json"))) == HISTORY_KEEP
+
+
+@pytest.mark.parametrize(
+    ("health", "answer", "stage", "detail"),
+    [
+        ((503, b""), None, "health", "/health answered 503"),
+        ((200, b""), (500, b"engine dead"), "canary",
+         "canary completion answered 500: engine dead"),
+        ((200, b""), (200, b"<html>"), "canary", "canary answer is not a completion"),
+        ((200, b""), (200, b'{"choices": []}'), "canary", "canary answer is not a completion"),
+        ((200, b""), (200, b'{"choices": [{"text": 5}]}'), "canary", "canary answer has no text"),
+        ((200, b""), (200, b'{"choices": [{"text": " hi"}]}'), "ready", " hi"),
+    ],
+)
+def test_probe_table(health, answer, stage, detail):
+    calls = []
+
+    def fetch(url, body, timeout_s):
+        calls.append((url, body))
+        return health if url.endswith("/health") else answer
+
+    result = probe(Canary("http://h:1", "qwen", "Hello", 4), timeout_s=5, fetch=fetch)
+    assert (result.stage, result.ready) == (stage, stage == "ready")
+    assert result.detail.startswith(detail)
+    if len(calls) == 2:
+        assert json.loads(calls[1][1]) == {"model": "qwen", "prompt": "Hello", "max_tokens": 4,
+                                           "temperature": 0}
+
+
+def test_probe_connection_refused():
+    def fetch(url, body, timeout_s):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    result = probe(Canary("http://h:1", "q", "p", 1), timeout_s=1, fetch=fetch)
+    assert not result.ready and result.detail == "/health: [Errno 111] Connection refused"

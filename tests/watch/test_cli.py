@@ -1,0 +1,233 @@
+"""`rocmseat watch` end to end: --once against a real local server, seats, the running loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from rocmseat.watch.alerts import AlertBook
+from rocmseat.watch.loop import WatchConfig, Watcher
+from rocmseat.watch.render import render_table
+from rocmseat.watch.scrape import Target
+from rocmseat.watch.status import report_json
+from tests.conftest import REPO
+from tests.watch.conftest import Answer, FakeClock, page
+
+
+def once(cli, server, tmp_path, *extra):
+    return cli("watch", "--target", f"r0={server.url}", "--once", "--interval", "0.05",
+               "--state-dir", str(tmp_path / "state"), *extra)
+
+
+def test_once_healthy_exits_0_with_a_table(rocmseat_cli, page_server, tmp_path):
+    page_server.play(Answer(page("00-healthy.txt")), Answer(page("01-healthy.txt")))
+    result = once(rocmseat_cli, page_server, tmp_path, "--baseline-al", "2.9")
+    assert result.exit_code == 0, result.stderr
+    header, row = result.stdout.splitlines()[:2]
+    assert header.split()[:4] == ["replica", "up", "AL", "baseline"]
+    assert row.split()[:4] == ["r0", "yes", "2.95", "2.90"]
+    assert "per-position acceptance 0.800 0.640 0.512 over 600 drafts" in result.stdout
+
+
+def test_once_collapse_exits_1_with_json(rocmseat_cli, page_server, tmp_path):
+    page_server.play(Answer(page("01-healthy.txt")), Answer(page("02-collapse.txt")))
+    result = once(rocmseat_cli, page_server, tmp_path, "--json")
+    assert result.exit_code == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert data["schema"] == "rocmseat.watch/v1"
+    (replica,) = data["replicas"]
+    assert replica["alerts"] == ["spec_drafter_dead"]
+    assert replica["window"]["drafts"] == 600 and replica["learning"] is True
+    assert replica["window"]["position_acceptance"] == [0.02, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("answers", [
+    [Answer("<html>proxy error</html>", content_type="text/html")] * 2,
+    [Answer(page("06-blind.txt"))] * 2,
+], ids=["html", "blind"])
+def test_once_unscrapable_or_blind_exits_2(rocmseat_cli, page_server, tmp_path, answers):
+    page_server.play(*answers)
+    result = once(rocmseat_cli, page_server, tmp_path, "--down-after", "1")
+    assert result.exit_code == 2, result.stdout + result.stderr
+
+
+def test_needs_a_seat_or_targets(rocmseat_cli, tmp_path):
+    result = rocmseat_cli("watch", "--state-dir", str(tmp_path))
+    assert result.exit_code == 2 and "either a SEAT file or one or more --target" in result.stderr
+
+
+@pytest.mark.parametrize(("spec", "why"), [("r0=ftp://x", "not an http(s) URL"),
+                                           ("bad name=http://x", "must match")])
+def test_bad_target_is_a_config_error(rocmseat_cli, tmp_path, spec, why):
+    result = rocmseat_cli("watch", "--target", spec, "--once", "--state-dir", str(tmp_path))
+    assert result.exit_code == 2 and why in result.stderr
+
+
+def write_seat(tmp_path, port, key):
+    cache = tmp_path / "cache"
+    (cache / "r0").mkdir(parents=True)
+    (cache / "r0" / "rocmseat-manifest.json").write_text(json.dumps({"key": key, "factors": {}}))
+    seat = tmp_path / "seat.toml"
+    seat.write_text(f'''name = "w6-test"
+backend = "cpu"
+tp = 1
+cache_root = "{cache}"
+state_dir = "{tmp_path / 'state'}"
+[engine]
+command = ["python", "-m", "vllm.entrypoints.openai.api_server"]
+model_flag = "--model"
+python = "{sys.executable}"
+host = "127.0.0.1"
+[model]
+path = "{tmp_path}"
+[drafter]
+method = "draft_model"
+path = "{tmp_path}"
+num_speculative_tokens = 3
+[serve]
+port_base = {port}
+max_model_len = 256
+max_num_seqs = 4
+[watch]
+expected_acceptance_length = 2.9
+interval_s = 0.05
+exporter_listen = "off"
+''')
+    return seat
+
+
+def test_seat_mode_reads_replicas_ports_key_and_pinned_baseline(rocmseat_cli, page_server,
+                                                                 tmp_path):
+    port = int(page_server.url.split(":")[2].split("/")[0])
+    seat = write_seat(tmp_path, port, "a" * 64)
+    page_server.play(Answer(page("01-healthy.txt")), Answer(page("02-collapse.txt")))
+    result = rocmseat_cli("watch", str(seat), "--once", "--json")
+    assert result.exit_code == 1, result.stderr
+    (replica,) = json.loads(result.stdout)["replicas"]
+    assert replica["replica"] == "r0" and replica["key"] == "a" * 64
+    assert replica["baseline"]["source"] == "pinned"
+    assert replica["baseline"]["acceptance_length"] == 2.9
+    assert replica["url"] == f"http://127.0.0.1:{port}/metrics"
+    assert sorted(replica["alerts"]) == ["spec_acceptance_drop", "spec_drafter_dead"]
+
+
+def test_learned_baseline_persists_and_resets_on_a_key_change(tmp_path):
+    from rocmseat.watch.detector import DetectorParams
+
+    cache = tmp_path / "cache" / "r0"
+    cache.mkdir(parents=True)
+    manifest = cache / "rocmseat-manifest.json"
+    manifest.write_text(json.dumps({"key": "key-one", "factors": {}}))
+    pages = [page("00-healthy.txt"), page("01-healthy.txt")]
+    clock = FakeClock()
+    config = WatchConfig(state_dir=tmp_path / "state", key_prefix="seat",
+                         params=DetectorParams(learn_min_drafts=500, learn_min_s=5))
+    w = Watcher([Target("r0", "http://r0/metrics", cache)], config,
+                fetch=lambda url, t: pages.pop(0), clock=clock)
+    w.step()
+    clock.tick(10)
+    (status,) = w.step()
+    w.close()
+    stored = tmp_path / "state" / "watch" / "seat.r0.json"
+    data = json.loads(stored.read_text())
+    assert data["key"] == "key-one" and data["source"] == "learned"
+    assert status.baseline is not None and status.baseline.source == "learned"
+    # Same key: the stored baseline is used at once. Another key: relearn.
+    w2 = Watcher([Target("r0", "http://r0/metrics", cache)], config,
+                 fetch=lambda url, t: page("00-healthy.txt"), clock=clock)
+    assert w2.step()[0].baseline is not None
+    manifest.write_text(json.dumps({"key": "key-two", "factors": {}}))
+    w3 = Watcher([Target("r0", "http://r0/metrics", cache)], config,
+                 fetch=lambda url, t: page("00-healthy.txt"), clock=clock)
+    (fresh,) = w3.step()
+    w2.close()
+    w3.close()
+    assert fresh.baseline is None and fresh.learning and fresh.key == "key-two"
+
+
+def test_once_report_and_table_golden(golden, tmp_path):
+    pages = iter([page("00-healthy.txt"), page("01-healthy.txt")])
+    clock = FakeClock()
+    w = Watcher([Target("r0", "http://127.0.0.1:8100/metrics"),
+                 Target("r1", "http://127.0.0.1:8101/metrics")],
+                WatchConfig(pinned_al=2.9, state_dir=tmp_path),
+                fetch=lambda url, t: next(pages) if "8100" in url else page("06-blind.txt"),
+                clock=clock)
+    w.step()
+    clock.tick(10)
+    statuses = w.step()
+    w.close()
+    golden("watch-once.json", json.dumps(report_json(statuses), indent=2, sort_keys=True) + "\n")
+    golden("watch-once.txt", render_table(statuses))
+
+
+def test_log_lines_and_alertmanager_payload_golden(golden):
+    book = AlertBook()
+    fired = book.set("r0", "spec_acceptance_drop", True, 1_790_000_000.0,
+                     {"al": "1.08", "baseline": "3.30", "drafts": "412", "cusum": "16.00"})
+    resolved = book.set("r0", "spec_acceptance_drop", False, 1_790_000_600.0,
+                        {"al": "3.21", "baseline": "3.30", "drafts": "388", "cusum": "0.00"})
+    lines = "\n".join(t.log_line() for t in (fired, resolved)) + "\n"
+    golden("watch-log-lines.txt", lines)
+    payload = [t.to_alertmanager(seat="r9700-mxfp4-dflash") for t in (fired, resolved)]
+    golden("watch-alertmanager.json", json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+def test_running_loop_logs_serves_and_stops_cleanly_on_sigterm(page_server, tmp_path):
+    page_server.play(Answer(page("01-healthy.txt")), Answer(page("02-collapse.txt")),
+                     Answer(page("03-collapse.txt")))
+    hook_out = tmp_path / "hook.jsonl"
+    hook = f"{sys.executable} -c \"import sys; open('{hook_out}','a').write(sys.stdin.read())\""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ROCMSEAT_STATE_DIR": str(tmp_path / "s")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from rocmseat.cli.main import main; main()", "watch",
+         "--target", f"r0={page_server.url}", "--interval", "0.2",
+         "--exporter-listen", "127.0.0.1:0", "--command-hook", hook],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    lines: list[str] = []
+    fired = threading.Event()
+
+    def read():
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if "alert=spec_drafter_dead state=firing" in line:
+                fired.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert fired.wait(60), lines
+        for _ in range(200):  # the hook runs in the background: wait for its file, bounded
+            if hook_out.exists() and hook_out.read_text():
+                break
+            threading.Event().wait(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(10)
+    assert lines[0].startswith("rocmseat-watch start replicas=r0 interval_s=0.2")
+    assert lines[-1] == "rocmseat-watch stop"
+    assert json.loads(hook_out.read_text().splitlines()[0])["alert"] == "spec_drafter_dead"
+
+
+def test_busy_exporter_port_is_a_clear_error(rocmseat_cli, page_server, tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = rocmseat_cli("watch", "--target", page_server.url, "--state-dir", str(tmp_path),
+                              "--exporter-listen", f"127.0.0.1:{port}")
+    assert result.exit_code == 2
+    assert f"--exporter-listen 127.0.0.1:{port}: Address already in use" in result.stderr
+    assert "rocmseat-watch stop" in result.stderr
