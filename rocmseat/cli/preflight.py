@@ -87,7 +87,8 @@ def _write_textfile(directory: Path, text: str) -> None:
 @click.option(
     "--amdsmi/--no-amdsmi",
     default=None,
-    help="Cross-check with amdsmi (default: on for the live /sys, off for a tree).",
+    help="Also cross-check with amdsmi (off by default: amdsmi is optional; when asked and it "
+    "cannot run, the finding is unknown with the reason).",
 )
 def preflight(  # noqa: PLR0917 (click passes every option)
     sysfs_root: Path | None,

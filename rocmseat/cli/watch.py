@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import queue
 import shlex
 import signal
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -17,19 +14,15 @@ import click
 from rocmseat import exitcodes
 from rocmseat.cli.options import json_option, resolve_state_dir, state_dir_option
 from rocmseat.errors import ConfigError
-from rocmseat.watch import alerts as A
 from rocmseat.watch.detector import DetectorParams
-from rocmseat.watch.exporter import parse_listen, start_exporter
-from rocmseat.watch.loop import WatchConfig, Watcher
+from rocmseat.watch.exporter import parse_listen
+from rocmseat.watch.loop import WatchConfig
 from rocmseat.watch.render import render_table
-from rocmseat.watch.scrape import HttpFetch, Target, parse_target
-from rocmseat.watch.sinks import AlertFanout, BackgroundSender, command_deliver, webhook_deliver
-from rocmseat.watch.status import ReplicaStatus, report_json
-from rocmseat.watch.uevents import UeventMonitor
+from rocmseat.watch.scrape import Target, parse_target
+from rocmseat.watch.service import Sinks, once_exit_code, run_once, run_service
+from rocmseat.watch.status import report_json
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
-# --once: these mean "could not check" (exit 2); any other active alert is a problem (exit 1).
-_CANNOT_CHECK = frozenset({A.REPLICA_DOWN, A.SPEC_BLIND})
 
 
 @click.command("watch")
@@ -110,8 +103,7 @@ def watch(  # noqa: PLR0917 (click passes every option)
     )
     if once:
         return _once(watch_targets, config, as_json)
-    return _loop(watch_targets, config, listen, webhook=webhook, hook_argv=hook_argv,
-                 seat_name=seat_name)
+    return _service(watch_targets, config, Sinks(listen, webhook, hook_argv, seat_name))
 
 
 def _unique(names: list[str]) -> None:
@@ -121,53 +113,15 @@ def _unique(names: list[str]) -> None:
 
 
 def _once(targets: list[Target], config: WatchConfig, as_json: bool) -> int:
-    watcher = Watcher(targets, config)
-    try:
-        watcher.step()
-        time.sleep(config.interval_s)
-        statuses = watcher.step()
-    finally:
-        watcher.close()
+    statuses = run_once(targets, config)
     if as_json:
         click.echo(json.dumps(report_json(statuses), indent=2, sort_keys=True))
     else:
         click.echo(render_table(statuses), nl=False)
-    return _once_exit(statuses)
+    return once_exit_code(statuses)
 
 
-def _once_exit(statuses: list[ReplicaStatus]) -> int:
-    active = {a for s in statuses for a in s.alerts}
-    if active - _CANNOT_CHECK:
-        return exitcodes.PROBLEM
-    if active or any(not s.up for s in statuses):
-        return exitcodes.CANNOT_CHECK
-    return exitcodes.OK
-
-
-def _loop(
-    targets: list[Target],
-    config: WatchConfig,
-    listen: str,
-    *,
-    webhook: str | None,
-    hook_argv: tuple[str, ...] | None,
-    seat_name: str | None,
-) -> int:
-    def log(line: str) -> None:
-        click.echo(line, err=True)
-
-    server = None
-    fanout = AlertFanout(
-        log,
-        webhook=BackgroundSender("webhook", webhook_deliver(webhook), on_error=log)
-        if webhook else None,
-        hook=BackgroundSender("command-hook", command_deliver(hook_argv), on_error=log,
-                              batch=False) if hook_argv else None,
-        seat=seat_name,
-    )
-    fetch = HttpFetch()
-    watcher = Watcher(targets, config, fetch=fetch, on_transition=fanout, gpu_paths=None)
-    monitor: UeventMonitor | None = None
+def _service(targets: list[Target], config: WatchConfig, sinks: Sinks) -> int:
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -175,46 +129,9 @@ def _loop(
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        if listen != "off":
-            try:
-                server, _ = start_exporter(listen, lambda: watcher.statuses)
-            except OSError as exc:
-                raise ConfigError(
-                    f"--exporter-listen {listen}: {exc.strerror or exc}",
-                    hint="choose another HOST:PORT, or 'off'",
-                ) from None
-        monitor = _start_node_events(targets, watcher, log)
-        names = ",".join(t.name for t in targets)
-        log(f"rocmseat-watch start replicas={names} interval_s={config.interval_s:g} "
-            f"exporter={listen}")
-        watcher.run(stop, lambda statuses: fanout.keepalive(time.time()))
+        run_service(targets, config, sinks, log=lambda line: click.echo(line, err=True),
+                    stop=stop)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if monitor is not None:
-            monitor.stop()
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        fanout.close()
-        watcher.close()
-        fetch.close()
-        log("rocmseat-watch stop")
     return exitcodes.OK
-
-
-def _start_node_events(
-    targets: list[Target], watcher: Watcher, log: Callable[[str], None]
-) -> UeventMonitor | None:
-    gpus = {t.name: t.gpus for t in targets if t.gpus}
-    if not gpus:
-        return None
-    try:
-        sink: queue.Queue[dict[str, str]] = watcher.events
-        monitor = UeventMonitor(sink)
-        watcher.gpu_paths = monitor.resolve(gpus)
-        monitor.start()
-    except Exception as exc:  # no udev netlink in this container: say so, keep watching
-        log(f"rocmseat-watch node-events unavailable: {exc}")
-        return None
-    return monitor
