@@ -250,10 +250,10 @@ def _stop_fields(child: Child, msg: dict[str, Any]) -> dict[str, Any]:
     name = err.get("name", "")
     reason = f"{name} ({code})" if code is not None else str(name)
     library = {"library": str(err["library"])} if err.get("library") else {}
-    return {**library, "failure": StageFailure(child.role, str(err.get("stage", child.stage)), reason,
-                                    call=str(err.get("call", "")),
-                                    error_name=name if code is not None else None,
-                                    error_code=code)}
+    failure = StageFailure(child.role, str(err.get("stage", child.stage)), reason,
+                           call=str(err.get("call", "")),
+                           error_name=name if code is not None else None, error_code=code)
+    return {**library, "failure": failure}
 
 
 def _direction(spawn: Any, owner_pci: str, opener_pci: str, *, seed: int, size_bytes: int,
