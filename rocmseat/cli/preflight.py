@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,8 +15,12 @@ from rocmseat.cli.options import (
     state_dir_option,
     sysfs_root_option,
 )
+from rocmseat import exitcodes
 from rocmseat.errors import ConfigError, ReadError, RocmseatError
 from rocmseat.findings import exit_code_for
+
+if TYPE_CHECKING:
+    from rocmseat.preflight.run import PreflightReport
 
 
 def _pairs(
@@ -126,12 +131,31 @@ def preflight(  # noqa: PLR0917 (click passes every option)
         if textfile is not None:
             _write_textfile(textfile, render_textfile_error(exc.exit_code))
         raise
-    if textfile is not None:
-        _write_textfile(textfile, render_textfile(report, strict=strict))
+    # The report is printed before the textfile is written: the AER baseline has already moved
+    # on, so a textfile that cannot be written must not swallow what this run found.
     if as_json:
         click.echo(render.render_json(report, strict=strict), nl=False)
     elif sys.stdout.isatty():
-        render.print_rich_table(report, strict=strict)
+        _print_rich(report, strict=strict)
     else:
         click.echo(render.render_table(report, strict=strict), nl=False)
-    return exit_code_for(report.findings, strict=strict)
+    code = exit_code_for(report.findings, strict=strict)
+    if textfile is not None:
+        try:
+            _write_textfile(textfile, render_textfile(report, strict=strict))
+        except ReadError as exc:
+            # A known problem on the node (1) outranks "could not check" (2), as in
+            # exit_code_for; otherwise the unwritable textfile makes the run "could not check".
+            click.echo(f"rocmseat: error: {exc.message}", err=True)
+            return code if code == exitcodes.PROBLEM else exitcodes.CANNOT_CHECK
+    return code
+
+
+def _print_rich(report: PreflightReport, *, strict: bool) -> None:
+    from rich.console import Console
+
+    from rocmseat.preflight.render import rich_renderables
+
+    console = Console()
+    for renderable in rich_renderables(report, strict=strict):
+        console.print(renderable)

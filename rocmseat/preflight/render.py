@@ -168,23 +168,24 @@ def render_table(report: PreflightReport, *, strict: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_rich_table(report: PreflightReport, *, strict: bool = False) -> None:
-    """The same table in colour on a terminal."""
-    from rich.console import Console
-    from rich.table import Table
+def rich_renderables(report: PreflightReport, *, strict: bool = False) -> list[Any]:
+    """The same table in colour, as rich renderables for a terminal (the CLI prints them).
 
-    console = Console()
-    console.print(_title(report), style="bold")
+    Every cell is a Text, never markup: sysfs strings (product_name, `dev_cor_errs_bit[9]`)
+    must not be read as rich style tags.
+    """
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list[Any] = [Text(_title(report), style="bold")]
     gpus = Table(*GPU_HEADER, box=None, pad_edge=False)
     for row in _gpu_rows(report):
-        gpus.add_row(*row)
-    console.print(gpus)
-    console.print("proposed TP2 pairs (socket-local):")
-    for line in _pair_lines(report):
-        console.print(line, highlight=False)
+        gpus.add_row(*(Text(cell) for cell in row))
+    out += [gpus, Text("proposed TP2 pairs (socket-local):")]
+    out += [Text(line) for line in _pair_lines(report)]
     styles = {"OK": "green", "WARN": "yellow", "UNKNOWN": "magenta", "FAIL": "bold red"}
     table = Table(*FINDING_HEADER, box=None, pad_edge=False)
     for row in _finding_rows(report.findings):
-        table.add_row(f"[{styles[row[0]]}]{row[0]}[/]", *row[1:])
-    console.print(table)
-    console.print(_summary(report, strict), highlight=False)
+        table.add_row(Text(row[0], style=styles[row[0]]), *(Text(cell) for cell in row[1:]))
+    out += [table, Text(_summary(report, strict))]
+    return out

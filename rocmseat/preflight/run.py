@@ -2,7 +2,8 @@
 
 `run_preflight` is what `launch` calls; `preflight_report` also returns the inventory and the
 pairs for the CLI's renderers. Families: pcie, aer, numa, profile (with a profile), amdsmi
-(only when asked: amdsmi is optional), hip (only when asked: it initialises GPUs in child processes).
+(only when asked: amdsmi is optional), hip (only when asked: it initialises GPUs in child
+processes).
 """
 
 from __future__ import annotations

@@ -22,8 +22,6 @@ from pydantic import (
     field_validator,
 )
 
-from rocmseat.errors import ConfigError
-
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -279,10 +277,8 @@ class Seat(_Section):
         names = self.replicas.names
         if names is not None:
             if len(names) < count:
-                raise ConfigError(
-                    f"{self.source_path or 'seat'}: key 'replicas.names': lists {len(names)} "
-                    f"name(s) for {count} replicas"
-                )
+                # launch (rocmseat.launch.plan) turns this into a located ConfigError.
+                raise ValueError(f"[replicas] names lists {len(names)} names for {count} replicas")
             return names[:count]
         return tuple(f"r{i}" for i in range(count))
 

@@ -7,7 +7,8 @@ Traffic model (bench/bench_watch_detect.py prints what it gives):
   c_i ~ Bin(c_{i-1}, a) (a draft stops at its first rejected token);
 - a diurnal draft rate (quiet night with idle windows, day traffic, short bursts), requests that
   live a few windows, hours of one single category (mix shifts), restarts (a skipped window);
-- under load a per-batch-size schedule cuts K from 7 to 3 for part of the drafts;
+- under load a per-batch-size schedule cuts K from 7 to 3 for part of the drafts (above 30
+  drafts/s; most of them in the daily peak, 13:00-14:00, which is also an hour of pure prose);
 - faults: a factor on every request's acceptance from `fault_start_s` on (constant or ramped).
 """
 
@@ -63,6 +64,8 @@ def draft_rate(t_s: float, rng: random.Random) -> float:
         base = 0.4
     elif hour < 8:
         base = 4.0
+    elif 13 <= hour < 14:
+        base = 45.0  # the daily peak (a prose hour): the schedule drafts K=3 for most steps
     elif hour < 19:
         base = 25.0
     elif hour < 22:

@@ -41,6 +41,7 @@ class BackgroundSender:
         self._stop = threading.Event()
         self.delivered = 0
         self.failures = 0
+        self._inflight = 0
         self._thread = threading.Thread(target=self._work, name=f"rocmseat-{name}", daemon=True)
         self._thread.start()
 
@@ -60,7 +61,7 @@ class BackgroundSender:
         with self._cond:
             self._cond.notify()
         self._thread.join(timeout_s)
-        left = self.pending()
+        left = self.pending() + (self._inflight if self._thread.is_alive() else 0)
         if left:
             self._on_error(f"{self.name}: {left} alert(s) not delivered at exit")
 
@@ -73,6 +74,7 @@ class BackgroundSender:
                 items = items[:1]
             for key, _ in items:
                 del self._pending[key]
+            self._inflight = len(items)
             return items
 
     def _work(self) -> None:
@@ -103,6 +105,7 @@ class BackgroundSender:
                         items = [(k, p) for k, p in items if k not in self._pending]
                     if not items:
                         break
+            self._inflight = 0
 
     def _requeue(self, items: list[tuple[str, dict[str, Any]]]) -> None:
         with self._cond:

@@ -143,10 +143,11 @@ def test_replica_dies_then_resolves(world: World) -> None:
     engines = world.engine_pids(proc)
     assert len(engines) == 1, f"expected one engine under rocmseat launch, found {engines}"
     os.kill(engines[0], signal.SIGKILL)
+    killed = time.monotonic()
     rc = proc.wait_exit(120)
+    exited_s = time.monotonic() - killed
     assert rc != 0, f"rocmseat launch exited 0 after its engine was killed:\n{tail(proc.log)}"
 
-    killed = time.monotonic()
     wait_for("replica_down firing (exporter)", lambda: _alert_active(world, ALERT_DOWN) == 1.0,
              60, world.seen)
     fired_s = time.monotonic() - killed
@@ -159,9 +160,9 @@ def test_replica_dies_then_resolves(world: World) -> None:
     wait_for("replica_down resolved (webhook)", lambda: _webhook_has(world, ALERT_DOWN, "resolved"),
              30, world.seen)
     note("replica_dies_then_resolves",
-         f"kill -9 engine pid {engines[0]}: launch exit {rc}; replica_down firing on the exporter "
-         f"{fired_s:.1f} s later and on the webhook; relaunch READY after "
-         f"{world.last_ready_s:.0f} s; resolved on both")
+         f"kill -9 engine pid {engines[0]}: launch exit {rc} after {exited_s:.1f} s; replica_down "
+         f"firing on the exporter {fired_s:.1f} s after the kill and on the webhook; relaunch "
+         f"READY after {world.last_ready_s:.0f} s; resolved on both")
 
 
 # ----- drafter lost its mind --------------------------------------------------------------------
@@ -199,7 +200,8 @@ def test_drafter_lost_its_mind(world: World) -> None:
     note("drafter_lost_its_mind",
          f"key unchanged ({_digest(key_after)[:12]}); 3 greedy completions byte-identical; "
          f"{ALERT_DRAFTER} on the exporter {fired_s:.1f} s after traffic began (interval "
-         f"{INTERVAL_S:.0f} s) and on the webhook; exporter acceptance length {al}")
+         f"{INTERVAL_S:.0f} s) and on the webhook; exporter acceptance length "
+         f"{al if al is None else round(al, 3)}")
 
 
 def _digest(done: Any) -> str:
