@@ -93,6 +93,9 @@ def save_baseline(
                     "devices": merged,
                 },
             )
+    except (FileExistsError, NotADirectoryError):
+        # mkdir of the state dir met a file where a directory should be
+        return f"{path}: cannot save the AER baseline (a file stands where a directory should be)"
     except (OSError, RocmseatError) as exc:
         return f"{path}: cannot save the AER baseline ({getattr(exc, 'strerror', None) or exc})"
     return None

@@ -89,7 +89,7 @@ def load_profile(path: Path) -> Profile:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"{path}:0: cannot read the profile: {exc.strerror or exc}") from None
+        raise ConfigError(f"{path}: cannot read the profile: {exc.strerror or exc}") from None
     where = _Where(path, text)
     try:
         data = tomllib.loads(text)
@@ -209,7 +209,16 @@ def _thresholds(table: Any, where: _Where) -> AerThresholds:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise where.error(f"thresholds.{key}", "must be a non-negative integer")
         values[_THRESHOLD_KEYS[key]] = value
-    return AerThresholds(**values)
+    thresholds = AerThresholds(**values)
+    for kind in ("correctable", "replay"):
+        warn, fail = getattr(thresholds, f"{kind}_warn"), getattr(thresholds, f"{kind}_fail")
+        if warn > fail:
+            name = "aer_correctable" if kind == "correctable" else "replay"
+            given = f"{name}_warn" if f"{name}_warn" in table else f"{name}_fail"
+            raise where.error(
+                f"thresholds.{given}", f"{name}_warn {warn} is above {name}_fail {fail}"
+            )
+    return thresholds
 
 
 def judge_profile(inventory: Inventory, profile: Profile, checked: set[str]) -> list[Finding]:

@@ -89,6 +89,9 @@ def preflight_report(
     unknown = selected - set(FAMILIES)
     if unknown:
         raise ConfigError(f"unknown check family {sorted(unknown)[0]!r} (one of {FAMILIES})")
+    if families and "profile" in selected and loaded is None:
+        # Asked for, it must run: an empty family would be a silent pass.
+        raise ConfigError("the profile family needs an expectations profile (--profile FILE)")
     inventory = read_inventory(sysfs_root)
     if not inventory.gpus:
         others = f" (found {', '.join(inventory.other_cards)})" if inventory.other_cards else ""

@@ -133,6 +133,7 @@ LONG_AER_NAMES = {
     "MC Blocked TLP": "BlockedTLP",
     "AtomicOp Egress Blocked": "AtomicOpBlocked",
     "TLP Prefix Blocked Error": "TLPBlockedErr",
+    "Poisoned TLP Egress Blocked": "PoisonTLPBlocked",
 }
 _AER_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_ \-]{0,63}(?:\[\d{1,3}\])?$")
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from rocmseat.node.inventory import read_inventory
+from dataclasses import replace
+
+from rocmseat.node.inventory import Hop, read_inventory
 from rocmseat.node.link import effective_link, physical_links
 from tests.sysfs.conftest import SYSFS_FIXTURES
 
@@ -94,3 +96,61 @@ def test_card_without_device_link_is_a_problem_not_a_crash(copy_tree):
     inv = read_inventory(root)
     assert len(inv.gpus) == 3
     assert len(inv.problems) == 1 and inv.problems[0].startswith("card2: ")
+
+
+def test_gpus_keyed_by_address_not_card_index(copy_tree):
+    # renumber the DRM cards against address order (card57 first): the inventory still sorts
+    # and keys by PCI address, and each GPU keeps the card that really points at it
+    root = copy_tree("x99-r9700")
+    drm = root / "class/drm"
+    for old, new in (("card1", "card57"), ("card4", "card0")):
+        (drm / old).rename(drm / new)
+    inv = read_inventory(root)
+    assert [g.pci_address for g in inv.gpus] == [
+        "0000:05:00.0",
+        "0000:09:00.0",
+        "0000:86:00.0",
+        "0000:89:00.0",
+    ]
+    assert [g.card for g in inv.gpus] == ["card57", "card2", "card3", "card0"]
+    assert inv.gpu("0000:89:00.0").socket == 1
+
+
+def _hop(address, role, vendor, current, maximum):
+    from rocmseat.sysfs.aer import AerReading
+    from rocmseat.sysfs.pci import LinkState
+
+    link = LinkState(current[0], current[1], maximum[0], maximum[1])
+    return Hop(address, role, vendor, 0x1234, link, AerReading(address, None, None, None, ()))
+
+
+def test_effective_link_through_a_platform_switch():
+    """GPU -> AMD internal ports -> a Broadcom/PLX switch -> root port: two physical links,
+    the slower one (root port <-> switch upstream port, Gen3) limits the path; the AMD hops'
+    own 32 GT/s never counts."""
+    from rocmseat.preflight.link import judge_link
+
+    base = read_inventory(SYSFS_FIXTURES / "x99-r9700").gpus[0]
+    path = (
+        _hop("0000:0a:00.0", "endpoint", 0x1002, (32.0, 16), (32.0, 16)),
+        _hop("0000:09:00.0", "amd-switch-port", 0x1002, (32.0, 16), (32.0, 16)),
+        _hop("0000:08:00.0", "amd-switch-port", 0x1002, (16.0, 16), (32.0, 16)),
+        _hop("0000:07:08.0", "bridge", 0x10B5, (16.0, 16), (16.0, 16)),  # PLX downstream port
+        _hop("0000:06:00.0", "bridge", 0x10B5, (8.0, 16), (16.0, 16)),  # PLX upstream port
+        _hop("0000:00:01.1", "root-port", 0x1022, (8.0, 16), (16.0, 16)),
+    )
+    gpu = replace(base, pci_address="0000:0a:00.0", path=path)
+    links = physical_links(gpu)
+    assert [(x.upstream.address, x.downstream.address) for x in links] == [
+        ("0000:07:08.0", "0000:08:00.0"),
+        ("0000:06:00.0", "0000:07:08.0"),
+        ("0000:00:01.1", "0000:06:00.0"),
+    ]
+    eff = effective_link(gpu)
+    assert (eff.speed_gts, eff.width, eff.limited_at) == (8.0, 16, "0000:00:01.1")
+    assert (eff.capable_speed_gts, eff.capable_width) == (16.0, 16)
+    (finding,) = judge_link(gpu)
+    assert finding.check_id == "pcie.link.degraded"
+    assert finding.message.startswith(
+        "root port 0000:00:01.1 trained 8 GT/s x16; both ends support 16 GT/s x16"
+    )

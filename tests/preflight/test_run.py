@@ -84,7 +84,7 @@ def test_rich_table_on_a_terminal(tmp_path):
     console = Console(record=True, width=400, force_terminal=True, color_system="standard")
     for renderable in render.rich_renderables(report):
         console.print(renderable)
-    out = console.export_text(styles=False)
+    out = console.export_text(styles=False, clear=False)
     assert "result: 0 fail, 0 unknown, 2 warn, 7 ok -> exit 0" in out
     # sysfs text is never read as rich markup: the `[9]` of an AER bit name survives
     assert "2 dev_cor_errs_bit[9] since boot" in out

@@ -83,8 +83,11 @@ def test_amdgpu():
     assert reading.product_name == "AMD Radeon AI PRO R9700"
     assert [lv.active for lv in reading.pp_dpm_pcie] == [True, False]
     assert reading.mem_info_vram_total_bytes == 32 << 30
-    mi300 = next((SYSFS_FIXTURES / "mi300x-8gpu/class/drm/card9/device").resolve().parent.glob("*"))
-    assert read_amdgpu(mi300.parent).pp_dpm_pcie is None
+    mi300 = (SYSFS_FIXTURES / "mi300x-8gpu/class/drm/card9/device").resolve()
+    reading = read_amdgpu(mi300)
+    assert reading.driver == "amdgpu" and reading.product_name  # a real GPU directory ...
+    assert not (mi300 / "pp_dpm_pcie").exists()
+    assert reading.pp_dpm_pcie is None and reading.errors == ()  # ... absent is None, no error
 
 
 def test_unreadable_and_garbage_become_errors(copy_tree):
