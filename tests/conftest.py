@@ -89,6 +89,7 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
 TIERS = ("hip", "engine", "tools")
 _tier_stats: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 _tier_skips: dict[str, list[str]] = defaultdict(list)
+_tier_by_nodeid: dict[str, str] = {}
 
 
 def _tier_of(item: pytest.Item) -> str:
@@ -96,6 +97,12 @@ def _tier_of(item: pytest.Item) -> str:
         if item.get_closest_marker(tier):
             return tier
     return "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # By marker only: report.keywords also holds directory names (tests/hip is not a marker).
+    for item in items:
+        _tier_by_nodeid[item.nodeid] = _tier_of(item)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -106,10 +113,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    tier = "unit"
-    for tier_name in TIERS:
-        if tier_name in report.keywords:
-            tier = tier_name
+    tier = _tier_by_nodeid.get(report.nodeid, "unit")
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         _tier_stats[tier][report.outcome] += 1
         if report.outcome == "skipped" and isinstance(report.longrepr, tuple):

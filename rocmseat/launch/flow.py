@@ -1,7 +1,7 @@
 """`rocmseat launch` end to end (the edge: reads /sys, asks the engine's Python, runs it).
 
-seat -> inventory and pairs -> replica plan -> config key -> cache store (keep or move aside)
--> the pair's preflight -> supervised engine -> startup report in the state dir.
+seat -> inventory and pairs -> replica plan -> config key -> the pair's preflight gate ->
+cache store (keep or move aside) -> supervised engine -> startup report in the state dir.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from rocmseat.atomic import LockTimeout, exclusive_lock
 from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.findings import Finding, Severity
+from rocmseat.launch.gate import launch_gate, sysfs_gate
 from rocmseat.launch.judge import ExpectRule, JudgeContext, judge_startup
 from rocmseat.launch.plan import (
     KeyStatus,
@@ -98,38 +99,19 @@ def pick(plans: Sequence[ReplicaPlan], replica: str) -> ReplicaPlan:
         if plan.replica == replica:
             return plan
     names = ", ".join(p.replica for p in plans)
-    raise RocmseatError(f"no replica {replica!r} in this seat (replicas: {names})")
+    raise ConfigError(f"--replica {replica!r}: no such replica in this seat (replicas: {names})")
 
 
 def expect_rules(seat: Seat) -> list[ExpectRule]:
     return [ExpectRule(e.pattern, e.when, Severity(e.severity)) for e in seat.expect_log]
 
 
-def preflight_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None, state_dir: Path,
-                   say: Say) -> list[Finding]:
-    """Run the pair's preflight; a failing finding refuses the start unless the seat says not."""
-    if seat.backend == "cpu" or not plan.pci_pair or sysfs_root is None:
-        return []
-    from rocmseat.preflight.run import run_preflight
-
-    findings = run_preflight(
-        sysfs_root, state_dir, pairs=[(plan.pci_pair[0], plan.pci_pair[1])],
-        profile=seat.preflight.profile, hip=seat.preflight.hip,
-    )
-    failing = [f for f in findings if f.severity is Severity.FAIL]
-    for finding in findings:
-        if finding.severity is not Severity.OK:
-            say(f"preflight {finding.severity.value}: {finding.check_id} {finding.subject}: "
-                f"{finding.message}")
-    if failing and seat.preflight.refuse_on_fail:
-        first = failing[0]
-        raise RocmseatError(
-            f"replica {plan.replica}: start refused by preflight: {first.check_id} "
-            f"{first.subject}: {first.message}"
-            + (f" (and {len(failing) - 1} more failing)" if len(failing) > 1 else ""),
-            hint=first.hint or "set [preflight] refuse_on_fail = false to start anyway",
-        )
-    return findings
+def preflight_only(seat: Seat, replica: str, *, sysfs_root: Path | None, state_dir: Path,
+                   say: Say, environ: Mapping[str, str] | None = None) -> list[Finding]:
+    """`launch --preflight-only` (the replica unit's ExecStartPre=): see launch/gate.py."""
+    plan = pick(place(seat, sysfs_root, numactl=None).plans, replica)
+    return sysfs_gate(seat, plan, sysfs_root, state_dir,
+                      environ=os.environ if environ is None else environ, say=say)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,14 +156,16 @@ def _launch_locked(
     environ = dict(os.environ if environ is None else environ)
     notifier = Notifier.from_environ(environ)
     started = dt.datetime.now(dt.UTC)
+    # Order: key (cheap, no side effect) -> preflight gate -> cache prepare (the side effect:
+    # a move-aside) -> engine, so a refused start leaves the cache as it was.
     notifier.status("computing the config key")
     key = replica_key(seat, plan.replica, gpu_arch(placement, plan))
+    notifier.status("preflight of the pair")
+    preflight = launch_gate(seat, plan, sysfs_root, state_dir, environ=environ, say=say)
     prepared = prepare(seat.cache_root, plan.replica, key, seat_name=seat.name)
     say(prepared.message)
     plan = dataclasses.replace(plan, key=KeyStatus(key.digest, ""),
                                env={**plan.env, **prepared.env})
-    notifier.status("preflight of the pair")
-    preflight = preflight_gate(seat, plan, sysfs_root, state_dir, say)
     order = probed_hip_order(preflight)
     if order is not None:
         probed = with_probed_hip_indices(plan, order)

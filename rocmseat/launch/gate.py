@@ -1,0 +1,154 @@
+"""The start gate of a replica: its GPU pair's preflight, judged by one rule wherever it runs.
+
+One rule: a `fail` finding refuses the start, naming it, unless `[preflight] refuse_on_fail =
+false`. An `unknown` finding (a check that could not run) is said on stderr and kept in the
+startup report but does not refuse: it is no evidence against the pair. (`rocmseat preflight`
+itself exits 2 for it, node-problem-detector style; the node preflight unit that runs it does
+not hold the replicas back, they only Want= it.)
+
+Each check runs once per start. Under systemd the gate is split in two:
+- `ExecStartPre=rocmseat launch SEAT --replica R --preflight-only` runs the fast sysfs families
+  (pcie, aer, numa, profile: file reads), applies the rule, and leaves its findings in
+  `<replica state dir>/preflight-sysfs.json` tagged with `$INVOCATION_ID`, which systemd sets
+  to one id per start of a unit, the same for ExecStartPre= and ExecStart= (systemd.exec(5),
+  "Environment variables in spawned processes").
+- `ExecStart=rocmseat launch ...` finds that file with its own `$INVOCATION_ID`, reuses those
+  findings, and runs only the HIP probe (seconds: it initialises both GPUs), when the seat asks.
+Outside systemd, or when the ids differ (a manual run, a file left by an earlier start), launch
+runs every family itself. The AER family keeps a baseline in the state dir, so running it twice
+per start would also halve the window it judges.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rocmseat.atomic import atomic_write_json
+from rocmseat.errors import RocmseatError
+from rocmseat.findings import Finding, Severity
+from rocmseat.launch.plan import ReplicaPlan
+from rocmseat.launch.report import replica_state_dir
+from rocmseat.seat.model import Seat
+
+Say = Callable[[str], None]
+INVOCATION_ENV = "INVOCATION_ID"
+SYSFS_RESULT = "preflight-sysfs.json"
+SYSFS_SCHEMA = "rocmseat.preflight-sysfs/v1"
+
+
+def refusal(findings: Sequence[Finding], replica: str, *,
+            refuse_on_fail: bool) -> RocmseatError | None:
+    """The error that refuses the start, or None (pure: the one rule of the module docstring)."""
+    failing = [f for f in findings if f.severity is Severity.FAIL]
+    if not failing or not refuse_on_fail:
+        return None
+    first = failing[0]
+    more = f" (and {len(failing) - 1} more failing)" if len(failing) > 1 else ""
+    return RocmseatError(
+        f"replica {replica}: start refused by preflight: {first.check_id} {first.subject}: "
+        f"{first.message}{more}",
+        hint=first.hint or "set [preflight] refuse_on_fail = false to start anyway",
+    )
+
+
+def needs_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None) -> bool:
+    return seat.backend == "rocm" and len(plan.pci_pair) == 2 and sysfs_root is not None
+
+
+def _run(seat: Seat, plan: ReplicaPlan, sysfs_root: Path, state_dir: Path, *,
+         families: Collection[str] | None, hip: bool, say: Say) -> list[Finding]:
+    from rocmseat.preflight.run import run_preflight
+
+    findings = run_preflight(sysfs_root, state_dir, families=families,
+                             pairs=[(plan.pci_pair[0], plan.pci_pair[1])],
+                             profile=seat.preflight.profile, hip=hip)
+    for finding in findings:
+        if finding.severity is not Severity.OK:
+            say(f"preflight {finding.severity.value}: {finding.check_id} {finding.subject}: "
+                f"{finding.message}")
+    return findings
+
+
+def sysfs_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None, state_dir: Path, *,
+               environ: Mapping[str, str], say: Say) -> list[Finding]:
+    """`--preflight-only` (ExecStartPre=): the sysfs families, judged; leaves the findings for
+    this start's `launch` when systemd gave us an invocation id."""
+    if sysfs_root is None or not needs_gate(seat, plan, sysfs_root):
+        say(f"replica {plan.replica}: no GPU pair to check (backend {seat.backend})")
+        return []
+    findings = _run(seat, plan, sysfs_root, state_dir, families=None, hip=False, say=say)
+    refused = refusal(findings, plan.replica, refuse_on_fail=seat.preflight.refuse_on_fail)
+    if refused is not None:
+        raise refused
+    invocation = environ.get(INVOCATION_ENV)
+    if invocation:
+        atomic_write_json(_result_path(state_dir, seat, plan), {
+            "schema": SYSFS_SCHEMA, "invocation_id": invocation, "pair": list(plan.pci_pair),
+            "findings": [f.to_json() for f in findings],
+        })
+    worst = sorted({f.severity.value for f in findings if f.severity is not Severity.OK})
+    say(f"replica {plan.replica}: sysfs preflight of {', '.join(plan.pci_pair)}: "
+        f"{len(findings)} findings" + (f" ({', '.join(worst)} among them)" if worst else ""))
+    return findings
+
+
+def launch_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None, state_dir: Path, *,
+                environ: Mapping[str, str], say: Say) -> list[Finding]:
+    """`launch`'s gate: what ExecStartPre= did not already run for this start, then the rule."""
+    if sysfs_root is None or not needs_gate(seat, plan, sysfs_root):
+        return []
+    reused = _reuse(state_dir, seat, plan, environ.get(INVOCATION_ENV), say)
+    if reused is None:
+        findings = _run(seat, plan, sysfs_root, state_dir, families=None,
+                        hip=seat.preflight.hip, say=say)
+    else:
+        findings = reused
+        if seat.preflight.hip:
+            findings += _run(seat, plan, sysfs_root, state_dir, families={"hip"}, hip=True,
+                             say=say)
+    refused = refusal(findings, plan.replica, refuse_on_fail=seat.preflight.refuse_on_fail)
+    if refused is not None:
+        raise refused
+    return findings
+
+
+def _result_path(state_dir: Path, seat: Seat, plan: ReplicaPlan) -> Path:
+    return replica_state_dir(state_dir, seat.name, plan.replica) / SYSFS_RESULT
+
+
+def _reuse(state_dir: Path, seat: Seat, plan: ReplicaPlan, invocation: str | None,
+           say: Say) -> list[Finding] | None:
+    """The sysfs findings of this start's ExecStartPre=, or None (then launch runs them)."""
+    if not invocation:
+        return None
+    path = _result_path(state_dir, seat, plan)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        say(f"{path}: unreadable ({exc}); running the sysfs preflight again")
+        return None
+    if not isinstance(doc, dict) or doc.get("invocation_id") != invocation:
+        return None  # an earlier start's, or a manual run's
+    if doc.get("schema") != SYSFS_SCHEMA or doc.get("pair") != list(plan.pci_pair):
+        say(f"{path}: for another pair or schema; running the sysfs preflight again")
+        return None
+    try:
+        findings = [_finding(item) for item in doc["findings"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        say(f"{path}: malformed finding ({exc!r}); running the sysfs preflight again")
+        return None
+    say(f"sysfs preflight of {', '.join(plan.pci_pair)} ran in ExecStartPre= of this start "
+        f"({len(findings)} findings): not repeated")
+    return findings
+
+
+def _finding(item: Mapping[str, Any]) -> Finding:
+    data = item.get("data", {})
+    return Finding(str(item["check_id"]), Severity(item["severity"]), str(item["subject"]),
+                   str(item["message"]), str(item.get("hint", "")),
+                   dict(data) if isinstance(data, dict) else {})
