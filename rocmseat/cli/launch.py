@@ -28,13 +28,17 @@ def _echo_engine(line: str) -> None:
 @click.argument("seat_file", metavar="SEAT", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--replica", help="Run this replica in the foreground (r0, r1, ...).")
 @click.option("--dry-run", is_flag=True, help="Print every replica's plan; start nothing.")
+@click.option("--preflight-only", is_flag=True,
+              help="With --replica: run the pair's sysfs preflight, judge it as launch does, "
+              "exit (the replica unit's ExecStartPre=).")
 @click.option("--stop-grace", "stop_grace_s", type=click.FloatRange(min=0), default=30.0,
               show_default=True, help="Seconds between SIGTERM and SIGKILL when stopping.")
 @json_option
 @sysfs_root_option
 @state_dir_option
-def launch(seat_file: Path, *, replica: str | None, dry_run: bool, stop_grace_s: float,
-           as_json: bool, sysfs_root: Path | None, state_dir: Path | None) -> int:
+def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_only: bool,
+           stop_grace_s: float, as_json: bool, sysfs_root: Path | None,
+           state_dir: Path | None) -> int:
     """Start one replica of SEAT under supervision, or show the plan of every replica."""
     from rocmseat.launch import flow
     from rocmseat.seat.load import load_seat
@@ -43,6 +47,8 @@ def launch(seat_file: Path, *, replica: str | None, dry_run: bool, stop_grace_s:
         raise click.UsageError("give exactly one of --replica NAME and --dry-run")
     if as_json and not dry_run:
         raise click.UsageError("--json goes with --dry-run")
+    if preflight_only and replica is None:
+        raise click.UsageError("--preflight-only goes with --replica NAME")
     seat = load_seat(seat_file)
     # backend cpu reads no /sys: no GPUs, no pairs, no NUMA binding
     root = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
@@ -56,10 +62,11 @@ def launch(seat_file: Path, *, replica: str | None, dry_run: bool, stop_grace_s:
             click.echo(plan_text(seat, plans), nl=False)
         return exitcodes.OK
     assert replica is not None
-    state = state_dir if state_dir is not None else seat.state_dir
-    result = flow.launch_replica(
-        seat, replica, sysfs_root=root, state_dir=resolve_state_dir(state),
-        echo=_echo_engine, say=lambda text: click.echo(f"rocmseat: {text}", err=True),
-        stop_grace_s=stop_grace_s,
-    )
+    state = resolve_state_dir(state_dir if state_dir is not None else seat.state_dir)
+    say = lambda text: click.echo(f"rocmseat: {text}", err=True)  # noqa: E731
+    if preflight_only:
+        flow.preflight_only(seat, replica, sysfs_root=root, state_dir=state, say=say)
+        return exitcodes.OK
+    result = flow.launch_replica(seat, replica, sysfs_root=root, state_dir=state,
+                                 echo=_echo_engine, say=say, stop_grace_s=stop_grace_s)
     return result.exit_code

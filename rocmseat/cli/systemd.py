@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import grp
 import shutil
 import sys
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from rocmseat.cli.options import (
     state_dir_option,
     sysfs_root_option,
 )
-from rocmseat.errors import RocmseatError
+from rocmseat.errors import ConfigError, RocmseatError
 
 UNIT_DIR = Path("etc/systemd/system")
 
@@ -33,10 +34,36 @@ def _default_bin() -> Path:
     return Path(found)
 
 
+def _missing_groups(groups: tuple[str, ...]) -> list[str]:
+    missing = []
+    for group in groups:
+        try:
+            grp.getgrnam(group)
+        except KeyError:
+            missing.append(group)
+    return missing
+
+
+def _check_groups(groups: tuple[str, ...], *, refuse: bool) -> None:
+    """SupplementaryGroups= naming a group this host lacks: systemd-analyze verify passes, but
+    systemd refuses every start with status=216/GROUP (a restart loop under Restart=)."""
+    missing = _missing_groups(groups)
+    if not missing:
+        return
+    what = (f"group {', '.join(repr(g) for g in missing)} does not exist on this host: "
+            "systemd would refuse to start the units (status=216/GROUP, \"Failed to determine "
+            "supplementary groups\")")
+    hint = "create it (groupadd --system NAME; Debian's udev package makes render) or drop --user"
+    if refuse:
+        raise ConfigError(f"SupplementaryGroups=: {what}", hint=hint)
+    click.echo(f"rocmseat: warning: {what}; {hint}", err=True)
+
+
 def _render(seat_file: Path, sysfs_root: Path | None, state_dir: Path | None,
-            rocmseat_bin: Path | None, user: str | None) -> dict[str, str]:
+            rocmseat_bin: Path | None, user: str | None, *, refuse_missing_groups: bool = False,
+            ) -> dict[str, str]:
     from rocmseat.launch import flow
-    from rocmseat.launch.units import UnitContext, load_templates, render_units
+    from rocmseat.launch.units import UnitContext, load_templates, render_units, unit_groups
     from rocmseat.seat.load import load_seat
 
     seat = load_seat(seat_file)
@@ -48,7 +75,9 @@ def _render(seat_file: Path, sysfs_root: Path | None, state_dir: Path | None,
     state = state_dir if state_dir is not None else seat.state_dir
     ctx = UnitContext(rocmseat_bin=binary, seat_file=seat_file.absolute(),
                       state_dir=resolve_state_dir(state), user=user)
-    return render_units(seat, placement.plans, ctx, load_templates())
+    units = render_units(seat, placement.plans, ctx, load_templates())
+    _check_groups(unit_groups(seat, ctx), refuse=refuse_missing_groups)
+    return units
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -96,7 +125,9 @@ def install(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path | None,
     from rocmseat.atomic import atomic_write_text
     from rocmseat.runner import run
 
-    units = _render(seat_file, sysfs_root, state_dir, rocmseat_bin, user)
+    # Under --root the units are for another system (an image): warn only.
+    units = _render(seat_file, sysfs_root, state_dir, rocmseat_bin, user,
+                    refuse_missing_groups=root is None)
     target = (root if root is not None else Path("/")) / UNIT_DIR
     for name, text in sorted(units.items()):
         atomic_write_text(target / name, text)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +38,22 @@ class UnitContext:
     user: str | None = None  # run as this user (default: root)
 
 
-def template_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "systemd"
+def template_dirs() -> tuple[Path, ...]:
+    """Where the unit templates are looked for, in order: the checkout's systemd/ (an editable
+    install), then `<sys.prefix>/share/rocmseat/systemd` (a wheel's data-files)."""
+    return (Path(__file__).resolve().parents[2] / "systemd",
+            Path(sys.prefix) / "share" / "rocmseat" / "systemd")
+
+
+# Groups that open the GPU device nodes for a non-root User=: udev gives /dev/kfd and
+# /dev/dri/renderD* to `render`, /dev/dri/card* to `video`. Root needs neither (DAC override).
+# A group missing on the host is not caught by `systemd-analyze verify`; systemd then refuses
+# the start: status=216/GROUP "Failed to determine supplementary groups" (src/core/execute.c).
+DEVICE_GROUPS = ("render", "video")
+
+
+def unit_groups(seat: Seat, ctx: UnitContext) -> tuple[str, ...]:
+    return DEVICE_GROUPS if seat.backend == "rocm" and ctx.user else ()
 
 
 def unit_names(seat: Seat, plans: Sequence[ReplicaPlan]) -> dict[str, str]:
@@ -103,8 +118,9 @@ def hardening(seat: Seat, ctx: UnitContext, *, devices: bool) -> str:
     if devices and seat.backend == "rocm":
         # /dev/kfd is the compute interface HIP opens; char-drm covers /dev/dri/card* and
         # renderD* of every GPU (the pair is chosen by HIP_VISIBLE_DEVICES, not by the unit).
-        lines += ["DeviceAllow=/dev/kfd rw", "DeviceAllow=char-drm rw",
-                  "SupplementaryGroups=render video"]
+        lines += ["DeviceAllow=/dev/kfd rw", "DeviceAllow=char-drm rw"]
+        if unit_groups(seat, ctx):
+            lines.append("SupplementaryGroups=" + " ".join(unit_groups(seat, ctx)))
     return "\n".join(lines)
 
 
@@ -122,12 +138,14 @@ def _common(seat: Seat, ctx: UnitContext, *, devices: bool) -> dict[str, str]:
 
 
 def preflight_argv(seat: Seat, ctx: UnitContext, pairs: Sequence[Sequence[str]]) -> list[str]:
+    """The node unit's `rocmseat preflight`: sysfs families only. The HIP probe runs once per
+    replica start, in launch's gate (launch/gate.py), not here as well."""
     argv = [str(ctx.rocmseat_bin), "preflight", "--state-dir", str(ctx.state_dir)]
     for pair in pairs:
         argv += ["--pair", ",".join(pair)]
     if seat.preflight.profile is not None:
         argv += ["--profile", str(seat.preflight.profile)]
-    argv.append("--hip" if seat.preflight.hip else "--no-hip")
+    argv.append("--no-hip")
     return argv
 
 
@@ -143,14 +161,14 @@ def render_units(seat: Seat, plans: Sequence[ReplicaPlan], ctx: UnitContext,
         place = ("GPUs " + " ".join(plan.pci_pair) if plan.pci_pair else "backend cpu")
         if plan.binding.numa_node is not None:
             place += f", NUMA node {plan.binding.numa_node}"
+        launch = [str(ctx.rocmseat_bin), "launch", str(ctx.seat_file), "--replica",
+                  plan.replica, "--state-dir", str(ctx.state_dir)]
         preflight = ""
         if plan.pci_pair:
-            dash = "" if seat.preflight.refuse_on_fail else "-"  # '-': a failure does not stop
-            preflight = f"ExecStartPre={dash}" + exec_line(preflight_argv(seat, ctx,
-                                                                          [plan.pci_pair]))
-        launch = [str(ctx.rocmseat_bin), "launch", str(ctx.seat_file), "--replica",
-                  plan.replica, "--state-dir", str(ctx.state_dir), "--stop-grace",
-                  str(STOP_GRACE_S)]
+            # The pair's sysfs checks, judged by launch's own rule (refuse_on_fail included,
+            # so no '-' prefix); launch then runs only the HIP probe (launch/gate.py).
+            preflight = "ExecStartPre=" + exec_line([*launch, "--preflight-only"])
+        launch += ["--stop-grace", str(STOP_GRACE_S)]
         values |= {
             "REPLICA": plan.replica,
             "PLACE": place.replace("%", "%%"),
@@ -170,9 +188,8 @@ def render_units(seat: Seat, plans: Sequence[ReplicaPlan], ctx: UnitContext,
         units[names[plan.replica]] = substitute(templates["replica"], values)
     if preflight_unit is not None:
         pairs = [p.pci_pair for p in plans if p.pci_pair]
-        values = _common(seat, ctx, devices=seat.preflight.hip)
+        values = _common(seat, ctx, devices=False)
         values |= {
-            "HIP_WORDS": ", HIP IPC" if seat.preflight.hip else "",
             "BEFORE": " ".join(replica_units),
             "PREFLIGHT": exec_line(preflight_argv(seat, ctx, pairs)),
         }
@@ -188,14 +205,18 @@ def render_units(seat: Seat, plans: Sequence[ReplicaPlan], ctx: UnitContext,
 
 
 def load_templates(directory: Path | None = None) -> dict[str, str]:
-    base = directory or template_dir()
+    """The three templates from `directory`, else from the first of template_dirs() that has
+    them; ReadError naming every place looked in."""
+    candidates = (directory,) if directory is not None else template_dirs()
+    base = next((d for d in candidates if (d / "replica.service.in").is_file()), candidates[0])
     out = {}
     for kind in ("replica", "preflight", "watch"):
         path = base / f"{kind}.service.in"
         try:
             out[kind] = path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise ReadError(path, exc.strerror or str(exc),
-                            hint="the unit templates live in the repository's systemd/ folder; "
-                            "install rocmseat from a checkout (pip install -e .)") from None
+            looked = " or ".join(str(d) for d in candidates)
+            raise ReadError(path, f"{exc.strerror or exc} (unit templates looked for in "
+                            f"{looked})", hint="install rocmseat from a checkout (pip install "
+                            "-e .) or with its data-files (share/rocmseat/systemd)") from None
     return out

@@ -45,10 +45,26 @@ def _min_int(a: int | None, b: int | None) -> int | None:
     return None if value is None else int(value)
 
 
+def _link_pairs(path: tuple[Hop, ...]) -> list[tuple[Hop, Hop]]:
+    """(lower, upper) ends of each PCIe link on a path, nearest the GPU first.
+
+    Each function's link registers describe one link: an endpoint's or a switch upstream port's
+    the link above it, a downstream or root port's the link below it (pcie_bandwidth_available()
+    in drivers/pci/pci.c reads every function on the way up for that reason). From the endpoint
+    a path alternates link, a switch's internal bus, link ...: (path[0], path[1]),
+    (path[2], path[3]) ... are links, while (path[1], path[2]) joins a switch's downstream port
+    to its own upstream port and has no link. An odd path (a PCIe-to-PCI bridge, or a hop
+    missing from the tree) does not fit that shape: then every adjacent pair counts.
+    """
+    if len(path) % 2 == 0:
+        return [(path[i], path[i + 1]) for i in range(0, len(path), 2)]
+    return list(zip(path, path[1:], strict=False))
+
+
 def physical_links(gpu: Gpu) -> tuple[PhysicalLink, ...]:
-    """Root port first would read oddly; returned nearest the GPU first."""
+    """The real links of the GPU's path, nearest the GPU first."""
     links = []
-    for below, hop in zip(gpu.path, gpu.path[1:], strict=False):
+    for below, hop in _link_pairs(gpu.path):
         if hop.is_amd:
             continue  # an internal switch port of the GPU itself
         trained_speed = hop.link.current_speed_gts
