@@ -110,6 +110,7 @@ def main() -> int:
     print()
     onset = 10 * 3600 + 3.0  # mid-morning, ~25 drafts/s; 3 s into a window
     night = 3 * 3600 + 1803.0  # quiet night, ~0.4 drafts/s
+    peak = 13 * 3600 + 603.0  # the daily peak: ~45 drafts/s, the schedule drafts K=3, pure prose
     scenarios = [
         ("collapse 3.3->1.08, day (~25 drafts/s)", Fault(onset, factor_for_mixed_al(1.08)),
          onset, {}),
@@ -117,6 +118,8 @@ def main() -> int:
          onset, {"rate": constant_rate(5.0), "mix_shifts": False}),
         ("collapse 3.3->1.08, night (~0.4 drafts/s)", Fault(night, factor_for_mixed_al(1.08)),
          night, {}),
+        ("collapse 3.3->1.08, peak (K=3 mostly, prose)", Fault(peak, factor_for_mixed_al(1.08)),
+         peak, {}),
         ("drop 3.3->2.0, same mix", Fault(onset, factor_for_mixed_al(2.0)), onset, {}),
         ("drift 3.3->2.0 over 6 h", Fault(onset, factor_for_mixed_al(2.0), ramp_s=6 * 3600),
          onset, {}),

@@ -7,6 +7,7 @@ computed, but some could not), `moved-aside` (<replica>.stale-<stamp>: kept by r
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import re
@@ -17,8 +18,9 @@ from typing import Any
 
 from rocmseat.cache.current import CurrentKey
 from rocmseat.cache.key import FactorChange, diff_factors, digest_of
-from rocmseat.cache.store import STAMP_FORMAT, read_manifest
+from rocmseat.cache.store import STAMP_FORMAT, check_root, read_manifest
 from rocmseat.cache.usage import InUse, ProcessView, judge_use
+from rocmseat.errors import ConfigError
 
 STALE_NAME = re.compile(r"^(?P<replica>[a-z0-9][a-z0-9-]*)\.stale-(?P<stamp>\d{8}T\d{6}Z)(-\d+)?$")
 
@@ -46,6 +48,11 @@ class CacheEntry:
     changes: tuple[FactorChange, ...]  # manifest factors -> current factors
     unknown: tuple[str, ...]  # current factors that could not be computed
     in_use: InUse
+    # The manifest's record of the dir this one replaced: (its name, why it was moved aside).
+    replaced: tuple[str, str] | None = None
+    # For a moved-aside dir: why it was moved, from the manifest of the dir that replaced it
+    # (None: no record, e.g. moved by hand or by a rocmseat without the record).
+    moved_because: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +120,10 @@ def audit_seat(
     entries: list[CacheEntry] = []
     problems: list[str] = []
     try:
+        check_root(cache_root)  # what prepare() would refuse, said before the launch does
+    except ConfigError as exc:
+        problems.append(f"{exc.message}: launch will refuse it")
+    try:
         names = sorted(os.listdir(cache_root))
     except FileNotFoundError:
         names = []
@@ -125,6 +136,12 @@ def audit_seat(
         if name.startswith(".") or path.is_symlink() or not path.is_dir():
             continue
         entries.append(_entry(name, path, current_keys, now, processes))
+    reasons = {e.replaced[0]: e.replaced[1] for e in entries if e.replaced is not None}
+    entries = [
+        dataclasses.replace(e, moved_because=reasons[e.path.name])
+        if e.state == "moved-aside" and e.path.name in reasons else e
+        for e in entries
+    ]
     return SeatAudit(seat_name, seat_file, cache_root, dict(current_keys), tuple(entries),
                      tuple(problems))
 
@@ -176,7 +193,16 @@ def _entry(
         changes=changes,
         unknown=unknown,
         in_use=judge_use(path, processes),
+        replaced=_replaced(manifest),
     )
+
+
+def _replaced(manifest: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    record = manifest.get("replaced") if manifest is not None else None
+    if not isinstance(record, dict):
+        return None
+    name, why = record.get("moved_to"), record.get("why")
+    return (name, why) if isinstance(name, str) and isinstance(why, str) else None
 
 
 def _parse_time(text: str | None) -> dt.datetime | None:

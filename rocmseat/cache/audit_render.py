@@ -46,10 +46,12 @@ def entry_json(entry: CacheEntry) -> dict[str, Any]:
         "last_used": _iso(entry.last_used),
         "changes": [_change_json(c) for c in entry.changes],
         "unknown_factors": list(entry.unknown),
+        "moved_because": entry.moved_because,
         "in_use": {
             "state": entry.in_use.use.value,
             "pids": list(entry.in_use.pids),
             "unreadable_processes": entry.in_use.unreadable,
+            "unreadable_pids": list(entry.in_use.unreadable_pids),
         },
     }
 
@@ -130,21 +132,22 @@ def audit_table(audits: Sequence[SeatAudit]) -> str:
             lines = notes.setdefault(len(rows) - 1, [])
             key = current.key if current is not None else None
             if live is not None:
-                lines.append(f"{live.state}: {STATE_WHY[live.state]}")
+                lines.append(f"live, {live.state}: {STATE_WHY[live.state]}")
             if key is not None:
                 lines.append(f"current key {_short(key.digest)}")
             elif current is not None:
-                lines.append("current key unknown: " + "; ".join(
-                    f"{name}: {why}" for name, why in sorted(current.unknown.items())
-                ))
+                lines.append("current key unknown: these factors could not be computed:")
+                lines.extend(f"  {name}: {why}" for name, why in sorted(current.unknown.items()))
             if live is not None and live.changes:
                 lines.append("differs: " + "; ".join(c.describe() for c in live.changes))
             for moved in audit.moved(replica):
                 lines.append(_moved_line(moved))
-                if moved.changes:
-                    lines.append("    differs from current: " + "; ".join(
-                        c.describe() for c in moved.changes
-                    ))
+                if moved.moved_because is not None:
+                    lines.append(f"    moved because {moved.moved_because}")
+                differs = "; ".join(c.describe() for c in moved.changes)
+                # Said once when the current key is still the one it was moved for.
+                if differs and moved.moved_because != f"changed: {differs}":
+                    lines.append(f"    differs from current: {differs}")
         widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
         for index, row in enumerate(rows):
             cells = (cell.ljust(w) for cell, w in zip(row, widths, strict=True))

@@ -14,6 +14,7 @@ from rocmseat.cache.key import ConfigKey, build_factors, cpu_arch, digest_of
 from rocmseat.cache.versions import EngineVersions, engine_versions
 from rocmseat.errors import RocmseatError
 from rocmseat.runner import Runner, run
+from rocmseat.seat.locate import format_loc, locate
 from rocmseat.seat.model import Seat
 
 
@@ -100,11 +101,13 @@ def current_key(
     try:
         versions = engine_versions(seat.engine.python, runner=runner)
     except RocmseatError as exc:
-        unknown["engine"] = f"engine python {seat.engine.python}: {exc}"
-    model = _fingerprint(seat.model.path, "model", unknown)
+        unknown["engine"] = (
+            f"engine python {seat.engine.python}: {exc} ({_set_at(seat, ('engine', 'python'))})"
+        )
+    model = _fingerprint(seat, ("model", "path"), seat.model.path, unknown)
     drafter = None
     if seat.drafter is not None and seat.drafter.path is not None:
-        drafter = _fingerprint(seat.drafter.path, "drafter", unknown)
+        drafter = _fingerprint(seat, ("drafter", "path"), seat.drafter.path, unknown)
     if gpu_arch is None:
         unknown["gpu_arch"] = arch_unknown_why or "GPU arch not known"
     factors = build_factors(
@@ -116,9 +119,23 @@ def current_key(
     return CurrentKey(seat.name, replica, factors, unknown, classified)
 
 
-def _fingerprint(path: Path, name: str, unknown: dict[str, str]) -> dict[str, Any] | None:
+def _fingerprint(
+    seat: Seat, loc: tuple[str, str], path: Path, unknown: dict[str, str]
+) -> dict[str, Any] | None:
     try:
         return fingerprint_model(path)
     except RocmseatError as exc:
-        unknown[name] = str(exc)
+        unknown[loc[0]] = f"{exc} ({_set_at(seat, loc)})"
         return None
+
+
+def _set_at(seat: Seat, loc: tuple[str, str]) -> str:
+    """'key model.path, launchers/x.toml:23': where the operator fixes a path that is missing."""
+    where = f"key {format_loc(loc)}"
+    if seat.source_path is None:
+        return where
+    try:
+        line = locate(seat.source_path.read_text(encoding="utf-8"), loc)
+    except (OSError, UnicodeDecodeError):
+        line = None
+    return f"{where}, {seat.source_path}" + (f":{line}" if line is not None else "")

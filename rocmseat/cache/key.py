@@ -146,6 +146,7 @@ def split_engine_args(args: Sequence[str]) -> tuple[list[str], dict[str, Any] | 
     while index < len(args):
         arg = args[index]
         flag, eq, inline = arg.partition("=")
+        flag = normalise_flag(flag)
         has_value_next = not eq and index + 1 < len(args) and not args[index + 1].startswith("-")
         value = inline if eq else (args[index + 1] if has_value_next else None)
         step = 2 if has_value_next else 1
@@ -171,6 +172,16 @@ def split_engine_args(args: Sequence[str]) -> tuple[list[str], dict[str, Any] | 
         kept.append(arg)
         index += 1
     return kept, compilation
+
+
+def normalise_flag(flag: str) -> str:
+    """`--compilation_config.x` -> `--compilation-config.x`: vLLM's FlexibleArgumentParser turns
+    underscores into dashes in a long flag's name up to the first dot
+    (vllm/utils/argparse_utils.py, parse_args), so both spellings are one flag."""
+    if not flag.startswith("--"):
+        return flag
+    name, dot, rest = flag[2:].partition(".")
+    return "--" + name.replace("_", "-") + dot + rest
 
 
 def _arch(gpu_arch: str | Sequence[str] | None) -> str | None:

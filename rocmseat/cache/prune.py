@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rocmseat.atomic import exclusive_lock
-from rocmseat.cache.audit import CacheEntry, SeatAudit
+from rocmseat.cache.audit import STALE_NAME, CacheEntry, SeatAudit
 from rocmseat.cache.audit_render import human_age, human_size
 from rocmseat.cache.store import lock_path
-from rocmseat.cache.usage import Use
+from rocmseat.cache.usage import InUse, Use
 from rocmseat.errors import ConfigError
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -67,15 +67,30 @@ def _decide(entry: CacheEntry, older_than_s: float) -> tuple[bool, str]:
     return True, f"moved aside {human_age(age)} ago, no process uses it"
 
 
-def execute_prune(plan: Sequence[PruneItem]) -> list[tuple[PruneItem, str | None]]:
-    """Remove the dirs the plan marks, each under its replica's lock; (item, error or None)."""
+def execute_prune(
+    plan: Sequence[PruneItem], *, recheck: Callable[[Path], InUse] | None = None
+) -> list[tuple[PruneItem, str | None]]:
+    """Remove the dirs the plan marks, each under its replica's lock; (item, error or None).
+
+    Under the lock each dir is judged again just before removal: still a real moved-aside dir
+    (not renamed back to live for a rollback, not replaced by a link), and, with `recheck`,
+    still used by no process (one may have started since the plan was printed).
+    """
     done: list[tuple[PruneItem, str | None]] = []
     for item in plan:
         if not item.remove:
             continue
+        path = item.entry.path
         with exclusive_lock(lock_path(item.root, item.entry.replica), timeout_s=60):
+            if path.is_symlink() or not path.is_dir() or not STALE_NAME.match(path.name):
+                done.append((item, "no longer a moved-aside directory: kept"))
+                continue
+            use = recheck(path) if recheck is not None else None
+            if use is not None and use.use is not Use.NO:
+                done.append((item, f"in use now: {use.describe()}: kept"))
+                continue
             try:
-                shutil.rmtree(item.entry.path)
+                shutil.rmtree(path)
             except OSError as exc:
                 done.append((item, f"{exc.strerror or exc}"))
                 continue

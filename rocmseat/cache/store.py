@@ -178,18 +178,18 @@ def _finish_move(job: _Job) -> PrepareResult:
     if live.exists() and not aside.exists() and not live_is_new:
         os.rename(live, aside)
         job.hook("moved")
-    if not live.exists():
-        _build_fresh(job)
-        os.rename(job.fresh, live)
-        job.hook("published")
-    os.unlink(job.intent)
-    job.hook("intent-removed")
-    changed = tuple(FactorChange(f, old, new) for f, old, new, _ in intent["changed"])
     if intent["state_before"] == "unkeyed":
         why = "it had no manifest (unknown provenance)"
     else:
         texts = [entry[3] for entry in intent["changed"]]
         why = "changed: " + ("; ".join(texts) or "(no factor differs: key schema)")
+    if not live.exists():
+        _build_fresh(job, replaced={"moved_to": aside.name, "why": why})
+        os.rename(job.fresh, live)
+        job.hook("published")
+    os.unlink(job.intent)
+    job.hook("intent-removed")
+    changed = tuple(FactorChange(f, old, new) for f, old, new, _ in intent["changed"])
     message = f"{job.replica}: moved cache aside to {aside} because {why}"
     log.warning(message)
     return PrepareResult(live, intent["state_before"], aside, changed, cache_env(live), message)
@@ -211,8 +211,12 @@ def _recover(job: _Job) -> PrepareResult | None:
     return _finish_move(job)
 
 
-def _build_fresh(job: _Job) -> None:
-    """A complete fresh cache dir at a private name (idempotent: a half-built one is reused)."""
+def _build_fresh(job: _Job, replaced: dict[str, str] | None = None) -> None:
+    """A complete fresh cache dir at a private name (idempotent: a half-built one is reused).
+
+    `replaced`: the cache this one replaces ({"moved_to": name, "why": text}), kept in the
+    manifest so cache-audit can say why each moved-aside dir was moved.
+    """
     fresh = job.fresh
     fresh.mkdir(exist_ok=True)
     job.hook("fresh-created")
@@ -226,6 +230,7 @@ def _build_fresh(job: _Job) -> None:
         "rocmseat_version": __version__,
         "seat": job.seat_name,
         "replica": job.replica,
+        **({"replaced": replaced} if replaced is not None else {}),
     })
     job.hook("manifest-written")
 

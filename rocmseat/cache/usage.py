@@ -35,12 +35,16 @@ class InUse:
     use: Use
     pids: tuple[int, ...] = ()
     unreadable: int = 0  # processes that could not be inspected
+    unreadable_pids: tuple[int, ...] = ()  # which ones (so an operator can look at them)
 
     def describe(self) -> str:
         if self.use is Use.YES:
             return "yes (pid " + ", ".join(str(p) for p in self.pids) + ")"
         if self.use is Use.UNKNOWN:
-            return f"unknown ({self.unreadable} process(es) not readable)"
+            shown = ", ".join(str(p) for p in self.unreadable_pids[:5])
+            more = ", ..." if len(self.unreadable_pids) > 5 else ""
+            which = f": pid {shown}{more}" if shown else ""
+            return f"unknown ({self.unreadable} process(es) not readable{which})"
         return "no"
 
 
@@ -52,10 +56,10 @@ def judge_use(directory: Path, views: Iterable[ProcessView]) -> InUse:
     """Pure: a process uses `directory` if an env value or an open file points into it."""
     target = os.path.normpath(str(directory))
     pids: list[int] = []
-    unreadable = 0
+    unreadable: list[int] = []
     for view in views:
         if view.environ is None and view.open_files is None:
-            unreadable += 1
+            unreadable.append(view.pid)
             continue
         # Values may be path lists (PYTHONPATH=a:b): every absolute part counts.
         parts = (p for v in (view.environ or {}).values() for p in v.split(os.pathsep))
@@ -64,9 +68,9 @@ def judge_use(directory: Path, views: Iterable[ProcessView]) -> InUse:
         if env_hit or file_hit:
             pids.append(view.pid)
     if pids:
-        return InUse(Use.YES, tuple(sorted(pids)), unreadable)
+        return InUse(Use.YES, tuple(sorted(pids)), len(unreadable), tuple(sorted(unreadable)))
     if unreadable:
-        return InUse(Use.UNKNOWN, (), unreadable)
+        return InUse(Use.UNKNOWN, (), len(unreadable), tuple(sorted(unreadable)))
     return InUse(Use.NO)
 
 

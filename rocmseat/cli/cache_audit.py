@@ -15,7 +15,7 @@ from rocmseat.cache.audit import STALE_NAME, SeatAudit, audit_seat
 from rocmseat.cache.audit_render import audit_json, audit_table
 from rocmseat.cache.current import CurrentKey, current_key, replica_arch
 from rocmseat.cache.prune import execute_prune, parse_duration, plan_prune
-from rocmseat.cache.usage import ProcessView, scan_processes
+from rocmseat.cache.usage import InUse, ProcessView, judge_use, scan_processes
 from rocmseat.cli.options import json_option, resolve_sysfs_root, sysfs_root_option
 from rocmseat.runner import Completed, Runner, run
 from rocmseat.seat.load import load_seat
@@ -47,6 +47,7 @@ def cache_audit(
         raise click.UsageError("--older-than and --yes go with --prune")
     if prune and older_than is None:
         raise click.UsageError("--prune needs --older-than (e.g. --older-than 14d)")
+    older_than_s = parse_duration(older_than) if older_than is not None else 0.0  # fail early
     files = list(seat_files) or sorted(Path("launchers").glob("*.toml"))
     if not files:
         raise click.UsageError("name a seat file (no ./launchers/*.toml here)")
@@ -56,7 +57,9 @@ def cache_audit(
     document = audit_json(audits, now=now)
     code = _exit_code(audits)
     if prune:
-        return _prune(audits, document, older_than or "", yes=yes, as_json=as_json, code=code)
+        return _prune(
+            audits, document, older_than or "", older_than_s, yes=yes, as_json=as_json, code=code
+        )
     if as_json:
         click.echo(json.dumps(document, indent=2, sort_keys=True))
     else:
@@ -68,13 +71,14 @@ def _prune(
     audits: Sequence[SeatAudit],
     document: dict[str, Any],
     older_than: str,
+    older_than_s: float,
     *,
     yes: bool,
     as_json: bool,
     code: int,
 ) -> int:
     """Print the plan first; remove only with --yes."""
-    plan = plan_prune(audits, older_than_s=parse_duration(older_than))
+    plan = plan_prune(audits, older_than_s=older_than_s)
     errors: dict[str, str] = {}
     document["prune"] = {
         "older_than": older_than,
@@ -89,7 +93,10 @@ def _prune(
         if not yes and any(i.remove for i in plan):
             click.echo("nothing removed: run again with --yes to remove the dirs marked remove")
     if yes:
-        for item, error in execute_prune(plan):
+        def recheck(path: Path) -> InUse:
+            return judge_use(path, list(scan_processes()))
+
+        for item, error in execute_prune(plan, recheck=recheck):
             if error is not None:
                 errors[str(item.entry.path)] = error
                 code = exitcodes.PROBLEM

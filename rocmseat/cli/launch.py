@@ -24,6 +24,11 @@ def _echo_engine(line: str) -> None:
     sys.stdout.flush()
 
 
+def _say(text: str) -> None:
+    # rocmseat's own lines go to stderr, prefixed, so they stand out among the engine's
+    click.echo(f"rocmseat: {text}", err=True)
+
+
 @click.command("launch")
 @click.argument("seat_file", metavar="SEAT", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--replica", help="Run this replica in the foreground (r0, r1, ...).")
@@ -63,10 +68,9 @@ def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_onl
         return exitcodes.OK
     assert replica is not None
     state = resolve_state_dir(state_dir if state_dir is not None else seat.state_dir)
-    say = lambda text: click.echo(f"rocmseat: {text}", err=True)  # noqa: E731
     if preflight_only:
-        flow.preflight_only(seat, replica, sysfs_root=root, state_dir=state, say=say)
+        flow.preflight_only(seat, replica, sysfs_root=root, state_dir=state, say=_say)
         return exitcodes.OK
     result = flow.launch_replica(seat, replica, sysfs_root=root, state_dir=state,
-                                 echo=_echo_engine, say=say, stop_grace_s=stop_grace_s)
+                                 echo=_echo_engine, say=_say, stop_grace_s=stop_grace_s)
     return result.exit_code

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from rocmseat import exitcodes
 from rocmseat.cli.options import (
     json_option,
     resolve_state_dir,
@@ -15,7 +16,6 @@ from rocmseat.cli.options import (
     state_dir_option,
     sysfs_root_option,
 )
-from rocmseat import exitcodes
 from rocmseat.errors import ConfigError, ReadError, RocmseatError
 from rocmseat.findings import exit_code_for
 

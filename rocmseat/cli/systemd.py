@@ -21,6 +21,7 @@ from rocmseat.cli.options import (
 from rocmseat.errors import ConfigError, RocmseatError
 
 UNIT_DIR = Path("etc/systemd/system")
+RENDERED_HEADER = "# Rendered by `rocmseat systemd render`"
 
 
 def _default_bin() -> Path:
@@ -80,6 +81,31 @@ def _render(seat_file: Path, sysfs_root: Path | None, state_dir: Path | None,
     return units
 
 
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the unit already there: {exc}") from None
+
+
+def _is_foreign(path: Path, text: str) -> bool:
+    """An existing file that differs and does not carry our header: someone else's unit, or a
+    hand edit (both would be lost by a silent overwrite)."""
+    before = _read(path)
+    return before is not None and before != text and not before.startswith(RENDERED_HEADER)
+
+
+def _write(path: Path, text: str, where: str) -> None:
+    from rocmseat.atomic import atomic_write_text
+
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write ({where}): {exc.strerror or exc}") from None
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -106,11 +132,9 @@ def systemd() -> None:
 def render(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path | None,
            rocmseat_bin: Path | None, user: str | None, out_dir: Path) -> int:
     """Write the units of SEAT into --out DIR."""
-    from rocmseat.atomic import atomic_write_text
-
     units = _render(seat_file, sysfs_root, state_dir, rocmseat_bin, user)
     for name, text in sorted(units.items()):
-        atomic_write_text(out_dir / name, text)
+        _write(out_dir / name, text, "--out")
         click.echo(str(out_dir / name))
     return exitcodes.OK
 
@@ -119,19 +143,32 @@ def render(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path | None,
 @_common
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Install under this root (DIR/etc/systemd/system) and skip daemon-reload.")
+@click.option("--force", is_flag=True,
+              help="Replace a unit file of the same name that rocmseat did not render.")
 def install(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path | None,
-            rocmseat_bin: Path | None, user: str | None, root: Path | None) -> int:
+            rocmseat_bin: Path | None, user: str | None, root: Path | None,
+            force: bool) -> int:
     """Install the units of SEAT into /etc/systemd/system (or under --root) and reload."""
-    from rocmseat.atomic import atomic_write_text
     from rocmseat.runner import run
 
     # Under --root the units are for another system (an image): warn only.
     units = _render(seat_file, sysfs_root, state_dir, rocmseat_bin, user,
                     refuse_missing_groups=root is None)
     target = (root if root is not None else Path("/")) / UNIT_DIR
+    foreign = [target / n for n, text in units.items() if _is_foreign(target / n, text)]
+    if foreign and not force:
+        raise ConfigError(f"{foreign[0]}: exists, differs and was not rendered by rocmseat; "
+                          "not overwritten" + (f" (and {len(foreign) - 1} more)"
+                                               if len(foreign) > 1 else ""),
+                          hint="move it away, or pass --force to replace it")
     for name, text in sorted(units.items()):
-        atomic_write_text(target / name, text)
-        click.echo(f"installed {target / name}")
+        path = target / name
+        before = _read(path)
+        if before == text:
+            click.echo(f"unchanged {path}")
+            continue
+        _write(path, text, "--root" if root is not None else "the unit directory")
+        click.echo(f"{'installed' if before is None else 'replaced'} {path}")
     if root is None:
         done = run(["systemctl", "daemon-reload"], timeout_s=60)
         if not done.ok:

@@ -14,11 +14,12 @@ import click
 from rocmseat import exitcodes
 from rocmseat.cli.options import json_option, resolve_state_dir, state_dir_option
 from rocmseat.errors import ConfigError
+from rocmseat.watch.baseline import check_state_dir_writable
 from rocmseat.watch.detector import DetectorParams
 from rocmseat.watch.exporter import parse_listen
 from rocmseat.watch.loop import WatchConfig
 from rocmseat.watch.render import render_table
-from rocmseat.watch.scrape import Target, parse_target
+from rocmseat.watch.scrape import Target, check_http_url, parse_target
 from rocmseat.watch.service import Sinks, once_exit_code, run_once, run_service
 from rocmseat.watch.status import report_json
 
@@ -72,7 +73,7 @@ def watch(  # noqa: PLR0917 (click passes every option)
     seat_name: str | None = None
     expect_spec = True
     pinned = baseline_al
-    hook_argv: tuple[str, ...] | None = tuple(shlex.split(command_hook)) if command_hook else None
+    hook_argv = _hook_argv(command_hook)
     if seat_file is not None:
         from rocmseat.seat.load import load_seat
         from rocmseat.watch.targets import seat_targets
@@ -90,6 +91,8 @@ def watch(  # noqa: PLR0917 (click passes every option)
         state = resolve_state_dir(state_dir)
         watch_targets = [parse_target(spec, i) for i, spec in enumerate(targets)]
         _unique([t.name for t in watch_targets])
+    if webhook:
+        check_http_url(webhook, f"--webhook {webhook!r}")
     listen = exporter_listen or DEFAULT_LISTEN
     if listen != "off":
         try:
@@ -103,7 +106,20 @@ def watch(  # noqa: PLR0917 (click passes every option)
     )
     if once:
         return _once(watch_targets, config, as_json)
+    check_state_dir_writable(state)  # a learned baseline is saved after ~15 min: fail now
     return _service(watch_targets, config, Sinks(listen, webhook, hook_argv, seat_name))
+
+
+def _hook_argv(command_hook: str | None) -> tuple[str, ...] | None:
+    if not command_hook:
+        return None
+    try:
+        argv = tuple(shlex.split(command_hook))
+    except ValueError as exc:  # "No closing quotation"
+        raise ConfigError(f"--command-hook {command_hook!r}: {exc}") from None
+    if not argv:
+        raise ConfigError(f"--command-hook {command_hook!r}: no program to run")
+    return argv
 
 
 def _unique(names: list[str]) -> None:

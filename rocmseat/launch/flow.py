@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat.atomic import LockTimeout, exclusive_lock
-from rocmseat.errors import ConfigError, RocmseatError
+from rocmseat.errors import ConfigError, NoDeviceError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.launch.gate import launch_gate, sysfs_gate
 from rocmseat.launch.judge import ExpectRule, JudgeContext, judge_startup
@@ -54,6 +54,11 @@ def place(seat: Seat, sysfs_root: Path | None, *, numactl: str | None = None,
     from rocmseat.preflight.pairs import propose_pairs
 
     inventory = read_inventory(sysfs_root)
+    if not inventory.gpus:
+        found = f" (found {', '.join(inventory.other_cards)})" if inventory.other_cards else ""
+        raise NoDeviceError(f"no AMD GPU under {sysfs_root / 'class' / 'drm'}{found}: "
+                            f"rocm seat {seat.name} has nothing to run on",
+                            hint="check --sysfs-root, or `rocmseat preflight` on this node")
     proposed = propose_pairs(inventory) if seat.replicas.mode == "auto" else ()
     plans = plan_replicas(seat, inventory, proposed, numactl=numactl, keys=keys)
     return Placement(inventory, plans)
@@ -106,10 +111,32 @@ def expect_rules(seat: Seat) -> list[ExpectRule]:
     return [ExpectRule(e.pattern, e.when, Severity(e.severity)) for e in seat.expect_log]
 
 
+def usable_state_dir(state_dir: Path, seat: Seat, replica: str) -> Path:
+    """The replica's state dir, made; a config error naming it when it cannot be."""
+    path = replica_state_dir(state_dir, seat.name, replica)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"state dir {state_dir}: cannot make {path}: {exc.strerror or exc}",
+                          hint="check state_dir in the seat file, or pass --state-dir") from None
+    return path
+
+
+def check_engine_command(plan: ReplicaPlan, python: Path, env: Mapping[str, str]) -> None:
+    """Before any side effect: an engine command or Python that is not there is a seat error
+    (the Python is asked for the versions of the config key)."""
+    for key, command in (("command", plan.engine_argv[0]), ("python", str(python))):
+        if shutil.which(command, path=env.get("PATH", os.defpath)) is None:
+            raise ConfigError(f"engine.{key}: {command!r} is not an executable "
+                              f"{'file' if os.sep in command else 'on PATH'}",
+                              hint=f"check [engine] {key} in the seat file")
+
+
 def preflight_only(seat: Seat, replica: str, *, sysfs_root: Path | None, state_dir: Path,
                    say: Say, environ: Mapping[str, str] | None = None) -> list[Finding]:
     """`launch --preflight-only` (the replica unit's ExecStartPre=): see launch/gate.py."""
     plan = pick(place(seat, sysfs_root, numactl=None).plans, replica)
+    usable_state_dir(state_dir, seat, plan.replica)
     return sysfs_gate(seat, plan, sysfs_root, state_dir,
                       environ=os.environ if environ is None else environ, say=say)
 
@@ -132,7 +159,7 @@ def launch_replica(
     # One launch per replica: a second one would move the cache of a running engine aside and
     # race it for the port. The kernel drops the lock when we die; the engine does not inherit
     # it (PEP 446: our descriptors are not inheritable).
-    lock = replica_state_dir(state_dir, seat.name, plan.replica) / ".launch.lock"
+    lock = usable_state_dir(state_dir, seat, plan.replica) / ".launch.lock"
     try:
         with exclusive_lock(lock, timeout_s=0.0):
             return _launch_locked(seat, placement, plan, sysfs_root=sysfs_root,
@@ -154,6 +181,9 @@ def _launch_locked(
     from rocmseat.cache.store import prepare
 
     environ = dict(os.environ if environ is None else environ)
+    child_env = {k: v for k, v in environ.items() if k != NOTIFY_ENV}
+    child_env.update(plan.env)
+    check_engine_command(plan, seat.engine.python, child_env)
     notifier = Notifier.from_environ(environ)
     started = dt.datetime.now(dt.UTC)
     # Order: key (cheap, no side effect) -> preflight gate -> cache prepare (the side effect:
@@ -162,7 +192,13 @@ def _launch_locked(
     key = replica_key(seat, plan.replica, gpu_arch(placement, plan))
     notifier.status("preflight of the pair")
     preflight = launch_gate(seat, plan, sysfs_root, state_dir, environ=environ, say=say)
-    prepared = prepare(seat.cache_root, plan.replica, key, seat_name=seat.name)
+    try:
+        prepared = prepare(seat.cache_root, plan.replica, key, seat_name=seat.name)
+    except OSError as exc:  # e.g. cache_root is a file
+        why = ("not a directory" if seat.cache_root.exists() and not seat.cache_root.is_dir()
+               else exc.strerror or str(exc))
+        raise ConfigError(f"cache_root {seat.cache_root}: {why}",
+                          hint="check cache_root in the seat file") from None
     say(prepared.message)
     plan = dataclasses.replace(plan, key=KeyStatus(key.digest, ""),
                                env={**plan.env, **prepared.env})
@@ -202,8 +238,7 @@ def _launch_locked(
                 say(f"{finding.severity.value}: {finding.check_id}: {finding.message}")
         say(f"replica {plan.replica} ready in {after_s:.0f} s; startup report {path}")
 
-    child_env = {k: v for k, v in environ.items() if k != NOTIFY_ENV}
-    child_env.update(plan.env)
+    child_env.update(plan.env)  # now with the cache variables and the probed HIP indices
     spec = EngineSpec(
         argv=plan.argv, env=child_env,
         cpus=frozenset(plan.binding.cpus) if plan.binding.method == "cpu-affinity" else None,

@@ -107,8 +107,9 @@ def launch_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None, state_di
     else:
         findings = reused
         if seat.preflight.hip:
-            findings += _run(seat, plan, sysfs_root, state_dir, families={"hip"}, hip=True,
-                             say=say)
+            # a hip-only run still reports the inventory (a missing GPU): keep what is new
+            hip = _run(seat, plan, sysfs_root, state_dir, families={"hip"}, hip=True, say=say)
+            findings += [f for f in hip if f not in reused]
     refused = refusal(findings, plan.replica, refuse_on_fail=seat.preflight.refuse_on_fail)
     if refused is not None:
         raise refused

@@ -14,85 +14,30 @@ the component as `[backbone] `, `[draft_model] `, `[eagle_head] `, `[dflash_head
 
 from __future__ import annotations
 
-import enum
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-UNTAGGED = "model"  # compile lines of releases that print no model tag
+from rocmseat.launch.startupfacts import (
+    UNTAGGED,
+    CompileOutcome,
+    ComponentCompile,
+    FatalSignature,
+    LogEvent,
+    StartupSummary,
+)
 
-
-class CompileOutcome(enum.StrEnum):
-    FRESH_COMPILE = "fresh_compile"
-    CACHE_LOAD = "cache_load"
-    LOAD_FAILURE = "load_failure"  # an artifact was found, failed to load, compiled again
-
-
-@dataclass(frozen=True, slots=True)
-class LogEvent:
-    """One fact read from one line. `kind` is a stable string; `value` depends on it."""
-
-    kind: str
-    component: str | None = None
-    value: str | float | int | None = None
-    line: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class FatalSignature:
-    signature: str  # stable id, e.g. "invalid_device_pointer"
-    line: str
-
-
-@dataclass(frozen=True, slots=True)
-class ComponentCompile:
-    """What one component (backbone, drafter head ...) did with its compile cache."""
-
-    component: str
-    outcomes: tuple[CompileOutcome, ...]  # in log order, duplicates (TP ranks) collapsed
-    paths: tuple[str, ...]  # cache paths named by its lines
-    load_failure_reasons: tuple[str, ...]
-
-    @property
-    def outcome(self) -> CompileOutcome:
-        """Load failure outranks fresh compile (it compiled, but an artifact survived);
-        a fresh compile outranks a load (one rank compiling means the cache was not complete)."""
-        for wanted in (
-            CompileOutcome.LOAD_FAILURE,
-            CompileOutcome.FRESH_COMPILE,
-            CompileOutcome.CACHE_LOAD,
-        ):
-            if wanted in self.outcomes:
-                return wanted
-        raise AssertionError("a ComponentCompile always has an outcome")
-
-
-@dataclass(frozen=True, slots=True)
-class StartupSummary:
-    components: tuple[ComponentCompile, ...]
-    compile_disabled: str | None  # the line saying compilation or its cache is off
-    kv_cache_tokens: int | None
-    kv_cache_device: str | None  # "GPU", "CPU", "GPU + host"
-    max_concurrency: float | None  # "Maximum concurrency for N tokens per request: X x"
-    max_concurrency_tokens_per_request: int | None
-    available_kv_cache_gib: float | None
-    model_memory_gib: float | None  # "Model loading took X GiB" (largest rank; drafter included)
-    model_load_s: float | None
-    graph_capture_gib: float | None
-    init_engine_s: float | None
-    compilation_s: float | None
-    speculative_config: str | None  # the SpeculativeConfig(...) repr of the config line
-    drafter_loaded: bool
-    drafter_evidence: str | None
-    server_started: bool
-    fatal: tuple[FatalSignature, ...]
-    warnings: tuple[LogEvent, ...]  # non-fatal trouble (shm broadcast stalls ...)
-    expect_hits: Mapping[int, str]  # index of a seat expect_log pattern -> first matching line
-    lines_read: int
-
-    def component(self, name: str) -> ComponentCompile | None:
-        return next((c for c in self.components if c.component == name), None)
-
+# The facts live in startupfacts.py; they are part of this module's interface too
+# (docs/INTERFACES.md names rocmseat.launch.startuplog).
+__all__ = [
+    "UNTAGGED",
+    "CompileOutcome",
+    "ComponentCompile",
+    "FatalSignature",
+    "LogEvent",
+    "StartupLogReader",
+    "StartupSummary",
+    "classify_text",
+]
 
 _TAG = r"(?:\[(?P<component>[A-Za-z][A-Za-z0-9_]*)\] )?"
 

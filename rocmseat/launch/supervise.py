@@ -20,13 +20,21 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import FrameType
 from typing import IO, Any
 
 from rocmseat import exitcodes
 from rocmseat.errors import RocmseatError
+from rocmseat.launch.procgroup import (
+    affinity,
+    describe_returncode,
+    exit_code_of,
+    stop_group,
+    sweep_group,
+    wait_for,
+)
 from rocmseat.launch.readiness import Canary, Fetch, ProbeResult, http_fetch, probe
 from rocmseat.launch.sdnotify import Notifier
 from rocmseat.launch.startuplog import LogEvent, StartupLogReader, StartupSummary
@@ -114,7 +122,7 @@ def supervise(
     state = _State()
     previous = _install_forwarding(state)
     try:
-        with _affinity(spec.cpus):
+        with affinity(spec.cpus):
             proc = subprocess.Popen(
                 spec.argv, env=dict(spec.env), stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
@@ -136,7 +144,7 @@ def supervise(
         return _watch(spec, proc, pump, state, notifier=notifier, on_ready=on_ready, fetch=fetch)
     finally:
         _restore(previous)
-        _stop_group(proc, spec.stop_grace_s)
+        stop_group(proc, spec.stop_grace_s)
         pump.join(timeout=10.0)
 
 
@@ -191,7 +199,7 @@ def _watch(
         # forwarded it at once), and systemd should still hear that we are stopping.
         if state.signal_received is not None:
             notifier.stopping(f"stopping: received {signal.Signals(state.signal_received).name}")
-            _wait(proc, spec.stop_grace_s)
+            wait_for(proc, spec.stop_grace_s)
             break
         if proc.poll() is not None:
             break
@@ -201,7 +209,7 @@ def _watch(
                 reason = (f"not ready within {spec.readiness_timeout_s:g} s "
                           f"(last probe: {last_probe.detail}); engine stopped")
                 notifier.stopping(reason)
-                _stop_group(proc, spec.stop_grace_s)
+                stop_group(proc, spec.stop_grace_s)
                 return _result(exitcodes.PROBLEM, proc, None, timed_out=True, state=state,
                                reason=reason, pump=pump)
             if now >= next_probe:
@@ -219,15 +227,16 @@ def _watch(
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=0.2 if ready_after is None else 1.0)
     rc = proc.wait()
-    _sweep_group(proc, pump, min(spec.stop_grace_s, 5.0))
+    sweep_group(proc, lambda t: pump.join(timeout=t), min(spec.stop_grace_s, 5.0))
     if state.signal_received is not None:
         name = signal.Signals(state.signal_received).name
-        reason = f"received {name}, forwarded to the engine; it exited {_describe(rc)}"
+        reason = f"received {name}, forwarded to the engine; it exited {describe_returncode(rc)}"
     elif ready_after is None:
-        reason = f"the engine exited {_describe(rc)} before it was ready"
+        reason = f"the engine exited {describe_returncode(rc)} before it was ready"
     else:
-        reason = f"the engine exited {_describe(rc)} after {time.monotonic() - start:.0f} s"
-    code = _exit_code(rc)
+        after_s = time.monotonic() - start
+        reason = f"the engine exited {describe_returncode(rc)} after {after_s:.0f} s"
+    code = exit_code_of(rc)
     if ready_after is None and state.signal_received is None and code == exitcodes.OK:
         code = exitcodes.PROBLEM  # an engine that quits cleanly before serving is no success
     return _result(code, proc, ready_after, timed_out=False, state=state, reason=reason,
@@ -262,65 +271,3 @@ def _result(code: int, proc: subprocess.Popen[bytes], ready_after: float | None,
         ready_after_s=ready_after, timed_out=timed_out, signal_received=state.signal_received,
         reason=reason, summary=pump.summary(),
     )
-
-
-def _exit_code(rc: int) -> int:
-    return 128 - rc if rc < 0 else rc
-
-
-def _describe(rc: int) -> str:
-    if rc < 0:
-        return f"on signal {signal.Signals(-rc).name}"
-    return f"with status {rc}"
-
-
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=timeout_s)
-
-
-def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGTERM the engine's group, SIGKILL after the grace, then sweep what is left of it."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        _wait(proc, grace_s)
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    # Children the engine left behind keep its process group id after it is gone.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _sweep_group(proc: subprocess.Popen[bytes], pump: _Pump, grace_s: float) -> None:
-    """The engine has exited; what it left in its group (a worker, a compiler child) still
-    holds its output pipe. SIGTERM them, give them `grace_s` to go, then SIGKILL."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    pump.join(timeout=grace_s)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    pump.join(timeout=10.0)
-
-
-@contextlib.contextmanager
-def _affinity(cpus: frozenset[int] | None) -> Iterator[None]:
-    """Bind the calling thread while it forks: the engine inherits the CPU set at fork.
-
-    Without numactl this is the CPU half of the NUMA binding (memory then follows first touch
-    on those CPUs). Done here rather than in a preexec_fn, which is unsafe with threads.
-    """
-    if cpus is None:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    try:
-        os.sched_setaffinity(0, cpus)
-    except OSError as exc:
-        raise RocmseatError(f"cannot bind to CPUs {sorted(cpus)}: {exc.strerror}") from None
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)

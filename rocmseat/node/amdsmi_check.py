@@ -59,10 +59,18 @@ def _mts_to_gts(value: Any) -> float | None:
     return None
 
 
+def _lanes(value: Any) -> str:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "?"
+
+
+def _table(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def compare_amdsmi(inventory: Inventory, report: Mapping[str, Any]) -> list[Finding]:
     """Pure: findings from an amdsmi_probe report and the sysfs inventory."""
     if "error" in report:
-        return [_unknown(str(report["error"]))]
+        return [_unknown(" ".join(str(report["error"]).split()))]  # one line
     entries = report.get("gpus")
     if not isinstance(entries, list):
         return [_unknown("the probe's report has no GPU list")]
@@ -104,14 +112,15 @@ def compare_amdsmi(inventory: Inventory, report: Mapping[str, Any]) -> list[Find
                     f"amdsmi NUMA affinity {numa}, sysfs numa_node {gpu.numa_node_raw}",
                 )
             )
-        pcie = entry.get("pcie") if isinstance(entry.get("pcie"), dict) else {}
-        static = pcie.get("pcie_static", {}) if isinstance(pcie, dict) else {}
-        metric = pcie.get("pcie_metric", {}) if isinstance(pcie, dict) else {}
+        # amdsmi answers "N/A" or an error object where a field is unsupported: take dicts only
+        pcie = _table(entry.get("pcie"))
+        static = _table(pcie.get("pcie_static"))
+        metric = _table(pcie.get("pcie_metric"))
         eff = effective_link(gpu)
         static_speed = _mts_to_gts(static.get("max_pcie_speed"))
         if static_speed is not None:
             notes.append(
-                f"static max {static_speed:g} GT/s x{static.get('max_pcie_width')} "
+                f"static max {static_speed:g} GT/s x{_lanes(static.get('max_pcie_width'))} "
                 "(from the endpoint: inherits the internal-switch over-report)"
             )
         speed = _mts_to_gts(metric.get("pcie_speed"))

@@ -3,12 +3,13 @@
 AMD dGPUs sit behind an internal switch (vendor 0x1002 upstream + downstream port); the
 endpoint's own link is that virtual link and reports the ASIC's capability (32 GT/s x16 on an
 R9700 in a Gen3 slot). Like amdgpu_device_partner_bandwidth() (amdgpu_device.c: "skip
-upstream/downstream switches internal to dGPU"), the real links are the ones below each
-non-AMD bridge on the path: the root port and any platform switch ports.
+upstream/downstream switches internal to dGPU"), the real links are the ones whose upper end
+is not an AMD port: below the root port and below any platform switch's downstream port.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from rocmseat.node.inventory import Gpu, Hop
@@ -58,7 +59,7 @@ def _link_pairs(path: tuple[Hop, ...]) -> list[tuple[Hop, Hop]]:
     """
     if len(path) % 2 == 0:
         return [(path[i], path[i + 1]) for i in range(0, len(path), 2)]
-    return list(zip(path, path[1:], strict=False))
+    return list(itertools.pairwise(path))
 
 
 def physical_links(gpu: Gpu) -> tuple[PhysicalLink, ...]:

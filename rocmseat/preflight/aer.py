@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Gpu, Hop
 from rocmseat.preflight.link import hop_words
+from rocmseat.sysfs.attrs import errors_of
 
 REPLAY_KEY = "amdgpu.pcie_replay_count"
 
@@ -79,7 +80,7 @@ def judge_aer(
     """
     findings: list[Finding] = []
     read_errors = [e for hop in gpu.path for e in hop.aer.errors]
-    read_errors += [e for e in gpu.amdgpu.errors if "pcie_replay_count" in e]
+    read_errors += errors_of(gpu.amdgpu.errors, "pcie_replay_count")
     if read_errors:
         findings.append(
             Finding(

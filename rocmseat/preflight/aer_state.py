@@ -54,7 +54,7 @@ def _parse(text: str, sysfs_root: Path) -> Baseline | None:
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
             for k, v in counters.items()
         ):
-            raise ValueError(f"bad counters for {address}")
+            raise ValueError(f"bad counters for {address!r}")
         clean[str(address)] = dict(counters)
     return Baseline(taken_at, clean)
 
@@ -63,14 +63,16 @@ def load_baseline(state_dir: Path, sysfs_root: Path) -> tuple[Baseline | None, s
     """(baseline or None, a one-line problem if the file exists but cannot be used)."""
     path = state_path(state_dir)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError):
         return None, None
     except OSError as exc:
         return None, f"{path}: {exc.strerror or exc}"
     try:
-        return _parse(text, sysfs_root), None
-    except (ValueError, UnicodeDecodeError) as exc:
+        # UnicodeDecodeError and JSONDecodeError are ValueErrors: a torn or foreign file is a
+        # one-line problem, never a traceback on every later run
+        return _parse(raw.decode("utf-8"), sysfs_root), None
+    except (ValueError, RecursionError) as exc:
         return None, f"{path}: unusable baseline ({exc})"
 
 

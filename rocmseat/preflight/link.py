@@ -12,7 +12,10 @@ from __future__ import annotations
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Gpu, Hop
 from rocmseat.node.link import EffectiveLink, PhysicalLink, effective_link, physical_links
+from rocmseat.sysfs.attrs import errors_of
 from rocmseat.sysfs.parse import DpmLevel, format_speed
+
+LINK_FILES = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
 
 ROLE_WORDS = {
     "root-port": "root port",
@@ -75,7 +78,7 @@ def _dpm_idle(gpu: Gpu, link: PhysicalLink) -> DpmLevel | None:
 def judge_link(gpu: Gpu, expected: tuple[float, int] | None = None) -> list[Finding]:
     """`pcie.link.*` findings for one GPU; `expected` = (GT/s, width) from a profile."""
     subject = gpu.pci_address
-    errors = [e for hop in gpu.path for e in hop.errors if "_link_" in e or "/vendor" in e]
+    errors = [e for hop in gpu.path for e in errors_of(hop.errors, *LINK_FILES, "vendor")]
     links = physical_links(gpu)
     eff = effective_link(gpu)
     claim = endpoint_claim(gpu)
@@ -200,7 +203,7 @@ def _capability_note(gpu: Gpu, eff: EffectiveLink) -> str:
 def judge_dpm(gpu: Gpu) -> list[Finding]:
     """`pcie.dpm.*`: pp_dpm_pcie's active and highest level against the trained link."""
     subject = gpu.pci_address
-    dpm_errors = [e for e in gpu.amdgpu.errors if "pp_dpm_pcie" in e]
+    dpm_errors = errors_of(gpu.amdgpu.errors, "pp_dpm_pcie")
     if dpm_errors:
         return [
             Finding(

@@ -13,16 +13,42 @@ from collections.abc import Sequence
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Gpu, Inventory
 from rocmseat.preflight.pairs import Pair, make_pair
+from rocmseat.sysfs.attrs import errors_of
+
+
+def _locality_errors(gpu: Gpu, inventory: Inventory) -> list[str]:
+    """Why the files the socket is inferred from could not be read (none on a sane tree)."""
+    errors = errors_of(gpu.errors, "numa_node", "local_cpulist")
+    node = next((n for n in inventory.numa_nodes if n.node_id == gpu.numa_node), None)
+    if node is not None:
+        errors += node.errors
+    return errors + list(inventory.cpu_errors)
 
 
 def judge_locality(gpu: Gpu, inventory: Inventory) -> list[Finding]:
     subject = gpu.pci_address
-    data = {
+    data: dict[str, object] = {
         "numa_node": gpu.numa_node,
         "socket": gpu.socket,
         "socket_source": gpu.socket_source,
         "local_cpulist": gpu.local_cpulist,
     }
+    errors = _locality_errors(gpu, inventory)
+    if errors:
+        # the socket may still have been inferred, but from a partial reading: never a quiet ok
+        socket = "unknown" if gpu.socket is None else str(gpu.socket)
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return [
+            Finding(
+                "numa.unknown",
+                Severity.UNKNOWN,
+                subject,
+                f"cannot read the GPU's locality: {errors[0]}{more}; socket {socket} "
+                f"({gpu.socket_source})",
+                "check numa_node, local_cpulist, node*/cpulist and cpu*/topology in the tree",
+                {**data, "errors": errors},
+            )
+        ]
     if gpu.numa_node_raw == -1 and inventory.multi_socket:
         if gpu.socket is None:
             text = f"socket unknown ({gpu.socket_source}); the GPU cannot be paired"

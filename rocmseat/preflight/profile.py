@@ -87,9 +87,14 @@ class _Where:
 
 def load_profile(path: Path) -> Profile:
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the profile: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")  # TOML is UTF-8 (toml.io, v1.0.0 "Spec")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {exc.start})") from None
     where = _Where(path, text)
     try:
         data = tomllib.loads(text)

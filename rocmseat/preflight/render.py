@@ -174,17 +174,21 @@ def rich_renderables(report: PreflightReport, *, strict: bool = False) -> list[A
     Every cell is a Text, never markup: sysfs strings (product_name, `dev_cor_errs_bit[9]`)
     must not be read as rich style tags.
     """
-    from rich.table import Table
+    from rich.table import Column, Table
     from rich.text import Text
 
+    def columns(header: list[str], keep: set[str]) -> list[Column]:
+        # PCI addresses are what the operator acts on: wrap the prose, never crop an address
+        return [Column(name, no_wrap=name in keep) for name in header]
+
     out: list[Any] = [Text(_title(report), style="bold")]
-    gpus = Table(*GPU_HEADER, box=None, pad_edge=False)
+    gpus = Table(*columns(GPU_HEADER, {"GPU", "LIMITED AT"}), box=None, pad_edge=False)
     for row in _gpu_rows(report):
         gpus.add_row(*(Text(cell) for cell in row))
     out += [gpus, Text("proposed TP2 pairs (socket-local):")]
     out += [Text(line) for line in _pair_lines(report)]
     styles = {"OK": "green", "WARN": "yellow", "UNKNOWN": "magenta", "FAIL": "bold red"}
-    table = Table(*FINDING_HEADER, box=None, pad_edge=False)
+    table = Table(*columns(FINDING_HEADER, {"SUBJECT"}), box=None, pad_edge=False)
     for row in _finding_rows(report.findings):
         table.add_row(Text(row[0], style=styles[row[0]]), *(Text(cell) for cell in row[1:]))
     out += [table, Text(_summary(report, strict))]

@@ -92,6 +92,9 @@ def preflight_report(
     if families and "profile" in selected and loaded is None:
         # Asked for, it must run: an empty family would be a silent pass.
         raise ConfigError("the profile family needs an expectations profile (--profile FILE)")
+    if not sysfs_root.is_dir():
+        # a mistyped --sysfs-root / ROCMSEAT_SYSFS_ROOT: say so, not "no amdgpu device"
+        raise NoDeviceError(f"{sysfs_root}: no such directory (the sysfs root to read)")
     inventory = read_inventory(sysfs_root)
     if not inventory.gpus:
         others = f" (found {', '.join(inventory.other_cards)})" if inventory.other_cards else ""

@@ -11,10 +11,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rocmseat.cache.key import normalise_flag
 from rocmseat.cache.layout import FORBIDDEN_SEAT_ENV
 from rocmseat.errors import ConfigError
 from rocmseat.seat.locate import Loc, format_loc, locate
-from rocmseat.seat.model import Seat, seat_problems
+from rocmseat.seat.model import Seat
+from rocmseat.seat.rules import seat_problems
 
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
 _SCHEMA_TAG = re.compile(
@@ -22,6 +24,15 @@ _SCHEMA_TAG = re.compile(
     r"lax-or-strict\[|json-or-python\[|is-instance\[)"
 )
 _COMPILATION_FLAGS = ("--compilation-config", "-cc")
+_SPECULATIVE_FLAGS = ("--speculative-config", "-sc")
+_REMOVED_WHY = (
+    "current vLLM rejects disable_by_batch_size (removed in vllm#35060): use "
+    "num_speculative_tokens_per_batch_size"
+)
+_REMOVED_HINT = (
+    "use num_speculative_tokens_per_batch_size in [drafter], e.g. [[1, 8, 3], [9, 1024, 0]] "
+    "drafts 3 tokens up to 8 running requests and none above"
+)
 
 
 def load_seat(path: Path) -> Seat:
@@ -45,8 +56,12 @@ def parse_seat(text: str, path: Path) -> Seat:
         if match is None:
             raise ConfigError(f"{path}: invalid TOML: {message}") from None
         why = message[: match.start()]
+        line_no = int(match.group(1))
+        key = _key_on_line(text, line_no) if "overwrite" in why or "declare" in why else None
+        if key is not None:
+            why = f"key {key!r} is set twice ({why})"
         raise ConfigError(
-            f"{path}:{match.group(1)}: invalid TOML: {why} (column {match.group(2)})"
+            f"{path}:{line_no}: invalid TOML: {why} (column {match.group(2)})"
         ) from None
 
     def fail(loc: Loc, why: str, hint: str | None = None) -> ConfigError:
@@ -63,6 +78,11 @@ def parse_seat(text: str, path: Path) -> Seat:
         errors = exc.errors(include_url=False)
         first = errors[0]
         loc = _clean_loc(first["loc"])
+        missing = [_clean_loc(e["loc"]) for e in errors if e["type"] == "missing"]
+        same_table = all(m[:-1] == loc[:-1] for m in missing)
+        if len(missing) > 1 and len(missing) == len(errors) and same_table:
+            names = ", ".join(str(m[-1]) for m in missing)
+            raise fail(loc, f"Field required (missing required keys: {names})") from None
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise fail(loc, _clean_msg(first["msg"]) + more) from None
     for loc, why in seat_problems(seat):
@@ -75,24 +95,44 @@ def parse_seat(text: str, path: Path) -> Seat:
 
 def _removed_keys(data: dict[str, Any]) -> list[tuple[Loc, str, str]]:
     """Keys current vLLM rejects at startup: refuse them before the engine does."""
-    out: list[tuple[Loc, str, str]] = []
+    out = _speculative_arg_removed_key(data)
     drafter = data.get("drafter")
     if not isinstance(drafter, dict):
         return out
-    why = (
-        "current vLLM rejects disable_by_batch_size (removed in vllm#35060): use "
-        "num_speculative_tokens_per_batch_size"
-    )
-    hint = (
-        "use num_speculative_tokens_per_batch_size, e.g. [[1, 8, 3], [9, 1024, 0]] drafts "
-        "3 tokens up to 8 running requests and none above"
-    )
+    why, hint = _REMOVED_WHY, _REMOVED_HINT
     if "disable_by_batch_size" in drafter:
         out.append((("drafter", "disable_by_batch_size"), why, hint))
     extra = drafter.get("extra")
     if isinstance(extra, dict) and "disable_by_batch_size" in extra:
         out.append((("drafter", "extra", "disable_by_batch_size"), why, hint))
     return out
+
+
+def _speculative_arg_removed_key(data: dict[str, Any]) -> list[tuple[Loc, str, str]]:
+    """disable_by_batch_size smuggled in through `--speculative-config`/`-sc` in extra_args."""
+    serve = data.get("serve")
+    args = serve.get("extra_args") if isinstance(serve, dict) else None
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        return []
+    for index, arg in enumerate(args):
+        flag = normalise_flag(arg.partition("=")[0])
+        base = flag.partition(".")[0]
+        if base in _SPECULATIVE_FLAGS and "disable_by_batch_size" in arg.replace("-", "_"):
+            return [(("serve", "extra_args", index), _REMOVED_WHY, _REMOVED_HINT)]
+        value = args[index + 1] if "=" not in arg and index + 1 < len(args) else ""
+        if flag in _SPECULATIVE_FLAGS and "disable_by_batch_size" in value.replace("-", "_"):
+            return [(("serve", "extra_args", index), _REMOVED_WHY, _REMOVED_HINT)]
+    return []
+
+
+def _key_on_line(text: str, line_no: int) -> str | None:
+    """The dotted key or table header written on a line (for duplicate-key errors)."""
+    lines = text.splitlines()
+    if not 0 < line_no <= len(lines):
+        return None
+    line = lines[line_no - 1].strip().lstrip("[").rstrip("]")
+    name = line.split("=", 1)[0].strip() if "=" in line else line.strip()
+    return name or None
 
 
 def _default_served_name(data: dict[str, Any]) -> None:
@@ -134,6 +174,7 @@ def _compilation_cache_dir_arg(args: Sequence[str]) -> int | None:
     """
     for index, arg in enumerate(args):
         flag, _, inline = arg.partition("=")
+        flag = normalise_flag(flag)
         for prefix in _COMPILATION_FLAGS:
             if flag in (f"{prefix}.cache_dir", f"{prefix}.cache-dir"):
                 return index

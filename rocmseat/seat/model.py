@@ -169,6 +169,16 @@ class Replicas(_Section):
                     raise ValueError(f"{address!r} is not a PCI address like '0000:05:00.0'")
             if pair[0] == pair[1]:
                 raise ValueError(f"pair {list(pair)} names the same GPU twice")
+        # A GPU in two pairs would be driven by two replicas at once (two engines on one GPU).
+        seen: dict[str, int] = {}
+        for index, pair in enumerate(value or ()):
+            for address in pair:
+                if address in seen:
+                    raise ValueError(
+                        f"GPU {address} is in pair {seen[address]} and pair {index}: a GPU serves "
+                        "one replica"
+                    )
+                seen[address] = index
         return value
 
     @field_validator("names")
@@ -285,45 +295,3 @@ class Seat(_Section):
     def port_of(self, index: int) -> int:
         """Replica i listens on port_base + i."""
         return self.serve.port_base + index
-
-
-Location = tuple[str | int, ...]
-
-
-def seat_problems(seat: Seat) -> list[tuple[Location, str]]:
-    """Rules across keys, each with the key it is reported against (the loader adds the line)."""
-    problems: list[tuple[Location, str]] = []
-    drafter = seat.drafter
-    if drafter is not None:
-        if drafter.path is None and drafter.method in METHODS_NEEDING_PATH:
-            problems.append(
-                (("drafter", "method"), f"method {drafter.method!r} needs a drafter 'path'")
-            )
-        schedule = drafter.num_speculative_tokens_per_batch_size
-        if schedule is not None:
-            top = max(k for _, _, k in schedule)
-            if top > drafter.num_speculative_tokens:
-                problems.append((
-                    ("drafter", "num_speculative_tokens_per_batch_size"),
-                    f"drafts up to {top} tokens but num_speculative_tokens is "
-                    f"{drafter.num_speculative_tokens}",
-                ))
-    replicas = seat.replicas
-    if replicas.mode == "explicit" and not replicas.pairs:
-        problems.append((("replicas", "mode"), "mode 'explicit' needs 'pairs'"))
-    if replicas.mode == "auto" and replicas.pairs:
-        problems.append((("replicas", "pairs"), "'pairs' is only read with mode = 'explicit'"))
-    if replicas.pairs and replicas.names is not None and len(replicas.names) != len(replicas.pairs):
-        problems.append((
-            ("replicas", "names"), f"{len(replicas.names)} names for {len(replicas.pairs)} pairs"
-        ))
-    if seat.backend == "cpu":
-        if seat.tp != 1:
-            problems.append((("tp",), "backend 'cpu' runs with tp = 1"))
-        if replicas.mode != "auto":
-            problems.append((("replicas", "mode"), "backend 'cpu' has no GPU pairs: use 'auto'"))
-        if seat.serve.gpu_memory_utilization is not None:
-            problems.append((
-                ("serve", "gpu_memory_utilization"), "is for backend 'rocm' only"
-            ))
-    return problems

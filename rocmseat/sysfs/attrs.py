@@ -36,6 +36,23 @@ def read_text(path: Path) -> tuple[str | None, str | None]:
     return read_parsed(path, lambda text, _source: text.strip())
 
 
+def errors_of(errors: tuple[str, ...], *names: str) -> list[str]:
+    """The reasons (from read_parsed) about the attributes `names` of a reading's directory.
+
+    A reason starts with the file's path, then ":N" for a line of a multi-line file, then ": ";
+    match the file name, not a substring, so a sysfs root such as /tmp/vendor_link_test cannot
+    make every reason look like a link reason.
+    """
+    wanted = set(names)
+    out = []
+    for error in errors:
+        path = error.split(": ", 1)[0]
+        name = path.rsplit("/", 1)[-1].split(":", 1)[0]
+        if name in wanted:
+            out.append(error)
+    return out
+
+
 def resolve_link(path: Path) -> tuple[Path | None, str | None]:
     """Follow a sysfs symlink (`class/drm/card1/device`) to its real directory."""
     try:

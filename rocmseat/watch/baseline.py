@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat.atomic import atomic_write_json
+from rocmseat.errors import ConfigError
 
 SCHEMA = "rocmseat.watch-baseline/v1"
 UNKEYED = "unkeyed"
@@ -50,6 +51,24 @@ class Baseline:
         if whole < len(rates):
             value += (k - whole) * rates[whole]
         return value
+
+    def accepted_per_draft_floor(self, effective_k: float | None) -> float:
+        """The least expected accepted tokens per draft over every mix of draft lengths 1..K
+        whose mean is `effective_k`: the reference of the drop test.
+
+        mu(K) = sum_{i<K} P_i is concave in K (P_i falls with i), so by Jensen a mix of draft
+        lengths yields at most the interpolation `accepted_per_draft` gives and at least the
+        chord from (1, P_0) to (K_max, mu(K_max)) (a K=1/K=K_max schedule). Judging against the
+        chord, a window whose K comes from a per-batch-size schedule can never look like a drop
+        (DESIGN.md "Speculation facts"); at full K both are mu(K_max).
+        """
+        rates = self.position_rates
+        full = float(len(rates))
+        k = full if effective_k is None else min(effective_k, full)
+        top = sum(rates)
+        if k <= 1.0:  # full <= 1 lands here too (k <= full)
+            return max(k, 0.0) * rates[0]
+        return rates[0] + (k - 1.0) / (full - 1.0) * (top - rates[0])
 
     def acceptance_length_at(self, effective_k: float | None) -> float:
         return 1.0 + self.accepted_per_draft(effective_k)
@@ -85,6 +104,20 @@ def learned_baseline(
 def baseline_path(state_dir: Path, replica_key: str) -> Path:
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", replica_key)
     return state_dir / "watch" / f"{safe}.json"
+
+
+def check_state_dir_writable(state_dir: Path) -> None:
+    """Create `<state dir>/watch` and write a probe there, or raise a ConfigError naming it."""
+    folder = state_dir / "watch"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(folder / ".write-probe.json", {"schema": SCHEMA})
+        (folder / ".write-probe.json").unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"{folder}: the state dir is not writable ({exc.strerror or exc})",
+            hint="give --state-dir a writable directory",
+        ) from None
 
 
 def save_baseline(path: Path, baseline: Baseline) -> None:

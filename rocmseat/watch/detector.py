@@ -6,8 +6,10 @@ Method (docs/watch.md has the derivation and the simulated figures):
   `min_drafts` drafts (few drafts never alarm, however bad they look).
 - Like with like: the reference is the baseline's expected accepted tokens per draft at the
   window's effective K (Δdraft_tokens/Δdrafts), from the baseline per-position profile, so a
-  schedule that cuts K under load is not a fault.
-- Allowance for the workload mix: the in-control lower edge is mu_lo = rho * mu_b(K). Field
+  schedule that cuts K under load is not a fault. A window mixing draft lengths is judged
+  against the least value any mix with that mean K can give (the chord from K=1 to K_max,
+  Baseline.accepted_per_draft_floor): a schedule can lower the reference, never raise it.
+- Allowance for the workload mix: the in-control lower edge is mu_lo = rho * floor_b(K). Field
   figures (tokens per update 2.55 prose, 2.83 chat, 5.11 math, 5.43 file edits against a mixed
   3.3) put an hour of pure prose at 1.55/2.3 = 0.67 of the mixed baseline; rho = 0.55 leaves a
   margin below that and still sits above a drafter at AL 2.0 (1.0/2.3 = 0.43).
@@ -82,8 +84,8 @@ class SpecDetector:
         """A new config key: forget the baseline, the learning pool and the CUSUM."""
         self.baseline, self.key = baseline, key
         self.cusum, self.drop = 0.0, False
-        self._pending = self._learn = None
-        self._learn_windows = 0
+        self._pending = self._learn = self._dead_pending = None
+        self._learn_windows = self._quiet_windows = 0
 
     def observe(self, window: Window, now_s: float) -> SpecVerdict:
         if not window.spec_present or not window.accepted_per_pos:
@@ -100,7 +102,7 @@ class SpecDetector:
             return self._verdict(True, None, judged, None, learned=learned)
         p = self.params
         mu_b = self.baseline.accepted_per_draft(judged.effective_k)
-        mu_lo = p.rho * mu_b
+        mu_lo = p.rho * self.baseline.accepted_per_draft_floor(judged.effective_k)
         mean = judged.accepted_tokens / judged.drafts
         variance = max(judged.accepted_per_draft_variance or 0.0, p.variance_floor)
         z = (mu_lo - mean) / math.sqrt(variance * p.design_effect / judged.drafts)

@@ -71,6 +71,7 @@ class Watcher:
         clock: Callable[[], float] = time.time,
         on_transition: Callable[[Transition], None] = lambda t: None,
         gpu_paths: list[GpuPath] | None = None,
+        on_warning: Callable[[str], None] = lambda line: None,
     ) -> None:
         self.config = config
         self.book = AlertBook()
@@ -79,6 +80,7 @@ class Watcher:
         self._fetch = fetch
         self._clock = clock
         self._emit = on_transition
+        self._warn = on_warning
         self._replicas = [
             _Replica(t, SpecDetector(params=config.params, key="", pinned_al=config.pinned_al))
             for t in targets
@@ -154,7 +156,13 @@ class Watcher:
         verdict = rep.detector.observe(window, now)
         rep.last_verdict = verdict
         if verdict.learned is not None and self.config.state_dir is not None:
-            save_baseline(self._baseline_file(rep), verdict.learned)
+            path = self._baseline_file(rep)
+            try:
+                save_baseline(path, verdict.learned)
+            except OSError as exc:  # keep it in memory and keep watching; say so once
+                why = str(exc.strerror or exc).replace(" ", "_")
+                self._warn(f"rocmseat-watch replica={rep.target.name} baseline-not-saved "
+                           f"path={path} error={why}")
         judged = verdict.judged
         al = judged.acceptance_length if judged is not None else None
         details = {

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from rocmseat.watch.alerts import REPLICA_DOWN, SPEC_BLIND, SUMMARY
 from rocmseat.watch.status import ReplicaStatus
+
+_NOTED = frozenset({REPLICA_DOWN, SPEC_BLIND})
 
 
 def _f(value: float | None, fmt: str) -> str:
@@ -48,6 +51,12 @@ def render_table(statuses: list[ReplicaStatus]) -> str:
                          "--disable-log-stats)")
         if s.restarted:
             notes.append(f"{s.replica}: restarted between the two scrapes (no window)")
+        if s.up and not s.blind and s.baseline is None:
+            notes.append(f"{s.replica}: no baseline yet (learning; pin one with --baseline-al "
+                         "or the seat's [watch].expected_acceptance_length)")
+        for alert in s.alerts:
+            if alert not in _NOTED:  # down and blind already have their note
+                notes.append(f"{s.replica}: {alert}: {SUMMARY.get(alert, alert)}")
         if w is not None and w.position_acceptance:
             pos = " ".join(f"{p:.3f}" for p in w.position_acceptance)
             notes.append(f"{s.replica}: per-position acceptance {pos} over {w.drafts:.0f} drafts")

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rocmseat.errors import ConfigError, RocmseatError
 
@@ -79,9 +80,23 @@ def parse_target(spec: str, index: int) -> Target:
         raise ConfigError(f"--target {spec!r}: name {name!r} must match [A-Za-z0-9][A-Za-z0-9._-]*")
     if "://" not in url:
         url = "http://" + url
-    scheme, _, rest = url.partition("://")
-    if scheme not in ("http", "https") or not rest:
-        raise ConfigError(f"--target {spec!r}: not an http(s) URL")
-    if "/" not in rest:
+    check_http_url(url, f"--target {spec!r}")
+    if "/" not in url.partition("://")[2]:
         url = url + "/metrics"
     return Target(name, url)
+
+
+def check_http_url(url: str, what: str) -> None:
+    """An http(s) URL with a host and, if given, a port in 1..65535; else a ConfigError naming
+    `what` (a malformed --target or --webhook is a usage error at start, not a scrape error)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"{what}: not an http(s) URL")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"{what}: the port is not a number in 1..65535") from None
+    if not parts.hostname or any(c in parts.hostname for c in " /\\"):
+        raise ConfigError(f"{what}: no host name in the URL")
+    if port == 0:
+        raise ConfigError(f"{what}: the port is not a number in 1..65535")

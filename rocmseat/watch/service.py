@@ -33,12 +33,14 @@ class Sinks:
     seat_name: str | None = None
 
 
-def run_once(targets: list[Target], config: WatchConfig) -> list[ReplicaStatus]:
+def run_once(
+    targets: list[Target], config: WatchConfig, *, sleep: Callable[[float], None] = time.sleep
+) -> list[ReplicaStatus]:
     """Two scrapes `interval_s` apart; the statuses of that one window."""
     watcher = Watcher(targets, config)
     try:
         watcher.step()
-        time.sleep(config.interval_s)
+        sleep(config.interval_s)
         return watcher.step()
     finally:
         watcher.close()
@@ -71,7 +73,7 @@ def run_service(
         seat=sinks.seat_name,
     )
     fetch = HttpFetch()
-    watcher = Watcher(targets, config, fetch=fetch, on_transition=fanout)
+    watcher = Watcher(targets, config, fetch=fetch, on_transition=fanout, on_warning=log)
     monitor: UeventMonitor | None = None
     server = None
     try:

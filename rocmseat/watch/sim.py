@@ -5,8 +5,10 @@ Traffic model (bench/bench_watch_detect.py prints what it gives):
   math 5.11, file edits 5.43; each request draws its own per-token acceptance around its
   category's (sd `request_sd`), and its drafts follow vLLM's prefix rule: c_0 ~ Bin(n, a),
   c_i ~ Bin(c_{i-1}, a) (a draft stops at its first rejected token);
-- a diurnal draft rate (quiet night with idle windows, day traffic, short bursts), requests that
-  live a few windows, hours of one single category (mix shifts), restarts (a skipped window);
+- a diurnal draft rate (quiet night with 40 % idle windows and a 5-minute batch burst at 03:20,
+  day traffic, 2-minute bursts at 3x every 47 minutes), requests that live a few windows, hours
+  of one single category (mix shifts; hour 23 is pure prose at ~2 drafts/s), restarts (a
+  skipped window);
 - under load a per-batch-size schedule cuts K from 7 to 3 for part of the drafts (above 30
   drafts/s; most of them in the daily peak, 13:00-14:00, which is also an hour of pure prose);
 - faults: a factor on every request's acceptance from `fault_start_s` on (constant or ramped).
@@ -27,9 +29,12 @@ K_SCHEDULED = 3
 CATEGORIES: dict[str, float] = {"prose": 2.55, "chat": 2.83, "math": 5.11, "file_edits": 5.43}
 BASE_MIX: dict[str, float] = {"prose": 0.40, "chat": 0.35, "math": 0.13, "file_edits": 0.12}
 # Hours (UTC, from midnight) served by one category only: the mix shifts the detector must accept.
+# Hour 23 is pure prose at ~2 drafts/s: the gate pools windows of one low-acceptance category.
 SINGLE_CATEGORY_HOURS: dict[int, str] = {9: "chat", 11: "prose", 13: "prose", 15: "file_edits",
-                                         17: "math", 20: "chat"}
+                                         17: "math", 20: "chat", 23: "prose"}
 DAY_S = 24 * 3600.0
+_BURST_EVERY_S, _BURST_S = 47 * 60.0, 120.0  # daytime bursts: 2 minutes at 3x, every 47 min
+_NIGHT_BATCH = (3 * 3600.0 + 1200.0, 3 * 3600.0 + 1500.0)  # 03:20-03:25 at 20 drafts/s
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +65,11 @@ def binomial(rng: random.Random, n: int, p: float) -> int:
 def draft_rate(t_s: float, rng: random.Random) -> float:
     """Drafts per second at time of day t: quiet night, busy day, evening tail."""
     hour = (t_s % DAY_S) / 3600.0
+    if _NIGHT_BATCH[0] <= t_s % DAY_S < _NIGHT_BATCH[1]:
+        return 20.0 * rng.uniform(0.8, 1.2)  # a batch job bursts into the quiet night
     if hour < 6:
+        if rng.random() < 0.4:
+            return 0.0  # an idle window: no request in flight
         base = 0.4
     elif hour < 8:
         base = 4.0
@@ -72,6 +81,8 @@ def draft_rate(t_s: float, rng: random.Random) -> float:
         base = 10.0
     else:
         base = 2.0
+    if 7 <= hour < 22 and t_s % _BURST_EVERY_S < _BURST_S:
+        base *= 3.0  # a short burst: the schedule drafts K=3 for most steps
     return max(0.0, base * rng.uniform(0.6, 1.4))
 
 

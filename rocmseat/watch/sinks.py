@@ -15,6 +15,7 @@ from typing import Any
 
 from rocmseat.errors import CommandError
 from rocmseat.runner import run
+from rocmseat.watch.alerts import FIRING, Transition
 
 Deliver = Callable[[list[dict[str, Any]]], None]
 
@@ -160,12 +161,12 @@ class AlertFanout:
         self._hook = hook
         self._seat = seat
         self._resend_s = resend_s
-        self._firing: dict[str, tuple[Any, float]] = {}
+        self._firing: dict[str, tuple[Transition, float]] = {}
 
-    def __call__(self, transition: Any) -> None:
+    def __call__(self, transition: Transition) -> None:
         self._log(transition.log_line())
         key = f"{transition.replica}/{transition.alert}"
-        if transition.state == "firing":
+        if transition.state == FIRING:
             self._firing[key] = (transition, transition.starts_at_s)
         else:
             self._firing.pop(key, None)

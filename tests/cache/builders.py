@@ -62,7 +62,7 @@ def write_model(
     (directory / "generation_config.json").write_text('{"do_sample": false}')
     (directory / "tokenizer_config.json").write_text('{"model_max_length": 512}')
     for shard in range(shards):
-        tensors = {
+        tensors: dict[str, tuple[str, tuple[int, ...]]] = {
             f"model.layers.{i}.mlp.weight": ("BF16", (hidden, hidden))
             for i in range(layers) if i % shards == shard
         }
@@ -143,13 +143,17 @@ CURRENT_FACTORS: dict[str, object] = {
 }
 
 
-def _manifest(directory: Path, factors: Mapping[str, object], created: str) -> None:
+def _manifest(
+    directory: Path, factors: Mapping[str, object], created: str,
+    replaced: Mapping[str, str] | None = None,
+) -> None:
     from rocmseat.cache.key import digest_of
 
     (directory / "rocmseat-manifest.json").write_text(json.dumps({
         "schema": "rocmseat.cache-manifest/v1", "key": digest_of(dict(factors)),
         "factors": factors, "created": created, "rocmseat_version": "0.1.0",
         "seat": "audit-seat", "replica": directory.name.split(".")[0],
+        **({"replaced": dict(replaced)} if replaced is not None else {}),
     }, indent=2, sort_keys=True))
 
 
@@ -165,7 +169,8 @@ def build_audit_tree(root: Path) -> dict[str, Path]:
 
     r0  current cache (in use by pid 4242 through its environment), and beside it the cache
         moved aside 9 days ago because the RADIANCE toggle and the draft length changed;
-    r1  a stale live cache (draft length 5 vs 7 now), not yet moved: the next launch will;
+    r1  a stale live cache (draft length 5 vs 7 now), not yet moved: the next launch will; it
+        replaced r1.stale-... 2 days ago when the RADIANCE toggle changed;
     r2  a cache with no manifest (made by hand, unknown provenance);
     r1.stale-... moved aside 2 days ago, a file in it held open by pid 777.
     """
@@ -184,19 +189,25 @@ def build_audit_tree(root: Path) -> dict[str, Path]:
     _files(dirs["r0"], {"vllm/torch_compile_cache/aa/rank_0_0/model": 3 << 20,
                         "vllm/torch_compile_cache/aa/rank_1_0/model": 3 << 20,
                         "miopen/db/gfx1201.ukdb": 4096})
-    _manifest(dirs["r0"], CURRENT_FACTORS, "2026-11-26T09:00:00Z")
+    _manifest(dirs["r0"], CURRENT_FACTORS, "2026-11-20T10:15:00Z", replaced={
+        "moved_to": dirs["r0_stale"].name,
+        "why": "changed: env.RADIANCE_MXFP4_MOE: 0 -> 1; "
+               "speculative.num_speculative_tokens: 5 -> 7",
+    })
     _files(dirs["r0_stale"], {"vllm/torch_compile_cache/bb/rank_0_0/model": 5 << 20,
                               "vllm/torch_compile_cache/bb/rank_1_0/model": 5 << 20})
     _manifest(dirs["r0_stale"], old, "2026-11-01T12:00:00Z")
     _files(dirs["r1"], {"vllm/torch_compile_cache/cc/rank_0_0/model": 2 << 20})
-    _manifest(dirs["r1"], r1_old, "2026-11-10T12:00:00Z")
+    _manifest(dirs["r1"], r1_old, "2026-11-27T08:00:00Z", replaced={
+        "moved_to": dirs["r1_stale"].name, "why": "changed: env.RADIANCE_MXFP4_MOE: 0 -> 1",
+    })
     _files(dirs["r1_stale"], {"vllm/torch_compile_cache/dd/rank_0_0/model": 1 << 20})
     _manifest(dirs["r1_stale"], old, "2026-11-02T12:00:00Z")
     _files(dirs["r2"], {"triton/abc/kernel.hsaco": 70_000})
     (root / ".r0.lock").write_text("")
     set_tree_mtime(dirs["r0"], AUDIT_NOW_TS - 600)
     set_tree_mtime(dirs["r0_stale"], AUDIT_NOW_TS - 9 * DAY)
-    set_tree_mtime(dirs["r1"], AUDIT_NOW_TS - 3 * DAY)
+    set_tree_mtime(dirs["r1"], AUDIT_NOW_TS - 1 * DAY)
     set_tree_mtime(dirs["r1_stale"], AUDIT_NOW_TS - 2 * DAY)
     set_tree_mtime(dirs["r2"], AUDIT_NOW_TS - 40 * DAY)
     return dirs

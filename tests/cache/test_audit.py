@@ -56,6 +56,10 @@ def test_states(tmp_path: Path) -> None:
     assert moved.state == "moved-aside" and moved.replica == "r0"
     assert {c.factor for c in moved.changes} == {"env.RADIANCE_MXFP4_MOE", "speculative.num_speculative_tokens"}
     assert by_name["r1.stale-20261127T080000Z"].in_use.pids == (777,)
+    # why each dir was moved comes from the manifest of the dir that replaced it
+    assert moved.moved_because == "changed: env.RADIANCE_MXFP4_MOE: 0 -> 1; speculative.num_speculative_tokens: 5 -> 7"
+    assert by_name["r1.stale-20261127T080000Z"].moved_because == "changed: env.RADIANCE_MXFP4_MOE: 0 -> 1"
+    assert by_name["r0"].moved_because is None
 
 
 def test_unknown_factors_are_not_guessed(tmp_path: Path) -> None:
@@ -64,7 +68,7 @@ def test_unknown_factors_are_not_guessed(tmp_path: Path) -> None:
     assert by_name["r0"].state == "unknown" and by_name["r0"].unknown == ("engine",)
     assert by_name["r1"].state == "stale"  # a known factor differs: stale whatever the engine
     table = audit_table([audit])
-    assert "current key unknown: engine: engine python /opt/vllm/bin/python: not found" in table
+    assert "current key unknown: these factors could not be computed:\n      engine: engine python /opt/vllm/bin/python: not found\n" in table
 
 
 def test_golden_json_and_table(tmp_path: Path, golden: Callable[[str, str], None]) -> None:
@@ -79,6 +83,16 @@ def test_judge_entry_digest_mismatch() -> None:
     assert judge_entry({"key": "0" * 64, "factors": CURRENT_FACTORS}, current) == ("stale", ())
 
 
+def test_symlinked_root_is_a_problem(tmp_path: Path) -> None:
+    build_audit_tree(tmp_path / "real")
+    (tmp_path / "cache").symlink_to(tmp_path / "real")
+    audit = audit_seat("audit-seat", "f", tmp_path / "cache", currents(), now=NOW, processes=[])
+    assert len(audit.problems) == 1
+    assert audit.problems[0].startswith(f"cache root {tmp_path / 'cache'} is a symlink to ")
+    assert audit.problems[0].endswith("launch will refuse it")
+    assert "  ! cache root" in audit_table([audit])
+
+
 def test_missing_root(tmp_path: Path) -> None:
     audit = audit_seat("s", "f", tmp_path / "nope", currents(), now=NOW, processes=[])
     assert audit.entries == () and "does not exist yet" in audit.problems[0]
@@ -86,8 +100,8 @@ def test_missing_root(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("views", "expected"), [
     ([], InUse(Use.NO)),
-    ([ProcessView(5, "x", None, None)], InUse(Use.UNKNOWN, (), 1)),
-    ([ProcessView(5, "x", None, None), ProcessView(6, "y", {"P": "/c/r0"}, None)], InUse(Use.YES, (6,), 1)),
+    ([ProcessView(5, "x", None, None)], InUse(Use.UNKNOWN, (), 1, (5,))),
+    ([ProcessView(5, "x", None, None), ProcessView(6, "y", {"P": "/c/r0"}, None)], InUse(Use.YES, (6,), 1, (5,))),
     ([ProcessView(6, "y", {"PYTHONPATH": "/a:/c/r0/lib"}, None)], InUse(Use.YES, (6,))),
     ([ProcessView(6, "y", {"P": "/c/r0x"}, ("/c/r00/f",))], InUse(Use.NO)),
     ([ProcessView(6, "y", None, ("/c/r0/f",))], InUse(Use.YES, (6,))),
@@ -119,7 +133,24 @@ def test_prune_keeps_when_use_unknown(tmp_path: Path) -> None:
                        processes=[ProcessView(1, "init", None, None)])
     plan = plan_prune([audit], older_than_s=0)
     assert not any(item.remove for item in plan)
-    assert all("cannot tell" in item.why for item in plan)
+    assert all("cannot tell" in item.why and "not readable: pid 1)" in item.why for item in plan)
+
+
+def test_prune_rechecks_before_removing(tmp_path: Path) -> None:
+    """Between the printed plan and --yes a process may start using a dir, or an operator may
+    rename it back to live for a rollback: either way it is kept."""
+    audit = run_audit(tmp_path)
+    plan = [item for item in plan_prune([audit], older_than_s=0) if item.remove]
+    [item] = plan
+    done = execute_prune(plan, recheck=lambda path: InUse(Use.YES, (99,)))
+    assert done == [(item, "in use now: yes (pid 99): kept")] and item.entry.path.is_dir()
+    done = execute_prune(plan, recheck=lambda path: InUse(Use.UNKNOWN, (), 1, (1,)))
+    assert done[0][1] is not None and "unknown" in done[0][1] and item.entry.path.is_dir()
+    item.entry.path.rename(tmp_path / "cache" / "r0-rollback")
+    item.entry.path.symlink_to(tmp_path / "cache" / "r0-rollback")
+    done = execute_prune(plan, recheck=lambda path: InUse(Use.NO))
+    assert done == [(item, "no longer a moved-aside directory: kept")]
+    assert (tmp_path / "cache" / "r0-rollback").is_dir()
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("14d", 14 * 86400), ("36h", 129600), ("90m", 5400), ("2w", 1209600), ("1.5d", 129600)])

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from rocmseat.cache.envclass import EnvClass, classify_env, classify_one
+from rocmseat.cache.envclass import VLLM_NEUTRAL, EnvClass, classify_env, classify_one
 from rocmseat.errors import ConfigError
 
 KEY, NEUTRAL = EnvClass.KEY, EnvClass.NEUTRAL
@@ -52,3 +55,21 @@ def test_unclassified_names_the_variable() -> None:
         classify_env({"NCCL_PROTO": "Simple", "RADIANCE_MXFP4": "1"})
     assert "'RADIANCE_MXFP4' is not classified" in info.value.message
     assert info.value.hint and '[env_classes]: key = ["RADIANCE_MXFP4"]' in info.value.hint
+
+
+def _installed_vllm_envs() -> Path | None:
+    found = sorted(Path("/opt/rocmseat/vllm-venv/lib").glob("python3*/site-packages/vllm/envs.py"))
+    return found[0] if found else None
+
+
+@pytest.mark.skipif(_installed_vllm_envs() is None, reason="no vLLM in /opt/rocmseat/vllm-venv")
+def test_vllm_neutral_is_vllms_own_ignored_factors() -> None:
+    """VLLM_NEUTRAL is copied from `ignored_factors` in vllm/envs.py: read the installed file
+    (as text, never importing vLLM) and compare, so a vLLM upgrade that changes it is noticed."""
+    path = _installed_vllm_envs()
+    assert path is not None
+    text = path.read_text(encoding="utf-8")
+    start = text.index("{", text.index("ignored_factors: set[str] = {"))
+    listed = set(re.findall(r'"([A-Za-z0-9_]+)"', text[start : text.index("}", start)]))
+    assert len(listed) > 50
+    assert listed == set(VLLM_NEUTRAL)

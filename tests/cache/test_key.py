@@ -192,6 +192,12 @@ def test_split_engine_args() -> None:
     ])
     assert args == ["--enforce-eager", "--block-size", "32"]
     assert compilation == {"mode": "3", "cudagraph_mode": "FULL"}
+    # vLLM reads --compilation_config and --served_model_name as the dashed flags
+    # (vllm/utils/argparse_utils.py): the same factors, the same neutral flags.
+    args, compilation = split_engine_args([
+        "--served_model_name", "x", "--compilation_config.mode=3", "--enforce-eager",
+    ])
+    assert args == ["--enforce-eager"] and compilation == {"mode": "3"}
 
 
 def _probe_runner(stdout: str, rc: int = 0) -> Callable[..., Completed]:

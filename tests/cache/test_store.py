@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import multiprocessing
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ import pytest
 
 from rocmseat.cache.key import ConfigKey, digest_of
 from rocmseat.cache.layout import MANIFEST_NAME
-from rocmseat.cache.store import prepare, read_manifest
+from rocmseat.atomic import LockTimeout, exclusive_lock
+from rocmseat.cache.store import lock_path, prepare, read_manifest
 from rocmseat.errors import ConfigError
 
 NOW = dt.datetime(2026, 11, 29, 14, 0, 5, tzinfo=dt.UTC)
@@ -110,6 +112,10 @@ def test_mismatch_moves_aside_every_byte(tmp_path: Path, caplog: pytest.LogCaptu
     )
     manifest = read_manifest(root / "r0")
     assert manifest is not None and manifest["key"] == NEW.digest
+    assert manifest["replaced"] == {  # cache-audit reads why the old dir was moved from here
+        "moved_to": f"r0.stale-{STAMP}",
+        "why": "changed: env.RADIANCE_X: (absent) -> 1; speculative.k: 7 -> 5",
+    }
     assert not any(p.name.startswith(".r0.") and p.name != ".r0.lock" for p in root.iterdir())
 
 
@@ -181,7 +187,7 @@ STEPS = ["locked", "intent-written", "moved", "fresh-created", "manifest-written
 def _crash_at(root: str, step: str) -> None:
     def hook(reached: str) -> None:
         if reached == step:
-            os._exit(9)  # as abrupt as kill -9: no cleanup, no finally blocks
+            os.kill(os.getpid(), signal.SIGKILL)  # kill -9: no cleanup, no finally blocks
 
     prepare(Path(root), "r0", NEW, now=NOW, crash_hook=hook)
     os._exit(0)
@@ -195,13 +201,15 @@ def test_kill9_between_steps_recovers(tmp_path: Path, step: str, unkeyed: bool) 
     child = CTX.Process(target=_crash_at, args=(str(root), step))
     child.start()
     child.join(60)
-    assert child.exitcode == 9, f"the child did not die at {step}"
+    assert child.exitcode == -signal.SIGKILL, f"the child did not die at {step}"
     result = prepare(root, "r0", NEW, now=NOW)
     [aside] = stale_dirs(root)
     assert_kept(aside, files)
     manifest = read_manifest(root / "r0")
     assert manifest is not None and manifest["key"] == NEW.digest
+    assert manifest["replaced"]["moved_to"] == aside.name
     assert not (root / ".r0.intent.json").exists() and not (root / ".r0.new").exists()
+    assert [p.name for p in root.iterdir() if p.name.endswith(".tmp")] == []
     if step == "intent-removed":
         assert result.reused  # the first run finished everything but returning
     else:
@@ -216,7 +224,7 @@ def test_kill9_with_a_fresh_root(tmp_path: Path) -> None:
         child = CTX.Process(target=_crash_at, args=(str(root), step))
         child.start()
         child.join(60)
-        assert child.exitcode == 9
+        assert child.exitcode == -signal.SIGKILL
     result = prepare(root, "r0", NEW, now=NOW)
     assert result.state_before == "absent" and stale_dirs(root) == []
 
@@ -263,3 +271,43 @@ def test_two_processes_prepare_at_once(tmp_path: Path) -> None:
     assert read_manifest(root / "r0")["key"] == NEW.digest  # type: ignore[index]
 
 
+
+
+def _racer_key(root: str, barrier: Any, queue: Any, factors: dict[str, Any]) -> None:
+    barrier.wait(30)
+    result = prepare(Path(root), "r0", make_key(**factors), now=NOW)
+    queue.put((str(result.moved_aside) if result.moved_aside else None, result.state_before))
+
+
+def test_processes_wanting_different_keys_lose_nothing(tmp_path: Path) -> None:
+    """Three processes at once, two keys: each move is serialised, every dir is kept whole."""
+    root = tmp_path / "cache"
+    files = old_cache(root)
+    wanted = [{"tp": 4}, {"tp": 8}, {"tp": 4}]
+    barrier = CTX.Barrier(len(wanted))
+    queue = CTX.Queue()
+    racers = [CTX.Process(target=_racer_key, args=(str(root), barrier, queue, f)) for f in wanted]
+    for racer in racers:
+        racer.start()
+    results = [queue.get(timeout=60) for _ in racers]
+    for racer in racers:
+        racer.join(30)
+        assert racer.exitcode == 0
+    moved = sorted(Path(m) for m, _ in results if m is not None)
+    assert moved == stale_dirs(root) and len(moved) >= 1
+    with_old_files = [d for d in moved if (d / MANIFEST_NAME).read_bytes() == files[MANIFEST_NAME]]
+    assert len(with_old_files) == 1
+    assert_kept(with_old_files[0], files)
+    final = read_manifest(root / "r0")
+    assert final is not None and final["factors"]["tp"] in (4, 8)
+    assert not (root / ".r0.intent.json").exists() and not (root / ".r0.new").exists()
+
+
+def test_held_lock_times_out_and_changes_nothing(tmp_path: Path) -> None:
+    """While another holder has the replica's flock, prepare waits, then says who holds what."""
+    root = tmp_path / "cache"
+    files = old_cache(root)
+    with exclusive_lock(lock_path(root, "r0")), pytest.raises(LockTimeout, match=r"\.r0\.lock: still locked"):
+        prepare(root, "r0", NEW, now=NOW, lock_timeout_s=0.2)
+    assert stale_dirs(root) == [] and not (root / ".r0.intent.json").exists()
+    assert_kept(root / "r0", files)

@@ -45,7 +45,7 @@ def test_lifecycle(rocmseat_cli: Cli, seat_file: Path, tmp_path: Path) -> None:
     (tmp_path / "cache" / "r0" / "vllm" / "graph.bin").write_bytes(b"x" * 5000)
     ok = rocmseat_cli("cache-audit", str(seat_file))
     assert ok.exit_code == 0, ok.stdout + ok.stderr
-    assert "current: manifest key = current key" in ok.stdout
+    assert "live, current: manifest key = current key" in ok.stdout
     # The operator shortens the draft: the live cache is now stale, and the audit says why.
     seat_file.write_text(SEAT.replace("num_speculative_tokens = 3", "num_speculative_tokens = 2"))
     stale = rocmseat_cli("cache-audit", str(seat_file), "--json")
@@ -59,10 +59,18 @@ def test_lifecycle(rocmseat_cli: Cli, seat_file: Path, tmp_path: Path) -> None:
     assert "because changed: speculative.num_speculative_tokens: 3 -> 2" in message
     after = rocmseat_cli("cache-audit", str(seat_file))
     assert after.exit_code == 0
-    assert "moved aside" in after.stdout and "differs from current: speculative.num_speculative_tokens: 3 -> 2" in after.stdout
+    assert "live, current: manifest key = current key" in after.stdout
+    assert "moved because changed: speculative.num_speculative_tokens: 3 -> 2" in after.stdout
+    assert "differs from current" not in after.stdout  # the same diff is said once
     doc = json.loads(rocmseat_cli("cache-audit", str(seat_file), "--json").stdout)
     [moved] = doc["seats"][0]["replicas"][0]["moved_aside"]
     assert moved["file_count"] == 2 and moved["size_bytes"] > 5000
+    assert moved["moved_because"] == "changed: speculative.num_speculative_tokens: 3 -> 2"
+    # Back to 3 drafts without a launch: the live cache is stale, the moved one matches now.
+    seat_file.write_text(SEAT)
+    back = rocmseat_cli("cache-audit", str(seat_file))
+    assert back.exit_code == 1 and "live, stale" in back.stdout
+    assert "moved because changed: speculative.num_speculative_tokens: 3 -> 2" in back.stdout
 
 
 def test_prune(rocmseat_cli: Cli, seat_file: Path, tmp_path: Path) -> None:
@@ -101,7 +109,7 @@ def test_engine_unknown_exit_2(rocmseat_cli: Cli, seat_file: Path, tmp_path: Pat
     fake_python(tmp_path / "engine-python", None)
     result = rocmseat_cli("cache-audit", str(seat_file))
     assert result.exit_code == 2
-    assert "current key unknown: engine: engine python" in result.stdout
+    assert "current key unknown: these factors could not be computed:\n      engine: engine python" in result.stdout
 
 
 @pytest.mark.parametrize("args", [["--yes"], ["--older-than", "1d"], ["--prune"]])

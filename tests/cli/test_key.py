@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ key = ["RADIANCE_*"]
 """
 
 
-def fake_python(path: Path, engine: dict[str, object] | None = ENGINE) -> None:
+def fake_python(path: Path, engine: Mapping[str, object] | None = ENGINE) -> None:
     """An executable standing in for the engine's python: prints what the probe prints."""
     body = f"cat <<'EOF'\n{json.dumps(engine)}\nEOF\n" if engine else "echo 'no module' >&2\nexit 1\n"
     path.write_text("#!/bin/sh\n" + body)
@@ -126,3 +127,13 @@ def test_bad_seat(rocmseat_cli: Callable[..., CliResult], seat_file: Path) -> No
 def test_unknown_replica(rocmseat_cli: Callable[..., CliResult], seat_file: Path) -> None:
     result = rocmseat_cli("key", str(seat_file), "--replica", "bogus")
     assert result.exit_code == 2 and "has no replica 'bogus'" in result.stderr
+
+
+def test_missing_model_names_key_and_line(rocmseat_cli: Callable[..., CliResult], seat_file: Path, tmp_path: Path) -> None:
+    """A model path that does not exist: the factor is unknown, naming the path, key and line."""
+    shutil.rmtree(tmp_path / "models" / "target")
+    result = rocmseat_cli("key", str(seat_file))
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    line = SEAT.splitlines().index("[model]") + 2
+    expected = f"  model: {tmp_path}/models/target: No such file or directory (key model.path, {seat_file}:{line})"
+    assert expected in result.stderr.splitlines()

@@ -102,8 +102,65 @@ def test_unknown_replica(rocmseat_cli, monkeypatch, tmp_path):
     monkeypatch.chdir(REPO)
     result = rocmseat_cli("launch", R9700, "--replica", "r7", "--sysfs-root", X99,
                           "--state-dir", str(tmp_path))
-    assert result.exit_code == 1
-    assert "no replica 'r7' in this seat (replicas: r0, r1)" in result.stderr
+    assert result.exit_code == 2  # a usage/config error, not a refused start
+    assert result.stderr == ("rocmseat: error: --replica 'r7': no such replica in this seat "
+                             "(replicas: r0, r1)\n")
+
+
+def test_preflight_only_cli(rocmseat_cli, monkeypatch, tmp_path):
+    """The replica unit's ExecStartPre=: exit 1 naming the finding on a degraded pair, 0 on a
+    healthy one (one summary line)."""
+    monkeypatch.chdir(REPO)
+    refused = rocmseat_cli("launch", R9700, "--replica", "r1", "--preflight-only",
+                           "--sysfs-root", str(FIXTURES / "sysfs" / "x99-r9700-degraded"),
+                           "--state-dir", str(tmp_path))
+    assert refused.exit_code == 1
+    assert ("rocmseat: error: replica r1: start refused by preflight: pcie.link.degraded "
+            "0000:89:00.0: ") in refused.stderr
+    ok = rocmseat_cli("launch", R9700, "--replica", "r0", "--preflight-only", "--sysfs-root",
+                      X99, "--state-dir", str(tmp_path))
+    assert ok.exit_code == 0, ok.stderr
+    assert "rocmseat: replica r0: sysfs preflight of 0000:05:00.0, 0000:09:00.0: " in ok.stderr
+    usage = rocmseat_cli("launch", R9700, "--dry-run", "--preflight-only", "--sysfs-root", X99)
+    assert usage.exit_code == 2 and "--preflight-only goes with --replica NAME" in usage.stderr
+
+
+def test_rocm_seat_on_a_tree_without_gpus_names_the_root(rocmseat_cli, monkeypatch):
+    monkeypatch.chdir(REPO)
+    root = FIXTURES / "sysfs" / "no-amdgpu"
+    result = rocmseat_cli("launch", R9700, "--dry-run", "--sysfs-root", str(root))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"rocmseat: error: no AMD GPU under {root}/class/drm ")
+
+
+@needs_engine_python
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t, p: t.replace(f'state_dir = "{p / "state"}"', f'state_dir = "{p / "file"}"'),
+         "state dir {p}/file: cannot make {p}/file/seats/test-cpu/r0: Not a directory"),
+        (lambda t, p: t.replace(f'cache_root = "{p / "cache"}"', f'cache_root = "{p / "file"}"'),
+         "cache_root {p}/file: not a directory"),
+        (lambda t, p: t.replace("command = [", 'command = ["/nonexistent/vllm", '),
+         "engine.command: '/nonexistent/vllm' is not an executable file"),
+        (lambda t, p: t.replace("command = [", 'command = ["no-such-engine-x", '),
+         "engine.command: 'no-such-engine-x' is not an executable on PATH"),
+        (lambda t, p: t.replace(f'python = "{ENGINE_PYTHON}"', 'python = "/nonexistent/python"'),
+         "engine.python: '/nonexistent/python' is not an executable file"),
+    ],
+    ids=["state-dir-is-a-file", "cache-root-is-a-file", "engine-path-absent",
+         "engine-not-on-path", "engine-python-absent"],
+)
+def test_bad_launch_inputs_are_one_line_config_errors(rocmseat_cli, tmp_path, edit, message):
+    seat = write_seat(tmp_path, engine(), port=free_port())
+    seat.write_text(edit(seat.read_text(), tmp_path))
+    (tmp_path / "file").write_text("")
+    result = rocmseat_cli("launch", str(seat), "--replica", "r0")
+    assert result.exit_code == 2, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first == "rocmseat: error: " + message.format(p=tmp_path)
+    assert not (tmp_path / "cache").exists() or message.startswith("cache_root")
+    assert "Traceback" not in result.stderr
 
 
 # ----- whole launches of a cpu seat ------------------------------------------------------

@@ -140,6 +140,22 @@ def test_no_amdgpu_one_line_exit_2(preflight):
     ]
 
 
+def test_missing_sysfs_root_says_so(preflight, tmp_path):
+    result = preflight(tmp_path / "sys-typo")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"rocmseat: error: {tmp_path / 'sys-typo'}: no such directory (the sysfs root to read)\n"
+    )
+
+
+def test_profile_that_is_not_utf8_is_one_line(preflight, tmp_path):
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes(b'name = "x"\n# caf\xe9\n')
+    result = preflight(X99, "--profile", str(bad))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == f"rocmseat: error: {bad}:2: not UTF-8 text (byte 16)\n"
+
+
 def test_pair_restricts_gpus_and_accepts_short_addresses(preflight):
     result = preflight(X99, "--pair", "09:00.0,05:00.0", "--json")
     assert result.exit_code == 0
@@ -173,9 +189,18 @@ def test_bad_pair_is_a_usage_error(preflight, bad):
     assert "--pair" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_only_one_family(preflight):
-    doc = json.loads(preflight(DEGRADED, "--only", "aer", "--json").stdout)
-    assert {f["check_id"].split(".")[0] for f in doc["findings"]} == {"aer"}
+@pytest.mark.parametrize(
+    ("family", "exit_code", "failing"),
+    [("aer", 1, {"aer.badtlp"}), ("pcie", 1, {"pcie.link.degraded"}), ("numa", 0, set())],
+)
+def test_only_one_family(preflight, tmp_path, family, exit_code, failing):
+    result = preflight(DEGRADED, "--only", family, "--json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == exit_code
+    assert {f["check_id"].split(".")[0] for f in doc["findings"]} == {family}
+    assert {f["check_id"] for f in doc["findings"] if f["severity"] == "fail"} == failing
+    # only the aer family reads or writes the AER baseline
+    assert (tmp_path / "state/preflight/aer-baseline.json").exists() == (family == "aer")
 
 
 def test_strict_turns_warnings_into_1(preflight):
@@ -410,6 +435,72 @@ def test_unwritable_textfile_dir_is_one_line(preflight, tmp_path):
         f"rocmseat: error: {blocker / 'dir' / 'rocmseat_preflight.prom'}: "
     )
     assert "cannot write the textfile" in result.stderr and len(result.stderr.splitlines()) == 1
+    # nothing lost: the report is printed all the same
+    assert result.stdout.splitlines()[-1] == "result: 0 fail, 0 unknown, 0 warn, 18 ok -> exit 0"
+
+
+def test_unwritable_textfile_keeps_the_findings_and_exit_1(preflight, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = preflight(DEGRADED, "--textfile", str(blocker / "dir"), "--json")
+    # the AER baseline has moved on: this run's BadTLP must reach the operator anyway
+    assert result.exit_code == 1  # a known problem outranks the textfile failure
+    checks = {f["check_id"] for f in json.loads(result.stdout)["findings"]}
+    assert {"aer.badtlp", "pcie.link.degraded"} <= checks
+    assert len(result.stderr.splitlines()) == 1 and "cannot write the textfile" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--sample", "-1"], "Invalid value for '--sample': -1.0 is not in the range"),
+        (["--sample", "soon"], "Invalid value for '--sample'"),
+        (["--only", "pcei"], "Invalid value for '--only': 'pcei' is not one of"),
+        (["--pair", "05:00.0;09:00.0"], "Invalid value for '--pair': --pair '05:00.0;09:00.0'"),
+    ],
+)
+def test_bad_options_name_the_option_exit_2(preflight, args, needle):
+    result = preflight(X99, *args)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert needle in result.stderr and "Traceback" not in result.stderr
+
+
+def test_state_dir_that_is_a_file_is_a_usage_error(rocmseat_cli, tmp_path):
+    blocker = tmp_path / "state"
+    blocker.write_text("")
+    result = rocmseat_cli("preflight", "--sysfs-root", str(X99), "--state-dir", str(blocker))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert f"Invalid value for '--state-dir': Directory '{blocker}' is a file." in result.stderr
+
+
+def test_only_profile_without_profile_is_one_line_exit_2(preflight):
+    result = preflight(X99, "--only", "profile")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        "rocmseat: error: the profile family needs an expectations profile (--profile FILE)\n"
+    )
+
+
+def test_profile_typo_names_file_line_key(preflight, tmp_path):
+    typo = tmp_path / "typo.toml"
+    typo.write_text('name = "x"\n\n[[gpu]]\npci_adress = "05:00.0"\n')
+    result = preflight(X99, "--profile", str(typo))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == f"rocmseat: error: {typo}:4: key 'gpu[0].pci_adress': unknown key\n"
+
+
+def test_torn_baseline_file_is_a_warning_not_a_crash(preflight, tmp_path):
+    baseline = tmp_path / "state/preflight/aer-baseline.json"
+    baseline.parent.mkdir(parents=True)
+    baseline.write_bytes(b"\x80\x81{half")
+    result = preflight(DEGRADED, "--json")
+    assert result.exit_code == 1 and "internal error" not in result.stderr
+    doc = json.loads(result.stdout)
+    (warn,) = [f for f in doc["findings"] if f["check_id"] == "aer.baseline"]
+    assert warn["message"].startswith(f"{baseline}: unusable baseline (")
+    assert doc["aer_window"] == "since boot"
+    # and the run replaced it with a good one
+    assert json.loads(baseline.read_text())["schema"] == "rocmseat.aer-baseline/v1"
 
 
 def test_no_device_still_refreshes_the_textfile(preflight, tmp_path):

@@ -9,6 +9,8 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocmseat.findings import Severity
 from rocmseat.node.amdsmi_check import amdsmi_findings, compare_amdsmi
@@ -182,3 +184,58 @@ def test_probe_timeout_and_garbage_are_unknown():
     assert "did not answer" in amdsmi_findings(inv, runner=hung)[0].message
     (finding,) = amdsmi_findings(inv, runner=garbage)
     assert finding.severity == Severity.UNKNOWN and "Segmentation fault" in finding.message
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "gpus",
+                    "bdf",
+                    "numa_affinity",
+                    "pcie",
+                    "pcie_static",
+                    "pcie_metric",
+                    "max_pcie_speed",
+                    "max_pcie_width",
+                    "pcie_speed",
+                    "pcie_width",
+                    "replay",
+                ]
+            ),
+            inner,
+            max_size=5,
+        )
+    ),
+    max_leaves=20,
+)
+_INV = read_inventory(X99)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.dictionaries(st.sampled_from(["gpus", "error"]), _JSON, max_size=2),
+        st.fixed_dictionaries({"error": st.text(max_size=40)}),
+        st.fixed_dictionaries(
+            {
+                "gpus": st.lists(
+                    st.fixed_dictionaries(
+                        {"bdf": st.sampled_from([g.pci_address for g in _INV.gpus]) | _JSON},
+                        optional={"numa_affinity": _JSON, "pcie": _JSON, "replay": _JSON},
+                    ),
+                    max_size=5,
+                )
+            }
+        ),
+    )
+)
+def test_hypothesis_any_probe_report_gives_findings(report):
+    """Whatever amdsmi's probe printed (a JSON object), the comparison gives findings, one line
+    each, and never raises."""
+    findings = compare_amdsmi(_INV, report)
+    assert findings
+    assert all("\n" not in f.message for f in findings)

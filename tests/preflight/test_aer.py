@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from rocmseat.findings import Severity
 from rocmseat.node.inventory import read_inventory
 from rocmseat.preflight.aer import AerThresholds, judge_aer, snapshot
@@ -147,3 +150,69 @@ def test_unwritable_state_dir_is_a_warning(tmp_path):
     report = preflight_report(SYSFS_FIXTURES / "x99-r9700", blocker / "state", families={"aer"})
     (warn,) = [f for f in report.findings if f.check_id == "aer.baseline"]
     assert warn.severity == Severity.WARN and "cannot save the AER baseline" in warn.message
+
+
+def test_baseline_save_holds_the_lock_and_merges(tmp_path, monkeypatch):
+    import rocmseat.preflight.aer_state as aer_state
+    from rocmseat.atomic import exclusive_lock
+
+    root = SYSFS_FIXTURES / "x99-r9700"
+    assert save_baseline(tmp_path, root, {"0000:05:00.0": {"correctable.BadTLP": 1}}, "T1") is None
+    # a second run that read other devices (--pair) merges into the file, keeping the first's
+    assert save_baseline(tmp_path, root, {"0000:86:00.0": {"correctable.RxErr": 2}}, "T2") is None
+    baseline, problem = load_baseline(tmp_path, root)
+    assert problem is None and baseline.taken_at == "T2"
+    assert baseline.devices == {
+        "0000:05:00.0": {"correctable.BadTLP": 1},
+        "0000:86:00.0": {"correctable.RxErr": 2},
+    }
+    # another process holds the lock: save waits, then gives up with a reason, file untouched
+    before = state_path(tmp_path).read_bytes()
+    monkeypatch.setattr(aer_state, "LOCK_TIMEOUT_S", 0.2)
+    with exclusive_lock(state_path(tmp_path).with_suffix(".lock")):
+        problem = save_baseline(tmp_path, root, {"0000:05:00.0": {"x.y": 9}}, "T3")
+    assert problem is not None and "still locked by another process after 0.2 s" in problem
+    assert state_path(tmp_path).read_bytes() == before
+    assert sorted(p.name for p in state_path(tmp_path).parent.iterdir()) == [
+        "aer-baseline.json",
+        "aer-baseline.lock",
+    ]  # atomic: no temp file left behind
+
+
+def test_state_dir_blocked_by_a_file_says_so(tmp_path):
+    (tmp_path / "preflight").write_text("")  # a file where the directory should be
+    problem = save_baseline(tmp_path, SYSFS_FIXTURES / "x99-r9700", {}, "T")
+    assert problem == (
+        f"{state_path(tmp_path)}: cannot save the AER baseline "
+        "(a file stands where a directory should be)"
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    content=st.one_of(
+        st.binary(max_size=200),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(
+                    st.sampled_from(["schema", "sysfs_root", "taken_at", "devices", "x"])
+                    | st.text(),
+                    inner,
+                    max_size=4,
+                )
+            ),
+            max_leaves=12,
+        ).map(lambda v: json.dumps(v).encode()),
+    )
+)
+def test_hypothesis_any_baseline_file_loads_or_is_a_one_line_problem(tmp_path_factory, content):
+    state = tmp_path_factory.mktemp("state")
+    path = state_path(state)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    baseline, problem = load_baseline(state, DEGRADED)
+    assert baseline is None or isinstance(baseline.devices, dict)
+    if problem is not None:
+        assert baseline is None and problem.startswith(str(path)) and "\n" not in problem

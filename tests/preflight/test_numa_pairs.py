@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rocmseat.findings import Severity
 from rocmseat.node.inventory import read_inventory
 from rocmseat.preflight.numa import judge_locality, judge_proposed, judge_requested
@@ -96,3 +98,24 @@ def test_requested_pairs():
         ("numa.pair.missing", Severity.FAIL),
     ]
     assert "straddles sockets 0 and 1" in findings[0].message
+
+
+@pytest.mark.parametrize(
+    ("relpath", "needle"),
+    [
+        ("class/drm/card3/device/numa_node", "numa_node: not an integer: 'one\\n'"),
+        ("class/drm/card3/device/local_cpulist", "local_cpulist: not a cpulist: 'one\\n'"),
+        ("devices/system/node/node1/cpulist", "node1/cpulist: not a cpulist: 'one\\n'"),
+        (
+            "devices/system/cpu/cpu14/topology/physical_package_id",
+            "cpu14/topology/physical_package_id: not an integer: 'one\\n'",
+        ),
+    ],
+)
+def test_unreadable_locality_files_are_unknown_not_a_quiet_ok(copy_tree, relpath, needle):
+    root = copy_tree("x99-r9700")
+    (root / relpath).write_text("one\n")
+    inv = read_inventory(root)
+    (finding,) = judge_locality(inv.gpu("0000:86:00.0"), inv)
+    assert (finding.check_id, finding.severity) == ("numa.unknown", Severity.UNKNOWN)
+    assert needle in finding.message

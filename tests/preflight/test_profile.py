@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocmseat.errors import ConfigError
 from rocmseat.findings import Severity
 from rocmseat.node.inventory import read_inventory
 from rocmseat.preflight.profile import judge_profile, load_profile
+from rocmseat.preflight.run import preflight_report
 from tests.conftest import REPO
 from tests.sysfs.conftest import SYSFS_FIXTURES
 
@@ -73,11 +76,21 @@ def test_profile_against_another_host():
         ("name = [\n", "x.toml:1: not valid TOML"),
         ("name = 3\n", "x.toml:1: key 'name': must be a string"),
         ("gpu = 3\n", "x.toml:1: key 'gpu': must be an array of tables"),
+        ('name = "x"\n\xff = 1\n', "x.toml:2: not UTF-8 text (byte 11)"),
+        (
+            "[thresholds]\naer_correctable_warn = 50\naer_correctable_fail = 10\n",
+            "x.toml:2: key 'thresholds.aer_correctable_warn': aer_correctable_warn 50 is above "
+            "aer_correctable_fail 10",
+        ),
+        (
+            "[thresholds]\nreplay_fail = 0\n",
+            "x.toml:2: key 'thresholds.replay_fail': replay_warn 1 is above replay_fail 0",
+        ),
     ],
 )
 def test_malformed_profiles_name_file_line_key(tmp_path, text, message):
     path = tmp_path / "x.toml"
-    path.write_text(text)
+    path.write_bytes(text.encode("latin-1") if "\xff" in text else text.encode("utf-8"))
     with pytest.raises(ConfigError) as info:
         load_profile(path)
     assert str(info.value).startswith(str(tmp_path) + "/" + message), str(info.value)
@@ -85,5 +98,96 @@ def test_malformed_profiles_name_file_line_key(tmp_path, text, message):
 
 
 def test_missing_profile(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read the profile"):
+    with pytest.raises(ConfigError) as info:
         load_profile(tmp_path / "nope.toml")
+    assert str(info.value) == (
+        f"{tmp_path}/nope.toml: cannot read the profile: No such file or directory"
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=300),
+        st.binary(max_size=100),
+        st.lists(
+            st.sampled_from(
+                [
+                    'name = "x"',
+                    "name = 1",
+                    "[thresholds]",
+                    "aer_correctable_warn = 3",
+                    "aer_correctable_fail = -1",
+                    "replay_fail = 0",
+                    "[[gpu]]",
+                    'pci_address = "05:00.0"',
+                    'pci_address = "zz"',
+                    "speed_gts = 8.0",
+                    "speed_gts = 7",
+                    "width = 8",
+                    "width = true",
+                    "socket = 1",
+                    'socket = "a"',
+                    "[[pair]]",
+                    'gpus = ["05:00.0", "09:00.0"]',
+                    "gpus = 3",
+                    "gpu = 1",
+                    "pair = []",
+                    "[gpu]",
+                    "x = 1",
+                    "[[thresholds]]",
+                    "note = 1",
+                ]
+            ),
+            max_size=12,
+        ).map("\n".join),
+    )
+)
+def test_hypothesis_any_profile_text_loads_or_fails_in_one_line(tmp_path_factory, text):
+    path = tmp_path_factory.mktemp("p") / "p.toml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+    try:
+        profile = load_profile(path)
+    except ConfigError as exc:
+        assert str(exc).startswith(f"{path}:")
+        assert "\n" not in str(exc)
+        return
+    assert all(g.pci_address.startswith("0000:") for g in profile.gpus)
+    assert all(a < b for a, b in profile.pairs)
+
+
+def _profile(tmp_path, text):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    return path
+
+
+def test_profile_pairs_and_thresholds_drive_the_run(tmp_path):
+    # the profile's pairs replace the proposed ones and are verified: a cross-socket pair fails
+    path = _profile(
+        tmp_path,
+        '[[pair]]\ngpus = ["05:00.0", "86:00.0"]\n[thresholds]\naer_correctable_fail = 10000\n',
+    )
+    report = preflight_report(SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path / "s", profile=path)
+    assert report.requested == (("0000:05:00.0", "0000:86:00.0"),)
+    pairs = [
+        (f.check_id, f.severity) for f in report.findings if f.check_id.startswith("numa.pair")
+    ]
+    assert pairs == [("numa.pair.cross_socket", Severity.FAIL)]
+    # 6655 BadTLP is below the profile's fail threshold of 10000: a warning, not a failure
+    (badtlp,) = [f for f in report.findings if f.check_id == "aer.badtlp"]
+    assert badtlp.severity == Severity.WARN
+
+
+def test_profile_naming_an_absent_gpu_fails(tmp_path):
+    path = _profile(tmp_path, '[[gpu]]\npci_address = "0000:42:00.0"\n')
+    report = preflight_report(SYSFS_FIXTURES / "x99-r9700", tmp_path / "s", profile=path)
+    missing = [f for f in report.findings if f.check_id == "profile.gpu.missing"]
+    assert [(f.subject, f.severity) for f in missing] == [("0000:42:00.0", Severity.FAIL)]
+    unexpected = {f.subject for f in report.findings if f.check_id == "profile.gpu.unexpected"}
+    assert len(unexpected) == 4
+
+
+def test_only_profile_without_a_profile_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"needs an expectations profile \(--profile FILE\)"):
+        preflight_report(SYSFS_FIXTURES / "x99-r9700", tmp_path, families={"profile"})

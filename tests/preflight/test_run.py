@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rocmseat.errors import ConfigError, NoDeviceError
 from rocmseat.findings import Finding, Severity
@@ -180,3 +182,13 @@ def test_live_root_adds_udev_and_amdsmi(tmp_path, monkeypatch):
     assert ("amdsmi.crosscheck", Severity.UNKNOWN) in ids
     # amdsmi is optional: not asked, not run (so a node without it still exits 0)
     assert not [f for f in run_preflight(X99, tmp_path) if f.family == "amdsmi"]
+
+
+@given(st.text(max_size=40))
+def test_parse_pair_any_text(text):
+    try:
+        a, b = parse_pair(text)
+    except ConfigError as exc:
+        assert exc.message.startswith("--pair ") and "\n" not in exc.message
+        return
+    assert a < b and a.startswith("0000:") and b.startswith("0000:")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from rocmseat.cache.layout import FORBIDDEN_SEAT_ENV
 from rocmseat.errors import ConfigError
 from rocmseat.seat.load import load_seat
 from tests.conftest import REPO
@@ -137,10 +138,63 @@ MALFORMED = [
     (_replace("tp = 1", "tp = = 1"), ":3: invalid TOML: Invalid value (column 6)"),
     (MINIMAL + "\n[[expect_log]]\npattern = '(unclosed'\n", ":25: key 'expect_log[0].pattern': not a Python regex"),
     (MINIMAL + "\n[watch]\ninterval_s = 0\n", ":25: key 'watch.interval_s': Input should be greater than 0"),
+    # an unknown key in every table, nested ones included
+    (_replace('name = "t"', 'name = "t"\nnmae = "u"'), ":2: key 'nmae': Extra inputs are not permitted"),
+    (_replace('model_flag = "--model"', 'model_flag = "--model"\npyhton = "x"'), ":9: key 'engine.pyhton': Extra inputs are not permitted"),
+    (_replace('path = "../models/target"', 'path = "../models/target"\nserved = "x"'), ":13: key 'model.served': Extra inputs are not permitted"),
+    (_replace("num_speculative_tokens = 3", "num_speculative_tokens = 3\nnum_spec_tokens = 3"), ":18: key 'drafter.num_spec_tokens': Extra inputs are not permitted"),
+    (MINIMAL + '\n[replicas]\nmdoe = "auto"\n', ":25: key 'replicas.mdoe': Extra inputs are not permitted"),
+    (MINIMAL + '\n[env_classes]\nkeys = ["A_*"]\n', ":25: key 'env_classes.keys': Extra inputs are not permitted"),
+    (MINIMAL + "\n[preflight]\nhipp = true\n", ":25: key 'preflight.hipp': Extra inputs are not permitted"),
+    (MINIMAL + "\n[readiness]\ntimeout = 5\n", ":25: key 'readiness.timeout': Extra inputs are not permitted"),
+    (MINIMAL + "\n[watch]\ninterval = 5\n", ":25: key 'watch.interval': Extra inputs are not permitted"),
+    (MINIMAL + "\n[[expect_log]]\npattern = 'a'\n\n[[expect_log]]\npattern = 'b'\nseverty = 'warn'\n", ":29: key 'expect_log[1].severty': Extra inputs are not permitted"),
+    (MINIMAL + "\n[[expect_log]]\npattern = 'a'\nwhen = 'sometimes'\n", ":26: key 'expect_log[0].when': Input should be 'must_appear' or 'must_not_appear'"),
+    # wrong types and ranges
+    (_replace("tp = 1", "tp = 1.0"), ":3: key 'tp': Input should be a valid integer"),
+    (_replace("command = [", 'command = "python" #['), ":7: key 'engine.command': Input should be a valid tuple"),
+    (MINIMAL + "\n[preflight]\nhip = 1\n", ":25: key 'preflight.hip': Input should be a valid boolean"),
+    (_replace("max_num_seqs = 4", "max_num_seqs = 4\ngpu_memory_utilization = 1.5"), ":23: key 'serve.gpu_memory_utilization': Input should be less than or equal to 1"),
+    (_replace("port_base = 8100", "port_base = 0"), ":20: key 'serve.port_base': Input should be greater than or equal to 1"),
+    # missing required keys: the table's line; several at once are all named
+    (_replace("max_model_len = 256\n", ""), ":19: key 'serve.max_model_len': Field required"),
+    ('name = "t"\n', ": key 'backend': Field required (missing required keys: backend, tp, cache_root, engine, model, serve)"),
+    # duplicate keys and tables (TOML): the line and the key
+    (_replace("tp = 1", "tp = 1\ntp = 2"), ":4: invalid TOML: key 'tp' is set twice (Cannot overwrite a value)"),
+    (MINIMAL + '\n[serve]\ndtype = "auto"\n', ":24: invalid TOML: key 'serve' is set twice"),
+    # disable_by_batch_size through --speculative-config / -sc in extra_args
+    (_replace("max_num_seqs = 4", 'max_num_seqs = 4\nextra_args = ["--speculative-config", \'{"disable_by_batch_size": 4}\']'),
+     ":23: key 'serve.extra_args[0]': current vLLM rejects disable_by_batch_size"),
+    (_replace("max_num_seqs = 4", 'max_num_seqs = 4\nextra_args = ["-sc.disable_by_batch_size=4"]'),
+     ":23: key 'serve.extra_args[0]': current vLLM rejects disable_by_batch_size"),
+    # port collisions
+    (MINIMAL + '\n[watch]\nexporter_listen = "127.0.0.1:8100"\n', ":25: key 'watch.exporter_listen': port 8100 is replica r0's port"),
+    (MINIMAL + '\n[watch]\nexporter_listen = "localhost"\n', ":25: key 'watch.exporter_listen': 'localhost' is not HOST:PORT or 'off'"),
+    (_replace("port_base = 8100", "port_base = 65535").replace('backend = "cpu"', 'backend = "rocm"').replace("tp = 1", "tp = 2") + '\n[replicas]\nnames = ["a", "b"]\n',
+     ":20: key 'serve.port_base': 2 replica(s) need ports 65535..65536, past 65535"),
+]
+
+# Every way a seat could point a compiler cache outside the store is refused, naming the key.
+CACHE_ESCAPES = [
+    *[(MINIMAL + f'\n[env]\n{name} = "/tmp/elsewhere"\n', f":25: key 'env.{name}': points a compiler cache outside the cache store")
+      for name in sorted(FORBIDDEN_SEAT_ENV)],
+    *[(_replace("max_num_seqs = 4", f"max_num_seqs = 4\nextra_args = {args}"), f":23: key 'serve.extra_args[{index}]': a compilation-config cache_dir bypasses")
+      for args, index in [
+          ('["--compilation-config", \'{"cache_dir": "/x"}\']', 0),
+          ('[\'--compilation-config={"cache_dir": "/x", "level": 3}\']', 0),
+          ('["--enforce-eager", "-cc", \'{"cache_dir": "/x"}\']', 1),
+          ('[\'-cc={"cache_dir": "/x"}\']', 0),
+          ('["-cc.cache_dir", "/x"]', 0),
+          ('["-cc.cache_dir=/x"]', 0),
+          ('["--compilation-config.cache_dir=/x"]', 0),
+          ('["--compilation-config.cache-dir", "/x"]', 0),
+          ('["--compilation_config.cache_dir=/x"]', 0),
+          ('["--compilation_config", \'{"cache_dir": "/x"}\']', 0),
+      ]],
 ]
 
 
-@pytest.mark.parametrize(("text", "expected"), MALFORMED)
+@pytest.mark.parametrize(("text", "expected"), MALFORMED + CACHE_ESCAPES)
 def test_malformed(tmp_path: Path, text: str, expected: str) -> None:
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as info:
@@ -159,6 +213,21 @@ def test_explicit_pairs(tmp_path: Path) -> None:
     bad = text.replace('"0000:09:00.0"', '"05:00.0"')
     with pytest.raises(ConfigError, match=r"x.toml:26: key 'replicas.pairs': '05:00.0' is not a PCI address"):
         load_seat(write(tmp_path, bad))
+
+
+def test_gpu_in_two_pairs(tmp_path: Path) -> None:
+    text = _replace('backend = "cpu"', 'backend = "rocm"').replace("tp = 1", "tp = 2")
+    text += '\n[replicas]\nmode = "explicit"\npairs = [["0000:05:00.0", "0000:09:00.0"],\n         ["0000:0c:00.0", "0000:05:00.0"]]\n'
+    with pytest.raises(ConfigError, match=r"x.toml:26: key 'replicas.pairs': GPU 0000:05:00.0 is in pair 0 and pair 1"):
+        load_seat(write(tmp_path, text))
+    same = text.replace('"0000:0c:00.0", "0000:05:00.0"', '"0000:0c:00.0", "0000:0c:00.0"')
+    with pytest.raises(ConfigError, match=r"names the same GPU twice"):
+        load_seat(write(tmp_path, same))
+
+
+def test_compilation_config_without_cache_dir_is_fine(tmp_path: Path) -> None:
+    text = _replace("max_num_seqs = 4", 'max_num_seqs = 4\nextra_args = ["-cc", \'{"level": 3}\', "--speculative-config-unrelated"]')
+    assert load_seat(write(tmp_path, text)).serve.extra_args[0] == "-cc"
 
 
 def test_missing_file(tmp_path: Path) -> None:

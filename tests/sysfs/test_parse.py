@@ -218,9 +218,7 @@ def test_normalize_pci_address_any_text(text):
         assert p.normalize_pci_address(address.upper()) == address
 
 
-@given(
-    st.integers(0, 0xFFFF), st.integers(0, 0xFF), st.integers(0, 0x1F), st.integers(0, 7)
-)
+@given(st.integers(0, 0xFFFF), st.integers(0, 0xFF), st.integers(0, 0x1F), st.integers(0, 7))
 def test_normalize_pci_address_roundtrip(domain, bus, dev, fn):
     full = f"{domain:04x}:{bus:02x}:{dev:02x}.{fn}"
     assert p.normalize_pci_address(full.upper()) == full
@@ -232,8 +230,10 @@ def test_normalize_pci_address_roundtrip(domain, bus, dev, fn):
     ("text", "expected"),
     [
         ("BadTLP 3 \r\nRxErr 1\r\nTOTAL_ERR_COR 4\r\n", {"BadTLP": 3, "RxErr": 1}),
-        ("Poisoned TLP Egress Blocked 1\nPoisoned TLP 2\nTOTAL_ERR_NONFATAL 3\n",
-         {"PoisonTLPBlocked": 1, "TLP": 2}),
+        (
+            "Poisoned TLP Egress Blocked 1\nPoisoned TLP 2\nTOTAL_ERR_NONFATAL 3\n",
+            {"PoisonTLPBlocked": 1, "TLP": 2},
+        ),
         ("TOTAL_ERR_FATAL 0\n", {}),  # a file with only its TOTAL line
     ],
 )
@@ -270,3 +270,19 @@ def test_aer_long_roundtrip(counts):
     text = "".join(f"{k} {v}\n" for k, v in counts.items()) + "TOTAL_ERR_COR 0\n"
     parsed = p.parse_aer_counters(text).as_dict()
     assert parsed == {p.LONG_AER_NAMES[k]: v for k, v in counts.items()}
+
+
+@given(st.sets(st.integers(0, 4095), max_size=64))
+def test_cpulist_text_roundtrip(cpus):
+    from rocmseat.sysfs.pci import _cpulist_text
+
+    ordered = tuple(sorted(cpus))
+    text = _cpulist_text(ordered)
+    assert p.parse_cpulist(text) == ordered
+    assert _cpulist_text(None) is None
+
+
+@given(st.integers(0, 2**31))
+def test_gfx_target_any_version(version):
+    target = p.gfx_target(version)
+    assert target is None if version == 0 else target.startswith("gfx")

@@ -47,6 +47,17 @@ def test_once_collapse_exits_1_with_json(rocmseat_cli, page_server, tmp_path):
     assert replica["window"]["position_acceptance"] == [0.02, 0.0, 0.0]
 
 
+def test_once_table_says_what_fired_and_that_the_baseline_is_learning(rocmseat_cli, page_server,
+                                                                     tmp_path):
+    page_server.play(Answer(page("01-healthy.txt")), Answer(page("02-collapse.txt")))
+    result = once(rocmseat_cli, page_server, tmp_path)
+    assert result.exit_code == 1, result.stderr
+    notes = result.stdout.splitlines()[2:]
+    assert "r0: no baseline yet (learning; pin one with --baseline-al" in notes[0]
+    assert notes[1] == ("r0: spec_drafter_dead: the drafter's first token is almost never "
+                        "accepted (stale cache, wrong drafter weights?)")
+
+
 @pytest.mark.parametrize("answers", [
     [Answer("<html>proxy error</html>", content_type="text/html")] * 2,
     [Answer(page("06-blind.txt"))] * 2,
@@ -63,7 +74,12 @@ def test_needs_a_seat_or_targets(rocmseat_cli, tmp_path):
 
 
 @pytest.mark.parametrize(("spec", "why"), [("r0=ftp://x", "not an http(s) URL"),
-                                           ("bad name=http://x", "must match")])
+                                           ("bad name=http://x", "must match"),
+                                           (":::bad", "the port is not a number"),
+                                           ("r0=127.0.0.1:99999", "the port is not a number"),
+                                           ("r0=h:0", "the port is not a number"),
+                                           ("r0=http://:8000", "no host name"),
+                                           ("r0=http://", "not an http(s) URL")])
 def test_bad_target_is_a_config_error(rocmseat_cli, tmp_path, spec, why):
     result = rocmseat_cli("watch", "--target", spec, "--once", "--state-dir", str(tmp_path))
     assert result.exit_code == 2 and why in result.stderr
@@ -143,6 +159,9 @@ def test_learned_baseline_persists_and_resets_on_a_key_change(tmp_path):
                  fetch=lambda url, t: page("00-healthy.txt"), clock=clock)
     assert w2.step()[0].baseline is not None
     manifest.write_text(json.dumps({"key": "key-two", "factors": {}}))
+    (mid_run,) = w2.step()  # a relaunch under another key while the watch runs: forget it
+    assert mid_run.baseline is None and mid_run.learning and mid_run.key == "key-two"
+    assert [p.name for p in stored.parent.iterdir()] == ["seat.r0.json"]  # no temp file left
     w3 = Watcher([Target("r0", "http://r0/metrics", cache)], config,
                  fetch=lambda url, t: page("00-healthy.txt"), clock=clock)
     (fresh,) = w3.step()
@@ -231,3 +250,52 @@ def test_busy_exporter_port_is_a_clear_error(rocmseat_cli, page_server, tmp_path
     assert result.exit_code == 2
     assert f"--exporter-listen 127.0.0.1:{port}: Address already in use" in result.stderr
     assert "rocmseat-watch stop" in result.stderr
+
+
+@pytest.mark.parametrize(("extra", "why"), [
+    (("--webhook", "notaurl"), "--webhook 'notaurl': not an http(s) URL"),
+    (("--webhook", "http://am:0/api/v2/alerts"), "the port is not a number"),
+    (("--command-hook", 'page "oncall'), "--command-hook 'page \"oncall': No closing quotation"),
+    (("--command-hook", " "), "no program to run"),
+])
+def test_bad_sink_options_are_one_line_errors(rocmseat_cli, page_server, tmp_path, extra, why):
+    result = rocmseat_cli("watch", "--target", page_server.url, "--state-dir", str(tmp_path),
+                          "--exporter-listen", "off", *extra)
+    assert result.exit_code == 2, result.stderr
+    assert why in result.stderr and "Traceback" not in result.stderr
+    assert "rocmseat-watch start" not in result.stderr  # refused before the loop starts
+
+
+def test_unwritable_state_dir_is_refused_before_the_loop(rocmseat_cli, page_server, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = rocmseat_cli("watch", "--target", page_server.url, "--exporter-listen", "off",
+                          "--state-dir", str(blocker / "state"))
+    assert result.exit_code == 2
+    assert f"{blocker / 'state' / 'watch'}: the state dir is not writable" in result.stderr
+    assert "rocmseat-watch start" not in result.stderr
+
+
+def test_seat_with_a_bad_webhook_url_is_refused(rocmseat_cli, page_server, tmp_path):
+    port = int(page_server.url.split(":")[2].split("/")[0])
+    seat = write_seat(tmp_path, port, "b" * 64)
+    seat.write_text(seat.read_text() + 'webhook_url = "alertmanager:9093"\n')
+    result = rocmseat_cli("watch", str(seat))
+    assert result.exit_code == 2
+    assert "--webhook 'alertmanager:9093': not an http(s) URL" in result.stderr
+
+
+def test_seat_without_a_drafter_is_not_blind(rocmseat_cli, page_server, tmp_path):
+    port = int(page_server.url.split(":")[2].split("/")[0])
+    seat = write_seat(tmp_path, port, "c" * 64)
+    text = seat.read_text()
+    drafter = text[text.index("[drafter]"):text.index("[serve]")]
+    seat.write_text(text.replace(drafter, "").replace("expected_acceptance_length = 2.9\n", ""))
+    page_server.play(Answer(page("vllm-nospec.txt")))
+    result = rocmseat_cli("watch", str(seat), "--once", "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    (replica,) = json.loads(result.stdout)["replicas"]
+    assert replica["alerts"] == [] and replica["blind"] is False and replica["up"] is True
+    # the same page from a seat that drafts is blind: could not check (exit 2)
+    with_drafter = write_seat(tmp_path / "with", port, "c" * 64)
+    assert rocmseat_cli("watch", str(with_drafter), "--once").exit_code == 2

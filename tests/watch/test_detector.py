@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocmseat.watch.baseline import pinned_baseline
 from rocmseat.watch.detector import DetectorParams, SpecDetector
@@ -149,3 +151,65 @@ def test_learning_accepts_windows_just_below_full_k_but_not_scheduled_ones():
                    w.accepted_per_pos, None, None, None, None, None, 1.0, 0.0, None, True)
         learned = learned or d.observe(w, t * 10).learned
     assert learned is not None and learned.num_positions == 3
+
+
+@pytest.mark.parametrize(("sizes", "fires"), [
+    ([49], False), ([50], True),  # one window at the gate
+    ([7] * 7, False), ([7] * 8, True),  # quiet windows pooled: 49 never judged, 56 judged
+])
+def test_the_gate_is_exactly_min_drafts(sizes, fires):
+    d = detector()
+    verdicts = [d.observe(window(n, [0] * 7), t * 10) for t, n in enumerate(sizes)]
+    assert not any(v.drop or v.dead for v in verdicts[:-1])
+    last = verdicts[-1]
+    assert (last.evaluated, last.drop, last.dead) == (fires, fires, fires)
+
+
+def scheduled_window(drafts, alpha, shares):
+    """`shares[k]` of the drafts carry k tokens; each follows the prefix rule at `alpha`."""
+    per_pos, tokens = [0.0] * 7, 0.0
+    for k, share in shares.items():
+        n = drafts * share
+        tokens += n * k
+        for i in range(k):
+            per_pos[i] += n * alpha ** (i + 1)
+    return Window(10.0, float(drafts), tokens, sum(per_pos), tuple(per_pos), None, None, None,
+                  None, None, 1.0, 0.0, None, True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.integers(1, 7), st.floats(0.05, 1.0), min_size=1, max_size=4),
+       st.floats(0.3, 0.95))
+def test_the_lower_edge_never_exceeds_rho_times_what_the_schedule_gives(raw, alpha):
+    total = sum(raw.values())
+    shares = {k: v / total for k, v in raw.items()}
+    w = scheduled_window(1000, alpha, shares)
+    b = pinned_baseline(3.3, 7, "")
+    d = SpecDetector(params=DetectorParams(), baseline=b)
+    v = d.observe(w, 0.0)
+    # What the baseline drafter itself would accept with exactly this mix of draft lengths:
+    truth = sum(s * sum(b.position_rates[:k]) for k, s in shares.items())
+    assert v.lower_al is not None
+    assert v.lower_al - 1.0 <= DetectorParams().rho * truth + 1e-9
+
+
+def test_a_drafter_fine_at_k7_and_at_k1_is_fine_in_a_mix_of_both():
+    alpha = 0.58  # accepted/draft 0.59 of the baseline's at K=7, 0.81 at K=1: in control
+    for shares in ({7: 1.0}, {1: 1.0}, {7: 0.5, 1: 0.5}, {7: 0.3, 1: 0.7}):
+        d = detector()
+        for t in range(60):
+            v = d.observe(scheduled_window(2000, alpha, shares), t * 10)
+            assert not v.drop and not v.dead, (shares, t, v.cusum)
+
+
+def test_the_simulated_day_has_bursts_idle_windows_restarts_and_a_k_schedule():
+    day = list(simulate(seed=3))
+    windows = [sw.window for sw in day if sw.window is not None]
+    rates = [w.drafts / w.duration_s for w in windows]
+    assert sum(1 for sw in day if sw.window is None) == 2  # two restarts
+    assert sum(1 for w in windows if w.drafts == 0) > 100  # idle windows at night
+    assert max(rates) > 60  # bursts above the day's ~25 drafts/s
+    scheduled = [w for w in windows if w.effective_k is not None and w.effective_k < 6.5]
+    assert len(scheduled) > 100  # the K=7 -> K=3 schedule under load
+    prose_23h = [sw.true_al for sw in day if 23 * 3600 < sw.time_s < DAY_S]
+    assert prose_23h and all(al == pytest.approx(2.55, abs=1e-6) for al in prose_23h)

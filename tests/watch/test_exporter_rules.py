@@ -42,6 +42,12 @@ def test_exporter_page_names_and_values(tmp_path):
     assert 'rocmseat_spec_baseline_acceptance_length{replica="r0"} 2.9' in text
     assert 'rocmseat_spec_position_acceptance{position="2",replica="r0"} 0.0' in text
     assert 'rocmseat_replica_up{replica="r1"} 0.0' in text
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines()
+             if line and not line.startswith("#")}
+    # the names issue 6 lists (and the e2e room scrapes): renaming one breaks users' dashboards
+    assert {"rocmseat_spec_acceptance_length", "rocmseat_spec_draft_acceptance_rate",
+            "rocmseat_spec_position_acceptance", "rocmseat_alert_active",
+            "rocmseat_scrape_errors_total"} <= names
     al = [line for line in text.splitlines()
           if line.startswith('rocmseat_spec_acceptance_length{replica="r0"}')]
     assert al and float(al[0].split()[-1]) == pytest.approx(1 + 12 / 600)

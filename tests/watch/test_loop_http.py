@@ -7,6 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from rocmseat.watch import alerts as A
+from rocmseat.watch.detector import DetectorParams
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.scrape import Target
 from rocmseat.watch.sinks import AlertFanout, BackgroundSender, webhook_deliver
@@ -117,6 +118,50 @@ def test_stall_fires_after_flat_tokens_with_running_requests(page_server, tmp_pa
     s = run_steps(w, clock, 5)
     w.close()
     assert [A.REPLICA_STALLED in x.alerts for x in s] == [False, False, False, True, True]
+
+
+def test_stall_resolves_when_tokens_move_again(page_server, tmp_path):
+    clock, transitions = FakeClock(), []
+    hung = [Answer(page("00-healthy.txt"))] * 5
+    page_server.play(*hung, Answer(page("01-healthy.txt")))  # then the engine moves again
+    w = make(page_server, tmp_path, clock, transitions=transitions, stall_after_s=30.0)
+    s = run_steps(w, clock, 6)
+    w.close()
+    assert [A.REPLICA_STALLED in x.alerts for x in s] == [False, False, False, True, True, False]
+    assert [(t.alert, t.state) for t in transitions if t.alert == A.REPLICA_STALLED] == [
+        (A.REPLICA_STALLED, "firing"), (A.REPLICA_STALLED, "resolved")]
+
+
+def test_drop_and_dead_resolve_when_acceptance_recovers(page_server, tmp_path):
+    clock, transitions = FakeClock(), []
+    page_server.play(*(Answer(page(n)) for n in ("01-healthy.txt", "02-collapse.txt",
+                                                 "03-collapse.txt", "04-restarted.txt",
+                                                 "05-after-restart.txt")))
+    w = make(page_server, tmp_path, clock, transitions=transitions, pinned_al=2.9,
+             params=DetectorParams(threshold_h=2.0, resolve_windows=1))
+    s = run_steps(w, clock, 5)
+    w.close()
+    assert {A.SPEC_ACCEPTANCE_DROP, A.SPEC_DRAFTER_DEAD} <= set(s[1].alerts)
+    assert s[4].window is not None and s[4].window.acceptance_length > 2.9
+    assert s[4].alerts == ()
+    states = [(t.alert, t.state) for t in transitions]
+    assert (A.SPEC_ACCEPTANCE_DROP, "resolved") in states
+    assert (A.SPEC_DRAFTER_DEAD, "resolved") in states
+
+
+def test_a_baseline_that_cannot_be_saved_is_said_and_kept(page_server, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    clock, warnings = FakeClock(), []
+    page_server.play(*(Answer(page(n)) for n in ("00-healthy.txt", "01-healthy.txt")))
+    cfg = WatchConfig(interval_s=10.0, timeout_s=2.0, state_dir=blocker,
+                      params=DetectorParams(learn_min_drafts=100, learn_min_s=1))
+    w = Watcher([Target("r0", page_server.url)], cfg, clock=clock, on_warning=warnings.append)
+    s = run_steps(w, clock, 2)
+    w.close()
+    assert s[1].baseline is not None and s[1].baseline.source == "learned"
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"rocmseat-watch replica=r0 baseline-not-saved path={blocker}")
 
 
 class StuckReceiver:

@@ -1,0 +1,95 @@
+"""Which processes use a cache dir, read from real processes through psutil (not fakes).
+
+The pure judge is tested with ProcessView tables in test_audit.py; here real children hold a
+cache dir through their environment or an open file, and a child without permission to read
+other processes must answer "unknown", never "no".
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rocmseat.cache.usage import Use, judge_use, scan_processes
+
+CTX = multiprocessing.get_context("fork")
+NOBODY = 65534
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for child in started:
+        child.kill()
+        child.wait(timeout=30)
+
+
+def _hold(children: list[subprocess.Popen[str]], code: str, env: dict[str, str]) -> int:
+    """Start a Python child that runs `code`, says 'ready' and waits for stdin to close."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", code + "\nprint('ready', flush=True)\nimport sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+    )
+    children.append(child)
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    return child.pid
+
+
+def test_environment_and_open_files_of_real_processes(
+    tmp_path: Path, children: list[subprocess.Popen[str]]
+) -> None:
+    by_env = tmp_path / "cache" / "r0"
+    by_file = tmp_path / "cache" / "r0.stale-20261120T101500Z"
+    unused = tmp_path / "cache" / "r1.stale-20261120T101500Z"
+    for directory in (by_env, by_file, unused):
+        (directory / "vllm").mkdir(parents=True)
+    (by_file / "vllm" / "graph.so").write_bytes(b"\x7fELF")
+    env_pid = _hold(children, "pass", {"VLLM_CACHE_ROOT": str(by_env / "vllm"), "PATH": "/usr/bin"})
+    held = str(by_file / "vllm" / "graph.so")
+    file_pid = _hold(children, f"handle = open({held!r}, 'rb')", {"PATH": "/usr/bin"})
+    views = list(scan_processes())
+    env_use = judge_use(by_env, views)
+    file_use = judge_use(by_file, views)
+    assert env_use.use is Use.YES and env_pid in env_use.pids and file_pid not in env_use.pids
+    assert file_use.use is Use.YES and file_use.pids == (file_pid,)
+    # No reader: "no" only when every process could be read (this sandbox's pid 1 cannot be,
+    # even by root: then it is "unknown", naming the unreadable pids).
+    unreadable = tuple(sorted(v.pid for v in views if v.environ is None and v.open_files is None))
+    unused_use = judge_use(unused, views)
+    assert unused_use.use is (Use.UNKNOWN if unreadable else Use.NO)
+    assert unused_use.unreadable_pids == unreadable
+    # a dir whose name is a prefix of the used dirs' names is not used through them
+    assert judge_use(tmp_path / "cache" / "r", views).pids == ()
+
+
+def _scan_as_nobody(directory: str, queue: Any) -> None:
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+    use = judge_use(Path(directory), scan_processes())
+    queue.put((use.use.value, use.pids, use.unreadable))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
+def test_no_permission_is_unknown_not_no(
+    tmp_path: Path, children: list[subprocess.Popen[str]]
+) -> None:
+    """A process we may not read could be using the dir: the answer is unknown, never no."""
+    directory = tmp_path / "cache" / "r0.stale-20261120T101500Z"
+    directory.mkdir(parents=True)
+    _hold(children, "pass", {"VLLM_CACHE_ROOT": str(directory), "PATH": "/usr/bin"})
+    queue = CTX.Queue()
+    child = CTX.Process(target=_scan_as_nobody, args=(str(directory), queue))
+    child.start()
+    state, pids, unreadable = queue.get(timeout=60)
+    child.join(30)
+    assert child.exitcode == 0
+    assert state == "unknown" and pids == () and unreadable >= 1
