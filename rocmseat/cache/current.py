@@ -134,8 +134,5 @@ def _set_at(seat: Seat, loc: tuple[str, str]) -> str:
     where = f"key {format_loc(loc)}"
     if seat.source_path is None:
         return where
-    try:
-        line = locate(seat.source_path.read_text(encoding="utf-8"), loc)
-    except (OSError, UnicodeDecodeError):
-        line = None
+    line = locate(seat.source_text, loc) if seat.source_text is not None else None
     return f"{where}, {seat.source_path}" + (f":{line}" if line is not None else "")

@@ -114,6 +114,9 @@ BUILTIN_PATTERNS: tuple[tuple[str, EnvClass], ...] = (
     ("AITER_*", EnvClass.KEY),
     ("HIPBLASLT_*", EnvClass.KEY),
     ("ROCBLAS_*", EnvClass.KEY),
+    # Feature toggles of the serving build (issue 4 names RADIANCE_* in the built-in key
+    # table): key even when a seat forgets [env_classes]; a new family still needs a seat entry.
+    ("RADIANCE_*", EnvClass.KEY),
 )
 
 _ALWAYS_NEUTRAL = frozenset(

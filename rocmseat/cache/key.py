@@ -191,12 +191,11 @@ def _arch(gpu_arch: str | Sequence[str] | None) -> str | None:
 
 
 def _where(seat: Seat, name: str) -> str:
+    """'<seat file>:<line>: key 'env.NAME'' from the text the seat was parsed from (no I/O)."""
     if seat.source_path is None:
         return f"key 'env.{name}'"
-    try:
-        line = locate(seat.source_path.read_text(encoding="utf-8"), ("env", name))
-    except OSError:
-        line = None
+    text = seat.source_text
+    line = locate(text, ("env", name)) if text is not None else None
     loc = format_loc(("env", name))
     return f"{seat.source_path}:{line}: key '{loc}'" if line else f"{seat.source_path}: key '{loc}'"
 

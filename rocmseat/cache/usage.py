@@ -21,7 +21,7 @@ class ProcessView:
     pid: int
     name: str
     environ: dict[str, str] | None
-    open_files: tuple[str, ...] | None
+    open_files: tuple[str, ...] | None  # open, mapped (mmap/dlopen) files and the cwd
 
 
 class Use(enum.StrEnum):
@@ -89,7 +89,7 @@ def scan_processes() -> Iterator[ProcessView]:
         except psutil.NoSuchProcess:
             continue
         try:
-            files = tuple(f.path for f in proc.open_files())
+            files = _paths_in_use(proc)
         except (psutil.AccessDenied, psutil.ZombieProcess):
             files = None
         except psutil.NoSuchProcess:
@@ -97,6 +97,21 @@ def scan_processes() -> Iterator[ProcessView]:
         if environ is None and files is None and _kernel_thread(proc):
             continue
         yield ProcessView(proc.pid, str(proc.info.get("name") or ""), environ, files)
+
+
+def _paths_in_use(proc: psutil.Process) -> tuple[str, ...]:
+    """Open files, mapped files and the working directory of a process.
+
+    Mapped files matter most: a replica dlopen()s the compiled kernels (.so) of its cache and
+    closes the descriptor, so they show in /proc/PID/maps only. After its cache was renamed
+    aside while it still ran, its environment names the live path, but the kernel reports the
+    mappings under the new (moved-aside) name.
+    """
+    paths = [f.path for f in proc.open_files()]
+    paths += [m.path for m in proc.memory_maps(grouped=True) if m.path.startswith("/")]
+    paths.append(proc.cwd())
+    # The kernel marks a mapping of a deleted file " (deleted)"; the path prefix still counts.
+    return tuple(path.removesuffix(" (deleted)") for path in paths)
 
 
 def _kernel_thread(proc: psutil.Process) -> bool:

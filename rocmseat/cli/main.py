@@ -76,8 +76,14 @@ def _run(args: list[str]) -> int:
     except click.exceptions.Abort:
         click.echo("rocmseat: interrupted", err=True)
         return exitcodes.INTERRUPTED
+    except click.UsageError as exc:
+        # One line, like every other error (click's own show() prints three).
+        command = exc.ctx.command_path if exc.ctx is not None else "rocmseat"
+        click.echo(f"rocmseat: error: {exc.format_message()}", err=True)
+        click.echo(f"  hint: {command} --help", err=True)
+        return exc.exit_code
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"rocmseat: error: {exc.format_message()}", err=True)
         return exc.exit_code
     except RocmseatError as exc:
         click.echo(f"rocmseat: error: {exc.message}", err=True)
@@ -88,8 +94,12 @@ def _run(args: list[str]) -> int:
         click.echo("rocmseat: interrupted", err=True)
         return exitcodes.INTERRUPTED
     except BrokenPipeError:
-        # `rocmseat ... | head`: the reader left; nothing to report.
-        return exitcodes.OK
+        # `rocmseat ... | head`: the reader left before the verdict was written. Exit as a shell
+        # reports SIGPIPE (128 + 13), never 0: the result was not delivered. Point stdout at
+        # /dev/null so the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return exitcodes.BROKEN_PIPE
     except Exception as exc:
         log = _write_crash_log(args, traceback.format_exc())
         where = f"traceback in {log}" if log else "traceback could not be written"

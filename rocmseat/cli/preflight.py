@@ -129,7 +129,11 @@ def preflight(  # noqa: PLR0917 (click passes every option)
         )
     except RocmseatError as exc:
         if textfile is not None:
-            _write_textfile(textfile, render_textfile_error(exc.exit_code))
+            try:
+                _write_textfile(textfile, render_textfile_error(exc.exit_code))
+            except ReadError as write_error:
+                # both lines: why nothing was checked, and why the textfile still says otherwise
+                click.echo(f"rocmseat: error: {write_error.message}", err=True)
         raise
     # The report is printed before the textfile is written: the AER baseline has already moved
     # on, so a textfile that cannot be written must not swallow what this run found.

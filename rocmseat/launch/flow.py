@@ -19,7 +19,7 @@ from typing import Any
 from rocmseat.atomic import LockTimeout, exclusive_lock
 from rocmseat.errors import ConfigError, NoDeviceError, RocmseatError
 from rocmseat.findings import Finding, Severity
-from rocmseat.launch.gate import launch_gate, sysfs_gate
+from rocmseat.launch.gate import PreflightRefused, launch_gate, sysfs_gate
 from rocmseat.launch.judge import ExpectRule, JudgeContext, judge_startup
 from rocmseat.launch.plan import (
     KeyStatus,
@@ -31,7 +31,7 @@ from rocmseat.launch.plan import (
 from rocmseat.launch.readiness import Canary, Fetch, http_fetch
 from rocmseat.launch.report import build_report, previous_start, replica_state_dir, save_report
 from rocmseat.launch.sdnotify import NOTIFY_ENV, Notifier
-from rocmseat.launch.startuplog import StartupLogReader, StartupSummary
+from rocmseat.launch.startuplog import StartupLogReader, StartupSummary, classify_text
 from rocmseat.launch.supervise import EngineSpec, SupervisionResult, supervise
 from rocmseat.node.inventory import Inventory
 from rocmseat.seat.model import Seat
@@ -191,7 +191,18 @@ def _launch_locked(
     notifier.status("computing the config key")
     key = replica_key(seat, plan.replica, gpu_arch(placement, plan))
     notifier.status("preflight of the pair")
-    preflight = launch_gate(seat, plan, sysfs_root, state_dir, environ=environ, say=say)
+    try:
+        preflight = launch_gate(seat, plan, sysfs_root, state_dir, environ=environ, say=say)
+    except PreflightRefused as refused:
+        # startup.json must not keep showing the last good start while the unit fails
+        save_report(state_dir, build_report(
+            dataclasses.replace(plan, key=KeyStatus(key.digest, "")), classify_text(""),
+            refused.findings, started_at=started, finished_at=dt.datetime.now(dt.UTC),
+            moved_aside=None, changed_factors=[],
+            outcome={"ready": False, "ready_after_s": None, "timed_out": False,
+                     "exit_code": refused.exit_code, "engine_returncode": None,
+                     "signal_received": None, "refused": True, "reason": refused.message}))
+        raise
     try:
         prepared = prepare(seat.cache_root, plan.replica, key, seat_name=seat.name)
     except OSError as exc:  # e.g. cache_root is a file
@@ -230,9 +241,10 @@ def _launch_locked(
         return save_report(state_dir, doc), findings
 
     def on_ready(summary: StartupSummary, after_s: float) -> None:
-        path, findings = write(summary, True, {"ready": True, "ready_after_s": round(after_s, 1),
-                                               "timed_out": False, "exit_code": None,
-                                               "engine_returncode": None, "reason": None})
+        path, findings = write(summary, True, {
+            "ready": True, "ready_after_s": round(after_s, 1), "timed_out": False,
+            "exit_code": None, "engine_returncode": None, "signal_received": None,
+            "refused": False, "reason": None})
         for finding in findings:
             if finding.severity is not Severity.OK and finding.family != "preflight":
                 say(f"{finding.severity.value}: {finding.check_id}: {finding.message}")
@@ -267,5 +279,6 @@ def _outcome(result: SupervisionResult) -> dict[str, Any]:
         "exit_code": result.exit_code,
         "engine_returncode": result.engine_returncode,
         "signal_received": result.signal_received,
+        "refused": False,
         "reason": result.reason,
     }

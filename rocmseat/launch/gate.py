@@ -39,18 +39,27 @@ SYSFS_RESULT = "preflight-sysfs.json"
 SYSFS_SCHEMA = "rocmseat.preflight-sysfs/v1"
 
 
+class PreflightRefused(RocmseatError):
+    """A start refused by the gate (exit 1); carries every finding of the gate for the report."""
+
+    def __init__(self, message: str, *, hint: str | None, findings: Sequence[Finding]) -> None:
+        super().__init__(message, hint=hint)
+        self.findings = tuple(findings)
+
+
 def refusal(findings: Sequence[Finding], replica: str, *,
-            refuse_on_fail: bool) -> RocmseatError | None:
+            refuse_on_fail: bool) -> PreflightRefused | None:
     """The error that refuses the start, or None (pure: the one rule of the module docstring)."""
     failing = [f for f in findings if f.severity is Severity.FAIL]
     if not failing or not refuse_on_fail:
         return None
     first = failing[0]
     more = f" (and {len(failing) - 1} more failing)" if len(failing) > 1 else ""
-    return RocmseatError(
+    return PreflightRefused(
         f"replica {replica}: start refused by preflight: {first.check_id} {first.subject}: "
         f"{first.message}{more}",
         hint=first.hint or "set [preflight] refuse_on_fail = false to start anyway",
+        findings=findings,
     )
 
 

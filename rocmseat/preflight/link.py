@@ -109,6 +109,21 @@ def judge_link(gpu: Gpu, expected: tuple[float, int] | None = None) -> list[Find
         else ""
     )
     for link in links:
+        if link.trained_width == 0:
+            # current_link_width 0: the Negotiated Link Width field is 0, the link did not train
+            # (PCIe Base Spec, Link Status register; drivers/pci/pci-sysfs.c prints it as is)
+            findings.append(
+                Finding(
+                    "pcie.link.down",
+                    Severity.FAIL,
+                    subject,
+                    f"{hop_words(link.upstream)} reports its link down (x0) toward "
+                    f"{link.downstream.address}{overclaim}",
+                    "the GPU is behind a link that did not train: reseat it and power-cycle",
+                    data,
+                )
+            )
+            continue
         if not _below(link):
             continue
         trained = link_words(link.trained_speed_gts, link.trained_width)

@@ -227,6 +227,16 @@ def _aer(
         gpus = tuple(g for g in again.gpus if g.pci_address in addresses)
         current = snapshot(gpus)
         window = f"during the {sample_s:g} s sample"
+        for address in sorted(addresses - {g.pci_address for g in gpus}):
+            findings.append(
+                Finding(
+                    "inventory.gpu_lost",
+                    Severity.FAIL,
+                    address,
+                    f"GPU {address} disappeared {window} (its DRM card or PCI function is gone)",
+                    "check dmesg for amdgpu/PCIe errors: the GPU fell off the bus or was reset",
+                )
+            )
     else:
         baseline, problem = load_baseline(state_dir, sysfs_root)
         if problem:

@@ -90,6 +90,7 @@ def parse_seat(text: str, path: Path) -> Seat:
     for loc, why, hint in cache_escapes(seat):
         raise fail(loc, why, hint)
     seat._source_path = path.absolute()
+    seat._source_text = text
     return seat
 
 

@@ -37,8 +37,8 @@ SPECULATIVE_METHODS = frozenset(
 # Methods that need a drafter checkpoint of their own; ngram/suffix need none and mtp/dspark
 # reuse the target checkpoint when `model` is absent (vllm.md §2.1).
 METHODS_NEEDING_PATH = frozenset({"draft_model", "eagle", "eagle3", "dflash", "custom_class"})
-# Keys the seat sets itself in --speculative-config, and keys vLLM rejects
-# (`tensor_parallel_size`: "Please pass 'draft_tensor_parallel_size' instead").
+# Keys the seat sets itself in --speculative-config; [drafter] extra may not repeat them
+# (checked with the other cross-key rules in rocmseat.seat.rules, which name the key's line).
 RESERVED_EXTRA_KEYS = frozenset(
     {"method", "model", "num_speculative_tokens", "num_speculative_tokens_per_batch_size"}
 )
@@ -125,18 +125,6 @@ class Drafter(_Section):
         if min(start for start, _, _ in value) != 1:
             raise ValueError("the first batch-size range must start at 1")
         return tuple(sorted(value))
-
-    @field_validator("extra")
-    @classmethod
-    def _extra_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key in value:
-            if key in RESERVED_EXTRA_KEYS:
-                raise ValueError(f"{key!r} is set by the [drafter] table itself, not by extra")
-            if key == "tensor_parallel_size":
-                raise ValueError(
-                    "vLLM rejects 'tensor_parallel_size'; use 'draft_tensor_parallel_size'"
-                )
-        return value
 
 
 class Serve(_Section):
@@ -268,11 +256,17 @@ class Seat(_Section):
     watch: Watch = Field(default_factory=Watch)
 
     _source_path: Path | None = PrivateAttr(default=None)
+    _source_text: str | None = PrivateAttr(default=None)
 
     @property
     def source_path(self) -> Path | None:
         """The seat file this seat was loaded from (None when built in code)."""
         return self._source_path
+
+    @property
+    def source_text(self) -> str | None:
+        """The text it was parsed from: later errors locate keys in it without reading again."""
+        return self._source_text
 
     @field_validator("env")
     @classmethod

@@ -5,7 +5,7 @@ Pure: a validated Seat in, (key path, why) out; the loader adds the file and lin
 
 from __future__ import annotations
 
-from rocmseat.seat.model import METHODS_NEEDING_PATH, Seat
+from rocmseat.seat.model import METHODS_NEEDING_PATH, RESERVED_EXTRA_KEYS, Seat
 
 Location = tuple[str | int, ...]
 
@@ -15,6 +15,19 @@ def seat_problems(seat: Seat) -> list[tuple[Location, str]]:
     problems: list[tuple[Location, str]] = []
     drafter = seat.drafter
     if drafter is not None:
+        for key in drafter.extra:
+            if key in RESERVED_EXTRA_KEYS:
+                problems.append((
+                    ("drafter", "extra", key),
+                    f"{key!r} is set by the [drafter] table itself, not by extra",
+                ))
+            elif key == "tensor_parallel_size":
+                # vllm/config/speculative.py (SpeculativeConfig._verify_args): "Please pass
+                # 'draft_tensor_parallel_size' instead."
+                problems.append((
+                    ("drafter", "extra", key),
+                    "vLLM rejects 'tensor_parallel_size'; use 'draft_tensor_parallel_size'",
+                ))
         if drafter.path is None and drafter.method in METHODS_NEEDING_PATH:
             problems.append(
                 (("drafter", "method"), f"method {drafter.method!r} needs a drafter 'path'")

@@ -30,6 +30,7 @@ class BackgroundSender:
         backoff_s: Sequence[float] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0),
         max_attempts: int = 8,
         batch: bool = True,
+        wait: Callable[[float], bool] | None = None,
     ) -> None:
         self.name = name
         self._deliver = deliver
@@ -40,6 +41,8 @@ class BackgroundSender:
         self._pending: dict[str, dict[str, Any]] = {}
         self._cond = threading.Condition()
         self._stop = threading.Event()
+        # Sleeps between attempts; returns True when the sender is closing. Injected in tests.
+        self._wait = wait or self._stop.wait
         self.delivered = 0
         self.failures = 0
         self._inflight = 0
@@ -62,7 +65,8 @@ class BackgroundSender:
         with self._cond:
             self._cond.notify()
         self._thread.join(timeout_s)
-        left = self.pending() + (self._inflight if self._thread.is_alive() else 0)
+        with self._cond:
+            left = len(self._pending) + (self._inflight if self._thread.is_alive() else 0)
         if left:
             self._on_error(f"{self.name}: {left} alert(s) not delivered at exit")
 
@@ -83,30 +87,34 @@ class BackgroundSender:
             items = self._take()
             if not items:
                 continue
-            attempt = 0
-            while True:
-                try:
-                    self._deliver([payload for _, payload in items])
-                    self.delivered += len(items)
-                    break
-                except Exception as exc:  # a sink must never kill its thread
-                    attempt += 1
-                    self.failures += 1
-                    if attempt >= self._max_attempts:
-                        self._on_error(
-                            f"{self.name}: giving up after {attempt} attempts: {exc}"
-                        )
-                        break
-                    delay = self._backoff[min(attempt - 1, len(self._backoff) - 1)]
-                    if self._stop.wait(delay):
-                        self._requeue(items)
-                        return
-                    # A newer state submitted meanwhile supersedes the one being retried.
-                    with self._cond:
-                        items = [(k, p) for k, p in items if k not in self._pending]
-                    if not items:
-                        break
-            self._inflight = 0
+            self._send(items)
+            with self._cond:
+                self._inflight = 0
+
+    def _send(self, items: list[tuple[str, dict[str, Any]]]) -> None:
+        """Deliver one batch: retry with backoff until it goes through, is superseded by a newer
+        state of the same alerts, or `max_attempts` are spent."""
+        attempt = 0
+        while True:
+            try:
+                self._deliver([payload for _, payload in items])
+                self.delivered += len(items)
+                return
+            except Exception as exc:  # a sink must never kill its thread
+                attempt += 1
+                self.failures += 1
+                if attempt >= self._max_attempts:
+                    self._on_error(f"{self.name}: giving up after {attempt} attempts: {exc}")
+                    return
+                delay = self._backoff[min(attempt - 1, len(self._backoff) - 1)]
+                if self._wait(delay):
+                    self._requeue(items)
+                    return
+                # A newer state submitted meanwhile supersedes the one being retried.
+                with self._cond:
+                    items = [(k, p) for k, p in items if k not in self._pending]
+                if not items:
+                    return
 
     def _requeue(self, items: list[tuple[str, dict[str, Any]]]) -> None:
         with self._cond:

@@ -35,6 +35,8 @@ KEY, NEUTRAL = EnvClass.KEY, EnvClass.NEUTRAL
     ("HF_TOKEN", NEUTRAL, "built-in HF_TOKEN"),
     ("MY_SERVICE_PORT", NEUTRAL, "built-in *_PORT"),
     ("PYTHONPATH", KEY, "built-in PYTHONPATH"),
+    ("RADIANCE_MXFP4_MOE", KEY, "built-in RADIANCE_*"),
+    ("RADIANCE_LOG_LEVEL", NEUTRAL, "built-in *_LOG_LEVEL"),
     ("OMP_NUM_THREADS", NEUTRAL, "built-in OMP_NUM_THREADS"),
 ])
 def test_builtin_table(name: str, expected: EnvClass, rule: str) -> None:
@@ -50,11 +52,11 @@ def test_seat_classes_win_and_key_beats_neutral() -> None:
 
 
 def test_unclassified_names_the_variable() -> None:
-    assert classify_one("RADIANCE_MXFP4") is None
+    assert classify_one("FLUXGATE_MXFP4") is None
     with pytest.raises(ConfigError) as info:
-        classify_env({"NCCL_PROTO": "Simple", "RADIANCE_MXFP4": "1"})
-    assert "'RADIANCE_MXFP4' is not classified" in info.value.message
-    assert info.value.hint and '[env_classes]: key = ["RADIANCE_MXFP4"]' in info.value.hint
+        classify_env({"NCCL_PROTO": "Simple", "FLUXGATE_MXFP4": "1"})
+    assert "'FLUXGATE_MXFP4' is not classified" in info.value.message
+    assert info.value.hint and '[env_classes]: key = ["FLUXGATE_MXFP4"]' in info.value.hint
 
 
 def _installed_vllm_envs() -> Path | None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from rocmseat.atomic import LockTimeout, exclusive_lock
 from rocmseat.cache.key import ConfigKey, digest_of
 from rocmseat.cache.layout import MANIFEST_NAME
-from rocmseat.atomic import LockTimeout, exclusive_lock
 from rocmseat.cache.store import lock_path, prepare, read_manifest
 from rocmseat.errors import ConfigError
 
@@ -307,7 +307,21 @@ def test_held_lock_times_out_and_changes_nothing(tmp_path: Path) -> None:
     """While another holder has the replica's flock, prepare waits, then says who holds what."""
     root = tmp_path / "cache"
     files = old_cache(root)
-    with exclusive_lock(lock_path(root, "r0")), pytest.raises(LockTimeout, match=r"\.r0\.lock: still locked"):
+    held = pytest.raises(LockTimeout, match=r"\.r0\.lock: still locked")
+    with exclusive_lock(lock_path(root, "r0")), held:
         prepare(root, "r0", NEW, now=NOW, lock_timeout_s=0.2)
     assert stale_dirs(root) == [] and not (root / ".r0.intent.json").exists()
+    assert_kept(root / "r0", files)
+
+
+def test_rollback_by_renaming_reuses_the_old_cache(tmp_path: Path) -> None:
+    """docs/cache.md "Rolling back": rename the moved-aside dir back; the old key reuses it."""
+    root = tmp_path / "cache"
+    files = old_cache(root)
+    moved = prepare(root, "r0", NEW, now=NOW).moved_aside
+    assert moved is not None
+    os.rename(root / "r0", root / "r0.stale-20261129T150000Z")
+    os.rename(moved, root / "r0")
+    back = prepare(root, "r0", OLD, now=NOW)
+    assert back.reused and back.moved_aside is None
     assert_kept(root / "r0", files)

@@ -55,7 +55,21 @@ def test_environment_and_open_files_of_real_processes(
     env_pid = _hold(children, "pass", {"VLLM_CACHE_ROOT": str(by_env / "vllm"), "PATH": "/usr/bin"})
     held = str(by_file / "vllm" / "graph.so")
     file_pid = _hold(children, f"handle = open({held!r}, 'rb')", {"PATH": "/usr/bin"})
+    by_map = tmp_path / "cache" / "r2.stale-20261120T101500Z"
+    by_cwd = tmp_path / "cache" / "r3.stale-20261120T101500Z"
+    for directory in (by_map, by_cwd):
+        (directory / "vllm").mkdir(parents=True)
+    (by_map / "vllm" / "kernel.so").write_bytes(b"\x7fELF" + bytes(8188))
+    # dlopen()-style: map the file, close the descriptor; only /proc/PID/maps still shows it
+    mapped = str(by_map / "vllm" / "kernel.so")
+    map_pid = _hold(children, (
+        f"import mmap\nhandle = open({mapped!r}, 'rb')\n"
+        "view = mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ)\nhandle.close()"
+    ), {"PATH": "/usr/bin"})
+    cwd_pid = _hold(children, f"import os\nos.chdir({str(by_cwd)!r})", {"PATH": "/usr/bin"})
     views = list(scan_processes())
+    assert judge_use(by_map, views).pids == (map_pid,)
+    assert judge_use(by_cwd, views).pids == (cwd_pid,)
     env_use = judge_use(by_env, views)
     file_use = judge_use(by_file, views)
     assert env_use.use is Use.YES and env_pid in env_use.pids and file_pid not in env_use.pids

@@ -39,7 +39,10 @@ def test_version(rocmseat_cli):
 def test_usage_error_is_2(rocmseat_cli):
     result = rocmseat_cli("no-such-command")
     assert result.exit_code == exitcodes.CANNOT_CHECK
-    assert "No such command" in result.stderr
+    assert result.stderr.splitlines() == [
+        "rocmseat: error: No such command 'no-such-command'.",
+        "  hint: rocmseat --help",
+    ]
 
 
 def test_config_error_one_line_with_hint(rocmseat_cli, boom_command):

@@ -503,6 +503,17 @@ def test_torn_baseline_file_is_a_warning_not_a_crash(preflight, tmp_path):
     assert json.loads(baseline.read_text())["schema"] == "rocmseat.aer-baseline/v1"
 
 
+def test_no_device_and_unwritable_textfile_says_both(preflight, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = preflight(SYSFS_FIXTURES / "no-amdgpu", "--textfile", str(blocker / "dir"))
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2
+    assert "cannot write the textfile" in lines[0]
+    assert lines[1].startswith("rocmseat: error: no amdgpu device under ")
+
+
 def test_no_device_still_refreshes_the_textfile(preflight, tmp_path):
     out = tmp_path / "tf"
     assert preflight(X99, "--textfile", str(out)).exit_code == 0

@@ -169,3 +169,10 @@ def test_refused_start_leaves_the_cache_untouched(tmp_path):
                             say=lambda _: None, environ={})
     after = sorted(p.relative_to(tmp_path / "cache") for p in (tmp_path / "cache").rglob("*"))
     assert after == before and (old / "graph.bin").read_text() == "compiled"
+    # the refusal is the replica's latest start in its report, not the last good one
+    report = json.loads((tmp_path / "state" / "seats" / s.name / "r1" / "startup.json")
+                        .read_text())
+    assert report["outcome"]["refused"] is True and report["outcome"]["exit_code"] == 1
+    assert report["outcome"]["reason"].startswith("replica r1: start refused by preflight: ")
+    assert "pcie.link.degraded" in {f["check_id"] for f in report["findings"]}
+    assert report["cache"]["moved_aside"] is None and len(report["config_key"]["digest"]) == 64

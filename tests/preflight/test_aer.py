@@ -216,3 +216,18 @@ def test_hypothesis_any_baseline_file_loads_or_is_a_one_line_problem(tmp_path_fa
     assert baseline is None or isinstance(baseline.devices, dict)
     if problem is not None:
         assert baseline is None and problem.startswith(str(path)) and "\n" not in problem
+
+
+def test_gpu_lost_during_the_sample_fails(copy_tree, tmp_path):
+    root = copy_tree("x99-r9700")
+
+    def fall_off_the_bus(_seconds):
+        (root / "class/drm/card3").unlink()
+
+    report = preflight_report(root, tmp_path, families={"aer"}, sample_s=5, sleep=fall_off_the_bus)
+    lost = [(f.check_id, f.severity, f.subject) for f in report.findings if f.severity != "ok"]
+    assert lost == [("inventory.gpu_lost", Severity.FAIL, "0000:86:00.0")]
+    (finding,) = [f for f in report.findings if f.check_id == "inventory.gpu_lost"]
+    assert finding.message == (
+        "GPU 0000:86:00.0 disappeared during the 5 s sample (its DRM card or PCI function is gone)"
+    )

@@ -82,3 +82,14 @@ def test_dpm_garbage_is_unknown(copy_tree):
     ((root / "class/drm/card1/device").resolve() / "pp_dpm_pcie").write_text("0: 9GT/s\n")
     (finding,) = judge_dpm(read_inventory(root).gpu("0000:05:00.0"))
     assert finding.severity == Severity.UNKNOWN and "pp_dpm_pcie:1" in finding.message
+
+
+def test_link_down_x0_fails(copy_tree):
+    root = copy_tree("x99-r9700")
+    (root / "devices/pci0000:80/0000:80:03.0/current_link_width").write_text("0\n")
+    (finding,) = judge_link(read_inventory(root).gpu("0000:89:00.0"))
+    assert (finding.check_id, finding.severity) == ("pcie.link.down", Severity.FAIL)
+    assert finding.message.startswith(
+        "root port 0000:80:03.0 reports its link down (x0) toward 0000:87:00.0; the endpoint "
+        "claims 32 GT/s x16"
+    )

@@ -256,3 +256,30 @@ def test_webhook_retries_with_backoff_and_sends_resolved(tmp_path):
     # the firing state was superseded while it was being retried: resolved is what gets through
     assert len(calls) == 3 and sender.delivered == 1
     assert states[-1] == A.iso(1_790_000_060.0)
+
+
+def test_webhook_backoff_doubles_to_thirty_seconds_then_gives_up_with_one_line():
+    waits, errors, attempts = [], [], []
+    gave_up = threading.Event()
+
+    def refused(batch):
+        attempts.append(batch)
+        raise RuntimeError("connection refused")
+
+    def record(delay):  # the sender's sleep, injected: the schedule without waiting it out
+        waits.append(delay)
+        return False
+
+    def on_error(line):
+        errors.append(line)
+        gave_up.set()
+
+    sender = BackgroundSender("webhook", refused, on_error=on_error, wait=record)
+    book = A.AlertBook()
+    sender.submit("r0/replica_down",
+                  book.set("r0", A.REPLICA_DOWN, True, 1_790_000_000.0).to_alertmanager())
+    assert gave_up.wait(30)  # a bound for a broken build
+    sender.close()
+    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
+    assert len(attempts) == 8 and sender.delivered == 0
+    assert errors == ["webhook: giving up after 8 attempts: connection refused"]
