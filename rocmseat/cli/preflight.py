@@ -90,6 +90,14 @@ def _write_textfile(directory: Path, text: str) -> None:
     "processes and takes seconds; off by default).",
 )
 @click.option(
+    "--hip-timeout",
+    "hip_timeout_s",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=30.0,
+    show_default=True,
+    help="Seconds each HIP probe stage may take before it counts as hung.",
+)
+@click.option(
     "--amdsmi/--no-amdsmi",
     default=None,
     help="Also cross-check with amdsmi (off by default: amdsmi is optional; when asked and it "
@@ -106,6 +114,7 @@ def preflight(  # noqa: PLR0917 (click passes every option)
     sample_s: float | None,
     strict: bool,
     hip: bool,
+    hip_timeout_s: float,
     amdsmi: bool | None,
 ) -> int:
     """Check each AMD GPU's PCIe link, AER errors, NUMA locality and TP2 pairs.
@@ -124,6 +133,7 @@ def preflight(  # noqa: PLR0917 (click passes every option)
             pairs=pairs or None,
             profile=profile,
             hip=hip,
+            hip_stage_timeout_s=hip_timeout_s,
             amdsmi=amdsmi,
             sample_s=sample_s,
         )

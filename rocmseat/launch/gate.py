@@ -71,9 +71,12 @@ def _run(seat: Seat, plan: ReplicaPlan, sysfs_root: Path, state_dir: Path, *,
          families: Collection[str] | None, hip: bool, say: Say) -> list[Finding]:
     from rocmseat.preflight.run import run_preflight
 
+    # The HIP probe runs with the replica's own environment (HIP_VISIBLE_DEVICES, HSA_*,
+    # NCCL_* ...): IPC that works in a bare shell can fail under the replica's settings.
     findings = run_preflight(sysfs_root, state_dir, families=families,
                              pairs=[(plan.pci_pair[0], plan.pci_pair[1])],
-                             profile=seat.preflight.profile, hip=hip)
+                             profile=seat.preflight.profile, hip=hip,
+                             hip_env=dict(plan.env) if hip else None)
     for finding in findings:
         if finding.severity is not Severity.OK:
             say(f"preflight {finding.severity.value}: {finding.check_id} {finding.subject}: "

@@ -84,13 +84,12 @@ def test_json_carries_stage_error_and_wall_time(x99_cli: Callable[..., object]) 
 def test_injected_hang_is_reported_naming_the_stage(
     x99_cli: Callable[..., object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The CLI uses the default 30 s stage timeout: this test waits that long once, by design.
     monkeypatch.setenv("FAKEHIP_HANG", "hipIpcOpenMemHandle")
-    result = x99_cli("--pair", "05:00.0,09:00.0")
+    result = x99_cli("--pair", "05:00.0,09:00.0", "--hip-timeout", "4")
     assert result.exit_code == 1
     rows = hip_rows(result.stdout)
     assert ("FAIL hip.ipc 0000:05:00.0+0000:09:00.0 05:00.0 -> 09:00.0: stage open hung: no "
-            "progress within 30 s; probe <wall> s (reverse direction not run)") in rows
+            "progress within 4 s; probe <wall> s (reverse direction not run)") in rows
 
 
 @pytest.mark.parametrize("via", ["ROCMSEAT_HIP_LIBRARY", "loader search"])

@@ -98,8 +98,11 @@ def test_preflight_only_then_launch_gate_runs_each_check_once(tmp_path, monkeypa
     calls: list[object] = []
     real = rocmseat.preflight.run.run_preflight
 
+    hip_envs: list[object] = []
+
     def counting(root, state, **kw):  # a spy: the real preflight runs, HIP probe included
         calls.append((kw.get("families"), kw.get("hip")))
+        hip_envs.append(kw.get("hip_env"))
         return real(root, state, **kw)
 
     monkeypatch.setattr(rocmseat.preflight.run, "run_preflight", counting)
@@ -114,8 +117,12 @@ def test_preflight_only_then_launch_gate_runs_each_check_once(tmp_path, monkeypa
     assert saved["invocation_id"] == env["INVOCATION_ID"] and len(saved["findings"]) == len(pre)
     findings = gate.launch_gate(s, plan, SYSFS / "x99-r9700", tmp_path / "state", environ=env,
                                 say=said.append)
-    # sysfs once (ExecStartPre), HIP once (launch)
+    # sysfs once (ExecStartPre), HIP once (launch), the probe under the replica's environment
     assert calls == [(None, False), ({"hip"}, True)]
+    assert hip_envs[0] is None
+    assert hip_envs[1] == dict(plan.env)
+    assert hip_envs[1]["HIP_VISIBLE_DEVICES"] == "0,1"
+    assert hip_envs[1]["NCCL_PROTO"] == "Simple"
     # no GPU on this machine: the real probe says unknown, which is said and does not refuse
     assert findings[:len(pre)] == pre
     assert [f.family for f in findings[len(pre):]] == ["hip"]
