@@ -125,3 +125,7 @@ def _write_crash_log(args: list[str], trace: str) -> Path | None:
         except OSError:
             continue
     return None
+
+
+if __name__ == "__main__":
+    main()
