@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rocmseat.findings import Finding
+from rocmseat.findings import Finding, Severity
 from rocmseat.hip.judge import judge_pair
 from rocmseat.hip.probe import probe_pair
+from rocmseat.sysfs.parse import normalize_pci_address
 
 
 def hip_findings(
@@ -29,7 +30,15 @@ def hip_findings(
         raise ValueError(f"stage_timeout_s must be positive, not {stage_timeout_s!r}")
     findings: list[Finding] = []
     for a, b in pairs:
-        probe = probe_pair(a.lower(), b.lower(), env=env, stage_timeout_s=stage_timeout_s,
-                           library=library)
+        # HIP reports 0000:05:00.0; accept the short form too, as the CLI's --pair does.
+        pa, pb = normalize_pci_address(a), normalize_pci_address(b)
+        if pa is None or pb is None:
+            findings.append(Finding(
+                "hip.runtime", Severity.UNKNOWN, f"{a}+{b}",
+                f"not a PCI address: {a if pa is None else b!r} (expected 0000:05:00.0 or "
+                "05:00.0); pair not probed",
+                "name the GPUs by PCI address"))
+            continue
+        probe = probe_pair(pa, pb, env=env, stage_timeout_s=stage_timeout_s, library=library)
         findings.extend(judge_pair(probe))
     return findings

@@ -27,13 +27,18 @@ from typing import Any
 
 from rocmseat.hip import api, library
 from rocmseat.hip.api import Hip
+from rocmseat.sysfs.parse import normalize_pci_address
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 BANDWIDTH_REPEATS = 3
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """SIGKILL this process when its parent dies (prctl(2)), and exit if it already has."""
+    """SIGKILL this process when its parent dies (prctl(2)), and exit if it already has.
+
+    PR_SET_PDEATHSIG fires when the parent *thread* that spawned us exits: the probe must be
+    driven from a thread that outlives it (the preflight and launch callers use the main thread).
+    """
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     # The parent may have died between fork and prctl: then we were reparented already.
@@ -42,12 +47,21 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 class Reporter:
+    """The JSON-lines channel to the parent, on a private copy of the original stdout.
+
+    fd 1 itself is pointed at stderr: a runtime that prints to stdout (a debug build, a log
+    level) must not splice its text into a protocol line and lose the result.
+    """
+
     def __init__(self) -> None:
         self.stage = "start"
+        sys.stdout.flush()
+        self._out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+        os.dup2(2, 1)
 
     def send(self, message: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(message) + "\n")
-        sys.stdout.flush()
+        self._out.write(json.dumps(message) + "\n")
+        self._out.flush()
 
     def enter(self, stage: str) -> None:
         self.stage = stage
@@ -64,14 +78,22 @@ def gbps(size_bytes: int, seconds: float) -> float | None:
 
 
 def best_gbps(timed: Callable[[], float], size_bytes: int) -> float | None:
-    return max((gbps(size_bytes, timed()) or 0.0 for _ in range(BANDWIDTH_REPEATS)), default=0.0)
+    """The best of BANDWIDTH_REPEATS timed copies; None (not 0) when no timing was usable."""
+    rates = [gbps(size_bytes, timed()) for _ in range(BANDWIDTH_REPEATS)]
+    return max((r for r in rates if r is not None), default=None)
+
+
+def bus_ids(hip: Hip, count: int) -> list[str]:
+    """Every visible HIP index's PCI address, in the parent's form (0000:05:00.0, lower case)."""
+    ids = (hip.pci_bus_id(i) for i in range(count))
+    return [normalize_pci_address(raw) or raw for raw in ids]
 
 
 def _device_index(hip: Hip, rep: Reporter, pci: str) -> int:
     rep.enter("device_count")
     count = hip.device_count()
     rep.enter("pci_bus_id")
-    seen = [hip.pci_bus_id(i) for i in range(count)]
+    seen = bus_ids(hip, count)
     if pci.lower() not in seen:
         rep.send({"not_visible": {"pci": pci, "visible": seen}})
         raise SystemExit(0)
@@ -84,7 +106,7 @@ def run_info(hip: Hip, rep: Reporter, args: argparse.Namespace) -> dict[str, Any
     rep.enter("device_count")
     count = hip.device_count()
     rep.enter("pci_bus_id")
-    devices = [hip.pci_bus_id(i) for i in range(count)]
+    devices = bus_ids(hip, count)
     missing = [p for p in args.pci if p.lower() not in devices]
     if missing:
         rep.send({"not_visible": {"pci": missing[0], "visible": devices}})

@@ -287,6 +287,61 @@ def gauge(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
+class ExporterSampler:
+    """Polls the watchdog's exporter on a thread and records each new evaluation it sees.
+
+    The watchdog replaces its statuses once per interval; a change in the replica's window
+    values marks one evaluation. Counting evaluations (not seconds) keeps "within two
+    intervals" a property of the watchdog, not of a loaded machine: a poll that stalls can
+    only miss evaluations, which makes the count smaller, never larger.
+    """
+
+    def __init__(self, port: int, replica: str, alert: str, every_s: float = 0.25) -> None:
+        self.port, self.replica, self.alert, self.every_s = port, replica, alert, every_s
+        # (monotonic time, drafts/s, generated tokens/s, alert active) at each observed change
+        self.records: list[tuple[float, float | None, float | None, float | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            text = scrape(self.port)
+            if not text.startswith("(scrape failed"):
+                r = self.replica
+                row = (gauge(text, "rocmseat_spec_drafts_per_second", replica=r),
+                       gauge(text, "rocmseat_generation_tokens_per_second", replica=r),
+                       gauge(text, "rocmseat_alert_active", replica=r, alert=self.alert))
+                if not self.records or self.records[-1][1:] != row:
+                    self.records.append((time.monotonic(), *row))
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> ExporterSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def windows_until_firing(self) -> tuple[int, float | None]:
+        """Evaluations with drafts flowing, up to and including the first with the alert
+        active, and the seconds from the first of them to the firing one (None: not seen).
+        The first record is the state before traffic and is not an evaluation we caused."""
+        windows, first_t = 0, None
+        for t, drafts, _gen, active in self.records[1:]:
+            if drafts:
+                windows += 1
+                first_t = t if first_t is None else first_t
+            if active == 1.0:
+                return windows, None if first_t is None else t - first_t
+        return windows, None
+
+    def shown(self) -> str:
+        t0 = self.records[0][0] if self.records else 0.0
+        return "\n".join(f"  +{t - t0:5.1f} s drafts/s {d} gen tok/s {g} {self.alert} {a}"
+                         for t, d, g, a in self.records[-12:])
+
+
 # ----- what each scenario saw, printed at the end of the run (.ci/run shows it) ---------------
 NOTES: dict[str, list[str]] = {}
 

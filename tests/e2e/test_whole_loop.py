@@ -7,16 +7,18 @@ swapped). Every wait is bounded and reports what it saw. Only rocmseat's CLI dri
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
 import signal
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from tests.e2e.harness import (
+    ExporterSampler,
     Traffic,
     cli,
     complete,
@@ -59,17 +61,42 @@ def _replica_entry(doc: Any) -> dict[str, Any]:
 
 
 def _alert_active(world: World, alert: str) -> float | None:
-    return gauge(world.exporter(), "rocmseat_alert_active", alert=alert)
+    return gauge(world.exporter(), "rocmseat_alert_active", replica=REPLICA, alert=alert)
 
 
-def _webhook_has(world: World, alert: str, state: str) -> bool:
-    """An Alertmanager v2 alert for `alert`: firing has no endsAt, resolved carries one."""
-    for a in world.webhook.alerts():
-        if a.get("labels", {}).get("alertname") != alert:
-            continue
-        if (state == "resolved") == bool(a.get("endsAt")):
-            return True
-    return False
+def _stamp(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _webhook_alert(world: World, alert: str, state: str,
+                   after: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The first Alertmanager v2 alert for `alert` on this replica in the state asked for
+    (received after `after`, if given), checked field by field.
+
+    v2 POST /api/v2/alerts bodies are JSON lists; an alert is firing while it has no endsAt
+    (or one in the future) and resolved once endsAt is present and not in the future.
+    """
+    seen_after = after is None
+    now = dt.datetime.now(dt.UTC)
+    for body in list(world.webhook.bodies):
+        assert isinstance(body, list), f"webhook body is not an Alertmanager v2 list: {body}"
+        for a in body:
+            if a is after:
+                seen_after = True
+                continue
+            labels = a.get("labels", {})
+            if not seen_after or labels.get("alertname") != alert:
+                continue
+            assert labels.get("replica") == REPLICA, f"replica label: {a}"
+            assert labels.get("severity") in {"warning", "critical"}, a
+            starts = _stamp(a["startsAt"])
+            ends = _stamp(a["endsAt"]) if a.get("endsAt") else None
+            if state == "firing" and (ends is None or ends > now):
+                return cast(dict[str, Any], a)  # the received object: `after` is by identity
+            if state == "resolved" and ends is not None and ends <= now:
+                assert ends >= starts, f"resolved before it started: {a}"
+                return cast(dict[str, Any], a)
+    return None
 
 
 def _report(world: World) -> dict[str, Any]:
@@ -151,18 +178,21 @@ def test_replica_dies_then_resolves(world: World) -> None:
     wait_for("replica_down firing (exporter)", lambda: _alert_active(world, ALERT_DOWN) == 1.0,
              60, world.seen)
     fired_s = time.monotonic() - killed
-    wait_for("replica_down firing (webhook)", lambda: _webhook_has(world, ALERT_DOWN, "firing"),
-             30, world.seen)
+    firing = wait_for("replica_down firing (webhook)",
+                      lambda: _webhook_alert(world, ALERT_DOWN, "firing"), 30, world.seen)
 
     world.launch(seat)
     wait_for("replica_down resolved (exporter)", lambda: _alert_active(world, ALERT_DOWN) == 0.0,
              60, world.seen)
-    wait_for("replica_down resolved (webhook)", lambda: _webhook_has(world, ALERT_DOWN, "resolved"),
-             30, world.seen)
+    resolved = wait_for("replica_down resolved (webhook)",
+                        lambda: _webhook_alert(world, ALERT_DOWN, "resolved", after=firing),
+                        30, world.seen)
+    assert resolved["startsAt"] == firing["startsAt"], (firing, resolved)
     note("replica_dies_then_resolves",
          f"kill -9 engine pid {engines[0]}: launch exit {rc} after {exited_s:.1f} s; replica_down "
          f"firing on the exporter {fired_s:.1f} s after the kill and on the webhook; relaunch "
-         f"READY after {world.last_ready_s:.0f} s; resolved on both")
+         f"READY after {world.last_ready_s:.0f} s; resolved on both (webhook startsAt "
+         f"{resolved['startsAt']} endsAt {resolved['endsAt']}, labels {resolved['labels']})")
 
 
 # ----- drafter lost its mind --------------------------------------------------------------------
@@ -186,21 +216,31 @@ def test_drafter_lost_its_mind(world: World) -> None:
     wait_for("the watchdog sees the relaunched replica, drafter alert inactive",
              lambda: _alert_active(world, ALERT_DOWN) == 0.0
              and _alert_active(world, ALERT_DRAFTER) == 0.0, 60, world.seen)
-    started = time.monotonic()
-    texts = complete(world.engine_port, SERVED)
-    assert texts == world.healthy_texts, "greedy output changed with the drafter"
-    with Traffic(world.engine_port, SERVED) as traffic:
-        wait_for(f"{ALERT_DRAFTER} firing (exporter)",
-                 lambda: _alert_active(world, ALERT_DRAFTER) == 1.0, ALERT_BOUND_S, world.seen)
-        fired_s = time.monotonic() - started
-        wait_for(f"{ALERT_DRAFTER} firing (webhook)",
-                 lambda: _webhook_has(world, ALERT_DRAFTER, "firing"), 30, world.seen)
+    with ExporterSampler(world.exporter_port, REPLICA, ALERT_DRAFTER) as sampler:
+        started = time.monotonic()
+        texts = complete(world.engine_port, SERVED)
+        assert texts == world.healthy_texts, "greedy output changed with the drafter"
+        with Traffic(world.engine_port, SERVED) as traffic:
+            wait_for(f"{ALERT_DRAFTER} firing (exporter)",
+                     lambda: _alert_active(world, ALERT_DRAFTER) == 1.0, ALERT_BOUND_S,
+                     lambda: f"{world.seen()}\nexporter evaluations:\n{sampler.shown()}")
+            since_traffic_s = time.monotonic() - started
+            hook = wait_for(f"{ALERT_DRAFTER} firing (webhook)",
+                            lambda: _webhook_alert(world, ALERT_DRAFTER, "firing"), 30,
+                            world.seen)
     assert not traffic.errors, traffic.errors[:3]
-    al = gauge(world.exporter(), "rocmseat_spec_acceptance_length")
+    # "Within two intervals" of drafts flowing, counted in the watchdog's own evaluations.
+    windows, latency_s = sampler.windows_until_firing()
+    assert 1 <= windows <= 2, (f"{ALERT_DRAFTER} fired on drafting evaluation {windows}, "
+                               f"expected the 1st or 2nd:\n{sampler.shown()}")
+    al = gauge(world.exporter(), "rocmseat_spec_acceptance_length", replica=REPLICA)
     note("drafter_lost_its_mind",
          f"key unchanged ({_digest(key_after)[:12]}); 3 greedy completions byte-identical; "
-         f"{ALERT_DRAFTER} on the exporter {fired_s:.1f} s after traffic began (interval "
-         f"{INTERVAL_S:.0f} s) and on the webhook; exporter acceptance length "
+         f"{ALERT_DRAFTER} active on the exporter on drafting evaluation {windows} "
+         f"({latency_s if latency_s is None else round(latency_s, 1)} s after the first "
+         f"evaluation with drafts, {since_traffic_s:.1f} s after traffic began; interval "
+         f"{INTERVAL_S:.0f} s); webhook labels {hook['labels']} startsAt {hook['startsAt']} "
+         f"(no endsAt: firing); exporter acceptance length "
          f"{al if al is None else round(al, 3)}")
 
 

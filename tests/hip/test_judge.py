@@ -121,3 +121,16 @@ def test_hip_version(encoded: int | None, text: str) -> None:
 def test_short_pci() -> None:
     assert short("0000:86:00.0") == "86:00.0"
     assert short("weird") == "weird"
+
+
+@pytest.mark.parametrize(
+    ("timings_s", "expected"),
+    [([0.5, 0.25, 1.0], 4.0), ([0.0, 0.5, 0.0], 2.0), ([0.0, 0.0, 0.0], None)],
+)
+def test_best_gbps_never_turns_an_unusable_timing_into_zero(
+    timings_s: list[float], expected: float | None
+) -> None:
+    from rocmseat.hip.child import best_gbps
+
+    times = iter(timings_s)
+    assert best_gbps(lambda: next(times), 10**9) == expected

@@ -94,7 +94,7 @@ def test_a_hung_stage_kills_the_childs_process_group(fake_hip: Path, x99: dict[s
     from rocmseat.hip.check import hip_findings
 
     env = {**x99, "FAKEHIP_HANG": "hipIpcOpenMemHandle"}
-    findings = hip_findings([(A, B)], env=env, stage_timeout_s=2.0, library=fake_hip)
+    findings = hip_findings([(A, B)], env=env, stage_timeout_s=5.0, library=fake_hip)
     assert any(f.check_id == "hip.ipc" and f.data.get("hung") for f in findings)
     assert _probe_children(psutil.Process()) == []
 

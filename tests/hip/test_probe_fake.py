@@ -3,15 +3,24 @@ through POSIX shared memory, injected faults)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rocmseat.findings import Finding, Severity
 from rocmseat.hip.check import hip_findings
+from tests.conftest import REPO
 from tests.hip.conftest import A, B, C, D
 
 pytestmark = pytest.mark.hip
+
+# Stage timeout of the hang tests: generous, because the first "stage" is a fresh Python
+# interpreter starting on a shared 2-core machine; only the hung stage should ever reach it.
+HANG_TIMEOUT_S = 5.0
 
 
 def by_id(findings: list[Finding], subject: str) -> dict[str, Finding]:
@@ -95,18 +104,18 @@ def test_hung_stage_is_a_failure_naming_the_stage(
     fake_hip: Path, x99: dict[str, str], hang: str, stage: str, role: str
 ) -> None:
     env = {**x99, "FAKEHIP_HANG": hang}
-    got = by_id(hip_findings([(A, B)], env=env, stage_timeout_s=2.0, library=fake_hip),
-                f"{A}+{B}")
+    got = by_id(hip_findings([(A, B)], env=env, stage_timeout_s=HANG_TIMEOUT_S,
+                             library=fake_hip), f"{A}+{B}")
     ipc = got["hip.ipc"]
     assert ipc.severity is Severity.FAIL
-    assert f"stage {stage} hung: no progress within 2 s" in ipc.message
+    assert f"stage {stage} hung: no progress within {HANG_TIMEOUT_S:g} s" in ipc.message
     assert (ipc.data["stage"], ipc.data["role"], ipc.data["hung"]) == (stage, role, True)
     assert "reverse direction not run" in ipc.message
 
 
 def test_hang_before_any_pair_work_is_unknown_runtime(fake_hip: Path, x99: dict[str, str]) -> None:
     env = {**x99, "FAKEHIP_HANG": "hipGetDeviceCount"}
-    findings = hip_findings([(A, B)], env=env, stage_timeout_s=2.0, library=fake_hip)
+    findings = hip_findings([(A, B)], env=env, stage_timeout_s=HANG_TIMEOUT_S, library=fake_hip)
     assert [(f.check_id, f.severity) for f in findings] == [("hip.runtime", Severity.UNKNOWN)]
     assert "stage device_count hung" in findings[0].message
 
@@ -159,8 +168,82 @@ def test_not_a_hip_library_is_unknown(tmp_path: Path) -> None:
     assert "has no hipRuntimeGetVersion" in findings[0].message
 
 
+@pytest.mark.parametrize(
+    "content", [b"not an ELF file\n" * 64, b"\x7fELF\x02\x01\x01" + bytes(57)])  # text, truncated
+def test_library_that_is_not_a_shared_object_is_one_unknown(
+    content: bytes, tmp_path: Path
+) -> None:
+    bogus = tmp_path / "libamdhip64.so"
+    bogus.write_bytes(content)
+    findings = hip_findings([(A, B)], library=bogus)
+    assert [(f.check_id, f.severity) for f in findings] == [("hip.runtime", Severity.UNKNOWN)]
+    assert findings[0].message.startswith(
+        f"no HIP runtime (libamdhip64) could be loaded: {bogus}: ")
+    assert "Traceback" not in findings[0].message
+
+
 def test_library_from_env_var_is_honoured_first(fake_hip: Path, x99: dict[str, str]) -> None:
     env = {**x99, "ROCMSEAT_HIP_LIBRARY": str(fake_hip), "ROCM_PATH": "/nonexistent"}
     got = by_id(hip_findings([(A, B)], env=env), f"{A}+{B}")
     assert got["hip.runtime"].data["library"] == str(fake_hip)
     assert got["hip.ipc"].severity is Severity.OK
+
+
+def test_pair_naming_an_address_hip_does_not_list_is_unknown(
+    fake_hip: Path, x99: dict[str, str]
+) -> None:
+    # 0a:00.0 is no GPU of the bench at all (not merely hidden by HIP_VISIBLE_DEVICES)
+    findings = hip_findings([(A, "0000:0a:00.0")], env=x99, library=fake_hip)
+    assert [(f.check_id, f.severity) for f in findings] == [("hip.runtime", Severity.UNKNOWN)]
+    assert findings[0].message == f"HIP does not see 0000:0a:00.0 (HIP sees: {A}, {B}, {C}, {D})"
+
+
+def test_short_and_upper_case_addresses_map_to_hips_bus_ids(
+    fake_hip: Path, x99: dict[str, str]
+) -> None:
+    # the fake reports upper case, as a runtime may; both sides are normalised
+    env = {**x99, "FAKEHIP_DEVICES": ",".join(p.upper() for p in (A, B, C, D))}
+    got = by_id(hip_findings([("05:00.0", "09:00.0")], env=env, library=fake_hip), f"{A}+{B}")
+    assert got["hip.runtime"].data["devices"] == [A, B, C, D]
+    assert got["hip.ipc"].severity is Severity.OK
+
+
+@pytest.mark.parametrize("bad", ["05:00", "gpu0", ""])
+def test_malformed_address_is_unknown_without_probing(bad: str, tmp_path: Path) -> None:
+    # no library exists at this path: had a child been spawned it would report that instead
+    findings = hip_findings([(bad, B)], library=tmp_path / "libamdhip64.so")
+    assert [(f.check_id, f.severity) for f in findings] == [("hip.runtime", Severity.UNKNOWN)]
+    assert findings[0].message.startswith(f"not a PCI address: {bad!r}")
+    assert findings[0].data == {}
+
+
+def test_runtime_printing_to_stdout_does_not_break_the_protocol(
+    fake_hip: Path, x99: dict[str, str]
+) -> None:
+    env = {**x99, "FAKEHIP_STDOUT_NOISE": "1"}
+    got = by_id(hip_findings([(A, B)], env=env, library=fake_hip), f"{A}+{B}")
+    assert got["hip.ipc"].severity is Severity.OK, got["hip.ipc"].message
+    assert got["hip.bandwidth"].data["h2d_gbps"][B] == pytest.approx(20.5, rel=1e-3)
+
+
+def test_the_calling_process_never_loads_hip(fake_hip: Path, x99: dict[str, str]) -> None:
+    # In a fresh interpreter: this pytest process has loaded the fake itself (test_fake_api).
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from rocmseat.hip.check import hip_findings\n"
+        "f = hip_findings([(sys.argv[1], sys.argv[2])], env=json.loads(sys.argv[3]),"
+        " library=Path(sys.argv[4]))\n"
+        "maps = Path('/proc/self/maps').read_text()\n"
+        "print(json.dumps([[x.check_id, x.severity.value] for x in f]))\n"
+        "print('libamdhip64' in maps)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, A, B, json.dumps(x99), str(fake_hip)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+        check=False, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    checks, loaded = proc.stdout.splitlines()
+    assert ["hip.ipc", "ok"] in json.loads(checks)  # HIP really ran, in the children
+    assert loaded == "False"

@@ -25,6 +25,7 @@
  *   FAKEHIP_D2D_GBPS      "PCI=GB/s,..." rate of a copy through an opened handle, by opener.
  *   FAKEHIP_HANG          "hipFunctionName[@PCI]" that call never returns (on that current device).
  *   FAKEHIP_IPC_CORRUPT   "1": the opener sees one flipped byte (a broken mapping).
+ *   FAKEHIP_STDOUT_NOISE  "1": every call prints an unterminated line to stdout.
  *   FAKEHIP_SHM_PREFIX    prefix of the shared memory object names (tests clean up by it).
  *   FAKEHIP_RUNTIME_VERSION  what hipRuntimeGetVersion reports (default 60400000).
  */
@@ -183,8 +184,16 @@ static int pair_listed(const char *var, const char *a, const char *b) {
     return 0;
 }
 
-/* The injected hang: the named call never returns (the probe's stage timeout must catch it). */
+/* The injected hang: the named call never returns (the probe's stage timeout must catch it).
+ * Every call passes here, so it is also where FAKEHIP_STDOUT_NOISE=1 prints an unterminated
+ * debug line to stdout, as a chatty runtime build may. */
 static void hang_point(const char *fn) {
+    const char *noise = getenv("FAKEHIP_STDOUT_NOISE");
+    if (noise != NULL && strcmp(noise, "1") == 0) {
+        fputs(fn, stdout);
+        fputs(": fakehip debug ", stdout);
+        fflush(stdout);
+    }
     const char *spec = getenv("FAKEHIP_HANG");
     if (spec == NULL || *spec == 0) return;
     size_t fn_len = strlen(fn);
