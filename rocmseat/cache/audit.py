@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocmseat.cache.current import CurrentKey
+from rocmseat.cache.current import CurrentKey, ask_engine, current_key, replica_arch
 from rocmseat.cache.key import FactorChange, diff_factors, digest_of
 from rocmseat.cache.store import STAMP_FORMAT, check_root, read_manifest
 from rocmseat.cache.usage import InUse, ProcessView, judge_use
 from rocmseat.errors import ConfigError
+from rocmseat.runner import Runner, run
+from rocmseat.seat.model import Seat
 
 STALE_NAME = re.compile(r"^(?P<replica>[a-z0-9][a-z0-9-]*)\.stale-(?P<stamp>\d{8}T\d{6}Z)(-\d+)?$")
 
@@ -212,3 +214,34 @@ def _parse_time(text: str | None) -> dt.datetime | None:
         return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
     except ValueError:
         return None
+
+
+def seat_current_keys(
+    seat: Seat, sysfs_root: Path | None, *, runner: Runner = run
+) -> dict[str, CurrentKey]:
+    """The current key of every audited replica; the engine Python is asked once per seat."""
+    engine = ask_engine(seat, runner=runner)
+    currents: dict[str, CurrentKey] = {}
+    for replica in audited_replicas(seat):
+        arch, why = replica_arch(seat, replica, sysfs_root)
+        currents[replica] = current_key(
+            seat, replica, gpu_arch=arch, arch_unknown_why=why, engine=engine
+        )
+    return currents
+
+
+def audited_replicas(seat: Seat) -> tuple[str, ...]:
+    if seat.replicas.names is not None:
+        return seat.replicas.names
+    if seat.replicas.pairs:
+        return seat.replica_names(len(seat.replicas.pairs))
+    if seat.backend == "cpu":
+        return ("r0",)
+    try:  # rocm, mode auto, unnamed: the replicas that have a cache
+        found = sorted(
+            p.name for p in seat.cache_root.iterdir()
+            if p.is_dir() and not p.name.startswith(".") and not STALE_NAME.match(p.name)
+        )
+    except OSError:
+        found = []
+    return tuple(found) or ("r0",)

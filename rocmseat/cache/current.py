@@ -94,16 +94,17 @@ def current_key(
     gpu_arch: str | None,
     arch_unknown_why: str = "",
     runner: Runner = run,
+    engine: EngineVersions | str | None = None,
 ) -> CurrentKey:
-    """Gather what can be gathered; ConfigError (an unclassified variable) still raises."""
+    """Gather what can be gathered; ConfigError (an unclassified variable) still raises.
+
+    `engine` is the answer of `ask_engine` when the caller already has it (one probe per seat).
+    """
     unknown: dict[str, str] = {}
-    versions: EngineVersions | None = None
-    try:
-        versions = engine_versions(seat.engine.python, runner=runner)
-    except RocmseatError as exc:
-        unknown["engine"] = (
-            f"engine python {seat.engine.python}: {exc} ({_set_at(seat, ('engine', 'python'))})"
-        )
+    answer = ask_engine(seat, runner=runner) if engine is None else engine
+    versions = answer if isinstance(answer, EngineVersions) else None
+    if isinstance(answer, str):
+        unknown["engine"] = answer
     model = _fingerprint(seat, ("model", "path"), seat.model.path, unknown)
     drafter = None
     if seat.drafter is not None and seat.drafter.path is not None:
@@ -117,6 +118,14 @@ def current_key(
         seat.env, seat_key=seat.env_classes.key, seat_neutral=seat.env_classes.neutral
     )
     return CurrentKey(seat.name, replica, factors, unknown, classified)
+
+
+def ask_engine(seat: Seat, *, runner: Runner = run) -> EngineVersions | str:
+    """The engine's package versions, or why they could not be asked (with the seat-file line)."""
+    try:
+        return engine_versions(seat.engine.python, runner=runner)
+    except RocmseatError as exc:
+        return f"engine python {seat.engine.python}: {exc} ({_set_at(seat, ('engine', 'python'))})"
 
 
 def _fingerprint(

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
 from rocmseat import exitcodes
-from rocmseat.cache.audit import STALE_NAME, SeatAudit, audit_seat
+from rocmseat.cache.audit import SeatAudit, audit_seat, seat_current_keys
 from rocmseat.cache.audit_render import audit_json, audit_table
-from rocmseat.cache.current import CurrentKey, current_key, replica_arch
 from rocmseat.cache.prune import execute_prune, parse_duration, plan_prune
 from rocmseat.cache.usage import InUse, ProcessView, judge_use, scan_processes
 from rocmseat.cli.options import json_option, resolve_sysfs_root, sysfs_root_option
-from rocmseat.runner import Completed, Runner, run
 from rocmseat.seat.load import load_seat
-from rocmseat.seat.model import Seat
 
 
 @click.command("cache-audit")
@@ -112,58 +109,11 @@ def _audit(
     path: Path, sysfs_root: Path | None, now: dt.datetime, processes: Sequence[ProcessView]
 ) -> SeatAudit:
     seat = load_seat(path)
-    runner = _Memo(run)  # one version probe per engine python, not per replica
     sysfs = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
-    currents: dict[str, CurrentKey] = {}
-    for replica in _replica_names(seat):
-        arch, why = replica_arch(seat, replica, sysfs)
-        currents[replica] = current_key(
-            seat, replica, gpu_arch=arch, arch_unknown_why=why, runner=runner
-        )
+    currents = seat_current_keys(seat, sysfs)
     return audit_seat(
         seat.name, str(path), seat.cache_root, currents, now=now, processes=processes
     )
-
-
-def _replica_names(seat: Seat) -> tuple[str, ...]:
-    if seat.replicas.names is not None:
-        return seat.replicas.names
-    if seat.replicas.pairs:
-        return seat.replica_names(len(seat.replicas.pairs))
-    if seat.backend == "cpu":
-        return ("r0",)
-    try:  # rocm, mode auto, unnamed: the replicas that have a cache
-        found = sorted(
-            p.name for p in seat.cache_root.iterdir()
-            if p.is_dir() and not p.name.startswith(".") and not STALE_NAME.match(p.name)
-        )
-    except OSError:
-        found = []
-    return tuple(found) or ("r0",)
-
-
-class _Memo:
-    """A Runner that runs each argv once (the version probe of a shared engine python)."""
-
-    def __init__(self, runner: Runner) -> None:
-        self._runner = runner
-        self._seen: dict[tuple[str, ...], Completed] = {}
-
-    def __call__(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout_s: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
-        input_text: str | None = None,
-    ) -> Completed:
-        key = tuple(argv)
-        if key not in self._seen:
-            self._seen[key] = self._runner(
-                argv, timeout_s=timeout_s, env=env, cwd=cwd, input_text=input_text
-            )
-        return self._seen[key]
 
 
 def _exit_code(audits: Sequence[SeatAudit]) -> int:
