@@ -165,17 +165,8 @@ def load_baseline(path: Path) -> Baseline | None:
 
 
 def read_config_key(replica_cache_dir: Path) -> str | None:
-    """The config key recorded in `<cache root>/<replica>/rocmseat-manifest.json`, or None."""
-    try:
-        data: Any = json.loads((replica_cache_dir / "rocmseat-manifest.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    for name in ("key", "config_key", "digest"):  # rocmseat.cache.store writes "key"
-        value = data.get(name)
-        if isinstance(value, str) and value:
-            return value
-        if isinstance(value, dict) and isinstance(value.get("digest"), str):
-            return str(value["digest"])
-    return None
+    """The config key in the replica cache's manifest (written by rocmseat.cache.store), or None."""
+    from rocmseat.cache.store import read_manifest
+
+    manifest = read_manifest(replica_cache_dir)
+    return str(manifest["key"]) if manifest is not None else None
