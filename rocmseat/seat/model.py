@@ -22,7 +22,8 @@ from pydantic import (
     field_validator,
 )
 
-PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+from rocmseat.sysfs.parse import is_pci_address
+
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # User-facing SpeculativeConfig methods of vLLM 0.33.0 (vllm/config/speculative.py,
@@ -153,7 +154,7 @@ class Replicas(_Section):
     def _pci(cls, value: tuple[tuple[str, str], ...] | None) -> tuple[tuple[str, str], ...] | None:
         for pair in value or ():
             for address in pair:
-                if not PCI_ADDRESS.match(address):
+                if not is_pci_address(address):
                     raise ValueError(f"{address!r} is not a PCI address like '0000:05:00.0'")
             if pair[0] == pair[1]:
                 raise ValueError(f"pair {list(pair)} names the same GPU twice")
