@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,13 +17,12 @@ from typing import Any
 
 from rocmseat.cache.current import CurrentKey, ask_engine, current_key, replica_arch
 from rocmseat.cache.key import FactorChange, diff_factors, digest_of
+from rocmseat.cache.layout import STALE_NAME, replicas_with_cache
 from rocmseat.cache.store import STAMP_FORMAT, check_root, read_manifest
 from rocmseat.cache.usage import InUse, ProcessView, judge_use
 from rocmseat.errors import ConfigError
 from rocmseat.runner import Runner, run
 from rocmseat.seat.model import Seat
-
-STALE_NAME = re.compile(r"^(?P<replica>[a-z0-9][a-z0-9-]*)\.stale-(?P<stamp>\d{8}T\d{6}Z)(-\d+)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,11 +235,5 @@ def audited_replicas(seat: Seat) -> tuple[str, ...]:
         return seat.replica_names(len(seat.replicas.pairs))
     if seat.backend == "cpu":
         return ("r0",)
-    try:  # rocm, mode auto, unnamed: the replicas that have a cache
-        found = sorted(
-            p.name for p in seat.cache_root.iterdir()
-            if p.is_dir() and not p.name.startswith(".") and not STALE_NAME.match(p.name)
-        )
-    except OSError:
-        found = []
-    return tuple(found) or ("r0",)
+    # rocm, mode auto, unnamed: the replicas that have a cache
+    return replicas_with_cache(seat.cache_root) or ("r0",)

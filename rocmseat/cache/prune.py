@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmseat.atomic import exclusive_lock
-from rocmseat.cache.audit import STALE_NAME, CacheEntry, SeatAudit
+from rocmseat.cache.audit import CacheEntry, SeatAudit
 from rocmseat.cache.audit_render import human_age, human_size
+from rocmseat.cache.layout import STALE_NAME
 from rocmseat.cache.store import lock_path
 from rocmseat.cache.usage import InUse, Use
 from rocmseat.errors import ConfigError

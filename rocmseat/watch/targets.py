@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rocmseat.cache.layout import replicas_with_cache
 from rocmseat.errors import ConfigError
 from rocmseat.watch.scrape import Target
 
@@ -15,7 +16,7 @@ def seat_replica_names(seat: Any, state_dir: Path | None) -> list[str]:
     if replicas.names:
         return list(replicas.names)
     if replicas.pairs:
-        return [f"r{i}" for i in range(len(replicas.pairs))]
+        return list(seat.replica_names(len(replicas.pairs)))
     if seat.backend == "cpu":
         return ["r0"]  # the CPU backend runs one replica (launchers/demo-cpu.toml)
     found: set[str] = set()
@@ -24,11 +25,7 @@ def seat_replica_names(seat: Any, state_dir: Path | None) -> list[str]:
         if seat_state.is_dir():
             found |= {p.name for p in seat_state.iterdir() if (p / "startup.json").is_file()}
     if not found:
-        root = Path(seat.cache_root)
-        if root.is_dir():
-            found |= {
-                p.name for p in root.iterdir() if p.is_dir() and ".stale-" not in p.name
-            }
+        found |= set(replicas_with_cache(Path(seat.cache_root)))
     if not found:
         raise ConfigError(
             f"{seat.source_path}: key 'replicas': an auto seat names no replicas and none was "
@@ -42,7 +39,7 @@ def seat_targets(seat: Any, state_dir: Path | None) -> list[Target]:
     pairs = seat.replicas.pairs or ()
     targets = []
     for i, name in enumerate(names):
-        port = seat.serve.port_base + i
+        port = seat.port_of(i)
         host = seat.engine.host
         url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/metrics"
         gpus = tuple(pairs[i]) if i < len(pairs) else ()
