@@ -30,8 +30,6 @@ def _no_host_roots(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
     monkeypatch.setattr(rocmseat.sysfs.fs, "default_sysfs_root", refuse)
     monkeypatch.setattr(rocmseat.state, "default_state_dir", refuse)
-    monkeypatch.setattr("rocmseat.cli.options.default_sysfs_root", refuse)
-    monkeypatch.setattr("rocmseat.cli.options.default_state_dir", refuse)
     for var in ("ROCMSEAT_SYSFS_ROOT", "ROCMSEAT_STATE_DIR"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("ROCMSEAT_ERROR_LOG", str(tmp_path / "rocmseat-error.log"))

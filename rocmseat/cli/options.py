@@ -8,8 +8,10 @@ from typing import Any, TypeVar
 
 import click
 
-from rocmseat.state import STATE_ENV, default_state_dir
-from rocmseat.sysfs.fs import SYSFS_ENV, default_sysfs_root
+from rocmseat import state
+from rocmseat.state import STATE_ENV
+from rocmseat.sysfs import fs
+from rocmseat.sysfs.fs import SYSFS_ENV
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,8 +41,8 @@ def json_option(func: F) -> F:
 
 
 def resolve_sysfs_root(value: Path | None) -> Path:
-    return value if value is not None else default_sysfs_root()
+    return value if value is not None else fs.default_sysfs_root()
 
 
 def resolve_state_dir(value: Path | None) -> Path:
-    return value if value is not None else default_state_dir()
+    return value if value is not None else state.default_state_dir()
