@@ -2,7 +2,7 @@
 
 The model is built from sparse files (real safetensors headers, holes for the weights), so the
 benchmark costs no disk; hashing holes still reads 20 GB of zeros through the page cache, which
-is the honest baseline for "hash the weights". Budget (DESIGN.md): well under 100 ms, >= 100x.
+is the honest baseline for "hash the weights". Budget: well under 100 ms, >= 100x.
 
     python bench/bench_key.py [--size-gb 20] [--shards 64] [--repeat 5]
 """

@@ -3,7 +3,7 @@ against the baseline `python -c pass` measured in the same run; print both and t
 
     python3 bench/bench_preflight.py [--gpus 16] [--runs 15]
 
-Budget (DESIGN.md): well under a second for 16 GPUs without the HIP probe.
+Budget (docs/architecture.md, issue 10): well under a second for 16 GPUs without the HIP probe.
 """
 
 from __future__ import annotations

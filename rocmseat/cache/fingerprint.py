@@ -3,8 +3,8 @@
 A checkpoint's graph-relevant identity is its config files (architecture, dtype, quantization,
 rope, vocabulary), its tokenizer files, and the safetensors headers: the JSON header maps every
 tensor to dtype, shape and byte range, so a changed shape or dtype changes the header. Weight
-bytes are graph *inputs*, not constants (reference/vllm.md §3.2), so they are not read: a
-safetensors file is its 8-byte little-endian header length, the header, and its size.
+bytes are graph *inputs*, not constants (VllmConfig.compute_hash, vLLM 0.33.0), so they are
+not read: a safetensors file is its 8-byte little-endian header length, the header, and its size.
 Format: https://github.com/huggingface/safetensors ("Format").
 """
 

@@ -3,7 +3,8 @@
 `compute_key` is pure over gathered inputs (engine versions, GPU arch, model and drafter
 identity); the gatherers (versions.py, fingerprint.py, the node inventory) run at the edge, in
 `replica_key`. vLLM's own compile hash misses num_speculative_tokens (vllm#53366), non-vLLM
-environment variables and the image (reference/vllm.md §3.2); this key carries all of them.
+environment variables and the image (vllm/envs.py, VllmConfig.compute_hash); this key carries
+all of them.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ CACHE_ENV_SUBDIRS: dict[str, str] = {
 }
 
 # Variables a seat must not set in [env]: each points a compiler cache somewhere, and the store
-# owns where compiler caches live (INTERFACES.md, DESIGN.md incident 3).
+# owns where compiler caches live (docs/architecture.md, incident 3).
 FORBIDDEN_SEAT_ENV: frozenset[str] = frozenset(
     {*CACHE_ENV_SUBDIRS, "TRITON_CACHE_DIR"}
 )

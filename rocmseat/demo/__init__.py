@@ -1,7 +1,8 @@
 """The CPU demo: tiny local models for vLLM's CPU build (docs/demo.md).
 
 `build_models` runs build_tiny_models.py (shipped beside this file) with the engine's Python,
-which has torch and transformers; rocmseat never imports them itself (DESIGN.md, dependencies).
+which has torch and transformers; rocmseat never imports them itself
+(docs/architecture.md "Dependencies").
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ writes DEST/target, DEST/drafter (the target's own weights: vLLM accepts every d
 and DEST/drafter-other (same shapes, another seed: vLLM accepts almost none; the "drafter that
 lost its mind"). Prints one JSON document describing what it wrote on stdout.
 
-Shapes follow shared/reference/real-vllm-on-cpu.md: head_dim must be >= 32 on vLLM's CPU
+Shapes follow docs/demo.md: head_dim must be >= 32 on vLLM's CPU
 attention (hidden 64 / 4 heads failed with "Unsupported CPU attention configuration:
 head_dim=16"), so hidden 256 / 4 heads = 64.
 """

@@ -1,7 +1,7 @@
 """A ctypes binding to the subset of libamdhip64 the IPC/P2P probe needs.
 
 Signatures: ROCm/HIP include/hip/hip_runtime_api.h; behaviour: ROCm/clr hipamd/src
-(shared/reference/sysfs-and-hip.md §6). Only the probe child (rocmseat.hip.child) calls this: the
+(hip_memory.cpp). Only the probe child (rocmseat.hip.child) calls this: the
 preflight process itself never initialises HIP.
 """
 

@@ -1,6 +1,6 @@
 """Pure judgement of one pair's probe: PairProbe -> findings hip.runtime/ipc/p2p/bandwidth.
 
-Why these verdicts: DESIGN.md incident 2 (cross-socket IPC fails with 17 and the TP group
+Why these verdicts: docs/architecture.md incident 2 (cross-socket IPC fails with 17 and the TP group
 host-stages every all-reduce) and incident 1 (the x8 slot: 20.5 against 27.2 GB/s host bandwidth).
 """
 

@@ -5,7 +5,7 @@ $HIP_PATH/lib, /opt/rocm/lib, the copy a ROCm build of torch bundles (torch/lib)
 loader's own search (LD_LIBRARY_PATH, ld.so.cache) by name. Distro runtimes may ship only the
 versioned soname without the -dev symlink (Debian's libamdhip64-5 has libamdhip64.so.5 only), so
 every directory and the loader are tried with libamdhip64.so and .so.7/.6/.5
-(shared/reference/sysfs-and-hip.md §6).
+(ROCm clr: include/hip/hip_runtime_api.h, hipamd/src/hip_memory.cpp).
 """
 
 from __future__ import annotations

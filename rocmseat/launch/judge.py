@@ -1,7 +1,7 @@
 """Judgements on a startup summary (pure): what the startup log says that someone must hear.
 
 - After a move-aside the log must show a fresh compile: a cache load then means the engine found
-  a warm cache the invalidation did not reach, the no-op failure of DESIGN.md incident 3.
+  a warm cache the invalidation did not reach, the no-op failure of docs/architecture.md incident 3.
 - A KV pool more than 10 % smaller than the previous start of the same seat and replica is
   reported with both figures: enabling a drafter cut it 17.5 % and ~70 % in the field (incident 4).
 - The seat's `[[expect_log]]` rules: a line that must appear (e.g. "experts resident") or must

@@ -2,7 +2,7 @@
 
 /health alone is not enough: AsyncLLM.check_health only raises when the engine is already dead,
 so a hung-but-alive engine (an RCCL deadlock with GPUs at 100 %, vllm#40980) keeps answering 200
-(vllm/entrypoints/serve/instrumentator/health.py; shared/reference/vllm.md section 5). During
+(vllm/entrypoints/serve/instrumentator/health.py, vLLM 0.33.0). During
 startup the port is bound but not listening, so /health is refused until the engine is up.
 """
 

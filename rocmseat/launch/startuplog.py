@@ -1,12 +1,14 @@
 """The startup-log classifier: vLLM's startup lines -> what the engine did (pure).
 
-The engine states its compile-cache behaviour and its memory plan in its startup log (DESIGN.md
-incidents 3 and 4); nobody reads it. `StartupLogReader.feed(line)` reads one line at a time as
-the log streams and returns the events of that line; `summary()` is a frozen snapshot.
+The engine states its compile-cache behaviour and its memory plan in its startup log
+(docs/architecture.md, incidents 3 and 4); nobody reads it. `StartupLogReader.feed(line)`
+reads one line at a time as the log streams and returns the events of that line;
+`summary()` is a frozen snapshot.
 
-Line formats: vLLM 0.33.0 sources (shared/reference/vllm.md sections 3.4 and 4) and the CPU build
-0.32.0 as seen running (shared/reference/real-vllm-on-cpu.md). Every pattern is searched anywhere
-in the line, so the `(EngineCore pid=N) INFO MM-DD HH:MM:SS [file.py:N]` prefix, a
+Line formats: vLLM 0.33.0 sources (vllm/compilation/decorators.py, backends.py,
+vllm/v1/core/kv_cache_utils.py) and the CPU build 0.32.0 as seen running (docs/demo.md).
+Every pattern is searched anywhere in the line, so the
+`(EngineCore pid=N) INFO MM-DD HH:MM:SS [file.py:N]` prefix, a
 `VLLM_LOGGING_PREFIX` or a journald prefix does not matter. Compile lines carry the model tag of
 the component as `[backbone] `, `[draft_model] `, `[eagle_head] `, `[dflash_head] ` ...
 (vllm/compilation/backends.py: `local_cache_dir = .../rank_R_D/<prefix>`).
@@ -27,7 +29,7 @@ from rocmseat.launch.startupfacts import (
 )
 
 # The facts live in startupfacts.py; they are part of this module's interface too
-# (docs/INTERFACES.md names rocmseat.launch.startuplog).
+# (docs/architecture.md names rocmseat.launch.startuplog).
 __all__ = [
     "UNTAGGED",
     "CompileOutcome",
@@ -44,7 +46,7 @@ _TAG = r"(?:\[(?P<component>[A-Za-z][A-Za-z0-9_]*)\] )?"
 # (kind, outcome, regex). The tag group precedes the phrase; the [file.py:N] prefix cannot match
 # it because the tag class has no '.' or ':'.
 _COMPILE_PATTERNS: tuple[tuple[CompileOutcome, re.Pattern[str]], ...] = (
-    # (b) cache hits, vllm.md 3.4
+    # (b) cache hits (vllm/compilation/decorators.py)
     (CompileOutcome.CACHE_LOAD,
      re.compile(_TAG + r"Directly load AOT compilation from path (?P<path>\S+)")),
     (CompileOutcome.CACHE_LOAD,
@@ -94,7 +96,7 @@ _DRAFTER_TAGS = frozenset(
 )
 _SERVER = re.compile(r"Starting vLLM (?:API )?server on|Application startup complete")
 
-# Fatal signatures (vllm.md 6.3 and 8): the custom all-reduce CUDACHECK printf exits with no
+# Fatal signatures: the custom all-reduce CUDACHECK printf exits with no
 # traceback (csrc/custom_all_reduce.cuh); HIP error 17; EngineCore death; the TP>1 RPC timeout.
 _FATAL: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("cuda_error", re.compile(r"Failed: Cuda error")),

@@ -2,7 +2,8 @@
 
 Run as `python -m rocmseat.node.amdsmi_probe` by rocmseat.node.amdsmi_check through the
 runner. The PyPI amdsmi wheel ships no libamd_smi.so, prints to stdout and raises KeyError on
-import without ROCm (shared/reference/sysfs-and-hip.md §5.1), so fd 1 points at stderr while
+import without ROCm (ROCm/amdsmi py-interface/amdsmi_wrapper.py prints its library search), so
+fd 1 points at stderr while
 amdsmi runs and only the final JSON reaches the real stdout.
 """
 

@@ -3,7 +3,7 @@
 `numa_node` -1 means the firmware gave no _PXM (Documentation/ABI/testing/sysfs-bus-pci); on a
 multi-socket host that is a defect worth a warning, and the socket is inferred from the CPUs in
 `local_cpulist`. A pair that straddles sockets host-stages every all-reduce (cross-socket HIP IPC
-fails with hipErrorInvalidDevicePointer on the X99 platform, DESIGN.md incident 2).
+fails with hipErrorInvalidDevicePointer on the X99 platform, docs/architecture.md incident 2).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Propose socket-local TP2 GPU pairs (pure).
 
-Cross-socket HIP IPC fails on the X99 platform of DESIGN.md incident 2, so a pair that
+Cross-socket HIP IPC fails on the X99 platform of docs/architecture.md incident 2, so a pair that
 straddles sockets is never proposed. Within a socket, pairs on one NUMA node come first, then
 pairs whose effective links are symmetric (an x8 GPU beside an x16 one bounds the pair's host
 bandwidth: 20.5 against 27.2 GB/s on the R9700 bench), then PCI address order.

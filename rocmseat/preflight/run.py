@@ -82,7 +82,8 @@ def preflight_report(
     if not families:
         if hip:
             selected.add("hip")
-        # amdsmi is an optional dependency (DESIGN.md): cross-check only when asked, so a node
+        # amdsmi is an optional dependency (docs/architecture.md "Dependencies"): cross-check
+        # only when asked, so a node
         # without it is not "could not check" on every run (the ExecStartPre of every replica).
         if amdsmi:
             selected.add("amdsmi")

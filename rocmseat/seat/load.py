@@ -143,7 +143,7 @@ def _default_served_name(data: dict[str, Any]) -> None:
 
 
 def cache_escapes(seat: Seat) -> list[tuple[Loc, str, str]]:
-    """Settings that would put a compiler cache outside the store (DESIGN.md incident 3)."""
+    """Settings that put a compiler cache outside the store (docs/architecture.md, incident 3)."""
     out: list[tuple[Loc, str, str]] = []
     hint = (
         "remove it: rocmseat points every compiler cache into <cache_root>/<replica>/ and keys it; "

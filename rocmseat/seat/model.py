@@ -1,4 +1,4 @@
-"""The seat file schema (docs/INTERFACES.md "The seat file schema", docs/seat.md).
+"""The seat file schema (docs/seat.md).
 
 Pydantic v2 models with extra="forbid": a misspelt key is an error, never silently ignored.
 Paths are resolved by the loader's validation context (`base_dir`: the seat file's directory),
@@ -27,7 +27,7 @@ from rocmseat.sysfs.parse import is_pci_address
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # User-facing SpeculativeConfig methods of vLLM 0.33.0 (vllm/config/speculative.py,
-# `SpeculativeMethod`; reference/vllm.md §2.1). Model-specific `*_mtp` names are accepted by
+# `SpeculativeMethod`, vLLM 0.33.0). Model-specific `*_mtp` names are accepted by
 # vLLM and rewritten to `mtp`, so they are accepted here as well.
 SPECULATIVE_METHODS = frozenset(
     {
@@ -36,7 +36,7 @@ SPECULATIVE_METHODS = frozenset(
     }
 )
 # Methods that need a drafter checkpoint of their own; ngram/suffix need none and mtp/dspark
-# reuse the target checkpoint when `model` is absent (vllm.md §2.1).
+# reuse the target checkpoint when `model` is absent (vllm/config/speculative.py, vLLM 0.33.0).
 METHODS_NEEDING_PATH = frozenset({"draft_model", "eagle", "eagle3", "dflash", "custom_class"})
 # Keys the seat sets itself in --speculative-config; [drafter] extra may not repeat them
 # (checked with the other cross-key rules in rocmseat.seat.rules, which name the key's line).

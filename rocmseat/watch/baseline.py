@@ -3,11 +3,11 @@
 A baseline is the per-position acceptance profile P_i = c_i / N (the share of drafts whose first
 i+1 tokens were accepted) at the full draft length K. From it the detector gets the expected
 accepted tokens per draft at any effective K (a per-batch-size schedule cuts K under load:
-comparing like with like, DESIGN.md "Speculation facts"). A pinned acceptance length (the seat's
-[watch].expected_acceptance_length or --baseline-al) is turned into a profile with the
-constant-acceptance model AL = 1 + sum_{i=1..K} alpha^i.
+comparing like with like, docs/architecture.md "Speculation facts"). A pinned acceptance length
+(the seat's [watch].expected_acceptance_length or --baseline-al) is turned into a profile with
+the constant-acceptance model AL = 1 + sum_{i=1..K} alpha^i.
 
-Persisted atomically as `<state dir>/watch/<replica key>.json` (docs/INTERFACES.md).
+Persisted atomically as `<state dir>/watch/<replica key>.json` (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Baseline:
         lengths yields at most the interpolation `accepted_per_draft` gives and at least the
         chord from (1, P_0) to (K_max, mu(K_max)) (a K=1/K=K_max schedule). Judging against the
         chord, a window whose K comes from a per-batch-size schedule can never look like a drop
-        (DESIGN.md "Speculation facts"); at full K both are mu(K_max).
+        (docs/architecture.md "Speculation facts"); at full K both are mu(K_max).
         """
         rates = self.position_rates
         full = float(len(rates))

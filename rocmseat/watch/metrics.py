@@ -5,7 +5,7 @@
 and on hypothesis-generated pages; bench/bench_watch_parse.py measures the difference.
 
 Names: vLLM 0.33 `vllm/v1/spec_decode/metrics.py` (SpecDecodingProm) and
-`vllm/v1/metrics/loggers.py` (PrometheusStatLogger), see shared/reference/vllm.md §1. Every series
+`vllm/v1/metrics/loggers.py` (PrometheusStatLogger). Every series
 carries `model_name` and `engine`; values are summed over both (a DP replica has one series per
 engine), except KV-cache usage, where the fullest engine is the one that matters (max).
 """
@@ -24,8 +24,8 @@ PER_POS: Final = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 DRAFTS_CREATED: Final = "vllm:spec_decode_num_drafts_created"
 GEN_CREATED: Final = "vllm:generation_tokens_created"
 
-# exposition name -> Reading field. Legacy names (vLLM before the V1 renames; vllm.md §1.3
-# "Legacy names not present in 0.33.0") are read as fallbacks for old images.
+# exposition name -> Reading field. Legacy names (vLLM before the V1 renames, absent
+# from 0.33.0's vllm/v1/metrics/loggers.py) are read as fallbacks for old images.
 _SUMMED: Final[dict[str, str]] = {
     DRAFTS: "drafts",
     DRAFT_TOKENS: "draft_tokens",

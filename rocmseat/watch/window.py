@@ -2,7 +2,7 @@
 
 Formulas as vLLM computes them (vllm/v1/spec_decode/metrics.py, SpecDecodingLogging.log):
 acceptance length 1 + Δaccepted/Δdrafts, draft acceptance rate Δaccepted/Δdraft_tokens,
-per-position acceptance Δper_pos[i]/Δdrafts. Plus what the detector needs (DESIGN.md,
+per-position acceptance Δper_pos[i]/Δdrafts. Plus what the detector needs (docs/architecture.md,
 "Speculation facts"): effective K = Δdraft_tokens/Δdrafts, conditional per-position rates
 c_i/c_{i-1}, the constant-acceptance estimate alpha = S/(N + S - c_{K-1}), and the per-draft
 variance of accepted tokens, which the per-position counters give exactly: a draft that accepted

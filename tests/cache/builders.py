@@ -165,7 +165,7 @@ def _files(directory: Path, sizes: Mapping[str, int]) -> None:
 
 
 def build_audit_tree(root: Path) -> dict[str, Path]:
-    """The situation of DESIGN.md incident 3, after rocmseat:
+    """The situation of docs/architecture.md incident 3, after rocmseat:
 
     r0  current cache (in use by pid 4242 through its environment), and beside it the cache
         moved aside 9 days ago because the RADIANCE toggle and the draft length changed;

@@ -24,7 +24,6 @@ from rocmseat.cache.usage import Use, scan_processes
 from rocmseat.seat.load import load_seat
 from tests.conftest import REPO
 
-PYTHON = Path("/opt/rocmseat/vllm-venv/bin/python")
 pytestmark = pytest.mark.engine
 
 
@@ -55,12 +54,10 @@ def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> 
     pytest.fail(f"no /health 200 within {timeout_s} s")
 
 
-def test_engine_compiles_into_the_store(tmp_path: Path) -> None:
-    if not PYTHON.exists():
-        pytest.skip(f"no vLLM CPU venv at {PYTHON}")
+def test_engine_compiles_into_the_store(tmp_path: Path, real_engine_python: Path) -> None:
     from rocmseat.demo import build_models
 
-    build_models(tmp_path / "models", PYTHON)
+    build_models(tmp_path / "models", real_engine_python)
     text = (REPO / "launchers" / "demo-cpu.toml").read_text()
     text = text.replace("/var/tmp/rocmseat-demo/models", str(tmp_path / "models"))
     text = text.replace("/var/tmp/rocmseat-demo/", f"{tmp_path}/")

@@ -59,17 +59,17 @@ def test_unclassified_names_the_variable() -> None:
     assert info.value.hint and '[env_classes]: key = ["FLUXGATE_MXFP4"]' in info.value.hint
 
 
-def _installed_vllm_envs() -> Path | None:
-    found = sorted(Path("/opt/rocmseat/vllm-venv/lib").glob("python3*/site-packages/vllm/envs.py"))
+def _installed_vllm_envs(python: Path) -> Path | None:
+    venv = python.parent.parent
+    found = sorted(venv.glob("lib/python3*/site-packages/vllm/envs.py"))
     return found[0] if found else None
 
 
-@pytest.mark.skipif(_installed_vllm_envs() is None, reason="no vLLM in /opt/rocmseat/vllm-venv")
-def test_vllm_neutral_is_vllms_own_ignored_factors() -> None:
+def test_vllm_neutral_is_vllms_own_ignored_factors(real_engine_python: Path) -> None:
     """VLLM_NEUTRAL is copied from `ignored_factors` in vllm/envs.py: read the installed file
     (as text, never importing vLLM) and compare, so a vLLM upgrade that changes it is noticed."""
-    path = _installed_vllm_envs()
-    assert path is not None
+    path = _installed_vllm_envs(real_engine_python)
+    assert path is not None, f"no vllm/envs.py beside {real_engine_python}"
     text = path.read_text(encoding="utf-8")
     start = text.index("{", text.index("ignored_factors: set[str] = {"))
     listed = set(re.findall(r'"([A-Za-z0-9_]+)"', text[start : text.index("}", start)]))

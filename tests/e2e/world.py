@@ -110,7 +110,8 @@ class World:
         doc["drafter"].update(method="draft_model", path=str(self.models / "drafter"),
                               num_speculative_tokens=num_speculative_tokens)
         doc["serve"]["port_base"] = self.engine_port
-        # A feature toggle the seat classifies as key (DESIGN.md: RADIANCE_* style): changing it
+        # A feature toggle the seat classifies as key (RADIANCE_* style, as in
+        # launchers/r9700-mxfp4-dflash.toml): changing it
         # must move the cache aside even though vLLM's own hash does not see it.
         doc.setdefault("env", {})["E2E_FEATURE"] = feature
         doc["env_classes"] = {"key": ["E2E_*"]}

@@ -14,7 +14,8 @@ FAKE_SOURCE = Path(__file__).parent / "fakehip" / "fake_amdhip64.c"
 
 A, B, C, D = "0000:05:00.0", "0000:09:00.0", "0000:86:00.0", "0000:89:00.0"
 
-# The fake's hardware, configured after the X99 bench of DESIGN.md (tests/fixtures/sysfs/x99-r9700):
+# The fake's hardware, configured after the X99 bench of docs/architecture.md
+# (tests/fixtures/sysfs/x99-r9700):
 # GPUs 05/09 on socket 0, 86/89 on socket 1; 09:00.0 sits in the x8 slot bifurcated with a NIC.
 # The rates are THE FAKE'S CONFIGURATION (its modelled device clock), not a measurement: the test
 # checks that the probe's event timing and judgement expose them.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,6 @@ from tests.conftest import FIXTURES, REPO
 from tests.launch.test_plan import R9700, seat_from
 
 SYSFS = FIXTURES / "sysfs"
-ENGINE_PYTHON = Path("/opt/rocmseat/vllm-venv/bin/python")
 PROFILE = REPO / "checks" / "x99-r9700.toml"
 
 
@@ -160,11 +158,10 @@ def test_malformed_saved_result_is_said_and_rerun(tmp_path):
     assert findings and any("malformed finding" in line for line in said)
 
 
-@pytest.mark.skipif(not ENGINE_PYTHON.exists(), reason=f"{ENGINE_PYTHON} absent (config key)")
-def test_refused_start_leaves_the_cache_untouched(tmp_path):
+def test_refused_start_leaves_the_cache_untouched(tmp_path, fake_engine_python):
     """Order: key -> preflight gate -> cache prepare. A start the gate refuses must not have
     moved the old cache aside (it would cost the next good start a cold compile)."""
-    s = seat(tmp_path, python=ENGINE_PYTHON)
+    s = seat(tmp_path, python=fake_engine_python)
     old = tmp_path / "cache" / "r1"
     old.mkdir(parents=True)
     (old / "rocmseat-manifest.json").write_text('{"key": "an-older-key"}')

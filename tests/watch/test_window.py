@@ -29,7 +29,8 @@ def make_window(accepted_per_draft, k, duration_s=10.0, gen=None, running=1.0):
 
 
 def test_vllm_log_example_four_drafts():
-    # vllm.md §1.2: four drafts (k=3) accepting 3, 1, 0, 2 -> AL 2.50, rate 50 %,
+    # vllm/v1/spec_decode/metrics.py semantics: four drafts (k=3) accepting 3, 1, 0, 2 ->
+    # AL 2.50, rate 50 %,
     # per position 0.750, 0.500, 0.250.
     w = make_window([3, 1, 0, 2], 3)
     assert w.acceptance_length == 2.5

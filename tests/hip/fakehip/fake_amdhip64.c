@@ -9,7 +9,7 @@
  *     bytes / FAKEHIP_D2D_GBPS; a device with no configured rate advances by the real wall time.
  *
  * Return codes and their enum names are HIP's (ROCm/HIP include/hip/hip_runtime_api.h), and the
- * IPC rules follow CLR hipamd/src/hip_memory.cpp (see /work/shared/reference/sysfs-and-hip.md §6):
+ * IPC rules follow CLR hipamd/src/hip_memory.cpp (and include/hip/hip_runtime_api.h):
  * a bad flag or size is hipErrorInvalidValue (1), opening a handle in the exporting process is
  * hipErrorInvalidContext (201), a failed attach is hipErrorInvalidDevicePointer (17).
  *

@@ -1,0 +1,104 @@
+"""Secrets never reach a log line, a JSON report or a state file (docs/architecture.md, "Hostile
+input").
+
+Three shapes of secret reach rocmseat from a seat file or the command line:
+
+- the value of a secret-bearing flag in an argv (`--api-key sk-...`, `--hf-token=...`): vLLM's
+  own `--api-key` is the usual one (vllm/entrypoints/openai/cli_args.py);
+- the value of an environment variable whose name looks like a credential (`VLLM_API_KEY`,
+  `HF_TOKEN`, `AWS_SECRET_ACCESS_KEY`, `..._PASSWORD`);
+- URL userinfo (`http://user:pass@host/`) and secret-looking query parameters (`?token=`).
+
+Names are split into words at `-`, `_` and `.` and a word must *equal* one of the secret words:
+`--tokenizer`, `--max-num-batched-tokens` and `TOKENIZERS_PARALLELISM` are not secrets.
+Everything here is pure; callers redact at the point where a value leaves the process.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+
+REDACTED = "<redacted>"
+
+SECRET_WORDS = frozenset(
+    {"key", "apikey", "token", "secret", "password", "passwd", "pwd", "credential",
+     "credentials", "auth", "authorization", "bearer", "cookie", "signature", "sig"}
+)
+
+_WORD_SPLIT = re.compile(r"[-_.]+")
+_URL_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+
+
+def is_secret_name(name: str) -> bool:
+    """True when a flag, variable or parameter name names a credential."""
+    words = [w for w in _WORD_SPLIT.split(name.strip("-").lower()) if w]
+    return any(w in SECRET_WORDS for w in words)
+
+
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """The argv with the values of secret-bearing flags replaced.
+
+    `--api-key VALUE` and `--api-key=VALUE` both; a URL argument loses its userinfo.
+    """
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if arg.startswith("-") and len(arg) > 1:
+            name, sep, _value = arg.partition("=")
+            if is_secret_name(name):
+                if sep:
+                    out.append(f"{name}={REDACTED}")
+                else:
+                    out.append(arg)
+                    hide_next = True
+                continue
+        out.append(redact_text(arg))
+    return out
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment with credential-looking values replaced (keys kept, order kept)."""
+    return {
+        name: (REDACTED if is_secret_name(name) and value else redact_text(value))
+        for name, value in env.items()
+    }
+
+
+def redact_url(url: str) -> str:
+    """The URL without userinfo and with secret-looking query values replaced.
+
+    Never raises: a URL that does not parse is returned with anything up to an `@` dropped.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            netloc = REDACTED + "@" + netloc.rsplit("@", 1)[1]
+        query = parts.query
+        if query:
+            pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+            if any(is_secret_name(k) for k, _ in pairs):
+                query = "&".join(
+                    urllib.parse.quote(k) + "="
+                    + (REDACTED if is_secret_name(k) else urllib.parse.quote(v))
+                    for k, v in pairs
+                )
+        return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        scheme, sep, rest = url.partition("://")
+        if sep and "@" in rest.split("/", 1)[0]:
+            return f"{scheme}://{REDACTED}@{rest.split('@', 1)[1]}"
+        return url
+
+
+def redact_text(text: str) -> str:
+    """Free text (an error message, a log line) with every URL in it redacted."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
