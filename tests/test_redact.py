@@ -1,0 +1,77 @@
+"""rocmseat/redact.py: secrets never leave the process (issue 11)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rocmseat.redact import (
+    REDACTED,
+    is_secret_name,
+    redact_argv,
+    redact_env,
+    redact_text,
+    redact_url,
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [("--api-key", True), ("--hf-token", True), ("VLLM_API_KEY", True), ("HF_TOKEN", True),
+     ("AWS_SECRET_ACCESS_KEY", True), ("DB_PASSWORD", True), ("--ssl-keyfile-password", True),
+     ("access_token", True), ("--tokenizer", False), ("--max-num-batched-tokens", False),
+     ("TOKENIZERS_PARALLELISM", False), ("NCCL_PROTO", False), ("--kv-cache-dtype", False),
+     ("--speculative-config", False), ("HIP_VISIBLE_DEVICES", False), ("MONKEY", False)],
+)
+def test_secret_names(name, secret):
+    assert is_secret_name(name) is secret
+
+
+def test_argv_both_spellings_and_urls():
+    argv = ["vllm", "serve", "/m", "--api-key", "sk-1", "--hf-token=hf_2", "--tokenizer", "/t",
+            "--port", "8000", "--webhook", "http://user:pw@am:9093/api?token=abc&x=1"]
+    out = redact_argv(argv)
+    assert out == ["vllm", "serve", "/m", "--api-key", REDACTED, f"--hf-token={REDACTED}",
+                   "--tokenizer", "/t", "--port", "8000", "--webhook",
+                   f"http://{REDACTED}@am:9093/api?token={REDACTED}&x=1"]
+
+
+def test_argv_flag_at_the_end_has_no_value_to_hide():
+    assert redact_argv(["x", "--api-key"]) == ["x", "--api-key"]
+
+
+def test_env():
+    env = {"VLLM_API_KEY": "sk-9", "HF_TOKEN": "", "NCCL_PROTO": "Simple",
+           "PROXY": "http://a:b@proxy:3128"}
+    assert redact_env(env) == {"VLLM_API_KEY": REDACTED, "HF_TOKEN": "", "NCCL_PROTO": "Simple",
+                               "PROXY": f"http://{REDACTED}@proxy:3128"}
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [("http://127.0.0.1:8000/metrics", "http://127.0.0.1:8000/metrics"),
+     ("http://u:p@[::1]:8000/metrics", f"http://{REDACTED}@[::1]:8000/metrics"),
+     ("https://user@host/x", f"https://{REDACTED}@host/x"),
+     ("http://u:p@[::1", f"http://{REDACTED}@[::1"),  # does not parse: still no userinfo
+     ("not a url", "not a url")],
+)
+def test_url(url, shown):
+    assert redact_url(url) == shown
+
+
+def test_text_with_urls_in_an_error_message():
+    msg = "scrape http://admin:hunter2@10.0.0.1:8000/metrics failed: refused"
+    assert "hunter2" not in redact_text(msg) and "10.0.0.1:8000" in redact_text(msg)
+
+
+# Characters RFC 3986 allows in userinfo unescaped (no / ? # @ [ ]), plus percent escapes.
+_USERINFO = st.text(alphabet=st.characters(blacklist_characters="/?#@[]\\",
+                                           blacklist_categories=("Cs",)), max_size=30)
+
+
+@given(_USERINFO, _USERINFO.filter(bool))
+def test_userinfo_never_survives(user, password):
+    shown = redact_url(f"http://{user}:{password}@host:1/metrics")
+    assert f":{password}@" not in shown
+    assert shown.endswith("@host:1/metrics")

@@ -1,0 +1,56 @@
+"""rocmseat/safeio.py: user-named files are regular, bounded and never block (issue 11)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rocmseat.errors import ReadError
+from rocmseat.safeio import read_regular_bytes, read_regular_text
+
+
+def test_regular_file_and_symlink_to_it(tmp_path: Path):
+    f = tmp_path / "seat.toml"
+    f.write_text("name = 'x'\n")
+    link = tmp_path / "link.toml"
+    link.symlink_to(f)
+    assert read_regular_text(f) == read_regular_text(link) == "name = 'x'\n"
+
+
+def test_fifo_is_refused_without_blocking(tmp_path: Path):
+    fifo = tmp_path / "seat.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(ReadError, match="is a FIFO, not a regular file"):
+        read_regular_text(fifo)
+
+
+def test_dev_zero_is_refused():
+    with pytest.raises(ReadError, match="character device"):
+        read_regular_bytes(Path("/dev/zero"))
+
+
+def test_directory_missing_and_dangling(tmp_path: Path):
+    with pytest.raises(ReadError, match="directory"):
+        read_regular_text(tmp_path)
+    with pytest.raises(ReadError, match="No such file"):
+        read_regular_text(tmp_path / "absent")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ReadError, match="No such file"):
+        read_regular_text(tmp_path / "dangling")
+
+
+def test_size_cap_is_an_error_not_a_truncation(tmp_path: Path):
+    f = tmp_path / "big"
+    f.write_bytes(b"a" * 1001)
+    with pytest.raises(ReadError, match="limit is 1,000"):
+        read_regular_bytes(f, limit_bytes=1000)
+    assert read_regular_bytes(f, limit_bytes=1001) == b"a" * 1001
+
+
+def test_not_utf8(tmp_path: Path):
+    f = tmp_path / "bin"
+    f.write_bytes(b"ok\xff")
+    with pytest.raises(ReadError, match="not UTF-8 text"):
+        read_regular_text(f)
