@@ -17,7 +17,7 @@ from typing import Any
 
 from rocmseat.cache.current import CurrentKey, ask_engine, current_key, replica_arch
 from rocmseat.cache.key import FactorChange, diff_factors, digest_of
-from rocmseat.cache.layout import STALE_NAME, replicas_with_cache
+from rocmseat.cache.layout import STALE_NAME
 from rocmseat.cache.store import STAMP_FORMAT, check_root, read_manifest
 from rocmseat.cache.usage import InUse, ProcessView, judge_use
 from rocmseat.errors import ConfigError
@@ -115,8 +115,11 @@ def audit_seat(
     *,
     now: dt.datetime,
     processes: Sequence[ProcessView],
+    unplaced_why: str = "",
 ) -> SeatAudit:
-    """Read every cache dir under `cache_root` and judge it (no process is started here)."""
+    """Read every cache dir under `cache_root` and judge it (no process is started here).
+    `unplaced_why`: why the seat's replicas are not known here (a dir then has no current key
+    for that reason, not because its replica left the seat)."""
     entries: list[CacheEntry] = []
     problems: list[str] = []
     try:
@@ -135,7 +138,8 @@ def audit_seat(
         path = cache_root / name
         if name.startswith(".") or path.is_symlink() or not path.is_dir():
             continue
-        entries.append(_entry(name, path, current_keys, now, processes))
+        entries.append(_entry(name, path, current_keys, now, processes,
+                              unplaced_why=unplaced_why))
     reasons = {e.replaced[0]: e.replaced[1] for e in entries if e.replaced is not None}
     entries = [
         dataclasses.replace(e, moved_because=reasons[e.path.name])
@@ -152,6 +156,8 @@ def _entry(
     current_keys: Mapping[str, CurrentKey],
     now: dt.datetime,
     processes: Sequence[ProcessView],
+    *,
+    unplaced_why: str = "",
 ) -> CacheEntry:
     manifest = read_manifest(path)
     stats = dir_stats(path)
@@ -168,7 +174,7 @@ def _entry(
             _, changes = judge_entry(manifest, current)
     elif current is None:
         state, changes = ("unknown", ()) if manifest is not None else ("unkeyed", ())
-        unknown = ("replica not in the seat",)
+        unknown = (unplaced_why or "replica not in the seat",)
     else:
         state, changes = judge_entry(manifest, current)
         unknown = tuple(sorted(current.unknown))
@@ -215,25 +221,23 @@ def _parse_time(text: str | None) -> dt.datetime | None:
 
 
 def seat_current_keys(
-    seat: Seat, sysfs_root: Path | None, *, runner: Runner = run
-) -> dict[str, CurrentKey]:
-    """The current key of every audited replica; the engine Python is asked once per seat."""
+    seat: Seat, sysfs_root: Path | None, *, state_root: Path | None = None, runner: Runner = run
+) -> tuple[dict[str, CurrentKey], str]:
+    """The current key of every replica the seat's placement knows (rocmseat.seat.placement:
+    from the node's GPUs, else the placement.json launch recorded), and why none is known
+    when that is so. The engine Python is asked once per seat."""
+    from rocmseat.launch.placed import known_placement
+
+    known = known_placement(seat, sysfs_root=sysfs_root, state_root=state_root)
     engine = ask_engine(seat, runner=runner)
     currents: dict[str, CurrentKey] = {}
-    for replica in audited_replicas(seat):
-        arch, why = replica_arch(seat, replica, sysfs_root)
-        currents[replica] = current_key(
-            seat, replica, gpu_arch=arch, arch_unknown_why=why, engine=engine
+    for record in known.records:
+        arch, why = replica_arch(seat, record)
+        currents[record.replica] = current_key(
+            seat, record.replica, gpu_arch=arch, arch_unknown_why=why, engine=engine
         )
-    return currents
-
-
-def audited_replicas(seat: Seat) -> tuple[str, ...]:
-    if seat.replicas.names is not None:
-        return seat.replicas.names
-    if seat.replicas.pairs:
-        return seat.replica_names(len(seat.replicas.pairs))
-    if seat.backend == "cpu":
-        return ("r0",)
-    # rocm, mode auto, unnamed: the replicas that have a cache
-    return replicas_with_cache(seat.cache_root) or ("r0",)
+    why = known.why
+    for replica, problem in known.problems.items():
+        if replica in known.unplaced:
+            why = f"{why}; {problem}" if why else problem
+    return currents, why

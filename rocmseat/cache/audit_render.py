@@ -138,6 +138,8 @@ def audit_table(audits: Sequence[SeatAudit]) -> str:
             elif current is not None:
                 lines.append("current key unknown: these factors could not be computed:")
                 lines.extend(f"  {name}: {why}" for name, why in sorted(current.unknown.items()))
+            elif live is not None and live.unknown:
+                lines.append("no current key: " + "; ".join(live.unknown))
             if live is not None and live.changes:
                 lines.append("differs: " + "; ".join(c.describe() for c in live.changes))
             for moved in audit.moved(replica):

@@ -16,6 +16,7 @@ from rocmseat.errors import RocmseatError
 from rocmseat.runner import Runner, run
 from rocmseat.seat.locate import format_loc, locate
 from rocmseat.seat.model import Seat
+from rocmseat.seat.placement import ReplicaPlacement
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,57 +35,19 @@ class CurrentKey:
         return ConfigKey(digest_of(self.factors), self.factors)
 
 
-def replica_arch(seat: Seat, replica: str, sysfs_root: Path | None) -> tuple[str | None, str]:
-    """The gfx target(s) of the replica's GPUs, or None and why not."""
+def replica_arch(seat: Seat, record: ReplicaPlacement | None,
+                 unknown_why: str = "") -> tuple[str | None, str]:
+    """The gfx target(s) of the replica's GPUs as its placement records them, or None and why
+    (the placement is the one source of a replica's pair: rocmseat.seat.placement)."""
     if seat.backend == "cpu":
         return cpu_arch(), ""
-    if sysfs_root is None:
-        return None, "no sysfs root to read the GPUs from"
-    try:
-        from rocmseat.node.inventory import read_inventory
-    except ImportError as exc:  # the node room's module is not installed
-        return None, f"node inventory unavailable ({exc})"
-    try:
-        inventory = read_inventory(sysfs_root)
-    except RocmseatError as exc:
-        return None, f"cannot read the GPU inventory: {exc}"
-    addresses = _replica_addresses(seat, replica, inventory)
-    if addresses is None:
-        gpus = inventory.gpus
-        where = "on the node"
-    else:
-        gpus = tuple(g for g in inventory.gpus if g.pci_address in addresses)
-        where = f"of replica {replica} ({', '.join(addresses)})"
-        if len(gpus) != len(addresses):
-            return None, f"GPU(s) {where} not found under {sysfs_root}"
-    if not gpus:
-        return None, f"no AMD GPU under {sysfs_root}"
-    targets = {g.gfx_target for g in gpus}
-    if None in targets:
-        return None, f"the gfx target of a GPU {where} is unreadable"
-    if addresses is None and len(targets) > 1:
-        return None, f"GPUs of several archs {where} and replica {replica}'s pair is unknown"
-    return "+".join(sorted(t for t in targets if t is not None)), ""
-
-
-def _replica_addresses(seat: Seat, replica: str, inventory: Any) -> tuple[str, ...] | None:
-    """The PCI addresses of the replica's pair, or None when they cannot be told."""
-    pairs: list[tuple[str, str]]
-    if seat.replicas.mode == "explicit" and seat.replicas.pairs:
-        pairs = list(seat.replicas.pairs)
-    else:
-        try:
-            from rocmseat.preflight.pairs import propose_pairs
-        except ImportError:
-            return None
-        pairs = [(p.a, p.b) for p in propose_pairs(inventory)]
-    if not pairs:
-        return None
-    try:
-        index = seat.replica_names(len(pairs)).index(replica)
-    except ValueError:
-        return None
-    return pairs[index]
+    if record is None:
+        return None, unknown_why or "the replica's placement is not known here"
+    if record.gfx_targets is None:
+        return None, (f"the gfx target of replica {record.replica}'s GPUs "
+                      f"({', '.join(record.pci_pair)}) is not known here: no readable GPU "
+                      "inventory and no recorded one")
+    return "+".join(sorted(set(record.gfx_targets))), ""
 
 
 def current_key(

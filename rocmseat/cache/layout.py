@@ -15,17 +15,6 @@ MANIFEST_NAME = "rocmseat-manifest.json"
 STALE_NAME = re.compile(r"^(?P<replica>[a-z0-9][a-z0-9-]*)\.stale-(?P<stamp>\d{8}T\d{6}Z)(-\d+)?$")
 
 
-def replicas_with_cache(cache_root: Path) -> tuple[str, ...]:
-    """The replicas that have a live cache dir under the root (r2 before r10); () if none."""
-    try:
-        found = [
-            p.name for p in cache_root.iterdir()
-            if p.is_dir() and not p.name.startswith(".") and not STALE_NAME.match(p.name)
-        ]
-    except OSError:
-        return ()
-    return tuple(sorted(found, key=lambda name: (len(name), name)))
-
 # Variable -> subfolder of the replica root. Why each one:
 # - VLLM_CACHE_ROOT: vLLM's torch.compile tree (torch_compile_cache/<hash>/rank_<r>_<dp>/...)
 #   and its AOT tree (vllm/envs.py; vllm/compilation/backends.py).

@@ -15,7 +15,13 @@ from rocmseat.cache.audit import SeatAudit, audit_seat, seat_current_keys
 from rocmseat.cache.audit_render import audit_json, audit_table
 from rocmseat.cache.prune import execute_prune, parse_duration, plan_prune
 from rocmseat.cache.usage import InUse, ProcessView, judge_use, scan_processes
-from rocmseat.cli.options import json_option, resolve_sysfs_root, sysfs_root_option
+from rocmseat.cli.options import (
+    json_option,
+    resolve_state_dir,
+    resolve_sysfs_root,
+    state_dir_option,
+    sysfs_root_option,
+)
 from rocmseat.seat.load import load_seat
 
 
@@ -26,6 +32,7 @@ from rocmseat.seat.load import load_seat
 @click.option("--older-than", metavar="AGE", help="With --prune: moved aside longer ago (14d).")
 @click.option("--yes", is_flag=True, help="With --prune: act (without it, print the plan only).")
 @sysfs_root_option
+@state_dir_option
 def cache_audit(
     *,
     seat_files: tuple[Path, ...],
@@ -34,6 +41,7 @@ def cache_audit(
     older_than: str | None,
     yes: bool,
     sysfs_root: Path | None,
+    state_dir: Path | None,
 ) -> int:
     """Audit the compile caches of SEAT files (default: ./launchers/*.toml).
 
@@ -50,7 +58,7 @@ def cache_audit(
         raise click.UsageError("name a seat file (no ./launchers/*.toml here)")
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     processes = list(scan_processes())
-    audits = [_audit(path, sysfs_root, now, processes) for path in files]
+    audits = [_audit(path, sysfs_root, state_dir, now, processes) for path in files]
     document = audit_json(audits, now=now)
     code = _exit_code(audits)
     if prune:
@@ -106,13 +114,18 @@ def _prune(
 
 
 def _audit(
-    path: Path, sysfs_root: Path | None, now: dt.datetime, processes: Sequence[ProcessView]
+    path: Path, sysfs_root: Path | None, state_dir: Path | None, now: dt.datetime,
+    processes: Sequence[ProcessView],
 ) -> SeatAudit:
     seat = load_seat(path)
     sysfs = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
-    currents = seat_current_keys(seat, sysfs)
+    # where /sys shows no GPU, an auto seat's replicas are the placements launch recorded
+    state = state_dir or seat.state_dir or (
+        resolve_state_dir(None) if seat.backend == "rocm" else None)
+    currents, unplaced_why = seat_current_keys(seat, sysfs, state_root=state)
     return audit_seat(
-        seat.name, str(path), seat.cache_root, currents, now=now, processes=processes
+        seat.name, str(path), seat.cache_root, currents, now=now, processes=processes,
+        unplaced_why=unplaced_why,
     )
 
 

@@ -8,7 +8,13 @@ from pathlib import Path
 import click
 
 from rocmseat import exitcodes
-from rocmseat.cli.options import json_option, resolve_sysfs_root, sysfs_root_option
+from rocmseat.cli.options import (
+    json_option,
+    resolve_state_dir,
+    resolve_sysfs_root,
+    state_dir_option,
+    sysfs_root_option,
+)
 
 
 @click.command()
@@ -17,8 +23,11 @@ from rocmseat.cli.options import json_option, resolve_sysfs_root, sysfs_root_opt
 @click.option("--explain", is_flag=True, help="Print every factor and its value.")
 @json_option
 @sysfs_root_option
+@state_dir_option
 def key(
-    seat_file: Path, replica: str, explain: bool, as_json: bool, sysfs_root: Path | None
+    *,
+    seat_file: Path, replica: str, explain: bool, as_json: bool, sysfs_root: Path | None,
+    state_dir: Path | None,
 ) -> int:
     """Print the config key of a replica of SEAT_FILE (exit 2 if a factor is unknown).
 
@@ -29,17 +38,27 @@ def key(
     from rocmseat.cache.current import current_key, replica_arch
     from rocmseat.cache.explain import explain_text, key_json, key_line
     from rocmseat.errors import ConfigError
+    from rocmseat.launch.placed import known_placement
     from rocmseat.seat.load import load_seat
 
     seat = load_seat(seat_file)
-    names = seat.replicas.names
-    if (names is not None and replica not in names) or (
-        names is None and not (replica.startswith("r") and replica[1:].isdigit())
-    ):
-        known = ", ".join(names) if names is not None else "r0, r1, ..."
-        raise ConfigError(f"{seat_file}: seat {seat.name} has no replica {replica!r} ({known})")
     sysfs = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
-    arch, why = replica_arch(seat, replica, sysfs)
+    # the state dir only matters where /sys shows no GPU: the placement launch recorded
+    state = state_dir or seat.state_dir or (
+        resolve_state_dir(None) if seat.backend == "rocm" else None)
+    known = known_placement(seat, sysfs_root=sysfs, state_root=state)
+    record = next((r for r in known.records if r.replica == replica), None)
+    if record is None:
+        names = seat.replicas.names
+        plausible = not known.records and (
+            replica in names if names is not None
+            else replica.startswith("r") and replica[1:].isdigit())
+        if not plausible:
+            listed = ", ".join(r.replica for r in known.records) or (
+                ", ".join(names) if names is not None else "r0, r1, ...")
+            raise ConfigError(f"{seat_file}: seat {seat.name} has no replica {replica!r} "
+                              f"({listed})")
+    arch, why = replica_arch(seat, record, known.why or known.problems.get(replica, ""))
     current = current_key(seat, replica, gpu_arch=arch, arch_unknown_why=why)
     if as_json:
         click.echo(json.dumps(key_json(current, str(seat_file)), indent=2, sort_keys=True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -57,17 +58,17 @@ def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_onl
     seat = load_seat(seat_file)
     # backend cpu reads no /sys: no GPUs, no pairs, no NUMA binding
     root = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
+    state = resolve_state_dir(state_dir if state_dir is not None else seat.state_dir)
     if dry_run:
         from rocmseat.launch.planview import plan_json, plan_text
 
-        plans = flow.dry_run(seat, root)
+        plans = flow.dry_run(seat, root, state_dir=state, environ=os.environ)
         if as_json:
             click.echo(json.dumps(plan_json(seat, plans), indent=2, sort_keys=True))
         else:
             click.echo(plan_text(seat, plans), nl=False)
         return exitcodes.OK
     assert replica is not None
-    state = resolve_state_dir(state_dir if state_dir is not None else seat.state_dir)
     if preflight_only:
         flow.preflight_only(seat, replica, sysfs_root=root, state_dir=state, say=_say)
         return exitcodes.OK

@@ -21,7 +21,6 @@ from rocmseat.cli.options import (
 from rocmseat.errors import ConfigError, RocmseatError
 
 UNIT_DIR = Path("etc/systemd/system")
-RENDERED_HEADER = "# Rendered by `rocmseat systemd render`"
 
 
 def _default_bin() -> Path:
@@ -69,14 +68,16 @@ def _render(seat_file: Path, sysfs_root: Path | None, state_dir: Path | None,
 
     seat = load_seat(seat_file)
     root = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
-    placement = flow.place(seat, root, numactl=None)
     binary = rocmseat_bin if rocmseat_bin is not None else _default_bin()
     if not binary.is_absolute():
         raise click.BadParameter("must be an absolute path", param_hint="--rocmseat-bin")
-    state = state_dir if state_dir is not None else seat.state_dir
-    ctx = UnitContext(rocmseat_bin=binary, seat_file=seat_file.absolute(),
-                      state_dir=resolve_state_dir(state), user=user)
-    units = render_units(seat, placement.plans, ctx, load_templates())
+    state = resolve_state_dir(state_dir if state_dir is not None else seat.state_dir)
+    # The units name each replica, pair, NUMA node and port as the placement does; the HIP
+    # indices are not in them (launch numbers the pair at each start).
+    placed = flow.place(seat, root, state_dir=state)
+    ctx = UnitContext(rocmseat_bin=binary, seat_file=seat_file.absolute(), state_dir=state,
+                      user=user)
+    units = render_units(seat, placed.records, ctx, load_templates())
     _check_groups(unit_groups(seat, ctx), refuse=refuse_missing_groups)
     return units
 
@@ -90,11 +91,21 @@ def _read(path: Path) -> str | None:
         raise ConfigError(f"{path}: cannot read the unit already there: {exc}") from None
 
 
-def _is_foreign(path: Path, text: str) -> bool:
-    """An existing file that differs and does not carry our header: someone else's unit, or a
-    hand edit (both would be lost by a silent overwrite)."""
-    before = _read(path)
-    return before is not None and before != text and not before.startswith(RENDERED_HEADER)
+def _kept(before: str | None, text: str) -> str | None:
+    """Why an existing unit file must not be overwritten, or None: someone's own unit (no
+    rocmseat header), or a unit rocmseat rendered and someone edited since (its content no
+    longer matches the hash in its header). A re-render of an unedited unit is replaced."""
+    from rocmseat.launch.units import rendered_state
+
+    if before is None or before == text:
+        return None
+    state = rendered_state(before)
+    if state == "pristine":
+        return None
+    if state == "edited":
+        return "was edited after rocmseat rendered it (its content no longer matches the hash " \
+               "in its first line)"
+    return "was not rendered by rocmseat (or by one that kept no content hash)"
 
 
 def _write(path: Path, text: str, where: str) -> None:
@@ -144,7 +155,8 @@ def render(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path | None,
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Install under this root (DIR/etc/systemd/system) and skip daemon-reload.")
 @click.option("--force", is_flag=True,
-              help="Replace a unit file of the same name that rocmseat did not render.")
+              help="Replace a unit file of the same name that rocmseat did not render, or "
+              "that was edited after it did.")
 def install(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path | None,
             rocmseat_bin: Path | None, user: str | None, root: Path | None,
             force: bool) -> int:
@@ -155,12 +167,14 @@ def install(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path | None,
     units = _render(seat_file, sysfs_root, state_dir, rocmseat_bin, user,
                     refuse_missing_groups=root is None)
     target = (root if root is not None else Path("/")) / UNIT_DIR
-    foreign = [target / n for n, text in units.items() if _is_foreign(target / n, text)]
-    if foreign and not force:
-        raise ConfigError(f"{foreign[0]}: exists, differs and was not rendered by rocmseat; "
-                          "not overwritten" + (f" (and {len(foreign) - 1} more)"
-                                               if len(foreign) > 1 else ""),
-                          hint="move it away, or pass --force to replace it")
+    kept = [(target / n, why) for n, text in sorted(units.items())
+            if (why := _kept(_read(target / n), text)) is not None]
+    if kept and not force:
+        path, why = kept[0]
+        raise ConfigError(f"{path}: exists, differs and {why}; not overwritten"
+                          + (f" (and {len(kept) - 1} more)" if len(kept) > 1 else ""),
+                          hint="compare it with `rocmseat systemd render`, move it away, or "
+                          "pass --force to replace it")
     for name, text in sorted(units.items()):
         path = target / name
         before = _read(path)

@@ -1,6 +1,8 @@
 """The probe's child program: `python -m rocmseat.hip.child ROLE ...`, run in a fresh process.
 
 Roles (one HIP process each, as vLLM's and RCCL's workers are):
+  order   the PCI address of every HIP device index, nothing else (launch runs it with no
+          HIP-level mask: the node's global numbering, docs/hip.md "Numbering")
   info    map HIP device indices to PCI addresses, hipDeviceCanAccessPeer both ways
   owner   allocate on a device, fill a pattern (timed pinned H2D/D2H), export the IPC handle,
           keep the buffer until the parent says "done" on stdin
@@ -128,6 +130,15 @@ def run_info(hip: Hip, rep: Reporter, args: argparse.Namespace) -> dict[str, Any
     return {"runtime_version": version, "devices": devices, "peer": peer, "enable_peer": enable}
 
 
+def run_order(hip: Hip, rep: Reporter, args: argparse.Namespace) -> dict[str, Any]:
+    rep.enter("runtime_version")
+    version = hip.runtime_version()
+    rep.enter("device_count")
+    count = hip.device_count()
+    rep.enter("pci_bus_id")
+    return {"runtime_version": version, "devices": bus_ids(hip, count)}
+
+
 def run_owner(hip: Hip, rep: Reporter, args: argparse.Namespace) -> dict[str, Any]:
     device = _device_index(hip, rep, args.pci[0])
     n = args.bytes
@@ -197,19 +208,21 @@ def run_opener(hip: Hip, rep: Reporter, args: argparse.Namespace) -> dict[str, A
     return {"d2d_gbps": d2d, "verified_bytes": n}
 
 
-ROLES = {"info": run_info, "owner": run_owner, "opener": run_opener}
+ROLES = {"order": run_order, "info": run_info, "owner": run_owner, "opener": run_opener}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rocmseat.hip.child")
     parser.add_argument("role", choices=sorted(ROLES))
     parser.add_argument("--parent-pid", type=int, required=True)
-    parser.add_argument("--pci", action="append", required=True)
+    parser.add_argument("--pci", action="append", default=[])
     parser.add_argument("--library", type=Path)
     parser.add_argument("--bytes", type=int, default=1 << 20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--handle", default="")
     args = parser.parse_args(argv)
+    if args.role != "order" and not args.pci:
+        parser.error(f"role {args.role} needs --pci")
     die_with_parent(args.parent_pid)
 
     rep = Reporter()

@@ -175,9 +175,10 @@ def _children() -> Iterator[list[Child]]:
         child.finish(EXIT_GRACE_S)
 
 
-def child_env(env: Mapping[str, str] | None) -> dict[str, str]:
-    """This process's environment overlaid with the replica's, and our package importable."""
-    merged = {**os.environ, **(env or {})}
+def child_env(env: Mapping[str, str] | None, *, inherit: bool = True) -> dict[str, str]:
+    """This process's environment overlaid with the replica's (`inherit`), or `env` alone, and
+    our package importable."""
+    merged = {**(os.environ if inherit else {}), **(env or {})}
     package_parent = str(Path(rocmseat.__file__).resolve().parent.parent)
     merged["PYTHONPATH"] = os.pathsep.join(
         p for p in (package_parent, merged.get("PYTHONPATH", "")) if p)
@@ -231,6 +232,44 @@ def probe_pair(
     return PairProbe(a=a, b=b, wall_s=time.monotonic() - started, **fields)
 
 
+@dataclass(frozen=True, slots=True)
+class HipOrder:
+    """What HIP numbers as device 0, 1, ... in one environment, or why it could not be read."""
+
+    devices: tuple[str, ...]  # PCI address of each HIP index (empty when `failure` is set)
+    failure: str | None  # "no libamdhip64 ...", "hipGetDeviceCount: hipErrorNoDevice (100)", ...
+    library: str | None = None
+    runtime_version: int | None = None
+
+
+def probe_order(environ: Mapping[str, str], *, stage_timeout_s: float,
+                library: Path | None) -> HipOrder:
+    """HIP's device numbering in exactly `environ` (not overlaid on ours): one `order` child.
+    launch passes the replica's environment without HIP-level masks (docs/hip.md)."""
+    argv = [sys.executable, "-m", "rocmseat.hip.child", "order", "--parent-pid", str(os.getpid())]
+    if library is not None:
+        argv += ["--library", str(library)]
+    with _children() as spawned:
+        child = Child("order", argv, child_env(environ, inherit=False))
+        spawned.append(child)
+        try:
+            result = _final(child, stage_timeout_s)
+        except _Outcome as outcome:
+            fields = outcome.fields
+            if "no_runtime" in fields:
+                return HipOrder((), str(fields["no_runtime"]))
+            failure = fields.get("failure")
+            why = (f"{failure.call or failure.stage}: {failure.reason}"
+                   if isinstance(failure, StageFailure) else str(fields))
+            return HipOrder((), why, library=fields.get("library"))
+    devices = result.get("devices")
+    if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
+        return HipOrder((), f"the order child answered no device list: {result!r:.80}")
+    version = result.get("runtime_version")
+    return HipOrder(tuple(devices), None, library=str(result.get("library") or "") or None,
+                    runtime_version=version if isinstance(version, int) else None)
+
+
 def _final(child: Child, stage_timeout_s: float) -> dict[str, Any]:
     """The child's result, or raise _Outcome for no runtime / not visible / an error."""
     msg = child.message(stage_timeout_s)
@@ -243,8 +282,10 @@ def _stop_fields(child: Child, msg: dict[str, Any]) -> dict[str, Any]:
     if "no_runtime" in msg:
         return {"no_runtime": str(msg["no_runtime"])}
     if "not_visible" in msg:
-        seen = ", ".join(msg["not_visible"].get("visible", [])) or "none"
-        return {"not_visible": f"{msg['not_visible'].get('pci')} (HIP sees: {seen})"}
+        visible = [str(d) for d in msg["not_visible"].get("visible", [])]
+        seen = ", ".join(visible) or "none"
+        return {"not_visible": f"{msg['not_visible'].get('pci')} (HIP sees: {seen})",
+                "devices": tuple(visible)}
     err = msg.get("error", {})
     code = err.get("code")
     name = err.get("name", "")

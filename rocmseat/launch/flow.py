@@ -1,7 +1,8 @@
 """`rocmseat launch` end to end (the edge: reads /sys, asks the engine's Python, runs it).
 
-seat -> inventory and pairs -> replica plan -> config key -> the pair's preflight gate ->
-cache store (keep or move aside) -> supervised engine -> startup report in the state dir.
+seat -> inventory -> placement (rocmseat.seat.placement) -> config key -> HIP's own numbering
+-> replica plan (placement.json saved) -> the pair's preflight gate -> cache store (keep or move
+aside) -> supervised engine -> startup report in the state dir.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import datetime as dt
 import os
 import shlex
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,73 +20,79 @@ from typing import Any
 from rocmseat.atomic import LockTimeout, exclusive_lock
 from rocmseat.errors import ConfigError, NoDeviceError, RocmseatError
 from rocmseat.findings import Finding, Severity
-from rocmseat.launch.gate import PreflightRefused, launch_gate, sysfs_gate
+from rocmseat.hip.numbering import ROCR_MASK, without_hip_masks
+from rocmseat.launch.gate import PreflightRefused, launch_gate, needs_hip, sysfs_gate
 from rocmseat.launch.judge import ExpectRule, JudgeContext, judge_startup
-from rocmseat.launch.plan import (
-    KeyStatus,
-    ReplicaPlan,
-    plan_replicas,
-    probed_hip_order,
-    with_probed_hip_indices,
-)
+from rocmseat.launch.placed import read_node, write_recorded
+from rocmseat.launch.plan import KeyStatus, ReplicaPlan, engine_env, plan_replica, plan_replicas
 from rocmseat.launch.readiness import Canary, Fetch, http_fetch
-from rocmseat.launch.report import build_report, previous_start, replica_state_dir, save_report
-from rocmseat.launch.sdnotify import NOTIFY_ENV, Notifier
+from rocmseat.launch.report import build_report, previous_start, save_report
+from rocmseat.launch.sdnotify import Notifier
 from rocmseat.launch.startuplog import StartupLogReader, StartupSummary, classify_text
 from rocmseat.launch.supervise import EngineSpec, SupervisionResult, supervise
 from rocmseat.node.inventory import Inventory
+from rocmseat.redact import redact_argv
 from rocmseat.seat.model import Seat
+from rocmseat.seat.placement import (
+    HipNumbering,
+    ReplicaPlacement,
+    assumed_numbering,
+    pick,
+    probed_numbering,
+    resolve,
+)
 
 Say = Callable[[str], None]
+HIP_ORDER_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class NodePlacement:
     inventory: Inventory | None
-    plans: tuple[ReplicaPlan, ...]
+    records: tuple[ReplicaPlacement, ...]
 
 
-def place(seat: Seat, sysfs_root: Path | None, *, numactl: str | None = None,
-          keys: Mapping[str, KeyStatus] | None = None) -> Placement:
-    """Read the inventory (rocm only) and plan every replica."""
-    if seat.backend == "cpu" or sysfs_root is None:
-        return Placement(None, plan_replicas(seat, None, (), numactl=None, keys=keys))
-    from rocmseat.node.inventory import read_inventory
-    from rocmseat.preflight.pairs import propose_pairs
+def place(seat: Seat, sysfs_root: Path | None, *, state_dir: Path,
+          environ: Mapping[str, str] | None = None,
+          numbering: HipNumbering | None = None) -> NodePlacement:
+    """Read the inventory (rocm only) and place every replica (rocmseat.seat.placement).
 
-    inventory = read_inventory(sysfs_root)
-    if not inventory.gpus:
-        found = f" (found {', '.join(inventory.other_cards)})" if inventory.other_cards else ""
-        raise NoDeviceError(f"no AMD GPU under {sysfs_root / 'class' / 'drm'}{found}: "
-                            f"rocm seat {seat.name} has nothing to run on",
-                            hint="check --sysfs-root, or `rocmseat preflight` on this node")
-    proposed = propose_pairs(inventory) if seat.replicas.mode == "auto" else ()
-    plans = plan_replicas(seat, inventory, proposed, numactl=numactl, keys=keys)
-    return Placement(inventory, plans)
+    Without `numbering`, HIP indices are assumed from PCI bus order after the environment's
+    ROCR_VISIBLE_DEVICES (launch replaces them with the HIP probe's, `hip_numbering`)."""
+    inventory = read_node(seat, sysfs_root)
+    if numbering is None and inventory is not None:
+        numbering = assumed_numbering(inventory, (environ or {}).get(ROCR_MASK))
+    return NodePlacement(inventory, resolve(seat, inventory, state_root=state_dir,
+                                            numbering=numbering))
+
+
+def hip_numbering(plan: ReplicaPlan, environ: Mapping[str, str], *, say: Say,
+                  library: Path | None = None,
+                  stage_timeout_s: float = HIP_ORDER_TIMEOUT_S) -> HipNumbering | None:
+    """The node's HIP numbering read by HIP itself: the probe's `order` child runs in the
+    engine's environment *without* any HIP-level mask, so its device i is the global index i
+    (docs/hip.md, "Numbering"). None, said on stderr, when HIP cannot be asked (no runtime, no
+    device): then the PCI-bus-order assumption stays."""
+    from rocmseat.hip.probe import probe_order
+
+    env = without_hip_masks(engine_env(environ, plan))
+    order = probe_order(env, stage_timeout_s=stage_timeout_s, library=library)
+    if order.failure is not None:
+        say(f"HIP numbering not read ({order.failure}): {plan.placement.hip_note}")
+        return None
+    return probed_numbering(order.devices, env.get(ROCR_MASK))
 
 
 def find_numactl() -> str | None:
     return shutil.which("numactl")
 
 
-def gpu_arch(placement: Placement, plan: ReplicaPlan) -> list[str] | None:
-    if placement.inventory is None:
-        return None
-    arches = []
-    for address in plan.pci_pair:
-        gpu = placement.inventory.gpu(address)
-        if gpu is None or gpu.gfx_target is None:
-            return None
-        arches.append(gpu.gfx_target)
-    return arches
-
-
-def key_status(seat: Seat, placement: Placement, plan: ReplicaPlan) -> KeyStatus:
+def key_status(seat: Seat, record: ReplicaPlacement) -> KeyStatus:
     """The replica's key, or unknown with the reason (a dry run needs no engine Python)."""
     from rocmseat.cache.key import replica_key
 
     try:
-        key = replica_key(seat, plan.replica, gpu_arch(placement, plan))
+        key = replica_key(seat, record.replica, record.gfx_targets)
     except ConfigError:
         raise
     except RocmseatError as exc:
@@ -93,27 +100,20 @@ def key_status(seat: Seat, placement: Placement, plan: ReplicaPlan) -> KeyStatus
     return KeyStatus(key.digest, "")
 
 
-def dry_run(seat: Seat, sysfs_root: Path | None) -> tuple[ReplicaPlan, ...]:
-    placement = place(seat, sysfs_root, numactl=find_numactl())
-    keys = {p.replica: key_status(seat, placement, p) for p in placement.plans}
-    return tuple(dataclasses.replace(p, key=keys[p.replica]) for p in placement.plans)
-
-
-def pick(plans: Sequence[ReplicaPlan], replica: str) -> ReplicaPlan:
-    for plan in plans:
-        if plan.replica == replica:
-            return plan
-    names = ", ".join(p.replica for p in plans)
-    raise ConfigError(f"--replica {replica!r}: no such replica in this seat (replicas: {names})")
+def dry_run(seat: Seat, sysfs_root: Path | None, *, state_dir: Path,
+            environ: Mapping[str, str] | None = None) -> tuple[ReplicaPlan, ...]:
+    placed = place(seat, sysfs_root, state_dir=state_dir, environ=environ)
+    keys = {r.replica: key_status(seat, r) for r in placed.records}
+    return plan_replicas(seat, placed.records, numactl=find_numactl(), keys=keys)
 
 
 def expect_rules(seat: Seat) -> list[ExpectRule]:
     return [ExpectRule(e.pattern, e.when, Severity(e.severity)) for e in seat.expect_log]
 
 
-def usable_state_dir(state_dir: Path, seat: Seat, replica: str) -> Path:
+def usable_state_dir(record: ReplicaPlacement, state_dir: Path) -> Path:
     """The replica's state dir, made; a config error naming it when it cannot be."""
-    path = replica_state_dir(state_dir, seat.name, replica)
+    path = record.state_dir
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -135,10 +135,11 @@ def check_engine_command(plan: ReplicaPlan, python: Path, env: Mapping[str, str]
 def preflight_only(seat: Seat, replica: str, *, sysfs_root: Path | None, state_dir: Path,
                    say: Say, environ: Mapping[str, str] | None = None) -> list[Finding]:
     """`launch --preflight-only` (the replica unit's ExecStartPre=): see launch/gate.py."""
-    plan = pick(place(seat, sysfs_root, numactl=None).plans, replica)
-    usable_state_dir(state_dir, seat, plan.replica)
-    return sysfs_gate(seat, plan, sysfs_root, state_dir,
-                      environ=os.environ if environ is None else environ, say=say)
+    environ = os.environ if environ is None else environ
+    record = pick(place(seat, sysfs_root, state_dir=state_dir, environ=environ).records, replica)
+    usable_state_dir(record, state_dir)
+    return sysfs_gate(seat, plan_replica(seat, record, numactl=None), sysfs_root, state_dir,
+                      environ=environ, say=say)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,49 +155,78 @@ def launch_replica(
     environ: Mapping[str, str] | None = None, stop_grace_s: float = 30.0,
     probe_interval_s: float = 2.0, fetch: Fetch = http_fetch,
 ) -> LaunchResult:
-    placement = place(seat, sysfs_root, numactl=find_numactl())
-    plan = pick(placement.plans, replica)
+    environ = dict(os.environ if environ is None else environ)
+    placed = place(seat, sysfs_root, state_dir=state_dir, environ=environ)
+    record = pick(placed.records, replica)
     # One launch per replica: a second one would move the cache of a running engine aside and
     # race it for the port. The kernel drops the lock when we die; the engine does not inherit
     # it (PEP 446: our descriptors are not inheritable).
-    lock = usable_state_dir(state_dir, seat, plan.replica) / ".launch.lock"
+    lock = usable_state_dir(record, state_dir) / ".launch.lock"
     try:
         with exclusive_lock(lock, timeout_s=0.0):
-            return _launch_locked(seat, placement, plan, sysfs_root=sysfs_root,
+            return _launch_locked(seat, placed, record, sysfs_root=sysfs_root,
                                   state_dir=state_dir, echo=echo, say=say, environ=environ,
                                   stop_grace_s=stop_grace_s, probe_interval_s=probe_interval_s,
                                   fetch=fetch)
     except LockTimeout:
-        raise RocmseatError(f"replica {plan.replica} of seat {seat.name} is already being "
+        raise RocmseatError(f"replica {record.replica} of seat {seat.name} is already being "
                             f"launched by another process (lock {lock})",
                             hint="stop that one first (systemctl stop, or SIGTERM)") from None
 
 
+def placed_plan(seat: Seat, placed: NodePlacement, record: ReplicaPlacement, *,
+                sysfs_root: Path | None, state_dir: Path, environ: Mapping[str, str],
+                say: Say, key: KeyStatus | None = None) -> ReplicaPlan:
+    """The plan the engine starts with: the placement renumbered by HIP itself when the seat
+    runs the HIP probe, refused when HIP cannot see the pair; its record saved as
+    placement.json in the replica's state dir."""
+    numactl = find_numactl()
+    plan = plan_replica(seat, record, numactl=numactl, key=key)
+    if needs_hip(seat, plan, sysfs_root):
+        numbering = hip_numbering(plan, environ, say=say)
+        if numbering is not None:
+            probed = pick(resolve(seat, placed.inventory, state_root=state_dir,
+                                  numbering=numbering), record.replica)
+            if probed.hip_indices != record.hip_indices and probed.hip_indices is not None:
+                assumed = ",".join(map(str, record.hip_indices or ())) or "none"
+                say(f"HIP numbers {', '.join(record.pci_pair)} as "
+                    f"{','.join(map(str, probed.hip_indices))}, not {assumed} "
+                    f"({record.hip_note}): using HIP's numbering")
+            record = probed
+            plan = plan_replica(seat, record, numactl=numactl, key=key)
+    if plan.pci_pair and plan.hip_indices is None:
+        raise NoDeviceError(f"replica {record.replica}: {record.hip_note}",
+                            hint="check ROCR_VISIBLE_DEVICES in the environment launch runs "
+                            "in, and `rocmseat preflight --only hip`")
+    write_recorded(record)
+    return plan
+
+
 def _launch_locked(
-    seat: Seat, placement: Placement, plan: ReplicaPlan, *, sysfs_root: Path | None,
-    state_dir: Path, echo: Say, say: Say, environ: Mapping[str, str] | None,
+    seat: Seat, placed: NodePlacement, record: ReplicaPlacement, *, sysfs_root: Path | None,
+    state_dir: Path, echo: Say, say: Say, environ: dict[str, str],
     stop_grace_s: float, probe_interval_s: float, fetch: Fetch,
 ) -> LaunchResult:
     from rocmseat.cache.key import replica_key
     from rocmseat.cache.store import prepare
 
-    environ = dict(os.environ if environ is None else environ)
-    child_env = {k: v for k, v in environ.items() if k != NOTIFY_ENV}
-    child_env.update(plan.env)
-    check_engine_command(plan, seat.engine.python, child_env)
+    initial = plan_replica(seat, record, numactl=None)
+    check_engine_command(initial, seat.engine.python, engine_env(environ, initial))
     notifier = Notifier.from_environ(environ)
     started = dt.datetime.now(dt.UTC)
-    # Order: key (cheap, no side effect) -> preflight gate -> cache prepare (the side effect:
-    # a move-aside) -> engine, so a refused start leaves the cache as it was.
+    # Order: key (cheap, no side effect) -> HIP numbering and preflight gate -> cache prepare
+    # (the side effect: a move-aside) -> engine, so a refused start leaves the cache as it was.
     notifier.status("computing the config key")
-    key = replica_key(seat, plan.replica, gpu_arch(placement, plan))
+    key = replica_key(seat, record.replica, record.gfx_targets)
     notifier.status("preflight of the pair")
+    plan = placed_plan(seat, placed, record, sysfs_root=sysfs_root, state_dir=state_dir,
+                       environ=environ, say=say, key=KeyStatus(key.digest, ""))
     try:
         preflight = launch_gate(seat, plan, sysfs_root, state_dir, environ=environ, say=say)
     except PreflightRefused as refused:
         # startup.json must not keep showing the last good start while the unit fails
         save_report(state_dir, build_report(
-            dataclasses.replace(plan, key=KeyStatus(key.digest, "")), classify_text(""),
+            plan, classify_text(""),
             refused.findings, started_at=started, finished_at=dt.datetime.now(dt.UTC),
             moved_aside=None, changed_factors=[],
             outcome={"ready": False, "ready_after_s": None, "timed_out": False,
@@ -211,15 +241,7 @@ def _launch_locked(
         raise ConfigError(f"cache_root {seat.cache_root}: {why}",
                           hint="check cache_root in the seat file") from None
     say(prepared.message)
-    plan = dataclasses.replace(plan, key=KeyStatus(key.digest, ""),
-                               env={**plan.env, **prepared.env})
-    order = probed_hip_order(preflight)
-    if order is not None:
-        probed = with_probed_hip_indices(plan, order)
-        if probed.hip_indices != plan.hip_indices:
-            say(f"HIP numbers {', '.join(plan.pci_pair)} as {probed.hip_indices}, not "
-                f"{plan.hip_indices} (PCI bus order): using the probe's indices")
-        plan = probed
+    plan = dataclasses.replace(plan, env={**plan.env, **prepared.env})
     previous, problems = previous_start(state_dir, seat.name, plan.replica)
     for problem in problems:
         say(f"startup history entry skipped: {problem}")
@@ -228,6 +250,7 @@ def _launch_locked(
     ctx = JudgeContext(
         replica=plan.replica, moved_aside=prepared.moved_aside, cache_dir=prepared.replica_dir,
         drafter_configured=seat.drafter is not None, previous=previous, expect=rules,
+        key_digest=key.digest,
     )
     changed = [c.describe() for c in prepared.changed]
 
@@ -250,16 +273,15 @@ def _launch_locked(
                 say(f"{finding.severity.value}: {finding.check_id}: {finding.message}")
         say(f"replica {plan.replica} ready in {after_s:.0f} s; startup report {path}")
 
-    child_env.update(plan.env)  # now with the cache variables and the probed HIP indices
     spec = EngineSpec(
-        argv=plan.argv, env=child_env,
+        argv=plan.argv, env=engine_env(environ, plan),
         cpus=frozenset(plan.binding.cpus) if plan.binding.method == "cpu-affinity" else None,
         canary=Canary(plan.probe_url, seat.model.served_name or seat.name,
                       seat.readiness.canary_prompt, seat.readiness.canary_max_tokens),
         readiness_timeout_s=seat.readiness.timeout_s, probe_interval_s=probe_interval_s,
         stop_grace_s=stop_grace_s,
     )
-    say(f"starting replica {plan.replica}: {shlex.join(plan.argv)}")
+    say(f"starting replica {plan.replica}: {shlex.join(redact_argv(plan.argv))}")
     result = supervise(spec, reader=reader, notifier=notifier, echo=echo, on_ready=on_ready,
                        fetch=fetch)
     path, findings = write(result.summary, result.ready, _outcome(result))

@@ -29,9 +29,9 @@ from typing import Any
 from rocmseat.atomic import atomic_write_json
 from rocmseat.errors import RocmseatError
 from rocmseat.findings import Finding, Severity
-from rocmseat.launch.plan import ReplicaPlan
-from rocmseat.launch.report import replica_state_dir
+from rocmseat.launch.plan import ReplicaPlan, engine_env
 from rocmseat.seat.model import Seat
+from rocmseat.sysfs.parse import normalize_pci_address
 
 Say = Callable[[str], None]
 INVOCATION_ENV = "INVOCATION_ID"
@@ -67,16 +67,53 @@ def needs_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None) -> bool:
     return seat.backend == "rocm" and len(plan.pci_pair) == 2 and sysfs_root is not None
 
 
+def needs_hip(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None) -> bool:
+    """The start runs the HIP probe (and launch reads HIP's own numbering first)."""
+    return needs_gate(seat, plan, sysfs_root) and seat.preflight.hip
+
+
+VISIBLE_CHECK = "launch.hip.visible"
+
+
+def visibility(plan: ReplicaPlan, findings: Sequence[Finding]) -> Finding | None:
+    """Under the replica's own HIP_VISIBLE_DEVICES, HIP must show exactly its pair, in order
+    (the `devices` of the probe's hip.runtime finding, read with hipDeviceGetPCIBusId). None when
+    HIP did not run; a `fail` when the mask selects other GPUs: the engine would run there."""
+    if not plan.pci_pair:
+        return None
+    subject = "+".join(plan.pci_pair)
+    for finding in findings:
+        if finding.check_id != "hip.runtime" or finding.subject != subject:
+            continue
+        devices = finding.data.get("devices")
+        if not isinstance(devices, list) or not devices:
+            return None
+        seen = [normalize_pci_address(str(d)) or str(d) for d in devices]
+        mask = plan.env.get("HIP_VISIBLE_DEVICES", "")
+        data = {"hip_visible_devices": mask, "devices": seen, "pair": list(plan.pci_pair)}
+        if seen == list(plan.pci_pair):
+            return Finding(VISIBLE_CHECK, Severity.OK, plan.replica,
+                           f"HIP_VISIBLE_DEVICES={mask} shows HIP the pair "
+                           f"{', '.join(plan.pci_pair)}", data=data)
+        return Finding(VISIBLE_CHECK, Severity.FAIL, plan.replica,
+                       f"HIP_VISIBLE_DEVICES={mask} shows HIP {', '.join(seen)}, not the "
+                       f"replica's pair {', '.join(plan.pci_pair)}: the engine would run on "
+                       "other GPUs", "docs/hip.md, \"Numbering\"", data)
+    return None
+
+
 def _run(seat: Seat, plan: ReplicaPlan, sysfs_root: Path, state_dir: Path, *,
-         families: Collection[str] | None, hip: bool, say: Say) -> list[Finding]:
+         families: Collection[str] | None, hip: bool, say: Say,
+         environ: Mapping[str, str] | None = None) -> list[Finding]:
     from rocmseat.preflight.run import run_preflight
 
-    # The HIP probe runs with the replica's own environment (HIP_VISIBLE_DEVICES, HSA_*,
-    # NCCL_* ...): IPC that works in a bare shell can fail under the replica's settings.
+    # The HIP probe runs with the engine's own environment (HIP_VISIBLE_DEVICES, an inherited
+    # ROCR_VISIBLE_DEVICES, HSA_*, NCCL_* ...): IPC that works in a bare shell can fail under
+    # the replica's settings, and the mask must select the pair.
     findings = run_preflight(sysfs_root, state_dir, families=families,
                              pairs=[(plan.pci_pair[0], plan.pci_pair[1])],
                              profile=seat.preflight.profile, hip=hip,
-                             hip_env=dict(plan.env) if hip else None)
+                             hip_env=engine_env(environ or {}, plan) if hip else None)
     for finding in findings:
         if finding.severity is not Severity.OK:
             say(f"preflight {finding.severity.value}: {finding.check_id} {finding.subject}: "
@@ -115,13 +152,23 @@ def launch_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None, state_di
     reused = _reuse(state_dir, seat, plan, environ.get(INVOCATION_ENV), say)
     if reused is None:
         findings = _run(seat, plan, sysfs_root, state_dir, families=None,
-                        hip=seat.preflight.hip, say=say)
+                        hip=seat.preflight.hip, say=say, environ=environ)
     else:
         findings = reused
         if seat.preflight.hip:
             # a hip-only run still reports the inventory (a missing GPU): keep what is new
-            hip = _run(seat, plan, sysfs_root, state_dir, families={"hip"}, hip=True, say=say)
+            hip = _run(seat, plan, sysfs_root, state_dir, families={"hip"}, hip=True, say=say,
+                       environ=environ)
             findings += [f for f in hip if f not in reused]
+    visible = visibility(plan, findings)
+    if visible is not None:
+        findings.append(visible)
+        if visible.severity is Severity.FAIL:
+            # Not a judgement of the pair that refuse_on_fail = false may wave through: the
+            # engine would be started on other GPUs.
+            say(f"preflight fail: {visible.check_id} {visible.subject}: {visible.message}")
+            raise PreflightRefused(f"replica {plan.replica}: start refused: {visible.message}",
+                                   hint=visible.hint, findings=findings)
     refused = refusal(findings, plan.replica, refuse_on_fail=seat.preflight.refuse_on_fail)
     if refused is not None:
         raise refused
@@ -129,7 +176,7 @@ def launch_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None, state_di
 
 
 def _result_path(state_dir: Path, seat: Seat, plan: ReplicaPlan) -> Path:
-    return replica_state_dir(state_dir, seat.name, plan.replica) / SYSFS_RESULT
+    return plan.placement.state_dir / SYSFS_RESULT
 
 
 def _reuse(state_dir: Path, seat: Seat, plan: ReplicaPlan, invocation: str | None,

@@ -44,6 +44,7 @@ class JudgeContext:
     previous: PreviousStart | None
     expect: Sequence[ExpectRule] = ()
     complete: bool = True  # False when the engine died or timed out before ready
+    key_digest: str | None = None  # this start's config key (None: not known)
 
 
 def judge_startup(summary: StartupSummary, ctx: JudgeContext) -> list[Finding]:
@@ -170,7 +171,14 @@ def _judge_kv(summary: StartupSummary, ctx: JudgeContext) -> list[Finding]:
     shrink = 1.0 - tokens / prev.kv_cache_tokens if prev.kv_cache_tokens > 0 else 0.0
     data["shrink_ratio"] = round(shrink, 4)
     if shrink > KV_SHRINK_LIMIT:
-        changed = "" if prev.key_digest is None else " (config key changed)"
+        # Only a comparison of both keys says whether the key changed; either one unknown says
+        # nothing (a shrink under the same key is the drafter-free surprise to look into).
+        changed = ""
+        if prev.key_digest is not None and ctx.key_digest is not None:
+            changed = (" (config key changed)" if prev.key_digest != ctx.key_digest
+                       else " (same config key)")
+        data["key_changed"] = (None if prev.key_digest is None or ctx.key_digest is None
+                               else prev.key_digest != ctx.key_digest)
         return [Finding(
             "launch.kv.shrunk", Severity.WARN, ctx.replica,
             f"KV pool shrank {shrink:.1%}: {tokens:,} tokens now, {prev.kv_cache_tokens:,} at "

@@ -1,38 +1,28 @@
-"""The replica plan (pure): seat + inventory + pairs + cache env -> how each replica starts.
+"""The replica plan (pure): a replica's placement + the seat -> how the engine starts.
 
-Per replica: its name, PCI pair, HIP device indices, NUMA binding, port, environment and argv.
-
-HIP device indices are mapped by PCI address, never by DRM card index (cards can be card1,
-card9, ... on one node). Assumption, stated: with no ROCR_/HIP_VISIBLE_DEVICES set, HIP numbers
-the GPUs it can use in PCI bus order, the order ROCr enumerates KFD topology nodes on Linux
-(ROCm docs "GPU isolation techniques", https://rocm.docs.amd.com/en/latest/conceptual/gpu-isolation.html:
-HIP_VISIBLE_DEVICES takes "device indices"). The plan says which source gave the indices; when
-the hip room's probe has mapped index -> PCI bus id with hipDeviceGetPCIBusId, pass that map
-as `hip_index_by_pci` and it wins over the assumption.
+Where a replica runs (its name, port, GPU pair, HIP indices, NUMA node, cache and state dirs) is
+the placement's answer (rocmseat.seat.placement); this module only turns one placement record
+into the engine's environment, argv and CPU binding method. It derives none of the record's
+fields again.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rocmseat.cache.layout import cache_env
-from rocmseat.errors import ConfigError, NoDeviceError
-from rocmseat.findings import Finding, Severity
-from rocmseat.node.inventory import Inventory
-from rocmseat.preflight.pairs import Pair
-from rocmseat.seat.locate import Loc, format_loc, locate
+from rocmseat.hip.numbering import HIP_MASKS
+from rocmseat.launch.sdnotify import NOTIFY_ENV
+from rocmseat.redact import redact_argv, redact_env
 from rocmseat.seat.model import Seat
+from rocmseat.seat.placement import HIP_ORDER_ASSUMED, HIP_ORDER_PROBED, ReplicaPlacement
 
-HIP_ORDER_ASSUMED = "pci-bus-order"
-HIP_ORDER_PROBED = "hip-probe"
-# Set per replica from its pair; a seat that sets them would put both replicas on one pair.
-DEVICE_SELECTION_ENV = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
-                        "GPU_DEVICE_ORDINAL")
+__all__ = ["HIP_ORDER_ASSUMED", "HIP_ORDER_PROBED", "Binding", "KeyStatus", "ReplicaPlan",
+           "engine_argv", "engine_env", "plan_replica", "plan_replicas", "speculative_config"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,60 +45,75 @@ class KeyStatus:
 @dataclass(frozen=True, slots=True)
 class ReplicaPlan:
     seat: str
-    replica: str
-    index: int
+    placement: ReplicaPlacement
     backend: str
-    pci_pair: tuple[str, ...]  # empty for backend cpu
-    hip_indices: tuple[int, ...]
-    hip_index_source: str  # HIP_ORDER_ASSUMED | HIP_ORDER_PROBED | "" (cpu)
     binding: Binding
-    host: str
-    port: int
-    cache_dir: Path
     env: Mapping[str, str]  # what the replica adds to the inherited environment
     engine_argv: tuple[str, ...]
     argv: tuple[str, ...]  # binding prefix + engine argv
     key: KeyStatus
 
     @property
+    def replica(self) -> str:
+        return self.placement.replica
+
+    @property
+    def index(self) -> int:
+        return self.placement.index
+
+    @property
+    def pci_pair(self) -> tuple[str, ...]:
+        return self.placement.pci_pair
+
+    @property
+    def hip_indices(self) -> tuple[int, ...] | None:
+        return self.placement.hip_indices
+
+    @property
+    def hip_index_source(self) -> str:
+        return self.placement.hip_index_source
+
+    @property
+    def host(self) -> str:
+        return self.placement.host
+
+    @property
+    def port(self) -> int:
+        return self.placement.port
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.placement.cache_dir
+
+    @property
     def probe_url(self) -> str:
-        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
-        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+        return self.placement.base_url
 
     def to_json(self) -> dict[str, Any]:
+        """The plan as `launch --dry-run --json` prints it: secrets redacted (rocmseat.redact)."""
+        record = self.placement
         return {
-            "replica": self.replica,
-            "index": self.index,
+            "replica": record.replica,
+            "index": record.index,
             "backend": self.backend,
-            "pci_pair": list(self.pci_pair),
-            "hip_indices": list(self.hip_indices),
-            "hip_index_source": self.hip_index_source,
+            "pci_pair": list(record.pci_pair),
+            "hip_indices": None if record.hip_indices is None else list(record.hip_indices),
+            "hip_index_source": record.hip_index_source,
+            "hip_note": record.hip_note,
             "binding": {
                 "numa_node": self.binding.numa_node,
                 "cpulist": self.binding.cpulist,
                 "method": self.binding.method,
                 "note": self.binding.note,
             },
-            "host": self.host,
-            "port": self.port,
-            "cache_dir": str(self.cache_dir),
-            "env": dict(sorted(self.env.items())),
-            "argv": list(self.argv),
+            "host": record.host,
+            "port": record.port,
+            "cache_dir": str(record.cache_dir),
+            "state_dir": str(record.state_dir),
+            "env": dict(sorted(redact_env(self.env).items())),
+            "argv": redact_argv(self.argv),
             "key": {"digest": self.key.digest, "reason": self.key.reason},
         }
-
-
-def seat_error(seat: Seat, loc: Loc, why: str, hint: str | None = None) -> ConfigError:
-    """A ConfigError naming the seat file, the key's line and the key."""
-    where = str(seat.source_path or seat.name)
-    if seat.source_path is not None:
-        try:
-            line = locate(seat.source_path.read_text(encoding="utf-8"), loc)
-        except OSError:
-            line = None
-        if line is not None:
-            where = f"{where}:{line}"
-    return ConfigError(f"{where}: key '{format_loc(loc)}': {why}", hint=hint)
 
 
 def speculative_config(seat: Seat) -> dict[str, Any] | None:
@@ -153,133 +158,60 @@ def engine_argv(seat: Seat, port: int) -> tuple[str, ...]:
     return tuple(argv)
 
 
-def replica_pairs(seat: Seat, inventory: Inventory | None,
-                  proposed: Sequence[Pair]) -> tuple[tuple[str, ...], ...]:
-    """The GPU tuple of each replica: explicit pairs from the seat, else the proposed pairs."""
+def plan_replica(seat: Seat, record: ReplicaPlacement, *, numactl: str | None,
+                 key: KeyStatus | None = None,
+                 cache_vars: Mapping[str, str] | None = None) -> ReplicaPlan:
+    """How the engine of `record` starts. `cache_vars`: the cache store's variables for the
+    replica's dir (default: the layout's, rocmseat.cache.layout.cache_env)."""
+    env = dict(seat.env)
+    env.update(cache_vars if cache_vars is not None else cache_env(record.cache_dir))
+    # The engine's output goes to a pipe: unbuffered, each line reaches the journal and the
+    # startup-log classifier when it is written, not when a 8 KiB buffer fills.
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if record.pci_pair and record.hip_indices is not None:
+        env["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in record.hip_indices)
+    binding = _binding(seat, record, numactl)
+    engine = engine_argv(seat, record.port)
+    prefix: tuple[str, ...] = ()
+    if binding.method == "numactl" and numactl is not None:
+        node = str(binding.numa_node)
+        prefix = (numactl, f"--cpunodebind={node}", f"--membind={node}")
+    return ReplicaPlan(
+        seat=seat.name, placement=record, backend=seat.backend, binding=binding, env=env,
+        engine_argv=engine, argv=prefix + engine, key=key or KeyStatus(None, "not computed"),
+    )
+
+
+def plan_replicas(seat: Seat, records: Sequence[ReplicaPlacement], *, numactl: str | None,
+                  keys: Mapping[str, KeyStatus] | None = None) -> tuple[ReplicaPlan, ...]:
+    return tuple(plan_replica(seat, r, numactl=numactl, key=(keys or {}).get(r.replica))
+                 for r in records)
+
+
+def engine_env(environ: Mapping[str, str], plan: ReplicaPlan) -> dict[str, str]:
+    """The engine's whole environment: the inherited one without NOTIFY_SOCKET (only rocmseat
+    reports readiness) and without an inherited HIP-level mask (the plan's HIP_VISIBLE_DEVICES
+    is the one; vLLM asserts an inherited CUDA_VISIBLE_DEVICES equals it,
+    vllm/platforms/rocm.py), plus the plan's variables. An inherited ROCR_VISIBLE_DEVICES stays:
+    the placement's numbering already counts it (rocmseat.hip.numbering)."""
+    dropped = {NOTIFY_ENV, *HIP_MASKS} if plan.pci_pair else {NOTIFY_ENV}
+    env = {k: v for k, v in environ.items() if k not in dropped}
+    env.update(plan.env)
+    return env
+
+
+def _binding(seat: Seat, record: ReplicaPlacement, numactl: str | None) -> Binding:
+    numa = record.numa
     if seat.backend == "cpu":
-        return ((),)
-    if inventory is None or not inventory.gpus:
-        raise NoDeviceError("no AMD GPU in the inventory: a rocm seat has nothing to run on")
-    if seat.replicas.mode == "explicit":
-        pairs = tuple(tuple(p) for p in seat.replicas.pairs or ())
-        known = {g.pci_address for g in inventory.gpus}
-        for i, pair in enumerate(pairs):
-            for address in pair:
-                if address not in known:
-                    raise seat_error(seat, ("replicas", "pairs", i),
-                                     f"GPU {address} is not in the inventory of "
-                                     f"{inventory.sysfs_root} ({', '.join(sorted(known))})")
-        return pairs
-    if not proposed:
-        raise NoDeviceError(
-            f"no socket-local GPU pair among {len(inventory.gpus)} GPUs",
-            hint="run `rocmseat preflight` to see why, or set [replicas] mode = 'explicit'",
-        )
-    return tuple(p.addresses() for p in proposed)
-
-
-def plan_replicas(
-    seat: Seat,
-    inventory: Inventory | None,
-    proposed: Sequence[Pair],
-    *,
-    numactl: str | None,
-    keys: Mapping[str, KeyStatus] | None = None,
-    cache_envs: Mapping[str, Mapping[str, str]] | None = None,
-    hip_index_by_pci: Mapping[str, int] | None = None,
-) -> tuple[ReplicaPlan, ...]:
-    if seat.backend == "rocm":
-        for name in DEVICE_SELECTION_ENV:
-            if name in seat.env:
-                raise seat_error(seat, ("env", name), "is set per replica by rocmseat from its "
-                                 "GPU pair; remove it from [env]")
-    pairs = replica_pairs(seat, inventory, proposed)
-    try:
-        names = seat.replica_names(len(pairs))
-    except ValueError as exc:
-        raise seat_error(seat, ("replicas", "names"), str(exc)) from None
-    plans = []
-    for index, (name, pair) in enumerate(zip(names, pairs, strict=True)):
-        if seat.backend == "rocm" and len(pair) != seat.tp:
-            raise seat_error(seat, ("tp",), f"tp = {seat.tp} but replica {name} has "
-                             f"{len(pair)} GPUs ({', '.join(pair)})")
-        cache_dir = seat.cache_root / name
-        env = dict(seat.env)
-        env.update((cache_envs or {}).get(name) or cache_env(cache_dir))
-        # The engine's output goes to a pipe: unbuffered, each line reaches the journal and the
-        # startup-log classifier when it is written, not when a 8 KiB buffer fills.
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        indices, source = _hip_indices(pair, inventory, hip_index_by_pci)
-        if pair:
-            env["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in indices)
-        binding = _binding(seat, pair, inventory, numactl)
-        port = seat.port_of(index)
-        engine = engine_argv(seat, port)
-        prefix: tuple[str, ...] = ()
-        if binding.method == "numactl" and numactl is not None:
-            node = str(binding.numa_node)
-            prefix = (numactl, f"--cpunodebind={node}", f"--membind={node}")
-        key = (keys or {}).get(name) or KeyStatus(None, "not computed")
-        plans.append(ReplicaPlan(
-            seat=seat.name, replica=name, index=index, backend=seat.backend, pci_pair=pair,
-            hip_indices=indices, hip_index_source=source, binding=binding,
-            host=seat.engine.host, port=port, cache_dir=cache_dir, env=env,
-            engine_argv=engine, argv=prefix + engine, key=key,
-        ))
-    return tuple(plans)
-
-
-def _hip_indices(pair: tuple[str, ...], inventory: Inventory | None,
-                 probed: Mapping[str, int] | None) -> tuple[tuple[int, ...], str]:
-    if not pair or inventory is None:
-        return (), ""
-    if probed is not None and all(a in probed for a in pair):
-        return tuple(probed[a] for a in pair), HIP_ORDER_PROBED
-    order = sorted(g.pci_address for g in inventory.gpus)
-    return tuple(order.index(a) for a in pair), HIP_ORDER_ASSUMED
-
-
-def _binding(seat: Seat, pair: tuple[str, ...], inventory: Inventory | None,
-             numactl: str | None) -> Binding:
-    if seat.backend == "cpu" or inventory is None:
-        return Binding(None, None, (), "none", "backend cpu: no GPU to be near")
-    gpus = [inventory.gpu(a) for a in pair]
-    nodes = {g.numa_node for g in gpus if g is not None}
-    if len(nodes) != 1 or None in nodes:
-        shown = ", ".join("unknown" if n is None else str(n) for n in sorted(nodes, key=str))
-        return Binding(None, None, (), "none",
-                       f"the pair's GPUs do not share one known NUMA node ({shown}): not bound")
-    node_id = nodes.pop()
-    assert node_id is not None
-    node = next((n for n in inventory.numa_nodes if n.node_id == node_id), None)
-    cpulist = node.cpulist if node is not None else None
-    cpus = tuple(node.cpus or ()) if node is not None else ()
+        return Binding(None, None, (), "none", numa.note)
+    if numa.node is None:
+        return Binding(None, None, (), "none", numa.note)
+    node_id = numa.node
     if numactl is not None:
-        return Binding(node_id, cpulist, cpus, "numactl",
+        return Binding(node_id, numa.cpulist, numa.cpus, "numactl",
                        f"numactl --cpunodebind={node_id} --membind={node_id}")
-    if cpus:
-        return Binding(node_id, cpulist, cpus, "cpu-affinity",
+    if numa.cpus:
+        return Binding(node_id, numa.cpulist, numa.cpus, "cpu-affinity",
                        "numactl not found: CPU affinity only, memory not bound (first touch)")
     return Binding(node_id, None, (), "none",
                    f"numactl not found and node {node_id} has no readable cpulist: not bound")
-
-
-def probed_hip_order(findings: Iterable[Finding]) -> dict[str, int] | None:
-    """PCI address -> HIP index as the HIP probe saw it (hipDeviceGetPCIBusId of each index,
-    in the `devices` data of an ok `hip.runtime` finding), or None when it did not run."""
-    for finding in findings:
-        if finding.check_id == "hip.runtime" and finding.severity is Severity.OK:
-            devices = finding.data.get("devices")
-            if isinstance(devices, list) and devices and all(isinstance(d, str) for d in devices):
-                return {d.lower(): i for i, d in enumerate(devices)}
-    return None
-
-
-def with_probed_hip_indices(plan: ReplicaPlan, order: Mapping[str, int]) -> ReplicaPlan:
-    """The plan with the probe's HIP indices (unchanged if the probe did not see the pair)."""
-    if not plan.pci_pair or not all(a in order for a in plan.pci_pair):
-        return plan
-    indices = tuple(order[a] for a in plan.pci_pair)
-    env = {**plan.env, "HIP_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}
-    return dataclasses.replace(plan, hip_indices=indices, hip_index_source=HIP_ORDER_PROBED,
-                               env=env)

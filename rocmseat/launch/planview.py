@@ -1,4 +1,7 @@
-"""Render replica plans for `rocmseat launch --dry-run` (pure: plans in, text or JSON out)."""
+"""Render replica plans for `rocmseat launch --dry-run` (pure: plans in, text or JSON out).
+
+Both renderings leave the process: secret-bearing flag values and credential-looking environment
+values are redacted (rocmseat.redact)."""
 
 from __future__ import annotations
 
@@ -6,7 +9,8 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from rocmseat.launch.plan import HIP_ORDER_ASSUMED, ReplicaPlan
+from rocmseat.launch.plan import ReplicaPlan
+from rocmseat.redact import redact_argv, redact_env
 from rocmseat.seat.model import Seat
 
 PLAN_SCHEMA = "rocmseat.launch-plan/v1"
@@ -49,12 +53,13 @@ def plan_text(seat: Seat, plans: Sequence[ReplicaPlan]) -> str:
     for plan in plans:
         out.append("")
         out.append(f"replica {plan.replica}")
-        if plan.pci_pair:
-            source = ("indices by PCI bus order, assumed" if plan.hip_index_source ==
-                      HIP_ORDER_ASSUMED else "indices from the HIP probe")
+        if plan.pci_pair and plan.hip_indices is not None:
             indices = ",".join(str(i) for i in plan.hip_indices)
             out.append(f"  gpus        {{{', '.join(plan.pci_pair)}}} -> HIP_VISIBLE_DEVICES="
-                       f"{indices} ({source})")
+                       f"{indices} ({plan.placement.hip_note})")
+        elif plan.pci_pair:
+            out.append(f"  gpus        {{{', '.join(plan.pci_pair)}}} -> HIP_VISIBLE_DEVICES "
+                       f"unknown: {plan.placement.hip_note} (launch refuses to start it)")
         else:
             out.append("  gpus        none (backend cpu)")
         b = plan.binding
@@ -66,12 +71,14 @@ def plan_text(seat: Seat, plans: Sequence[ReplicaPlan]) -> str:
         out.append(f"  listen      {plan.host}:{plan.port} (probe {plan.probe_url}/health "
                    "+ canary)")
         out.append(f"  cache       {plan.cache_dir}")
+        out.append(f"  state       {plan.placement.state_dir}")
         key = plan.key.digest or plan.key.reason or "unknown"
         out.append(f"  config key  {key}")
         out.append("  env")
-        out.extend(f"    {name}={shlex.quote(value)}" for name, value in sorted(plan.env.items()))
+        out.extend(f"    {name}={shlex.quote(value)}"
+                   for name, value in sorted(redact_env(plan.env).items()))
         out.append("  argv")
-        lines = argv_lines(plan.argv)
+        lines = argv_lines(redact_argv(plan.argv))
         out.extend("    " + line + (" \\" if i < len(lines) - 1 else "")
                    for i, line in enumerate(lines))
     return "\n".join(out) + "\n"

@@ -2,7 +2,9 @@
 
 `<state dir>/seats/<seat>/<replica>/startup.json` (schema rocmseat.startup/v1) is the latest
 start; every start is also kept as `history/<UTC stamp>-<pid>.json` beside it, so the next start
-can compare its KV pool with the previous one. Written atomically under a lock.
+can compare its KV pool with the previous one. Written atomically under a lock, mode 0600:
+both hold the engine's argv (its secret-bearing flag values are redacted, rocmseat.redact, but
+the rest of a command line is still nobody else's business).
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from rocmseat.findings import Finding
 from rocmseat.launch.judge import PreviousStart
 from rocmseat.launch.plan import ReplicaPlan
 from rocmseat.launch.startuplog import StartupSummary
+from rocmseat.redact import redact_argv
+from rocmseat.seat.placement import replica_state_dir
+
+__all__ = ["SCHEMA", "build_report", "previous_start", "replica_state_dir", "save_report"]
 
 SCHEMA = "rocmseat.startup/v1"
 HISTORY_KEEP = 50  # newest starts kept; older ones are evidence nobody reads
-
-
-def replica_state_dir(state_dir: Path, seat: str, replica: str) -> Path:
-    return state_dir / "seats" / seat / replica
+REPORT_MODE = 0o600  # the files hold an argv
 
 
 def utc_stamp(now: dt.datetime) -> str:
@@ -91,11 +94,12 @@ def build_report(
         },
         "plan": {
             "pci_pair": list(plan.pci_pair),
-            "hip_indices": list(plan.hip_indices),
+            "hip_indices": None if plan.hip_indices is None else list(plan.hip_indices),
+            "hip_index_source": plan.hip_index_source,
             "numa_node": plan.binding.numa_node,
             "binding": plan.binding.method,
             "port": plan.port,
-            "argv": list(plan.argv),
+            "argv": redact_argv(plan.argv),
         },
         "outcome": outcome,
         "log": summary_json(summary),
@@ -109,8 +113,8 @@ def save_report(state_dir: Path, report: dict[str, Any]) -> Path:
     history = directory / "history"
     entry = history / f"{report['started_at'].replace(':', '')}-{os.getpid()}.json"
     with exclusive_lock(directory / ".lock", timeout_s=30.0):
-        atomic_write_json(entry, report)
-        atomic_write_json(directory / "startup.json", report)
+        atomic_write_json(entry, report, mode=REPORT_MODE)
+        atomic_write_json(directory / "startup.json", report, mode=REPORT_MODE)
         entries = sorted(history.glob("*.json"))
         for old in entries[:-HISTORY_KEEP]:
             old.unlink(missing_ok=True)

@@ -11,16 +11,18 @@ pins, and what `systemd-analyze verify` checks directly. Plus a oneshot node pre
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import sys
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmseat.errors import ReadError
-from rocmseat.launch.plan import ReplicaPlan
+from rocmseat.errors import ConfigError, ReadError
 from rocmseat.seat.model import Seat
+from rocmseat.seat.placement import ReplicaPlacement, located
 
 PREFLIGHT_MARGIN_S = 180  # preflight with the HIP probe, the config key and the cache move
 STOP_GRACE_S = 30  # `rocmseat launch --stop-grace`: SIGTERM -> SIGKILL of the engine
@@ -28,6 +30,12 @@ RESTART_SEC = 30
 BURST, BURST_WINDOW_S = 5, 3600
 _PLACEHOLDER = re.compile(r"@([A-Z_]+)@")
 _HOME_ROOTS = (Path("/home"), Path("/root"), Path("/run/user"))
+# The first line of every rendered unit: the hash of the lines after it. `systemd install`
+# replaces a unit only while it still matches (a hand edit changes it).
+RENDERED_HEADER = "# Rendered by `rocmseat systemd render`"
+_STAMP = re.compile(re.escape(RENDERED_HEADER) + r"; sha256:([0-9a-f]{64}) of the lines below\n")
+# Exec* prefixes systemd reads off the first word (systemd.service(5), "Command lines").
+_EXEC_PREFIXES = "@-:+!|"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,26 +64,85 @@ def unit_groups(seat: Seat, ctx: UnitContext) -> tuple[str, ...]:
     return DEVICE_GROUPS if seat.backend == "rocm" and ctx.user else ()
 
 
-def unit_names(seat: Seat, plans: Sequence[ReplicaPlan]) -> dict[str, str]:
-    names = {p.replica: f"rocmseat-{seat.name}-{p.replica}.service" for p in plans}
+def unit_names(seat: Seat, records: Sequence[ReplicaPlacement]) -> dict[str, str]:
+    names = {r.replica: f"rocmseat-{seat.name}-{r.replica}.service" for r in records}
     names["watch"] = f"rocmseat-{seat.name}-watch.service"
     if seat.backend == "rocm":
         names["preflight"] = f"rocmseat-{seat.name}-preflight.service"
     return names
 
 
-def quote_arg(arg: str) -> str:
-    """One argument of an Exec line (systemd.service(5) "Command lines"): '%' is a specifier
-    and '$' a variable, so both are doubled; an argument with space, quote or backslash is
-    double-quoted with C-style escapes."""
-    text = arg.replace("%", "%%").replace("$", "$$")
+# ----- how systemd reads a value (systemd.syntax(7) "Quoting", systemd.unit(5) "Specifiers",
+# systemd.service(5) "Command lines", systemd.exec(5)) -----------------------------------------
+
+
+def has_control(value: str) -> bool:
+    """A control character (C0, DEL, C1): NUL, CR and LF end a unit line, the rest have no place
+    in one."""
+    return any(unicodedata.category(c) == "Cc" for c in value)
+
+
+def _quoted(text: str) -> str:
+    """One word for a setting that unquotes with C escapes: as is when it has no space, quote
+    or backslash; else double-quoted with `\\` and `\"`."""
     if text and not re.search(r"[\s\"'\\;]", text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def quote_arg(arg: str, *, first: bool = False) -> str:
+    """One word of an Exec*= command line. Every `%` is a specifier (`%%` is a literal one);
+    `$` starts a variable in the arguments (`$$` is a literal one) but not in the program path,
+    which systemd takes literally apart from specifiers (so `first` keeps `$` as is)."""
+    if has_control(arg):
+        raise ValueError(f"{arg!r} contains a control character")
+    text = arg.replace("%", "%%")
+    if not first:
+        text = text.replace("$", "$$")
+    elif text[:1] in _EXEC_PREFIXES or not text:
+        raise ValueError(f"{arg!r} cannot be an Exec program: systemd reads its first character "
+                         "as a prefix")
+    return _quoted(text)
+
+
 def exec_line(argv: Sequence[str | Path]) -> str:
-    return " ".join(quote_arg(str(a)) for a in argv)
+    return " ".join(quote_arg(str(a), first=i == 0) for i, a in enumerate(argv))
+
+
+def path_word(path: str | Path) -> str:
+    """One path of ReadWritePaths= (and the other namespace path lists): unquoted with C
+    escapes and specifier-expanded, no variable expansion, so only `%` is doubled."""
+    text = str(path)
+    if has_control(text):
+        raise ValueError(f"{text!r} contains a control character")
+    if not text.startswith("/"):
+        raise ValueError(f"{text!r} is not an absolute path")
+    return _quoted(text.replace("%", "%%"))
+
+
+def plain(value: str) -> str:
+    """Free text of a specifier-expanding setting (Description=, User=, SyslogIdentifier=)."""
+    if has_control(value):
+        raise ValueError(f"{value!r} contains a control character")
+    return value.replace("%", "%%")
+
+
+def stamp(text: str) -> str:
+    """The unit with its first line: the header and the sha256 of the text below it."""
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return f"{RENDERED_HEADER}; sha256:{digest} of the lines below\n{text}"
+
+
+def rendered_state(text: str) -> str:
+    """'pristine': a unit rocmseat rendered, not edited since (its hash matches); 'edited': our
+    header but other lines (a hand edit); 'foreign': no header of ours (someone's own unit, or
+    one rendered by a rocmseat that wrote no hash: its edits cannot be told)."""
+    match = _STAMP.match(text)
+    if match is None:
+        return "foreign"
+    body = text[match.end():]
+    return ("pristine" if hashlib.sha256(body.encode("utf-8")).hexdigest() == match.group(1)
+            else "edited")
 
 
 def substitute(template: str, values: Mapping[str, str]) -> str:
@@ -104,7 +171,7 @@ def hardening(seat: Seat, ctx: UnitContext, *, devices: bool) -> str:
     writable = sorted({str(seat.cache_root), str(ctx.state_dir)})
     lines = [
         "ProtectSystem=strict",
-        "ReadWritePaths=" + " ".join(quote_arg(p) for p in writable),
+        "ReadWritePaths=" + " ".join(path_word(p) for p in writable),
         f"ProtectHome={_protect_home(seat)}",
         "PrivateTmp=yes",
         "NoNewPrivileges=yes",
@@ -130,8 +197,8 @@ def _common(seat: Seat, ctx: UnitContext, *, devices: bool) -> dict[str, str]:
     # User= they must belong to that user (the cache store refuses a root of another owner).
     make = ["install", "-d", "-o", ctx.user, *dirs] if ctx.user else ["mkdir", "-p", *dirs]
     return {
-        "SEAT": seat.name,
-        "USER": f"User={ctx.user}" if ctx.user else "",
+        "SEAT": plain(seat.name),
+        "USER": f"User={plain(ctx.user)}" if ctx.user else "",
         "HARDENING": hardening(seat, ctx, devices=devices),
         "PREPARE_DIRS": "ExecStartPre=+" + exec_line(make),
     }
@@ -149,30 +216,62 @@ def preflight_argv(seat: Seat, ctx: UnitContext, pairs: Sequence[Sequence[str]])
     return argv
 
 
-def render_units(seat: Seat, plans: Sequence[ReplicaPlan], ctx: UnitContext,
+def check_unit_values(seat: Seat, ctx: UnitContext) -> None:
+    """Defence in depth (the seat loader refuses them too): a control character in anything a
+    unit carries is a one-line error naming where it came from, before anything is rendered.
+    A NUL, CR or LF would end the unit line and start another (`ExecStartPre=+...` as root)."""
+    seat_values: list[tuple[tuple[str | int, ...], str]] = [
+        (("cache_root",), str(seat.cache_root)), (("name",), seat.name)]
+    if seat.state_dir is not None:
+        seat_values.append((("state_dir",), str(seat.state_dir)))
+    if seat.preflight.profile is not None:
+        seat_values.append((("preflight", "profile"), str(seat.preflight.profile)))
+    for loc, value in seat_values:
+        if has_control(value):
+            raise located(seat, loc, f"{value!r} contains a control character: it cannot go "
+                          "into a systemd unit")
+    options = [("--state-dir", str(ctx.state_dir)), ("--rocmseat-bin", str(ctx.rocmseat_bin)),
+               ("the seat file's path", str(ctx.seat_file)), ("--user", ctx.user or "")]
+    for what, value in options:
+        if has_control(value):
+            raise ConfigError(f"{what} {value!r} contains a control character: it cannot go "
+                              "into a systemd unit")
+
+
+def render_units(seat: Seat, records: Sequence[ReplicaPlacement], ctx: UnitContext,
                  templates: Mapping[str, str]) -> dict[str, str]:
-    """File name -> unit text. `templates`: replica/preflight/watch template texts."""
-    names = unit_names(seat, plans)
-    replica_units = [names[p.replica] for p in plans]
+    """File name -> unit text. `templates`: replica/preflight/watch template texts. Every name,
+    pair, NUMA node and port is the placement's (rocmseat.seat.placement)."""
+    check_unit_values(seat, ctx)
+    try:
+        return _render(seat, records, ctx, templates)
+    except ValueError as exc:  # a value no unit can carry, missed by the check above
+        raise ConfigError(f"seat {seat.name}: cannot render its units: {exc}") from None
+
+
+def _render(seat: Seat, records: Sequence[ReplicaPlacement], ctx: UnitContext,
+            templates: Mapping[str, str]) -> dict[str, str]:
+    names = unit_names(seat, records)
+    replica_units = [names[r.replica] for r in records]
     units: dict[str, str] = {}
     preflight_unit = names.get("preflight")
-    for plan in plans:
+    for record in records:
         values = _common(seat, ctx, devices=True)
-        place = ("GPUs " + " ".join(plan.pci_pair) if plan.pci_pair else "backend cpu")
-        if plan.binding.numa_node is not None:
-            place += f", NUMA node {plan.binding.numa_node}"
+        place = ("GPUs " + " ".join(record.pci_pair) if record.pci_pair else "backend cpu")
+        if record.numa.node is not None:
+            place += f", NUMA node {record.numa.node}"
         launch = [str(ctx.rocmseat_bin), "launch", str(ctx.seat_file), "--replica",
-                  plan.replica, "--state-dir", str(ctx.state_dir)]
+                  record.replica, "--state-dir", str(ctx.state_dir)]
         preflight = ""
-        if plan.pci_pair:
+        if record.pci_pair:
             # The pair's sysfs checks, judged by launch's own rule (refuse_on_fail included,
             # so no '-' prefix); launch then runs only the HIP probe (launch/gate.py).
             preflight = "ExecStartPre=" + exec_line([*launch, "--preflight-only"])
         launch += ["--stop-grace", str(STOP_GRACE_S)]
         values |= {
-            "REPLICA": plan.replica,
-            "PLACE": place.replace("%", "%%"),
-            "PORT": str(plan.port),
+            "REPLICA": plain(record.replica),
+            "PLACE": plain(place),
+            "PORT": str(record.port),
             "AFTER": " ".join(["network-online.target", *([preflight_unit] if preflight_unit
                                                            else [])]),
             "BURST": str(BURST),
@@ -185,9 +284,9 @@ def render_units(seat: Seat, plans: Sequence[ReplicaPlan], ctx: UnitContext,
             "STOP_TIMEOUT": str(STOP_GRACE_S + 30),
             "RESTART_SEC": str(RESTART_SEC),
         }
-        units[names[plan.replica]] = substitute(templates["replica"], values)
+        units[names[record.replica]] = substitute(templates["replica"], values)
     if preflight_unit is not None:
-        pairs = [p.pci_pair for p in plans if p.pci_pair]
+        pairs = [r.pci_pair for r in records if r.pci_pair]
         values = _common(seat, ctx, devices=False)
         values |= {
             "BEFORE": " ".join(replica_units),
@@ -201,7 +300,7 @@ def render_units(seat: Seat, plans: Sequence[ReplicaPlan], ctx: UnitContext,
                             str(ctx.state_dir)]),
     }
     units[names["watch"]] = substitute(templates["watch"], values)
-    return units
+    return {name: stamp(text) for name, text in units.items()}
 
 
 def load_templates(directory: Path | None = None) -> dict[str, str]:

@@ -1,47 +1,41 @@
-"""The replicas of a seat as watch targets: names, /metrics URLs, cache dirs, GPUs."""
+"""The replicas of a seat as watch targets: names, /metrics URLs, cache dirs, GPUs.
+
+Every field comes from the seat's placement (rocmseat.seat.placement): the replica's own port
+(port_base + its index in the seat, never its position in a list of what was found), its GPU
+pair (node events need it), its cache dir. On a host whose /sys shows no GPU the placement is
+the record launch saved (`placement.json` in the replica's state dir); an auto seat with neither
+is a config error that says so (rocmseat.launch.placed.known_placement).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from rocmseat.cache.layout import replicas_with_cache
 from rocmseat.errors import ConfigError
 from rocmseat.watch.scrape import Target
 
 
-def seat_replica_names(seat: Any, state_dir: Path | None) -> list[str]:
-    """Named in the seat, one per explicit pair, or (auto mode) the replicas launch recorded."""
-    replicas = seat.replicas
-    if replicas.names:
-        return list(replicas.names)
-    if replicas.pairs:
-        return list(seat.replica_names(len(replicas.pairs)))
-    if seat.backend == "cpu":
-        return ["r0"]  # the CPU backend runs one replica (launchers/demo-cpu.toml)
-    found: set[str] = set()
-    if state_dir is not None:
-        seat_state = state_dir / "seats" / seat.name
-        if seat_state.is_dir():
-            found |= {p.name for p in seat_state.iterdir() if (p / "startup.json").is_file()}
-    if not found:
-        found |= set(replicas_with_cache(Path(seat.cache_root)))
-    if not found:
-        raise ConfigError(
-            f"{seat.source_path}: key 'replicas': an auto seat names no replicas and none was "
-            "launched yet",
-        )
-    return sorted(found, key=lambda n: (len(n), n))
+def seat_targets(seat: Any, state_dir: Path | None, *,
+                 sysfs_root: Path | None = None) -> list[Target]:
+    """One target per replica of `seat`, in index order. `sysfs_root`: read the node's GPUs
+    there (None: only the seat file and the recorded placements are used)."""
+    from rocmseat.launch.placed import known_placement
 
-
-def seat_targets(seat: Any, state_dir: Path | None) -> list[Target]:
-    names = seat_replica_names(seat, state_dir)
-    pairs = seat.replicas.pairs or ()
+    known = known_placement(seat, sysfs_root=sysfs_root, state_root=state_dir)
+    if known.unplaced:
+        # a replica that launched but whose record is unreadable: never silently unwatched
+        raise ConfigError(known.problems[known.unplaced[0]],
+                          hint="launch the replica again (it rewrites its placement.json)")
+    if not known.records:
+        raise ConfigError(f"{seat.source_path}: key 'replicas': {known.why}",
+                          hint="launch a replica first (it records its placement), or run "
+                          "watch where the GPUs are")
     targets = []
-    for i, name in enumerate(names):
-        port = seat.port_of(i)
-        host = seat.engine.host
-        url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/metrics"
-        gpus = tuple(pairs[i]) if i < len(pairs) else ()
-        targets.append(Target(name, url, Path(seat.cache_root) / name, gpus))
+    for record in known.records:
+        try:
+            url = f"{record.base_url}/metrics"
+        except ValueError as exc:
+            raise ConfigError(f"{seat.source_path}: key 'engine.host': {exc}") from None
+        targets.append(Target(record.replica, url, record.cache_dir, record.pci_pair))
     return targets

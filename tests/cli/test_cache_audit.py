@@ -123,3 +123,45 @@ def test_unkeyed_dir(rocmseat_cli: Cli, seat_file: Path, tmp_path: Path) -> None
     (tmp_path / "cache" / "r0" / "triton" / "k.hsaco").write_bytes(b"k")
     result = rocmseat_cli("cache-audit", str(seat_file))
     assert result.exit_code == 1 and "unkeyed: no manifest" in result.stdout
+
+
+def test_auto_seat_on_a_host_without_its_gpus(rocmseat_cli: Cli, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 10: an auto seat's replicas come from the node's GPUs. Where /sys shows none (a
+    monitoring host), cache-audit reads the placement launch recorded, and with neither it
+    says why instead of guessing a replica list from the dirs in the cache root."""
+    from rocmseat.launch.placed import known_placement, write_recorded
+    from tests.cache.builders import DIGEST_A, ROCM_SEAT
+    from tests.conftest import FIXTURES
+
+    monkeypatch.setattr("rocmseat.cli.cache_audit.scan_processes", lambda: iter(()))
+    write_model(tmp_path / "models" / "target")
+    write_model(tmp_path / "models" / "drafter", hidden=32, layers=1, shards=1)
+    seat_file = tmp_path / "seat.toml"
+    seat_file.write_text(ROCM_SEAT.replace("{digest}", DIGEST_A))
+    (tmp_path / "cache" / "r1").mkdir(parents=True)
+    state = tmp_path / "state"
+    args = ("cache-audit", str(seat_file), "--json", "--sysfs-root",
+            str(FIXTURES / "sysfs" / "no-amdgpu"), "--state-dir", str(state))
+    blind = rocmseat_cli(*args)
+    assert blind.exit_code == 1, blind.stderr  # an unkeyed dir: the next launch moves it aside
+    [replica] = json.loads(blind.stdout)["seats"][0]["replicas"]
+    assert replica["replica"] == "r1"
+    why = replica["cache"]["unknown_factors"][0]
+    assert why.startswith("seat t places its replicas from the node's GPUs ([replicas] mode = "
+                          "'auto') and this host cannot tell them: no AMD GPU under ")
+    assert why.endswith(f"no replica has a placement.json under {state / 'seats' / 't'} (none "
+                        "was launched with this state dir)")
+    table = rocmseat_cli(*[a for a in args if a != "--json"])
+    assert "no current key: seat t places its replicas from the node's GPUs" in table.stdout
+    # launch on the GPU node recorded r1's placement in the state dir: now it is known here
+    seat = load_seat(seat_file)
+    on_node = known_placement(seat, sysfs_root=FIXTURES / "sysfs" / "x99-r9700", state_root=state)
+    write_recorded(on_node.records[1])
+    known = rocmseat_cli(*args)
+    [replica] = json.loads(known.stdout)["seats"][0]["replicas"]
+    assert replica["replica"] == "r1" and not any("places its replicas" in u
+                                                  for u in replica["cache"]["unknown_factors"])
+    assert "gpu_arch" not in replica["unknown_factors"]  # the recorded pair's gfx1201
+    table = rocmseat_cli(*[a for a in args if a != "--json"])
+    assert "no current key" not in table.stdout

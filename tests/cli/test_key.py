@@ -137,3 +137,34 @@ def test_missing_model_names_key_and_line(rocmseat_cli: Callable[..., CliResult]
     line = SEAT.splitlines().index("[model]") + 2
     expected = f"  model: {tmp_path}/models/target: No such file or directory (key model.path, {seat_file}:{line})"
     assert expected in result.stderr.splitlines()
+
+
+def test_rocm_replica_arch_comes_from_its_placement(rocmseat_cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    """`key` reads a replica's pair from the placement: the node's when /sys shows the GPUs,
+    the placement.json launch recorded when it does not, and says why when neither is there."""
+    from rocmseat.launch.placed import known_placement, write_recorded
+    from rocmseat.seat.load import load_seat
+    from tests.cache.builders import DIGEST_A, ROCM_SEAT
+    from tests.conftest import FIXTURES
+
+    write_model(tmp_path / "models" / "target")
+    write_model(tmp_path / "models" / "drafter", hidden=32, layers=1, shards=1)
+    seat_file = tmp_path / "seat.toml"
+    seat_file.write_text(ROCM_SEAT.replace("{digest}", DIGEST_A))
+    sysfs, state = FIXTURES / "sysfs", tmp_path / "state"
+    on_node = rocmseat_cli("key", str(seat_file), "--replica", "r1", "--json", "--sysfs-root",
+                           str(sysfs / "mi300x-8gpu"), "--state-dir", str(state))
+    assert json.loads(on_node.stdout)["factors"]["gpu_arch"] == "gfx942"
+    blind = rocmseat_cli("key", str(seat_file), "--replica", "r1", "--sysfs-root",
+                         str(sysfs / "no-amdgpu"), "--state-dir", str(state))
+    assert blind.exit_code == 2
+    assert "  gpu_arch: seat t places its replicas from the node's GPUs" in blind.stderr
+    write_recorded(known_placement(load_seat(seat_file), sysfs_root=sysfs / "mi300x-8gpu",
+                                   state_root=state).records[1])
+    recorded = rocmseat_cli("key", str(seat_file), "--replica", "r1", "--json", "--sysfs-root",
+                            str(sysfs / "no-amdgpu"), "--state-dir", str(state))
+    assert json.loads(recorded.stdout)["factors"]["gpu_arch"] == "gfx942"
+    # a name the placement does not have is refused, listing the ones it has
+    bogus = rocmseat_cli("key", str(seat_file), "--replica", "r9", "--sysfs-root",
+                         str(sysfs / "mi300x-8gpu"), "--state-dir", str(state))
+    assert bogus.exit_code == 2 and "has no replica 'r9' (r0, r1, r2, r3)" in bogus.stderr

@@ -34,6 +34,13 @@ def normalise(text: str) -> str:
     return text.replace(str(REPO), "<repo>")
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_masks(monkeypatch):
+    # the dry run numbers GPUs after the environment's ROCR_VISIBLE_DEVICES, as launch does
+    for name in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def no_numactl(monkeypatch):
     monkeypatch.setattr(rocmseat.launch.flow, "find_numactl", lambda: None)
@@ -50,6 +57,43 @@ def test_dry_run_r9700_text(rocmseat_cli, golden, no_numactl, monkeypatch):
     assert "  numa        bound to node 1 (cpus 14-27,42-55)" in out
     assert "config key  unknown: /opt/vllm/bin/python exited 127" in out
     golden("launch-r9700-dry-run.txt", normalise(out))
+
+
+def test_dry_run_numbers_after_an_inherited_rocr_mask(rocmseat_cli, no_numactl, monkeypatch):
+    """A Slurm job or a container runtime may set ROCR_VISIBLE_DEVICES: HIP's numbering (and
+    so each replica's HIP_VISIBLE_DEVICES) is then relative to ROCr's selection."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "2,3")
+    result = rocmseat_cli("launch", R9700, "--dry-run", "--json", "--sysfs-root", X99)
+    assert result.exit_code == 0, result.stderr
+    r0, r1 = json.loads(result.stdout)["replicas"]
+    assert r1["hip_indices"] == [0, 1] and r1["env"]["HIP_VISIBLE_DEVICES"] == "0,1"
+    assert r0["hip_indices"] is None and "HIP_VISIBLE_DEVICES" not in r0["env"]
+    assert r0["hip_note"].startswith("HIP does not see 0000:05:00.0, 0000:09:00.0 (indices by "
+                                     "PCI bus order, assumed, after ROCR_VISIBLE_DEVICES=2,3")
+    text = rocmseat_cli("launch", R9700, "--dry-run", "--sysfs-root", X99).stdout
+    assert "-> HIP_VISIBLE_DEVICES unknown: HIP does not see" in text
+    assert "(launch refuses to start it)" in text
+
+
+def test_port_past_65535_is_one_line_naming_port_base(rocmseat_cli, tmp_path):
+    """Issue 10: an auto seat with a high port_base planned and rendered r1 on port 65536."""
+    seat = tmp_path / "seat.toml"
+    text = (REPO / R9700).read_text().replace("port_base = 8000", "port_base = 65535")
+    seat.write_text(text.replace('names = ["r0", "r1"]', "").replace(
+        '"../checks/x99-r9700.toml"', json.dumps(str(REPO / "checks" / "x99-r9700.toml"))))
+    line = next(i for i, x in enumerate(seat.read_text().splitlines(), 1)
+                if x.startswith("port_base"))
+    for args in (("launch", str(seat), "--dry-run"),
+                 ("systemd", "render", str(seat), "--out", str(tmp_path / "u"),
+                  "--rocmseat-bin", "/usr/local/bin/rocmseat")):
+        result = rocmseat_cli(*args, "--sysfs-root", X99, "--state-dir", str(tmp_path / "s"))
+        assert result.exit_code == 2
+        assert result.stderr.splitlines()[0] == (
+            f"rocmseat: error: {seat}:{line}: key 'serve.port_base': replica r1 (index 1) would "
+            "listen on port 65536: 65535 + 1 is past 65535")
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "u").exists()
 
 
 def test_dry_run_r9700_json_with_numactl(rocmseat_cli, golden, monkeypatch):

@@ -129,3 +129,20 @@ def test_fatal_signatures_fail():
     ]
     assert all(f.severity is Severity.FAIL for f in fatal)
     assert "hip" in fatal[1].hint.lower()
+
+
+@pytest.mark.parametrize(
+    ("previous_key", "current_key", "said"),
+    [("abc", "abc", " (same config key)"), ("abc", "def", " (config key changed)"),
+     (None, "def", ""), ("abc", None, "")],
+)
+def test_kv_shrink_says_the_key_changed_only_when_it_did(previous_key, current_key, said):
+    """Issue 10: the warning said "(config key changed)" whenever the previous start had a key,
+    because the judge never saw the current one."""
+    s = classify_text("GPU KV cache size: 495,000 tokens\n")
+    prev = PreviousStart(600_000, "2026-11-28T10:00:00Z", previous_key)
+    [f] = by_id(judge_startup(s, ctx(previous=prev, key_digest=current_key)), "launch.kv.shrunk")
+    assert f.message.endswith(f"at the previous start 2026-11-28T10:00:00Z{said}")
+    expected = None if previous_key is None or current_key is None else (
+        previous_key != current_key)
+    assert f.data["key_changed"] is expected

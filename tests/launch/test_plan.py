@@ -2,21 +2,23 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
-from rocmseat.errors import ConfigError, NoDeviceError
+from rocmseat.errors import NoDeviceError
 from rocmseat.launch.plan import (
     HIP_ORDER_ASSUMED,
     HIP_ORDER_PROBED,
     KeyStatus,
     engine_argv,
+    engine_env,
     plan_replicas,
 )
-from rocmseat.launch.planview import argv_lines
+from rocmseat.launch.planview import argv_lines, plan_json, plan_text
 from rocmseat.node.inventory import read_inventory
-from rocmseat.preflight.pairs import propose_pairs
 from rocmseat.seat.load import load_seat
+from rocmseat.seat.placement import probed_numbering, resolve
 from tests.conftest import FIXTURES, REPO
 
 SYSFS = FIXTURES / "sysfs"
@@ -32,9 +34,10 @@ def seat_from(tmp_path, text, name="seat.toml"):
     return load_seat(path)
 
 
-def plans_for(seat, host="x99-r9700", **kw):
-    inventory = read_inventory(SYSFS / host)
-    return plan_replicas(seat, inventory, propose_pairs(inventory), **kw)
+def plans_for(seat, host="x99-r9700", numbering=None, **kw):
+    inventory = read_inventory(SYSFS / host) if host is not None else None
+    records = resolve(seat, inventory, state_root=Path("/srv/state"), numbering=numbering)
+    return plan_replicas(seat, records, **kw)
 
 
 def test_r9700_two_socket_local_replicas(tmp_path):
@@ -83,8 +86,8 @@ def test_without_numactl_the_node_cpus_are_the_affinity(tmp_path):
 
 def test_probed_hip_indices_win(tmp_path):
     seat = seat_from(tmp_path, R9700)
-    probed = {"0000:05:00.0": 3, "0000:09:00.0": 2, "0000:86:00.0": 1, "0000:89:00.0": 0}
-    r0, _ = plans_for(seat, numactl=None, hip_index_by_pci=probed)
+    probed = probed_numbering(["0000:89:00.0", "0000:86:00.0", "0000:09:00.0", "0000:05:00.0"])
+    r0, _ = plans_for(seat, numactl=None, numbering=probed)
     assert r0.hip_indices == (3, 2) and r0.hip_index_source == HIP_ORDER_PROBED
     assert r0.env["HIP_VISIBLE_DEVICES"] == "3,2"
 
@@ -97,43 +100,16 @@ def test_numa_unknown_is_not_bound(tmp_path):
     assert r0.argv == r0.engine_argv  # no numactl prefix without a node
 
 
-def test_more_pairs_than_names_is_a_config_error(tmp_path):
-    seat = seat_from(tmp_path, R9700)
-    # the wording after the key is the seat room's; the file, line and key are the planner's
-    with pytest.raises(ConfigError, match=r"seat\.toml:\d+: key 'replicas\.names': .*\b2 "
-                                          r"name.* for 4 replicas"):
-        plans_for(seat, host="mi300x-8gpu", numactl=None)
-
-
 def test_no_gpu_is_no_device(tmp_path):
     seat = seat_from(tmp_path, R9700)
     with pytest.raises(NoDeviceError):
         plans_for(seat, host="no-amdgpu", numactl=None)
 
 
-def test_explicit_pair_not_on_the_node(tmp_path):
-    text = R9700.replace('mode = "auto"', 'mode = "explicit"\npairs = [["0000:05:00.0", '
-                         '"0000:09:00.0"], ["0000:86:00.0", "0000:aa:00.0"]]')
-    seat = seat_from(tmp_path, text)
-    with pytest.raises(ConfigError) as info:
-        plans_for(seat, numactl=None)
-    assert re.search(r"seat.toml:\d+: key 'replicas.pairs\[1\]': GPU 0000:aa:00.0 is not in the "
-                     r"inventory", info.value.message)
-
-
-@pytest.mark.parametrize("name", ["HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-                                  "CUDA_VISIBLE_DEVICES"])
-def test_seat_must_not_select_devices(tmp_path, name):
-    seat = seat_from(tmp_path, R9700.replace('NCCL_PROTO = "Simple"',
-                                             f'NCCL_PROTO = "Simple"\n{name} = "0,1"'))
-    with pytest.raises(ConfigError, match=rf"key 'env.{name}': is set per replica"):
-        plans_for(seat, numactl=None)
-
-
 def test_cpu_seat_has_no_gpu_no_tp_no_binding(tmp_path):
     seat = seat_from(tmp_path, DEMO)
-    [r0] = plan_replicas(seat, None, (), numactl="/usr/bin/numactl",
-                         keys={"r0": KeyStatus(None, "unknown: test")})
+    [r0] = plans_for(seat, host=None, numactl="/usr/bin/numactl",
+                     keys={"r0": KeyStatus(None, "unknown: test")})
     assert r0.pci_pair == () and r0.hip_indices == ()
     assert "HIP_VISIBLE_DEVICES" not in r0.env
     assert r0.binding.method == "none"
@@ -156,7 +132,7 @@ def test_quantization_and_no_drafter(tmp_path):
 
 def test_probe_url_of_wildcard_hosts(tmp_path):
     seat = seat_from(tmp_path, DEMO.replace('host = "127.0.0.1"', 'host = "0.0.0.0"'))
-    [r0] = plan_replicas(seat, None, (), numactl=None)
+    [r0] = plans_for(seat, host=None, numactl=None)
     assert r0.probe_url == "http://127.0.0.1:8100"
 
 
@@ -167,23 +143,30 @@ def test_argv_lines_keep_flags_with_values():
         "--enable-prefix-caching", "--x 'a b'"]
 
 
-def test_hip_probe_order_replaces_the_assumption(tmp_path):
-    from rocmseat.findings import Finding, Severity
-    from rocmseat.launch.plan import probed_hip_order, with_probed_hip_indices
+def test_secrets_never_reach_the_dry_run(tmp_path):
+    """Issue 11: `--api-key sk-...` in extra_args and a token in [env] are redacted in both
+    renderings of the plan (they leave the process); the engine itself gets them."""
+    text = R9700.replace('extra_args = ["--enable-prefix-caching"]',
+                         'extra_args = ["--enable-prefix-caching", "--api-key", "sk-live-123"]')
+    text = text.replace('NCCL_PROTO = "Simple"', 'NCCL_PROTO = "Simple"\nHF_TOKEN = "hf_secret_9"')
+    text = text.replace("neutral = []", 'neutral = ["HF_TOKEN"]')
+    seat = seat_from(tmp_path, text)
+    plans = plans_for(seat, numactl=None)
+    assert plans[0].argv[-1] == "sk-live-123" and plans[0].env["HF_TOKEN"] == "hf_secret_9"
+    shown = json.dumps(plan_json(seat, plans)) + plan_text(seat, plans)
+    assert "sk-live-123" not in shown and "hf_secret_9" not in shown
+    assert '"--api-key", "<redacted>"' in json.dumps(plan_json(seat, plans))
+    assert "HF_TOKEN='<redacted>'" in plan_text(seat, plans)
 
+
+def test_engine_env_drops_inherited_hip_masks_and_keeps_rocr(tmp_path):
+    """vLLM asserts an inherited CUDA_VISIBLE_DEVICES equals HIP_VISIBLE_DEVICES
+    (vllm/platforms/rocm.py): the plan's mask is the only HIP-level one; ROCr's stays."""
     seat = seat_from(tmp_path, R9700)
-    r0, r1 = plans_for(seat, numactl=None)
-    devices = ["0000:86:00.0", "0000:89:00.0", "0000:05:00.0", "0000:09:00.0"]
-    findings = [
-        Finding("hip.ipc", Severity.OK, "x", "ok", data={"devices": ["bogus"]}),
-        Finding("hip.runtime", Severity.OK, "0000:05:00.0+0000:09:00.0", "HIP runtime",
-                data={"devices": devices}),
-    ]
-    order = probed_hip_order(findings)
-    assert order == {"0000:86:00.0": 0, "0000:89:00.0": 1, "0000:05:00.0": 2, "0000:09:00.0": 3}
-    probed = with_probed_hip_indices(r0, order)
-    assert probed.hip_indices == (2, 3) and probed.hip_index_source == HIP_ORDER_PROBED
-    assert probed.env["HIP_VISIBLE_DEVICES"] == "2,3"
-    # a probe that did not see the pair changes nothing; an unknown runtime gives no order
-    assert with_probed_hip_indices(r1, {"0000:86:00.0": 0}) is r1
-    assert probed_hip_order([Finding("hip.runtime", Severity.UNKNOWN, "x", "no runtime")]) is None
+    _, r1 = plans_for(seat, numactl=None)
+    env = engine_env({"CUDA_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0,1",
+                      "ROCR_VISIBLE_DEVICES": "0,1,2,3", "NOTIFY_SOCKET": "@x", "PATH": "/bin"},
+                     r1)
+    assert "CUDA_VISIBLE_DEVICES" not in env and "NOTIFY_SOCKET" not in env
+    assert env["HIP_VISIBLE_DEVICES"] == "2,3" and env["ROCR_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert env["PATH"] == "/bin"

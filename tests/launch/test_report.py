@@ -17,16 +17,22 @@ from rocmseat.launch.report import (
     save_report,
 )
 from rocmseat.launch.startuplog import classify_text
+from rocmseat.seat.placement import NumaBinding, ReplicaPlacement
 from tests.conftest import FIXTURES
 
 
-def a_plan(key: str | None = "ab" * 32) -> ReplicaPlan:
+def a_plan(key: str | None = "ab" * 32,
+           argv: tuple[str, ...] = ("vllm", "serve", "/m")) -> ReplicaPlan:
+    record = ReplicaPlacement(
+        seat="s", replica="r0", index=0, host="127.0.0.1", port=8000,
+        pci_pair=("0000:05:00.0", "0000:09:00.0"), gfx_targets=("gfx1201", "gfx1201"),
+        hip_indices=(0, 1), hip_index_source="pci-bus-order", hip_note="assumed",
+        numa=NumaBinding(0, "0-3", (0, 1, 2, 3), ""), cache_dir=Path("/c/r0"),
+        state_dir=Path("/s/seats/s/r0"))
     return ReplicaPlan(
-        seat="s", replica="r0", index=0, backend="rocm", pci_pair=("0000:05:00.0", "0000:09:00.0"),
-        hip_indices=(0, 1), hip_index_source="pci-bus-order",
+        seat="s", placement=record, backend="rocm",
         binding=Binding(0, "0-3", (0, 1, 2, 3), "numactl", "numactl --cpunodebind=0"),
-        host="127.0.0.1", port=8000, cache_dir=Path("/c/r0"), env={}, engine_argv=("vllm",),
-        argv=("vllm",), key=KeyStatus(key, "" if key else "unknown: x"),
+        env={}, engine_argv=argv, argv=argv, key=KeyStatus(key, "" if key else "unknown: x"),
     )
 
 
@@ -47,6 +53,23 @@ def test_report_document_and_files(tmp_path):
     assert path == tmp_path / "seats" / "s" / "r0" / "startup.json"
     assert json.loads(path.read_text()) == doc
     assert len(list((path.parent / "history").glob("*.json"))) == 1
+
+
+def test_reports_hold_no_secret_and_are_owner_only(tmp_path):
+    """Issue 11: `extra_args = ["--api-key", "sk-..."]` reached startup.json and history/*.json
+    (mode 0644) verbatim. The argv is redacted, and both files are 0600 (they hold an argv)."""
+    when = dt.datetime(2026, 11, 27, 10, 0, tzinfo=dt.UTC)
+    plan = a_plan(argv=("vllm", "serve", "/m", "--api-key", "sk-live-123", "--hf-token=hf_x9"))
+    doc = build_report(plan, classify_text(""), [], started_at=when, finished_at=when,
+                       moved_aside=None, changed_factors=[], outcome={"ready": True})
+    path = save_report(tmp_path, doc)
+    [entry] = (path.parent / "history").glob("*.json")
+    for written in (path, entry):
+        text = written.read_text()
+        assert "sk-live-123" not in text and "hf_x9" not in text
+        assert written.stat().st_mode & 0o777 == 0o600
+    assert json.loads(path.read_text())["plan"]["argv"][-3:] == [
+        "--api-key", "<redacted>", "--hf-token=<redacted>"]
 
 
 def test_previous_start_is_newest_with_a_kv_pool_and_names_bad_entries(tmp_path):

@@ -8,13 +8,23 @@ sits behind the card's internal switch (root port -> upstream port -> downstream
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 from rocmseat.watch import alerts as A
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.scrape import Target
 from rocmseat.watch.uevents import GpuPath, node_events
-from tests.watch.conftest import FakeClock
+from tests.conftest import FIXTURES, REPO
+from tests.watch.conftest import Answer, FakeClock, page
 
 R0_GPU = "/devices/pci0000:00/0000:00:01.1/0000:03:00.0/0000:04:00.0/0000:05:00.0"
 R0_GPU2 = "/devices/pci0000:00/0000:00:03.1/0000:07:00.0/0000:08:00.0/0000:09:00.0"
@@ -111,3 +121,100 @@ def test_watcher_turns_queued_events_into_transitions_and_expires_resets(tmp_pat
     w.close()
     assert (transitions[-1].replica, transitions[-1].alert, transitions[-1].state) == (
         "r0", A.GPU_RESET, "resolved")
+
+
+# ----- the monitor's wiring in the service (watch/service.py run_service) --------------------
+class FakeUdev:
+    """A stand-in for pyudev (the library's netlink monitor needs a live udev): it resolves a
+    PCI address to its kernel device path from a sysfs tree the way udev does (the target of
+    bus/pci/devices/<address>) and lets the test deliver uevents to the observer's callback."""
+
+    def __init__(self, sysfs: Path) -> None:
+        self.sysfs = sysfs
+        self.filters: list[str] = []
+        self.resolved: list[str] = []
+        self.callback: Callable[[Any], None] | None = None
+        self.started = threading.Event()
+        self.stopped = threading.Event()
+        fake = self
+
+        class Observer:
+            def __init__(self, monitor: object, *, callback: Callable[[Any], None],
+                         name: str) -> None:
+                fake.callback = callback
+
+            def start(self) -> None:
+                fake.started.set()
+
+            def send_stop(self) -> None:
+                fake.stopped.set()
+
+        def from_name(context: object, subsystem: str, name: str) -> SimpleNamespace:
+            link = self.sysfs / "bus" / subsystem / "devices" / name
+            fake.resolved.append(name)
+            return SimpleNamespace(device_path="/" + str(link.resolve().relative_to(
+                self.sysfs.resolve())))
+
+        self.module = types.ModuleType("pyudev")
+        self.module.Context = lambda: object()  # type: ignore[attr-defined]
+        self.module.Monitor = SimpleNamespace(  # type: ignore[attr-defined]
+            from_netlink=lambda context: SimpleNamespace(filter_by=self.filters.append))
+        self.module.MonitorObserver = Observer  # type: ignore[attr-defined]
+        self.module.Devices = SimpleNamespace(from_name=from_name)  # type: ignore[attr-defined]
+
+    def send(self, props: dict[str, str]) -> None:
+        assert self.callback is not None
+        self.callback(SimpleNamespace(properties=props, action=props.get("ACTION"),
+                                      device_path=props["DEVPATH"]))
+
+
+def test_the_service_resolves_and_starts_the_monitor_for_an_auto_seat(tmp_path, monkeypatch,
+                                                                    page_server):
+    """Issue 10: for an auto seat (the flagship) watch knew no GPU path, so the node-event
+    monitor never started. Its targets now carry each replica's pair (from the placement launch
+    recorded); the service resolves them to device paths, starts the monitor, and an AER
+    failure on r1's root port reaches r1 as an alert."""
+    from rocmseat.launch import flow
+    from rocmseat.launch.placed import write_recorded
+    from rocmseat.seat.load import load_seat
+    from rocmseat.watch.service import Sinks, run_service
+    from rocmseat.watch.targets import seat_targets
+
+    x99 = FIXTURES / "sysfs" / "x99-r9700"
+    port = int(page_server.url.split(":")[2].split("/")[0])
+    seat_file = tmp_path / "seat.toml"
+    seat_file.write_text((REPO / "launchers" / "r9700-mxfp4-dflash.toml").read_text()
+                         .replace('"../checks/x99-r9700.toml"',
+                                  f'"{REPO / "checks" / "x99-r9700.toml"}"')
+                         .replace("port_base = 8000", f"port_base = {port - 1}"))
+    seat = load_seat(seat_file)
+    state = tmp_path / "state"
+    write_recorded(flow.place(seat, x99, state_dir=state).records[1])  # launch ran r1 only
+    targets = seat_targets(seat, state)
+    assert [(t.name, t.gpus) for t in targets] == [("r1", ("0000:86:00.0", "0000:89:00.0"))]
+
+    udev = FakeUdev(x99)
+    monkeypatch.setitem(sys.modules, "pyudev", udev.module)
+    page_server.play(Answer(page("00-healthy.txt")))
+    lines: list[str] = []
+    stop = threading.Event()
+    config = WatchConfig(interval_s=0.05, timeout_s=1.0, state_dir=state,
+                         key_prefix=seat.name, down_after=99)
+    service = threading.Thread(target=run_service, args=(targets, config, Sinks("off")),
+                               kwargs={"log": lines.append, "stop": stop}, daemon=True)
+    service.start()
+    try:
+        assert udev.started.wait(10), lines
+        assert udev.filters == ["pci", "drm"] and udev.resolved == ["0000:86:00.0",
+                                                                     "0000:89:00.0"]
+        assert "rocmseat-watch node-events watching 2 GPU(s)" in lines
+        udev.send(aer("/devices/pci0000:80/0000:80:02.0", "FAILED_RECOVERY", "0"))
+        want = "rocmseat-watch replica=r1 alert=gpu_aer_failed state=firing"
+        deadline = time.monotonic() + 10
+        while not any(line.startswith(want) for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(line.startswith(want) for line in lines), lines
+    finally:
+        stop.set()
+        service.join(10)
+    assert not service.is_alive() and udev.stopped.is_set()

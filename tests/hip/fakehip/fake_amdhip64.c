@@ -14,10 +14,15 @@
  * hipErrorInvalidContext (201), a failed attach is hipErrorInvalidDevicePointer (17).
  *
  * Configuration (environment, read once at first use):
- *   FAKEHIP_DEVICES       "0000:05:00.0,0000:09:00.0,..." PCI addresses of the devices (unset or
- *                         empty: no device, hipGetDeviceCount returns hipErrorNoDevice like the
- *                         real runtime on a machine without a GPU). HIP_VISIBLE_DEVICES filters
- *                         and reorders them by index, as the real runtime does.
+ *   FAKEHIP_DEVICES       "0000:05:00.0,0000:09:00.0,..." PCI addresses of the devices, in the
+ *                         order the KFD topology enumerates them: HIP's order when no mask is
+ *                         set. Any order may be given: list them out of PCI bus order to model a
+ *                         node whose HIP order is not its bus order. Unset or empty: no device,
+ *                         hipGetDeviceCount returns hipErrorNoDevice like the real runtime on a
+ *                         machine without a GPU.
+ *   ROCR_VISIBLE_DEVICES  selects and orders those devices by index as ROCr does; then
+ *   HIP_VISIBLE_DEVICES   (else CUDA_VISIBLE_DEVICES) indexes ROCr's selection as CLR does, so
+ *                         under a mask HIP numbers the visible devices from 0 (see init()).
  *   FAKEHIP_IPC_OPEN_FAIL "OWNER>OPENER,..." opening a handle exported on OWNER from OPENER fails
  *                         with 17.
  *   FAKEHIP_NO_PEER       "A>B,..." hipDeviceCanAccessPeer(A, B) says 0.
@@ -146,19 +151,66 @@ static void init(void) {
             if (*p == ',') p++;
         }
     }
-    const char *vis = getenv("HIP_VISIBLE_DEVICES");
+    /* Layer 1, ROCr: ROCR_VISIBLE_DEVICES selects and orders the KFD GPU nodes (the order of
+     * FAKEHIP_DEVICES). Set but empty: no GPU. A token that is not an index (strtol base 0),
+     * is out of range or repeats an earlier one ends the list; GPU-<uuid> tokens are not
+     * modelled (the fake's devices have no UUID) and end it too. At most as many tokens as
+     * GPUs are read. (ROCR-Runtime amd_filter_device.cpp, RvdFilter::BuildUsrDeviceList.) */
+    int rocr[MAX_DEVICES];
+    int n_rocr = 0;
+    const char *rvd = getenv("ROCR_VISIBLE_DEVICES");
+    if (rvd != NULL && *rvd) {
+        const char *p = rvd;
+        for (int tokens = 0; tokens < n_physical; tokens++) {
+            const char *comma = strchr(p, ',');
+            size_t len = comma ? (size_t)(comma - p) : strlen(p);
+            char tok[64];
+            if (len >= sizeof tok) break;
+            memcpy(tok, p, len);
+            tok[len] = 0;
+            char *t = tok;
+            while (*t == ' ' || *t == '\t') t++;
+            for (char *e = t + strlen(t); e > t && (e[-1] == ' ' || e[-1] == '\t'); e--) e[-1] = 0;
+            if (*t == 'G' || *t == 'g') break;
+            char *end;
+            long idx = strtol(t, &end, 0); /* "" reads as 0, as in ROCr */
+            if (*end != 0 || idx < 0 || idx >= n_physical) break;
+            int seen = 0;
+            for (int i = 0; i < n_rocr; i++) seen |= rocr[i] == (int)idx;
+            if (seen) break;
+            rocr[n_rocr++] = (int)idx;
+            if (comma == NULL || comma[1] == 0) break; /* getline: no token after a last ',' */
+            p = comma + 1;
+        }
+    } else if (rvd == NULL) {
+        for (int i = 0; i < n_physical; i++) rocr[n_rocr++] = i;
+    }
+    /* Layer 2, HIP (CLR): HIP_VISIBLE_DEVICES, else CUDA_VISIBLE_DEVICES, indexes ROCr's list.
+     * The first token that is not a canonical index below its size ends the list; a repeated
+     * index is skipped. (clr rocclr/device/rocm/rocdevice.cpp, Device::init.) */
+    const char *hip = getenv("HIP_VISIBLE_DEVICES");
+    const char *vis = (hip != NULL && *hip) ? hip : getenv("CUDA_VISIBLE_DEVICES");
     if (vis != NULL && *vis) {
         const char *p = vis;
         while (*p && n_visible < MAX_DEVICES) {
-            char *end;
-            long idx = strtol(p, &end, 10);
-            if (end == p) break;
-            if (idx >= 0 && idx < n_physical) visible[n_visible++] = (int)idx;
-            p = end;
+            const char *end = strchr(p, ',');
+            size_t len = end ? (size_t)(end - p) : strlen(p);
+            char tok[32];
+            if (len == 0 || len >= sizeof tok) break;
+            memcpy(tok, p, len);
+            tok[len] = 0;
+            int idx = atoi(tok);
+            char back[32];
+            snprintf(back, sizeof back, "%d", idx);
+            if (idx < 0 || idx >= n_rocr || strcmp(back, tok) != 0) break;
+            int seen = 0;
+            for (int i = 0; i < n_visible; i++) seen |= visible[i] == rocr[idx];
+            if (!seen) visible[n_visible++] = rocr[idx];
+            p += len;
             if (*p == ',') p++;
         }
     } else {
-        for (int i = 0; i < n_physical; i++) visible[n_visible++] = i;
+        for (int i = 0; i < n_rocr; i++) visible[n_visible++] = rocr[i];
     }
     parse_rates("FAKEHIP_HOST_GBPS", host_gbps);
     parse_rates("FAKEHIP_D2D_GBPS", d2d_gbps);
