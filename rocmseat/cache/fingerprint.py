@@ -65,6 +65,9 @@ def read_safetensors_header(path: Path) -> SafetensorsHeader:
     except (UnicodeDecodeError, ValueError) as exc:
         shown = header[:80].decode("utf-8", "replace")
         raise ParseError(path, shown, f"bad header JSON: {exc}") from None
+    except RecursionError:
+        shown = header[:80].decode("utf-8", "replace")
+        raise ParseError(path, shown, "bad header JSON: nested too deeply") from None
     if not isinstance(parsed, dict):
         raise ParseError(path, header[:80].decode("utf-8", "replace"), "header is not an object")
     tensors = sum(1 for name in parsed if name != "__metadata__")

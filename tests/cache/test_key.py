@@ -151,10 +151,10 @@ def test_weight_byte_really_changed(tmp_path: Path, base: ConfigKey) -> None:
 
 
 def test_unclassified_variable(tmp_path: Path) -> None:
+    """Refused when the seat loads (one rule for key, launch and systemd render)."""
     models(tmp_path)
-    seat = rocm_seat(tmp_path, ('NCCL_PROTO = "Simple"', 'NCCL_PROTO = "Simple"\nMY_FEATURE = "1"'))
     with pytest.raises(ConfigError) as info:
-        key_of(seat)
+        rocm_seat(tmp_path, ('NCCL_PROTO = "Simple"', 'NCCL_PROTO = "Simple"\nMY_FEATURE = "1"'))
     assert str(info.value) == (
         f"{tmp_path / 'seat.toml'}:29: key 'env.MY_FEATURE': environment variable 'MY_FEATURE' "
         "is not classified: rocmseat cannot tell whether it changes compiled graphs"

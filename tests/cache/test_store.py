@@ -325,3 +325,210 @@ def test_rollback_by_renaming_reuses_the_old_cache(tmp_path: Path) -> None:
     back = prepare(root, "r0", OLD, now=NOW)
     assert back.reused and back.moved_aside is None
     assert_kept(root / "r0", files)
+
+
+# ----- planted names: never follow a link we did not make (issue 11) --------------------------
+def test_planted_fresh_symlink_is_refused_before_anything_moves(tmp_path: Path) -> None:
+    """Before: prepare built the fresh cache through `.r0.new -> elsewhere`, then renamed the
+    link onto the live name: r0 became a link to a directory of the planter's choice."""
+    root = tmp_path / "cache"
+    files = old_cache(root)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / ".r0.new").symlink_to(elsewhere)
+    refused = r"\.r0\.new is a symlink to .*elsewhere: rocmseat makes no links"
+    with pytest.raises(ConfigError, match=refused):
+        prepare(root, "r0", NEW, now=NOW)
+    assert list(elsewhere.iterdir()) == []
+    assert not (root / "r0").is_symlink()
+    assert_kept(root / "r0", files)
+    assert stale_dirs(root) == [] and not (root / ".r0.intent.json").exists()
+
+
+@pytest.mark.parametrize("kind", ["file", "dangling-link", "fifo"])
+def test_planted_fresh_name_of_another_kind_is_refused(tmp_path: Path, kind: str) -> None:
+    root = tmp_path / "cache"
+    files = old_cache(root)
+    fresh = root / ".r0.new"
+    if kind == "file":
+        fresh.write_text("x")
+    elif kind == "fifo":
+        os.mkfifo(fresh)
+    else:
+        fresh.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match=r"\.r0\.new (is not a directory|is a symlink)"):
+        prepare(root, "r0", NEW, now=NOW)
+    assert_kept(root / "r0", files)
+    assert stale_dirs(root) == []
+
+
+def test_planted_lock_symlink_is_refused(tmp_path: Path) -> None:
+    """flock's open(O_CREAT) would follow the link and create (as root: any) file it names."""
+    root = tmp_path / "cache"
+    old_cache(root)
+    target = tmp_path / "etc-nologin"
+    (root / ".r0.lock").symlink_to(target)
+    with pytest.raises(ConfigError, match=r"\.r0\.lock is a symlink"):
+        prepare(root, "r0", NEW, now=NOW)
+    assert not target.exists()
+
+
+def _prepare_in_child(root: str, queue: Any) -> None:
+    import resource
+
+    # a regression reading /dev/zero must fail this child, not take the host's memory
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))
+    try:
+        prepare(Path(root), "r0", NEW, now=NOW)
+        queue.put("prepared")
+    except ConfigError as exc:
+        queue.put(f"ConfigError: {exc}")
+    except BaseException as exc:
+        queue.put(f"CRASH {type(exc).__name__}: {exc}")
+
+
+def _bounded_prepare(root: Path) -> str:
+    queue = CTX.Queue()
+    child = CTX.Process(target=_prepare_in_child, args=(str(root), queue))
+    child.start()
+    child.join(20)
+    if child.is_alive():
+        child.kill()
+        child.join(10)
+        pytest.fail("prepare still running after 20 s")
+    return str(queue.get(timeout=5))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero"])
+def test_planted_intent_is_refused_not_read(tmp_path: Path, kind: str) -> None:
+    """Before: a FIFO at the intent's name blocked prepare forever; /dev/zero was read until
+    memory ran out."""
+    root = tmp_path / "cache"
+    files = old_cache(root)
+    intent = root / ".r0.intent.json"
+    if kind == "fifo":
+        os.mkfifo(intent)
+    else:
+        intent.symlink_to("/dev/zero")
+    message = _bounded_prepare(root)
+    assert message.startswith("ConfigError: ") and ".r0.intent.json is" in message, message
+    assert_kept(root / "r0", files)
+
+
+def test_compiler_cache_subfolder_link_is_refused(tmp_path: Path) -> None:
+    """A subfolder that is a link puts that compiler cache outside the store: a move aside
+    would carry the link, not the cache."""
+    root = tmp_path / "cache"
+    prepare(root, "r0", NEW, now=NOW)
+    outside = tmp_path / "outside-triton"
+    outside.mkdir()
+    os.rmdir(root / "r0" / "triton-home")
+    (root / "r0" / "triton-home").symlink_to(outside)
+    with pytest.raises(ConfigError, match=r"r0/triton-home is a symlink to .*outside-triton"):
+        prepare(root, "r0", NEW, now=NOW)
+
+
+def test_world_writable_root_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    root.mkdir()
+    root.chmod(0o1777)
+    with pytest.raises(ConfigError, match=r"cache root .* is writable by every user \(mode 1777\)"):
+        prepare(root, "r0", NEW, now=NOW)
+    assert list(root.iterdir()) == []
+
+
+# ----- kill -9 inside an atomic write: its temp file is cleaned on the next run ---------------
+def _crash_in_write(root: str, name: str) -> None:
+    """Die (SIGKILL) inside rocmseat.atomic's write of `name`: after the temp file is written
+    and fsynced, before os.replace publishes it."""
+    real_replace = os.replace
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(dst).name == name:
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_replace(src, dst, *args, **kwargs)
+
+    os.replace = replace  # type: ignore[assignment]  # this child process only
+    prepare(Path(root), "r0", NEW, now=NOW)
+    os._exit(0)
+
+
+def _temporaries(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.tmp"))
+
+
+@pytest.mark.parametrize(("before", "name"), [
+    ("stale", ".r0.intent.json"), ("stale", MANIFEST_NAME), ("absent", MANIFEST_NAME),
+])
+def test_kill9_inside_an_atomic_write_leaves_no_temp_file(
+    tmp_path: Path, before: str, name: str
+) -> None:
+    root = tmp_path / "cache"
+    files = old_cache(root) if before == "stale" else {}
+    child = CTX.Process(target=_crash_in_write, args=(str(root), name))
+    child.start()
+    child.join(60)
+    assert child.exitcode == -signal.SIGKILL, "the child did not die inside the write"
+    assert _temporaries(root), "the kill left no temp file: the test did not hit the write"
+    result = prepare(root, "r0", NEW, now=NOW)
+    assert _temporaries(root) == []
+    manifest = read_manifest(root / "r0")
+    assert manifest is not None and manifest["key"] == NEW.digest
+    assert not (root / ".r0.intent.json").exists() and not (root / ".r0.new").exists()
+    if before == "stale":
+        [aside] = stale_dirs(root)
+        assert_kept(aside, files)
+        assert result.moved_aside == aside
+    else:
+        assert result.state_before == "absent"
+
+
+# ----- the move is said once: by the caller, not by logging's last-resort handler -------------
+MOVE_TWICE = """
+import datetime as dt, sys
+from pathlib import Path
+from rocmseat.cache.key import ConfigKey, digest_of
+from rocmseat.cache.store import prepare
+def key(**f):
+    base = {"key_schema": 1, **f}
+    return ConfigKey(digest_of(base), base)
+root = Path(sys.argv[1])
+prepare(root, "r0", key(k=7))
+result = prepare(root, "r0", key(k=5))
+print(result.message)
+"""
+
+
+def test_moved_aside_is_not_printed_by_logging(tmp_path: Path) -> None:
+    """Before: the `rocmseat.cache` logger had no handler, so Python's last-resort handler
+    printed the warning on stderr and launch printed the same line again."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    done = subprocess.run([sys.executable, "-c", MOVE_TWICE, str(tmp_path / "cache")],
+                          capture_output=True, text=True, timeout=60, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert "moved cache aside" in done.stdout  # the caller has the line to say
+    assert done.stderr == ""
+
+
+def test_intent_naming_another_replica_is_dropped(tmp_path: Path) -> None:
+    """An intent whose `moved_to` is not a moved-aside name of this replica (here r1's live dir)
+    is not one prepare wrote: it is dropped and the cache judged afresh. Before: prepare said
+    "moved cache aside to .../r1", left r0 under the old key and returned it as new."""
+    root = tmp_path / "cache"
+    files = old_cache(root)
+    (root / "r1").mkdir()
+    (root / "r1" / "keep").write_text("r1's")
+    (root / ".r0.intent.json").write_text(json.dumps({
+        "action": "move-aside", "state_before": "stale", "moved_to": "r1",
+        "new_key": NEW.digest, "changed": [],
+    }))
+    result = prepare(root, "r0", NEW, now=NOW)
+    assert result.moved_aside == root / f"r0.stale-{STAMP}"
+    assert_kept(root / f"r0.stale-{STAMP}", files)
+    assert read_manifest(root / "r0")["key"] == NEW.digest  # type: ignore[index]
+    assert (root / "r1" / "keep").read_text() == "r1's"

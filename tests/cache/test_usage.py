@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
-from rocmseat.cache.usage import Use, judge_use, scan_processes
+from rocmseat.cache.usage import ProcessView, Use, judge_use, scan_processes
 
 CTX = multiprocessing.get_context("fork")
 NOBODY = 65534
@@ -107,3 +108,82 @@ def test_no_permission_is_unknown_not_no(
     child.join(30)
     assert child.exitcode == 0
     assert state == "unknown" and pids == () and unreadable >= 1
+
+
+def test_environment_through_an_alias_is_resolved(
+    tmp_path: Path, children: list[subprocess.Popen[str]]
+) -> None:
+    """Before: a stale dir named through a symlink in an environment value read as unused, and
+    `cache-audit --prune --yes` removed it under the running process."""
+    stale = tmp_path / "cache" / "r0.stale-20261120T101500Z"
+    (stale / "vllm").mkdir(parents=True)
+    alias = tmp_path / "srv-alias"
+    alias.symlink_to(stale)
+    pid = _hold(children, "pass", {"VLLM_CACHE_ROOT": str(alias / "vllm"), "PATH": "/usr/bin"})
+    views = list(scan_processes())
+    use = judge_use(stale, views)
+    assert use.use is Use.YES and use.pids == (pid,)
+    # and a dir that merely shares a prefix with the resolved path is not used through it
+    assert pid not in judge_use(tmp_path / "cache" / "r0.stale-20261120T10", views).pids
+
+
+def test_directory_under_a_linked_ancestor(
+    tmp_path: Path, children: list[subprocess.Popen[str]]
+) -> None:
+    """Open files and maps are reported resolved; a cache root reached through a link matches
+    through `real_directory`."""
+    real = tmp_path / "data"
+    stale = real / "cache" / "r0.stale-20261120T101500Z"
+    (stale / "vllm").mkdir(parents=True)
+    (stale / "vllm" / "k.so").write_bytes(b"\x7fELF")
+    (tmp_path / "var-cache").symlink_to(real)
+    seen_as = tmp_path / "var-cache" / "cache" / "r0.stale-20261120T101500Z"
+    held = str(stale / "vllm" / "k.so")
+    pid = _hold(children, f"handle = open({held!r}, 'rb')", {"PATH": "/usr/bin"})
+    views = list(scan_processes())
+    use = judge_use(seen_as, views, real_directory=Path(os.path.realpath(seen_as)))
+    assert use.use is Use.YES and use.pids == (pid,)
+
+
+PARTLY_READ: list[tuple[dict[str, Any], Use]] = [
+    # (what was read of pid 6, expected) for a dir the readable parts do not name
+    ({"environ": {"P": "/x"}, "open_files": None}, Use.UNKNOWN),  # files, maps, cwd unreadable
+    ({"environ": None, "open_files": ("/a",)}, Use.UNKNOWN),  # environment unreadable
+    ({"environ": {"P": "/x"}, "open_files": ("/a",), "unreadable_parts": ("memory maps",)},
+     Use.UNKNOWN),
+    ({"environ": {"P": "/x"}, "open_files": ("/a",), "unreadable_parts": ("cwd",)}, Use.UNKNOWN),
+    ({"environ": {"P": "/x"}, "open_files": ("/a",)}, Use.NO),  # everything read
+    # a part that was read already says yes: the unreadable rest cannot change that
+    ({"environ": {"P": "/c/r0/vllm"}, "open_files": None, "unreadable_parts": ("open files",)},
+     Use.YES),
+]
+
+
+@pytest.mark.parametrize(("read", "expected"), PARTLY_READ)
+def test_any_unreadable_part_is_unknown_never_no(read: dict[str, Any], expected: Use) -> None:
+    """Issue 10: the answer is unknown when ANY part of a process could not be read."""
+    use = judge_use(Path("/c/r0"), [ProcessView(6, "y", **read)])
+    assert use.use is expected
+    assert use.unreadable_pids == ((6,) if expected is Use.UNKNOWN else ())
+
+
+def test_scan_marks_the_part_it_could_not_read(
+    tmp_path: Path, children: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real process whose memory maps cannot be read (psutil raising AccessDenied for it, as
+    it does for another user's process): its view says so and the answer is unknown."""
+    unused = tmp_path / "cache" / "r1.stale-20261120T101500Z"
+    unused.mkdir(parents=True)
+    pid = _hold(children, "pass", {"PATH": "/usr/bin"})
+    real_maps = psutil.Process.memory_maps
+
+    def maps(self: psutil.Process, grouped: bool = True) -> Any:
+        if self.pid == pid:
+            raise psutil.AccessDenied(self.pid)
+        return real_maps(self, grouped)
+
+    monkeypatch.setattr(psutil.Process, "memory_maps", maps)
+    [view] = [v for v in scan_processes() if v.pid == pid]
+    assert view.unreadable_parts == ("memory maps",)
+    assert view.environ is not None and view.open_files is not None  # the other parts were read
+    assert judge_use(unused, [view]).use is Use.UNKNOWN

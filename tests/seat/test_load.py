@@ -143,7 +143,7 @@ MALFORMED = [
     (MINIMAL + '\n[replicas]\nmode = "explicit"\n', ":25: key 'replicas.mode': mode 'explicit' needs 'pairs'"),
     (_replace("tp = 1", "tp = = 1"), ":3: invalid TOML: Invalid value (column 6)"),
     (MINIMAL + "\n[[expect_log]]\npattern = '(unclosed'\n", ":25: key 'expect_log[0].pattern': not a Python regex"),
-    (MINIMAL + "\n[watch]\ninterval_s = 0\n", ":25: key 'watch.interval_s': Input should be greater than 0"),
+    (MINIMAL + "\n[watch]\ninterval_s = 0\n", ":25: key 'watch.interval_s': Input should be greater than or equal to 0.05"),
     # an unknown key in every table, nested ones included
     (_replace('name = "t"', 'name = "t"\nnmae = "u"'), ":2: key 'nmae': Extra inputs are not permitted"),
     (_replace('model_flag = "--model"', 'model_flag = "--model"\npyhton = "x"'), ":9: key 'engine.pyhton': Extra inputs are not permitted"),

@@ -114,3 +114,54 @@ def test_generated_documents(tables: dict[str, dict[str, str]]) -> None:
     tomllib.loads(text)  # the generated document is valid TOML
     for loc, line in expected.items():
         assert locate(text, loc) == line, (loc, text)
+
+
+def test_lines_are_toml_lines() -> None:
+    """TOML ends a line at LF only; str.splitlines() also splits at U+0085, U+2028, U+2029, VT and
+    FF, which TOML allows raw in strings and comments, and shifted every later line number."""
+    text = 'name = "a\x85b\u2028c"  # d\u2029e\ntp = 2\r\n[serve]\nport_base = 1\n'
+    assert tomllib.loads(text)["tp"] == 2
+    assert locate(text, ("tp",)) == 2
+    assert locate(text, ("serve", "port_base")) == 4
+
+
+def test_seat_error_after_a_line_separator_names_the_right_line() -> None:
+    from pathlib import Path
+
+    from rocmseat.errors import ConfigError
+    from rocmseat.seat.load import parse_seat
+    from tests.conftest import REPO
+
+    demo = (REPO / "launchers" / "demo-cpu.toml").read_text()
+    text = "# a comment with \u2028 and \x85 in it\n" + demo.replace("tp = 1", 'tp = "one"')
+    line = 1 + next(n for n, ln in enumerate(demo.split("\n"), 1) if ln.startswith("tp = "))
+    expected = rf"^x\.toml:{line}: key 'tp': Input should be a valid integer"
+    with pytest.raises(ConfigError, match=expected):
+        parse_seat(text, Path("x.toml"))
+
+
+def test_dotted_keys_define_their_tables_on_their_line() -> None:
+    text = "[drafter]\nmethod = 'x'\nextra.a.b = 1\n"
+    assert locate(text, ("drafter", "extra", "a", "b", "c")) == 3
+    assert locate(text, ("drafter", "extra", "a")) == 3
+    assert locate(text, ("drafter", "extra")) == 3
+
+
+def test_format_loc_escapes_control_characters() -> None:
+    assert format_loc(("env", "A\nB")) == "env.A\\nB"
+    assert format_loc(("env", "A\x00\u2028")) == "env.A\\x00\\u2028"
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("a = " + "[" * 17 + "]" * 17, 1),
+    ("a = " + "[" * 16 + "]" * 16, None),
+    ("a = 1\nb = [\n" + "[\n" * 20 + "]\n" * 21, 18),
+    ("a = '" + "[" * 40 + "'\nb = \"" + "{\\\"" * 40 + "\"\n# " + "[" * 40, None),
+    ('a = """\n' + "[" * 40 + '\n"""\nb = ' + "[" * 17 + "]" * 17, 4),
+    ("[" * 5000, 1),
+    ("a = [\n" * 17 + "]", 17),
+])
+def test_too_deep_line(text: str, line: int | None) -> None:
+    from rocmseat.seat.locate import too_deep_line
+
+    assert too_deep_line(text, 16) == line
