@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rocmseat.errors import RocmseatError
+from rocmseat.errors import ReadError, RocmseatError
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
@@ -52,7 +53,15 @@ class LockTimeout(RocmseatError):
 def exclusive_lock(lock_path: Path, *, timeout_s: float | None = None) -> Iterator[None]:
     """Hold an flock on `lock_path` (created if needed). The kernel drops it if we die."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    # Never through a symlink someone planted at the lock's name (docs/architecture.md,
+    # "Hostile input"): O_NOFOLLOW makes that an ELOOP error instead of locking their file.
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ReadError(lock_path, "is a symlink; rocmseat never locks through a link "
+                            "(someone else may have planted it)") from None
+        raise ReadError(lock_path, exc.strerror or type(exc).__name__) from None
     try:
         if timeout_s is None:
             fcntl.flock(fd, fcntl.LOCK_EX)

@@ -123,3 +123,24 @@ def test_run_timeout_kills_the_whole_group(tmp_path: Path):
         time.sleep(0.1)
     else:
         pytest.fail(f"grandchild {grandchild} survived the timeout")
+
+
+def test_lock_never_follows_a_planted_symlink(tmp_path):
+    """A link planted at the lock's name would make us create/lock someone else's file."""
+    import pytest as _pytest
+
+    from rocmseat.atomic import exclusive_lock
+    from rocmseat.errors import ReadError
+
+    target = tmp_path / "their-file"
+    target.write_text("theirs")
+    lock = tmp_path / ".r0.lock"
+    lock.symlink_to(target)
+    with _pytest.raises(ReadError, match="is a symlink"), exclusive_lock(lock, timeout_s=1):
+        pass
+    assert target.read_text() == "theirs"
+    dangling = tmp_path / ".r1.lock"
+    dangling.symlink_to(tmp_path / "would-be-created")
+    with _pytest.raises(ReadError), exclusive_lock(dangling, timeout_s=1):
+        pass
+    assert not (tmp_path / "would-be-created").exists()

@@ -198,7 +198,8 @@ def _entry(
         last_used=last_used,
         changes=changes,
         unknown=unknown,
-        in_use=judge_use(path, processes),
+        # Open files and maps are reported with links resolved: compare both spellings.
+        in_use=judge_use(path, processes, real_directory=Path(os.path.realpath(path))),
         replaced=_replaced(manifest),
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,8 @@ def _prune(
             click.echo("nothing removed: run again with --yes to remove the dirs marked remove")
     if yes:
         def recheck(path: Path) -> InUse:
-            return judge_use(path, list(scan_processes()))
+            return judge_use(path, list(scan_processes()),
+                             real_directory=Path(os.path.realpath(path)))
 
         for item, error in execute_prune(plan, recheck=recheck):
             if error is not None:

@@ -430,17 +430,3 @@ class Seat(_Section):
             if not ENV_NAME.fullmatch(name):
                 raise ValueError(f"'{printable(name, 80)}' is not an environment variable name")
         return value
-
-    def replica_names(self, count: int) -> tuple[str, ...]:
-        """Names of `count` replicas: [replicas].names when given, else r0, r1, ..."""
-        names = self.replicas.names
-        if names is not None:
-            if len(names) < count:
-                # launch (rocmseat.launch.plan) turns this into a located ConfigError.
-                raise ValueError(f"[replicas] names lists {len(names)} names for {count} replicas")
-            return names[:count]
-        return tuple(f"r{i}" for i in range(count))
-
-    def port_of(self, index: int) -> int:
-        """Replica i listens on port_base + i."""
-        return self.serve.port_base + index

@@ -92,9 +92,14 @@ def replica_name(seat: Seat, index: int) -> str:
     return names[index] if names is not None and index < len(names) else f"r{index}"
 
 
+def planned_port(seat: Seat, index: int) -> int:
+    """The one port rule: replica i listens on serve.port_base + i (unchecked; see replica_port)."""
+    return seat.serve.port_base + index
+
+
 def replica_port(seat: Seat, index: int) -> int:
-    """Replica i listens on serve.port_base + i; past 65535 is the seat's error, located."""
-    port = seat.serve.port_base + index
+    """Replica i's port; past 65535 is the seat's error, located."""
+    port = planned_port(seat, index)
     if port > MAX_PORT:
         raise located(seat, ("serve", "port_base"),
                       f"replica {replica_name(seat, index)} (index {index}) would listen on port "

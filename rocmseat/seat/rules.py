@@ -16,6 +16,7 @@ from typing import Any
 
 from rocmseat.seat.locate import control_char
 from rocmseat.seat.model import METHODS_NEEDING_PATH, RESERVED_EXTRA_KEYS, Seat, check_listen
+from rocmseat.seat.placement import planned_port, replica_name
 
 Location = tuple[str | int, ...]
 
@@ -192,7 +193,7 @@ def port_problems(seat: Seat) -> list[tuple[Location, str]]:
     """Replica ports past 65535, and an exporter listening on a replica's port."""
     problems: list[tuple[Location, str]] = []
     count = known_replica_count(seat)
-    first, last = seat.port_of(0), seat.port_of(count - 1)
+    first, last = planned_port(seat, 0), planned_port(seat, count - 1)
     if last > 65535:
         problems.append((
             ("serve", "port_base"),
@@ -203,8 +204,7 @@ def port_problems(seat: Seat) -> list[tuple[Location, str]]:
         _, port = check_listen(listen)  # the model checked the shape already
         if first <= port <= last:
             index = port - first
-            names = seat.replicas.names
-            who = names[index] if names is not None and index < len(names) else f"r{index}"
+            who = replica_name(seat, index)
             problems.append((
                 ("watch", "exporter_listen"),
                 f"port {port} is replica {who}'s port "

@@ -167,3 +167,38 @@ def test_parse_duration_bad(text: str) -> None:
 def test_human_units() -> None:
     assert human_size(512) == "512 B" and human_size(3 << 20) == "3.0 MiB" and human_size(5 << 40) == "5120.0 GiB"
     assert human_age(None) == "-" and human_age(59) == "59s" and human_age(9 * 86400 + 5) == "9d"
+
+
+def test_cache_root_under_a_linked_folder_is_in_use_by_a_process_holding_a_file(
+        tmp_path: Path) -> None:
+    """The kernel reports open files with links resolved (/proc/PID/fd); a cache root reached
+    through a linked folder (/var/cache -> /srv/cache) must still match (issue 11)."""
+    import subprocess
+    import sys
+    import time
+
+    from rocmseat.cache.usage import scan_processes
+
+    real = tmp_path / "srv"
+    (real / "cache" / "r0").mkdir(parents=True)
+    (real / "cache" / "r0" / "graph.bin").write_text("x")
+    (tmp_path / "var").symlink_to(real)
+    root = tmp_path / "var" / "cache"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; f = open(sys.argv[1]); print('open', flush=True); time.sleep(60)",
+         str(root / "r0" / "graph.bin")], stdout=subprocess.PIPE, text=True,
+        env={"PATH": "/usr/bin:/bin"})
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        deadline = time.monotonic() + 10
+        views = [v for v in scan_processes() if v.pid == holder.pid]
+        while not views and time.monotonic() < deadline:
+            time.sleep(0.1)
+            views = [v for v in scan_processes() if v.pid == holder.pid]
+        audit = audit_seat("s", "f", root, currents(), now=NOW, processes=views)
+        (entry,) = [e for e in audit.entries if e.path.name == "r0"]
+        assert entry.in_use.use is Use.YES and holder.pid in entry.in_use.pids
+    finally:
+        holder.kill()
+        holder.wait()

@@ -11,6 +11,7 @@ import pytest
 from rocmseat.cache.layout import FORBIDDEN_SEAT_ENV
 from rocmseat.errors import ConfigError
 from rocmseat.seat.load import load_seat
+from rocmseat.seat.placement import planned_port, replica_name
 from tests.conftest import REPO
 
 R9700 = REPO / "launchers" / "r9700-mxfp4-dflash.toml"
@@ -57,7 +58,7 @@ def test_r9700_seat() -> None:
     assert seat.drafter.num_speculative_tokens_per_batch_size == ((1, 2, 7), (3, 4, 3), (5, 1024, 0))
     assert seat.serve.max_model_len == 262144 and seat.serve.max_num_seqs == 8
     assert seat.serve.gpu_memory_utilization == 0.97
-    assert seat.replicas.mode == "auto" and seat.replica_names(2) == ("r0", "r1")
+    assert seat.replicas.mode == "auto" and seat.replicas.names is None
     assert seat.env["NCCL_PROTO"] == "Simple"
     assert any(k.startswith("RADIANCE_") for k in seat.env)
     assert seat.env_classes.key == ("RADIANCE_*",)
@@ -74,7 +75,7 @@ def test_demo_seat() -> None:
     assert seat.engine.python == Path("/opt/rocmseat/vllm-venv/bin/python")
     assert seat.drafter is not None and seat.drafter.method == "draft_model"
     assert seat.drafter.num_speculative_tokens == 3
-    assert seat.serve.port_base == 8100 and seat.port_of(1) == 8101
+    assert seat.serve.port_base == 8100 and planned_port(seat, 1) == 8101
     assert seat.env == {"VLLM_CPU_KVCACHE_SPACE": "1"}
     assert seat.watch.interval_s == 5.0 and seat.readiness.timeout_s == 300.0
 
@@ -215,7 +216,7 @@ def test_explicit_pairs(tmp_path: Path) -> None:
     text += '\n[replicas]\nmode = "explicit"\npairs = [["0000:05:00.0", "0000:09:00.0"]]\nnames = ["a"]\n'
     seat = load_seat(write(tmp_path, text))
     assert seat.replicas.pairs == (("0000:05:00.0", "0000:09:00.0"),)
-    assert seat.replica_names(1) == ("a",)
+    assert replica_name(seat, 0) == "a"
     bad = text.replace('"0000:09:00.0"', '"05:00.0"')
     with pytest.raises(ConfigError, match=r"x.toml:26: key 'replicas.pairs': '05:00.0' is not a PCI address"):
         load_seat(write(tmp_path, bad))
