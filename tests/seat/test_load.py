@@ -58,7 +58,8 @@ def test_r9700_seat() -> None:
     assert seat.drafter.num_speculative_tokens_per_batch_size == ((1, 2, 7), (3, 4, 3), (5, 1024, 0))
     assert seat.serve.max_model_len == 262144 and seat.serve.max_num_seqs == 8
     assert seat.serve.gpu_memory_utilization == 0.97
-    assert seat.replicas.mode == "auto" and seat.replicas.names is None
+    assert seat.replicas.mode == "auto" and seat.replicas.names == ("r0", "r1")
+    assert (replica_name(seat, 0), replica_name(seat, 1)) == ("r0", "r1")
     assert seat.env["NCCL_PROTO"] == "Simple"
     assert any(k.startswith("RADIANCE_") for k in seat.env)
     assert seat.env_classes.key == ("RADIANCE_*",)
