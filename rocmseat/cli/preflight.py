@@ -19,7 +19,11 @@ from rocmseat.cli.options import (
 from rocmseat.errors import ConfigError, ReadError, RocmseatError
 from rocmseat.findings import exit_code_for
 
+DEFAULT_MAX_AGE_S = 900.0  # three missed runs of a 5-minute timer (docs/fleet.md)
+
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from rocmseat.preflight.run import PreflightReport
 
 
@@ -34,14 +38,13 @@ def _pairs(
         raise click.BadParameter(exc.message) from None
 
 
-def _write_textfile(directory: Path, text: str) -> None:
-    from rocmseat.atomic import atomic_write_text
-    from rocmseat.preflight.textfile import TEXTFILE_NAME
+def _write_textfile(directory: Path, registry: CollectorRegistry) -> None:
+    from rocmseat.preflight.textfile import TEXTFILE_NAME, write_textfile
 
-    target = directory / TEXTFILE_NAME
     try:
-        atomic_write_text(target, text)
+        write_textfile(directory, registry)
     except OSError as exc:
+        target = directory / TEXTFILE_NAME
         raise ReadError(target, f"cannot write the textfile: {exc.strerror or exc}") from None
 
 
@@ -70,6 +73,29 @@ def _write_textfile(directory: Path, text: str) -> None:
     help="Expectations profile (TOML, see checks/).",
 )
 @json_option
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["table", "json", "npd"]),
+    default=None,
+    help="Output: a table (default), JSON (same as --json), or npd: one line of at most 80 "
+    "bytes for a node-problem-detector custom plugin.",
+)
+@click.option(
+    "--cached",
+    is_flag=True,
+    help="With --format npd: answer from the last full preflight's cached verdict in the state "
+    "dir (fast: no sysfs read); missing or older than --max-age is unknown (exit 2).",
+)
+@click.option(
+    "--max-age",
+    "max_age_s",
+    type=click.FloatRange(min=1.0, max=7 * 86400.0),
+    default=DEFAULT_MAX_AGE_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --cached: the oldest verdict still trusted.",
+)
 @click.option(
     "--textfile",
     type=click.Path(path_type=Path, file_okay=False),
@@ -110,6 +136,9 @@ def preflight(  # noqa: PLR0917 (click passes every option)
     pairs: list[tuple[str, str]],
     profile: Path | None,
     as_json: bool,
+    output_format: str | None,
+    cached: bool,
+    max_age_s: float,
     textfile: Path | None,
     sample_s: float | None,
     strict: bool,
@@ -119,16 +148,33 @@ def preflight(  # noqa: PLR0917 (click passes every option)
 ) -> int:
     """Check each AMD GPU's PCIe link, AER errors, NUMA locality and TP2 pairs.
 
-    Exit 0 ok, 1 a problem, 2 could not check (node-problem-detector compatible).
+    Exit 0 ok, 1 a problem, 2 could not check (node-problem-detector compatible). Every full
+    run (no --only, no --pair) caches its verdict for `--format npd --cached` and
+    `rocmseat slurm health`.
     """
-    from rocmseat.preflight import render
-    from rocmseat.preflight.run import preflight_report
-    from rocmseat.preflight.textfile import render_textfile, render_textfile_error
+    if as_json and output_format not in (None, "json"):
+        raise click.UsageError("--json and --format are two spellings of one option: give one")
+    fmt = "json" if as_json else output_format or "table"
+    if cached:
+        given = [name for name, value in (("--pair", pairs), ("--profile", profile),
+                                          ("--textfile", textfile), ("--sample", sample_s),
+                                          ("--hip", hip), ("--amdsmi", amdsmi)) if value]
+        if fmt != "npd":
+            raise click.UsageError("--cached needs --format npd (it answers from a cached verdict)")
+        if given:
+            raise click.UsageError(
+                f"--cached answers from the last full run's verdict: it takes no {given[0]}"
+            )
+        return _cached_npd(sysfs_root, state_dir, set(only) or None, max_age_s, strict)
 
+    from rocmseat.preflight.run import preflight_report
+
+    root = resolve_sysfs_root(sysfs_root)
+    state = resolve_state_dir(state_dir)
     try:
         report = preflight_report(
-            resolve_sysfs_root(sysfs_root),
-            resolve_state_dir(state_dir),
+            root,
+            state,
             families=set(only) or None,
             pairs=pairs or None,
             profile=profile,
@@ -138,30 +184,128 @@ def preflight(  # noqa: PLR0917 (click passes every option)
             sample_s=sample_s,
         )
     except RocmseatError as exc:
+        if not only and not pairs:
+            # the fast readers must say why the last full run judged nothing, not "stale"
+            _save_verdict(root, state, None, error=exc)
+        if fmt == "npd":
+            from rocmseat.fleet.npd import unusable_line
+
+            # NPD reads stdout only: the condition's message says why (stderr has it too)
+            click.echo(unusable_line(exc.message)[0])
         if textfile is not None:
+            from rocmseat.preflight.textfile import error_registry
+
             try:
-                _write_textfile(textfile, render_textfile_error(exc.exit_code))
+                _write_textfile(textfile, error_registry(exc.exit_code))
             except ReadError as write_error:
                 # both lines: why nothing was checked, and why the textfile still says otherwise
                 click.echo(f"rocmseat: error: {write_error.message}", err=True)
         raise
+    if report.full:
+        _save_verdict(root, state, report)
     # The report is printed before the textfile is written: the AER baseline has already moved
     # on, so a textfile that cannot be written must not swallow what this run found.
-    if as_json:
-        click.echo(render.render_json(report, strict=strict), nl=False)
-    elif sys.stdout.isatty():
-        _print_rich(report, strict=strict)
-    else:
-        click.echo(render.render_table(report, strict=strict), nl=False)
     code = exit_code_for(report.findings, strict=strict)
+    _print_report(report, fmt, strict=strict)
     if textfile is not None:
+        from rocmseat.preflight.textfile import report_registry
+
         try:
-            _write_textfile(textfile, render_textfile(report, strict=strict))
+            _write_textfile(textfile, report_registry(report, strict=strict))
         except ReadError as exc:
             # A known problem on the node (1) outranks "could not check" (2), as in
             # exit_code_for; otherwise the unwritable textfile makes the run "could not check".
             click.echo(f"rocmseat: error: {exc.message}", err=True)
             return code if code == exitcodes.PROBLEM else exitcodes.CANNOT_CHECK
+    return code
+
+
+def _print_report(report: PreflightReport, fmt: str, *, strict: bool) -> None:
+    from rocmseat.preflight import render
+
+    if fmt == "json":
+        click.echo(render.render_json(report, strict=strict), nl=False)
+    elif fmt == "npd":
+        from rocmseat.fleet.npd import npd_line
+
+        line, _code = npd_line(report.findings, gpus=len(report.inventory.gpus), strict=strict)
+        click.echo(line)
+    elif sys.stdout.isatty():
+        _print_rich(report, strict=strict)
+    else:
+        click.echo(render.render_table(report, strict=strict), nl=False)
+
+
+def _save_verdict(
+    root: Path,
+    state: Path,
+    report: PreflightReport | None,
+    *,
+    error: RocmseatError | None = None,
+) -> None:
+    import time
+
+    from rocmseat.findings import Finding, Severity
+    from rocmseat.fleet.verdict_cache import make_verdict, save_verdict
+
+    if report is not None:
+        findings, families = report.findings, report.families
+        gpus, profile = len(report.inventory.gpus), report.profile
+    else:
+        message = error.message if error is not None else "no report"
+        findings = (Finding("preflight.error", Severity.UNKNOWN, "node", message),)
+        families, gpus, profile = (), 0, None
+    verdict = make_verdict(
+        findings,
+        sysfs_root=root,
+        families=families,
+        gpus=gpus,
+        now_unix_s=time.time(),
+        profile=profile,
+    )
+    problem = save_verdict(state, verdict)
+    if problem:
+        # not fatal for this run, but the fast readers will say "unknown" until it is fixed
+        click.echo(f"rocmseat: warning: {problem}", err=True)
+
+
+def _cached_npd(
+    sysfs_root: Path | None,
+    state_dir: Path | None,
+    families: set[str] | None,
+    max_age_s: float,
+    strict: bool,
+) -> int:
+    import time
+
+    from rocmseat.fleet.npd import missing_families, npd_line, unusable_line
+    from rocmseat.fleet.verdict_cache import UnusableVerdict, load_verdict
+
+    now = time.time()
+    try:
+        verdict = load_verdict(
+            resolve_state_dir(state_dir),
+            resolve_sysfs_root(sysfs_root),
+            max_age_s=max_age_s,
+            now_unix_s=now,
+        )
+    except UnusableVerdict as exc:
+        line, code = unusable_line(str(exc))
+    else:
+        errored = any(f.family == "preflight" for f in verdict.findings)
+        absent = [] if errored else missing_families(families or (), verdict.families)
+        if absent:
+            hint = " (add --hip to the periodic run)" if "hip" in absent else ""
+            line, code = unusable_line(f"{absent[0]} was not in the cached run{hint}")
+        else:
+            line, code = npd_line(
+                verdict.findings,
+                gpus=verdict.gpus,
+                families=families,
+                strict=strict,
+                age_s=verdict.age_s(now),
+            )
+    click.echo(line)
     return code
 
 

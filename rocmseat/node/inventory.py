@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rocmseat.sysfs.aer import AerReading, read_aer
 from rocmseat.sysfs.amdgpu import AmdgpuReading, read_amdgpu
+from rocmseat.sysfs.attrs import errors_of
 from rocmseat.sysfs.drm import Card, list_cards
 from rocmseat.sysfs.kfd import read_kfd_topology
 from rocmseat.sysfs.numa import CpuTopology, NumaNode, read_cpu_topology, read_numa_nodes
@@ -58,6 +59,9 @@ class Gpu:
     socket_source: str  # how `socket` was found, in words
     amdgpu: AmdgpuReading
     errors: tuple[str, ...] = ()
+    # why `vendor`, `device` or `class` of the GPU's own function could not be read: the card is
+    # kept (bound to amdgpu, or listed by KFD) and judged, and preflight says it could not check
+    identity_errors: tuple[str, ...] = ()
 
     @property
     def endpoint(self) -> Hop:
@@ -100,7 +104,18 @@ def read_inventory(sysfs_root: Path) -> Inventory:
             continue
         device = read_pci_device(card.device_dir)
         amdgpu = read_amdgpu(card.device_dir)
-        if device.vendor_id != VENDOR_AMD_ATI or amdgpu.driver not in (None, "amdgpu"):
+        identity = _identity_errors(device, amdgpu)
+        known_gpu = amdgpu.driver == "amdgpu" or device.address in gfx
+        if device.vendor_id is None and not known_gpu:
+            # Unreadable vendor, no amdgpu binding, not in KFD: it may be a GPU. Never drop it
+            # as "another card" (issue 11): the run says it could not check.
+            problems.append(
+                f"{card.name}: cannot tell whether {device.address} is an AMD GPU: {identity[0]}"
+            )
+            continue
+        if not known_gpu and (
+            device.vendor_id != VENDOR_AMD_ATI or amdgpu.driver not in (None, "amdgpu")
+        ):
             ids = Hop(
                 device.address,
                 "endpoint",
@@ -114,7 +129,13 @@ def read_inventory(sysfs_root: Path) -> Inventory:
         if device.address in gpus:
             continue  # a second card of one function (partition mode): same GPU
         gpus[device.address] = _gpu(
-            card, device, amdgpu=amdgpu, gfx=gfx, numa_nodes=numa_nodes, topology=topology
+            card,
+            device,
+            amdgpu=amdgpu,
+            gfx=gfx,
+            numa_nodes=numa_nodes,
+            topology=topology,
+            identity_errors=identity,
         )
     sockets = tuple(sorted(set(topology.package_of().values())))
     return Inventory(
@@ -126,6 +147,26 @@ def read_inventory(sysfs_root: Path) -> Inventory:
         problems=tuple(problems),
         cpu_errors=topology.errors,
     )
+
+
+def _identity_errors(device: PciDevice, amdgpu: AmdgpuReading) -> tuple[str, ...]:
+    """Why the function's vendor, device or class is not known (a real PCI function always has
+    all three: drivers/pci/pci-sysfs.c), or contradicts its amdgpu binding."""
+    found = errors_of(device.errors, "vendor", "device", "class")
+    for name, value in (
+        ("vendor", device.vendor_id),
+        ("device", device.device_id),
+        ("class", device.class_code),
+    ):
+        if value is None and not errors_of(device.errors, name):
+            found.append(f"{device.path / name}: missing")
+    if amdgpu.driver == "amdgpu" and device.vendor_id not in (None, VENDOR_AMD_ATI):
+        # amdgpu's PCI id table holds vendor 0x1002 only (amdgpu_drv.c pciidlist)
+        found.append(
+            f"{device.path / 'vendor'}: 0x{device.vendor_id:04x}, yet the function is bound "
+            "to amdgpu (which drives vendor 0x1002 only)"
+        )
+    return tuple(found)
 
 
 def _no_aer(address: str) -> AerReading:
@@ -152,6 +193,7 @@ def _gpu(
     gfx: dict[str, str],
     numa_nodes: tuple[NumaNode, ...],
     topology: CpuTopology,
+    identity_errors: tuple[str, ...] = (),
 ) -> Gpu:
     path = [_hop(device, "endpoint")]
     chain = parent_chain(device.path)
@@ -180,6 +222,7 @@ def _gpu(
         socket_source=source,
         amdgpu=amdgpu,
         errors=device.errors,
+        identity_errors=identity_errors,
     )
 
 

@@ -2,7 +2,8 @@
 
 `<state dir>/preflight/aer-baseline.json`, written atomically under an exclusive lock (two
 replica units' ExecStartPre can run preflight at once); each run merges the devices it read.
-A baseline taken on another sysfs root (a fixture tree) is ignored.
+A baseline taken on another sysfs root (a fixture tree) is ignored. A run that counted nothing new
+leaves the file as it is, so the window reads "since the AER baseline of <its date>".
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ def save_baseline(
             previous, _problem = load_baseline(state_dir, sysfs_root)
             merged: Counters = dict(previous.devices) if previous else {}
             merged.update({a: dict(c) for a, c in devices.items()})
+            if previous is not None and merged == previous.devices:
+                # Nothing counted since the baseline: keep it (and its date) rather than rewrite
+                # and fsync the same counters on every run; the next window still starts at it.
+                return None
             atomic_write_json(
                 path,
                 {

@@ -78,7 +78,11 @@ def _dpm_idle(gpu: Gpu, link: PhysicalLink) -> DpmLevel | None:
 def judge_link(gpu: Gpu, expected: tuple[float, int] | None = None) -> list[Finding]:
     """`pcie.link.*` findings for one GPU; `expected` = (GT/s, width) from a profile."""
     subject = gpu.pci_address
-    errors = [e for hop in gpu.path for e in errors_of(hop.errors, *LINK_FILES, "vendor")]
+    # A hop's vendor decides whether the link above it is the GPU's internal one (skipped) or a
+    # real one; the endpoint is never the upper end of a link, so its vendor does not count here
+    # (an unreadable one is inventory.gpu.identity).
+    errors = [e for hop in gpu.path for e in errors_of(hop.errors, *LINK_FILES)]
+    errors += [e for hop in gpu.path[1:] for e in errors_of(hop.errors, "vendor")]
     links = physical_links(gpu)
     eff = effective_link(gpu)
     claim = endpoint_claim(gpu)

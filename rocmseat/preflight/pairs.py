@@ -8,7 +8,7 @@ bandwidth: 20.5 against 27.2 GB/s on the R9700 bench), then PCI address order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from rocmseat.node.inventory import Gpu, Inventory
@@ -42,9 +42,14 @@ def link_text(link: EffectiveLink) -> str:
     return f"{format_speed(link.speed_gts)} {width}"
 
 
-def make_pair(first: Gpu, second: Gpu) -> Pair:
+def make_pair(
+    first: Gpu, second: Gpu, links: Mapping[str, EffectiveLink] | None = None
+) -> Pair:
+    """`links`: the GPUs' effective links by address, when the caller has them already."""
     a, b = sorted((first, second), key=lambda g: g.pci_address)
-    link_a, link_b = effective_link(a), effective_link(b)
+    if links is None:
+        links = {a.pci_address: effective_link(a), b.pci_address: effective_link(b)}
+    link_a, link_b = links[a.pci_address], links[b.pci_address]
     same_node = a.numa_node is not None and a.numa_node == b.numa_node
     return Pair(
         a=a.pci_address,
@@ -70,9 +75,11 @@ def propose_pairs(inventory: Inventory) -> tuple[Pair, ...]:
     for gpu in inventory.gpus:
         if gpu.socket is not None:
             by_socket.setdefault(gpu.socket, []).append(gpu)
+    # every matching of a socket's GPUs builds its pairs anew: compute each link once
+    links = {gpu.pci_address: effective_link(gpu) for gpu in inventory.gpus}
     pairs: list[Pair] = []
     for socket in sorted(by_socket):
-        pairs.extend(_pair_socket(sorted(by_socket[socket], key=lambda g: g.pci_address)))
+        pairs.extend(_pair_socket(sorted(by_socket[socket], key=lambda g: g.pci_address), links))
     return tuple(sorted(pairs, key=lambda p: (p.a, p.b)))
 
 
@@ -88,12 +95,20 @@ def _rank(pairs: Sequence[Pair]) -> tuple[int, int, tuple[str, ...]]:
     return -same_node, -symmetric, tuple(x for p in pairs for x in p.addresses())
 
 
-def _pair_socket(gpus: list[Gpu]) -> list[Pair]:
+def _pair_socket(gpus: list[Gpu], links: Mapping[str, EffectiveLink]) -> list[Pair]:
     if len(gpus) < 2:
         return []
     if len(gpus) > _EXHAUSTIVE_MAX:
-        return _greedy(gpus)
-    candidates = ([make_pair(x, y) for x, y in matching] for matching in _matchings(gpus))
+        return _greedy(gpus, links)
+    made: dict[tuple[str, str], Pair] = {}
+
+    def pair(x: Gpu, y: Gpu) -> Pair:
+        key = (x.pci_address, y.pci_address)
+        if key not in made:
+            made[key] = make_pair(x, y, links)
+        return made[key]
+
+    candidates = ([pair(x, y) for x, y in matching] for matching in _matchings(gpus))
     return min(candidates, key=_rank)
 
 
@@ -116,12 +131,14 @@ def _perfect(gpus: list[Gpu]) -> Iterator[list[tuple[Gpu, Gpu]]]:
             yield [(first, partner), *tail]
 
 
-def _greedy(gpus: list[Gpu]) -> list[Pair]:
+def _greedy(gpus: list[Gpu], links: Mapping[str, EffectiveLink]) -> list[Pair]:
     def key(gpu: Gpu) -> tuple[int, float, str]:
-        link = effective_link(gpu)
+        link = links[gpu.pci_address]
         bandwidth = (link.speed_gts or 0.0) * (link.width or 0)
         node = -1 if gpu.numa_node is None else gpu.numa_node
         return node, -bandwidth, gpu.pci_address
 
     ordered = sorted(gpus, key=key)
-    return [make_pair(ordered[i], ordered[i + 1]) for i in range(0, len(ordered) - 1, 2)]
+    return [
+        make_pair(ordered[i], ordered[i + 1], links) for i in range(0, len(ordered) - 1, 2)
+    ]

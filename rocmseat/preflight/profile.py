@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmseat.errors import ConfigError
+from rocmseat.errors import ConfigError, ReadError
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Inventory
 from rocmseat.preflight.aer import AerThresholds
+from rocmseat.safeio import read_regular_bytes
 from rocmseat.sysfs.parse import KNOWN_SPEEDS_GTS, normalize_pci_address
 
 _THRESHOLD_KEYS = {
@@ -85,11 +86,17 @@ class _Where:
         return ConfigError(f"{self.path}:{line}: key '{key}': {why}")
 
 
+MAX_SOCKET = 4095  # physical_package_id; numa_node has the same kernel bound (MAX_NUMNODES)
+MAX_THRESHOLD = (1 << 32) - 1  # errors per window; a larger one would never fire
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def load_profile(path: Path) -> Profile:
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the profile: {exc.strerror or exc}") from None
+        # a regular file only, capped: a FIFO would hang and /dev/zero never ends (issue 11)
+        raw = read_regular_bytes(path)
+    except ReadError as exc:
+        raise ConfigError(f"{path}: cannot read the profile: {exc.cause}") from None
     try:
         text = raw.decode("utf-8")  # TOML is UTF-8 (toml.io, v1.0.0 "Spec")
     except UnicodeDecodeError as exc:
@@ -104,6 +111,9 @@ def load_profile(path: Path) -> Profile:
         match = re.search(r"at line (\d+)", str(exc))
         line = int(match.group(1)) if match else max(len(text.splitlines()), 1)
         raise ConfigError(f"{path}:{line}: not valid TOML: {exc}") from None
+    except RecursionError:
+        # tomllib recurses per nested array or inline table: 5,000 levels exhaust the stack
+        raise ConfigError(f"{path}:1: not valid TOML: nested too deeply") from None
     unknown = set(data) - {"name", "description", "thresholds", "gpu", "pair"}
     if unknown:
         key = sorted(unknown)[0]
@@ -111,6 +121,14 @@ def load_profile(path: Path) -> Profile:
     name = data.get("name", path.stem)
     if not isinstance(name, str):
         raise where.error("name", "must be a string")
+    for key in ("name", "description"):
+        value = data.get(key)
+        if key in data and not isinstance(value, str):
+            raise where.error(key, "must be a string")
+        bad = _CONTROL_RE.search(value) if isinstance(value, str) else None
+        if bad is not None:
+            # the name reaches the terminal, JSON and the textfile: no escapes, no second line
+            raise where.error(key, f"control character U+{ord(bad.group()):04X} in the value")
     return Profile(
         name=name,
         source=path,
@@ -172,10 +190,14 @@ def _gpus(entries: Any, where: _Where) -> tuple[ExpectedGpu, ...]:
                 line_key="pci_address",
                 nth=index,
             )
-        if socket is not None and (not isinstance(socket, int) or isinstance(socket, bool)):
+        if socket is not None and (
+            not isinstance(socket, int)
+            or isinstance(socket, bool)
+            or not 0 <= socket <= MAX_SOCKET
+        ):
             raise where.error(
                 f"{key}.socket",
-                "must be an integer",
+                f"must be a socket number 0..{MAX_SOCKET}",
                 line_key="socket",
                 nth=_nth(entries, index, "socket"),
             )
@@ -211,8 +233,12 @@ def _thresholds(table: Any, where: _Where) -> AerThresholds:
     for key, value in table.items():
         if key not in _THRESHOLD_KEYS:
             raise where.error(f"thresholds.{key}", f"unknown (known: {', '.join(_THRESHOLD_KEYS)})")
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise where.error(f"thresholds.{key}", f"must be an integer 0..{MAX_THRESHOLD}")
+        if value < 0:
             raise where.error(f"thresholds.{key}", "must be a non-negative integer")
+        if value > MAX_THRESHOLD:
+            raise where.error(f"thresholds.{key}", f"must be an integer 0..{MAX_THRESHOLD}")
         values[_THRESHOLD_KEYS[key]] = value
     thresholds = AerThresholds(**values)
     for kind in ("correctable", "replay"):

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rocmseat.errors import ConfigError, NoDeviceError
 from rocmseat.findings import Finding, Severity
@@ -22,9 +23,12 @@ from rocmseat.preflight.aer_state import load_baseline, save_baseline
 from rocmseat.preflight.link import judge_dpm, judge_link
 from rocmseat.preflight.numa import judge_locality, judge_proposed, judge_requested
 from rocmseat.preflight.pairs import Pair, propose_pairs
-from rocmseat.preflight.profile import Profile, judge_profile, load_profile
 from rocmseat.sysfs.fs import is_live_root
 from rocmseat.sysfs.parse import normalize_pci_address
+
+if TYPE_CHECKING:
+    # profile.py brings tomllib: imported only when a profile is given (start-up budget)
+    from rocmseat.preflight.profile import Profile
 
 FAMILIES = ("pcie", "aer", "numa", "profile", "amdsmi", "hip")
 DEFAULT_FAMILIES = frozenset({"pcie", "aer", "numa", "profile"})
@@ -39,6 +43,8 @@ class PreflightReport:
     findings: tuple[Finding, ...]
     aer_window: str | None
     profile: str | None
+    families: tuple[str, ...] = ()  # the families that ran
+    full: bool = False  # every default family on every GPU: the node's verdict
 
 
 def parse_pair(text: str) -> tuple[str, str]:
@@ -76,7 +82,13 @@ def preflight_report(
     now: Callable[[], str] = _now,
 ) -> PreflightReport:
     """Raises NoDeviceError when the root has no amdgpu device, ConfigError on a bad profile."""
-    loaded = load_profile(profile) if isinstance(profile, Path) else profile
+    loaded: Profile | None
+    if isinstance(profile, Path):
+        from rocmseat.preflight.profile import load_profile
+
+        loaded = load_profile(profile)
+    else:
+        loaded = profile
     live = is_live_root(sysfs_root)
     selected = set(families) if families else set(DEFAULT_FAMILIES)
     if not families:
@@ -109,6 +121,7 @@ def preflight_report(
     wanted = {a for pair in (pairs or ()) for a in pair}
     checked = tuple(g for g in inventory.gpus if not wanted or g.pci_address in wanted)
     findings: list[Finding] = _inventory_findings(inventory, wanted, live)
+    findings += _identity_findings(checked)
     thresholds = loaded.thresholds if loaded is not None else AerThresholds()
     for gpu in checked:
         if "pcie" in selected:
@@ -124,6 +137,8 @@ def preflight_report(
         else:
             findings += judge_proposed(proposed, inventory)
     if "profile" in selected and loaded is not None:
+        from rocmseat.preflight.profile import judge_profile
+
         findings += judge_profile(inventory, loaded, wanted)
     window = None
     if "aer" in selected:
@@ -146,6 +161,8 @@ def preflight_report(
         findings=tuple(findings),
         aer_window=window,
         profile=loaded.name if loaded is not None else None,
+        families=tuple(sorted(f for f in selected if f != "profile" or loaded is not None)),
+        full=not families and not pairs,
     )
 
 
@@ -207,6 +224,26 @@ def _inventory_findings(inventory: Inventory, wanted: set[str], live: bool) -> l
     return findings
 
 
+def _identity_findings(gpus: tuple[Gpu, ...]) -> list[Finding]:
+    findings = []
+    for gpu in gpus:
+        if not gpu.identity_errors:
+            continue
+        more = len(gpu.identity_errors) - 1
+        findings.append(
+            Finding(
+                "inventory.gpu.identity",
+                Severity.UNKNOWN,
+                gpu.pci_address,
+                f"cannot read the GPU's identity: {gpu.identity_errors[0]}"
+                + (f" (and {more} more)" if more else ""),
+                "kept as a GPU (bound to amdgpu or listed by KFD); check the sysfs tree",
+                {"errors": list(gpu.identity_errors)},
+            )
+        )
+    return findings
+
+
 def _aer(
     sysfs_root: Path,
     state_dir: Path,
@@ -254,7 +291,7 @@ def _aer(
             baseline_devices, window = None, "since boot"
         else:
             baseline_devices = baseline.devices
-            window = f"since the last preflight ({baseline.taken_at})"
+            window = f"since the AER baseline of {baseline.taken_at}"
     for gpu in gpus:
         findings += judge_aer(gpu, current, baseline_devices, window, thresholds)
     problem = save_baseline(state_dir, sysfs_root, current, now())

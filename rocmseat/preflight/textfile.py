@@ -1,12 +1,23 @@
-"""The node_exporter textfile-collector file of a preflight run (Prometheus text format 0.0.4).
+"""The node_exporter textfile-collector file of a preflight run, written through prometheus_client.
 
-node_exporter reads `*.prom` files in its --collector.textfile.directory; the CLI writes this one
-atomically (temp file + rename) so the collector never sees half a file.
+node_exporter reads `*.prom` files in its --collector.textfile.directory. The families are built
+as a custom collector over the report (client_python's "custom collectors": the values exist
+elsewhere, here in sysfs, and are exported as they are) and written with `write_to_textfile`,
+which writes a temp file beside the target and renames it, so the collector never sees half a
+file. Cumulative AER totals are counters with exact integer values (`1234567`, never
+`1.23457e+06`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, write_to_textfile
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
 
 from rocmseat.findings import Severity, exit_code_for
 from rocmseat.node.link import effective_link
@@ -14,52 +25,65 @@ from rocmseat.preflight.run import PreflightReport
 
 TEXTFILE_NAME = "rocmseat_preflight.prom"
 SEVERITY_VALUE = {Severity.OK: 0, Severity.WARN: 1, Severity.UNKNOWN: 2, Severity.FAIL: 3}
+_EXIT_HELP = "Exit code of the last preflight: 0 ok, 1 problem, 2 could not check."
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class _ReportCollector(Collector):
+    """The families of one report (collect() is called once per write)."""
+
+    def __init__(self, report: PreflightReport, *, strict: bool) -> None:
+        self.report = report
+        self.strict = strict
+
+    def collect(self) -> Iterator[Metric]:
+        report = self.report
+        exit_code = GaugeMetricFamily("rocmseat_preflight_exit_code", _EXIT_HELP)
+        exit_code.add_metric([], exit_code_for(report.findings, strict=self.strict))
+        yield exit_code
+        yield from _finding_families(report)
+        yield from _link_families(report)
+        yield _aer_family(report)
 
 
-def _labels(**labels: str) -> str:
-    return ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-
-
-def render_textfile(report: PreflightReport, *, strict: bool = False) -> str:
-    """Prometheus text exposition for node_exporter's textfile collector (one file, atomic)."""
-    out: list[str] = []
-
-    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-        out.append(f"# HELP {name} {help_text}")
-        out.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            out.append(f"{name}{{{labels}}} {value:g}" if labels else f"{name} {value:g}")
-
-    family(
-        "rocmseat_preflight_exit_code",
-        "gauge",
-        "Exit code of the last preflight: 0 ok, 1 problem, 2 could not check.",
-        [("", exit_code_for(report.findings, strict=strict))],
-    )
+def _finding_families(report: PreflightReport) -> Iterator[Metric]:
     counts = Counter(f.severity for f in report.findings)
-    family(
+    findings = GaugeMetricFamily(
         "rocmseat_preflight_findings",
-        "gauge",
         "Findings of the last preflight by severity.",
-        [(_labels(severity=s.value), counts.get(s, 0)) for s in Severity],
+        labels=["severity"],
     )
+    for severity in Severity:
+        findings.add_metric([severity.value], counts.get(severity, 0))
+    yield findings
     checks: dict[tuple[str, str], Severity] = {}
     for f in report.findings:
         key = (f.check_id, f.subject)
         if key not in checks or SEVERITY_VALUE[f.severity] > SEVERITY_VALUE[checks[key]]:
             checks[key] = f.severity
-    family(
+    worst = GaugeMetricFamily(
         "rocmseat_preflight_check_severity",
-        "gauge",
         "Worst severity per check and subject: 0 ok, 1 warn, 2 unknown, 3 fail.",
-        [(_labels(check_id=c, subject=s), SEVERITY_VALUE[v]) for (c, s), v in checks.items()],
+        labels=["check_id", "subject"],
     )
-    speed: list[tuple[str, float]] = []
-    width: list[tuple[str, float]] = []
+    for (check_id, subject), value in checks.items():
+        worst.add_metric([check_id, subject], SEVERITY_VALUE[value])
+    yield worst
+
+
+def _link_families(report: PreflightReport) -> Iterator[Metric]:
+    speed = GaugeMetricFamily(
+        "rocmseat_gpu_pcie_link_speed_gts",
+        "PCIe link speed in GT/s: effective (slowest real hop), capable, endpoint_claimed.",
+        labels=["pci_address", "kind"],
+    )
+    width = GaugeMetricFamily(
+        "rocmseat_gpu_pcie_link_width",
+        "PCIe link width in lanes (same kinds).",
+        labels=["pci_address", "kind"],
+    )
+    socket = GaugeMetricFamily(
+        "rocmseat_gpu_socket", "CPU socket (physical package) of the GPU.", labels=["pci_address"]
+    )
     for gpu in report.checked:
         eff = effective_link(gpu)
         own = gpu.endpoint.link
@@ -68,30 +92,24 @@ def render_textfile(report: PreflightReport, *, strict: bool = False) -> str:
             ("capable", eff.capable_speed_gts, eff.capable_width),
             ("endpoint_claimed", own.current_speed_gts, own.current_width),
         ):
-            labels = _labels(pci_address=gpu.pci_address, kind=kind)
             if s is not None:
-                speed.append((labels, s))
+                speed.add_metric([gpu.pci_address, kind], s)
             if w is not None:
-                width.append((labels, w))
-    family(
-        "rocmseat_gpu_pcie_link_speed_gts",
-        "gauge",
-        "PCIe link speed in GT/s: effective (slowest real hop), capable, endpoint_claimed.",
-        speed,
+                width.add_metric([gpu.pci_address, kind], w)
+        if gpu.socket is not None:
+            socket.add_metric([gpu.pci_address], gpu.socket)
+    yield speed
+    yield width
+    yield socket
+
+
+def _aer_family(report: PreflightReport) -> Metric:
+    aer = CounterMetricFamily(
+        "rocmseat_pcie_aer_errors",
+        "AER TOTAL_ERR_* of each function on a GPU's path, cumulative since the device was "
+        "enumerated (boot, hot-add, rescan).",
+        labels=["function", "gpu", "kind"],
     )
-    family("rocmseat_gpu_pcie_link_width", "gauge", "PCIe link width in lanes (same kinds).", width)
-    sockets = [
-        (_labels(pci_address=g.pci_address), g.socket)
-        for g in report.checked
-        if g.socket is not None
-    ]
-    family(
-        "rocmseat_gpu_socket",
-        "gauge",
-        "CPU socket (physical package) of the GPU.",
-        [(labels, float(value)) for labels, value in sockets],
-    )
-    aer: list[tuple[str, float]] = []
     seen: set[str] = set()
     for gpu in report.checked:
         for hop in gpu.path:
@@ -104,27 +122,42 @@ def render_textfile(report: PreflightReport, *, strict: bool = False) -> str:
                 ("fatal", hop.aer.fatal),
             ):
                 if counters is not None and counters.total is not None:
-                    aer.append(
-                        (
-                            _labels(function=hop.address, gpu=gpu.pci_address, kind=kind),
-                            counters.total,
-                        )
-                    )
-    family(
-        "rocmseat_pcie_aer_errors",
-        "gauge",
-        "AER TOTAL_ERR_* of each function on a GPU's path, cumulative since boot.",
-        aer,
-    )
-    return "\n".join(out) + "\n"
+                    aer.add_metric([hop.address, gpu.pci_address, kind], counters.total)
+    return aer
 
 
-def render_textfile_error(exit_code: int) -> str:
-    """The textfile when no report could be made (no device, bad profile): the exit code only,
-    so a stale file does not keep saying the node is fine."""
-    return (
-        "# HELP rocmseat_preflight_exit_code Exit code of the last preflight: 0 ok, 1 problem, "
-        "2 could not check.\n"
-        "# TYPE rocmseat_preflight_exit_code gauge\n"
-        f"rocmseat_preflight_exit_code {exit_code}\n"
-    )
+class _ExitCodeOnly(Collector):
+    def __init__(self, exit_code: int) -> None:
+        self.exit_code = exit_code
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily("rocmseat_preflight_exit_code", _EXIT_HELP)
+        family.add_metric([], self.exit_code)
+        yield family
+
+
+def report_registry(report: PreflightReport, *, strict: bool = False) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_ReportCollector(report, strict=strict))
+    return registry
+
+
+def error_registry(exit_code: int) -> CollectorRegistry:
+    """When no report could be made (no device, bad profile): the exit code only, so a stale file
+    does not keep saying the node is fine."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_ExitCodeOnly(exit_code))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> str:
+    """The exposition text of a registry (what write_textfile puts in the file)."""
+    return generate_latest(registry).decode("utf-8")
+
+
+def write_textfile(directory: Path, registry: CollectorRegistry) -> Path:
+    """Write `directory/rocmseat_preflight.prom` (temp file + rename); OSError on failure."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / TEXTFILE_NAME
+    write_to_textfile(str(target), registry)
+    return target

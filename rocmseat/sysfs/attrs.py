@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from rocmseat.errors import ParseError
 from rocmseat.sysfs.fs import Unreadable, Unsupported, read_attr
+from rocmseat.sysfs.parse import parse_free_text
 
 T = TypeVar("T")
 
@@ -32,8 +33,12 @@ def read_parsed(path: Path, parser: Callable[[str, str], T]) -> tuple[T | None, 
 
 
 def read_text(path: Path) -> tuple[str | None, str | None]:
-    """A free-text attribute (product_name, unique_id): stripped text, or the reason."""
-    return read_parsed(path, lambda text, _source: text.strip())
+    """A free-text attribute (product_name, unique_id): stripped text, or the reason.
+
+    The text reaches a terminal, JSON and the textfile: control characters (an escape sequence,
+    a NUL, a second line) or bytes that are not UTF-8 make it unreadable, never shown.
+    """
+    return read_parsed(path, parse_free_text)
 
 
 def errors_of(errors: tuple[str, ...], *names: str) -> list[str]:

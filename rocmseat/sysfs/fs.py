@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +52,27 @@ class Unreadable:
 
 _UNSUPPORTED_ERRNOS = {errno.EOPNOTSUPP, errno.ENODATA, errno.EINVAL, errno.ENOTSUP}
 
+# A text attribute is one page (PAGE_SIZE: 4 KiB on x86, 64 KiB on some arm64/ppc64 kernels;
+# sysfs_emit() never writes past it). Anything larger is not a sysfs attribute.
+MAX_ATTR_BYTES = 1 << 16
+
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+
 AttrValue = str | Unsupported | Unreadable | None
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
 
 
 def read_attr(path: Path) -> AttrValue:
@@ -60,17 +81,60 @@ def read_attr(path: Path) -> AttrValue:
     Returns the text (trailing newline kept: parsers decide), None when the file is absent,
     Unsupported or Unreadable otherwise. Reads the whole file: sysfs reports sizes of 0 or 4096
     whatever the content (prometheus/procfs internal/util/readfile.go).
+
+    Only regular files are read. Attributes are kernfs regular files
+    (Documentation/filesystems/sysfs.rst), never symlinks, FIFOs or device nodes; a tree with
+    one of those where an attribute should be is broken or hostile, so the file is opened
+    non-blocking and without following a final symlink (a FIFO would block open() forever),
+    checked with fstat on the open descriptor, and read up to MAX_ATTR_BYTES.
     """
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(1 << 20)
-    except FileNotFoundError:
+        fd = os.open(path, _READ_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    except NotADirectoryError:
-        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return Unreadable(str(path), _symlink_reason(path))
+        reason = exc.strerror or type(exc).__name__
+        if exc.errno in _UNSUPPORTED_ERRNOS:
+            return Unsupported(str(path), reason)
+        return Unreadable(str(path), reason)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            return Unreadable(
+                str(path),
+                f"is {_kind(mode)}, not a regular file (sysfs attributes are regular files)",
+            )
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, MAX_ATTR_BYTES + 1 - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > MAX_ATTR_BYTES:
+                return Unreadable(
+                    str(path), f"larger than {MAX_ATTR_BYTES:,} bytes (a sysfs attribute is a page)"
+                )
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         if exc.errno in _UNSUPPORTED_ERRNOS:
             return Unsupported(str(path), reason)
         return Unreadable(str(path), reason)
-    return data.decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def _symlink_reason(path: Path) -> str:
+    """O_NOFOLLOW refused the final component (or the path loops): say which."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return "too many levels of symbolic links"
+    shown = target if len(target) <= 60 else target[:57] + "..."
+    return (
+        f"is a symbolic link to {shown!r}, not a regular file (sysfs attributes are regular files)"
+    )

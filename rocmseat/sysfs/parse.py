@@ -70,6 +70,19 @@ def parse_numa_node(text: str, source: str = "<text>") -> int | None:
     return None if value == -1 else value
 
 
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\ufffd]")
+
+
+def parse_free_text(text: str, source: str = "<text>") -> str:
+    """A one-line free-text attribute (product_name): stripped, no control characters."""
+    stripped = text.strip()
+    bad = _CONTROL_RE.search(stripped)
+    if bad is not None:
+        what = "bytes that are not UTF-8" if bad.group() == "\ufffd" else "a control character"
+        raise ParseError(source, text, f"{what} in a text attribute")
+    return stripped
+
+
 def parse_hex_id(text: str, source: str = "<text>") -> int:
     """`vendor`, `device`, `class`: `0x1002`, `0x030000`."""
     stripped = text.strip()

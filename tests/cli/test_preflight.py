@@ -231,7 +231,7 @@ def test_second_run_reports_since_last_preflight(preflight):
     second = preflight(DEGRADED, "--json")
     assert second.exit_code == 1  # the Gen1 link is still there
     doc = json.loads(second.stdout)
-    assert doc["aer_window"].startswith("since the last preflight (")
+    assert doc["aer_window"].startswith("since the AER baseline of ")
     assert not [f for f in doc["findings"] if f["check_id"] == "aer.badtlp"]
 
 
@@ -272,7 +272,8 @@ def test_plain_preflight_imports_no_hip_rich_pydantic_httpx(tmp_path):
         "import sys; from rocmseat.cli.main import main; "
         f"rc = main(['preflight', '--sysfs-root', {str(X99)!r}, "
         f"'--state-dir', {str(tmp_path)!r}, '--json']); "
-        "heavy = [m for m in ('rocmseat.hip', 'rich', 'pydantic', 'httpx') if m in sys.modules]; "
+        "heavy = [m for m in ('rocmseat.hip', 'rich', 'pydantic', 'httpx', 'prometheus_client', "
+        "'tomllib', 'yaml') if m in sys.modules]; "
         "print(rc, heavy, file=sys.stderr)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -520,3 +521,148 @@ def test_no_device_still_refreshes_the_textfile(preflight, tmp_path):
     assert preflight(SYSFS_FIXTURES / "no-amdgpu", "--textfile", str(out)).exit_code == 2
     families = list(text_string_to_metric_families((out / "rocmseat_preflight.prom").read_text()))
     assert [(f.name, f.samples[0].value) for f in families] == [("rocmseat_preflight_exit_code", 2)]
+
+
+# ----- issue 11: hostile inputs (each test failed before its fix) -----------------------------
+GPU3_REL = "devices/pci0000:80/0000:80:03.0/0000:87:00.0/0000:88:00.0/0000:89:00.0"
+
+
+@pytest.mark.parametrize("how", ["garbage", "empty", "directory", "dangling"])
+def test_garbage_vendor_never_hides_the_gpu_or_its_degraded_link(preflight, copy_tree, how):
+    # before: "3 AMD GPUs", no pcie.link.degraded, exit 0 (once the BadTLP was baselined)
+    root = copy_tree("x99-r9700-degraded")
+    vendor = root / GPU3_REL / "vendor"
+    if how == "garbage":
+        vendor.write_text("garbage\n")
+    elif how == "empty":
+        vendor.write_text("")
+    elif how == "directory":
+        vendor.unlink()
+        vendor.mkdir()
+    else:
+        vendor.unlink()
+        vendor.symlink_to(root / GPU3_REL / "nowhere")
+    preflight(root)  # take the AER baseline: the BadTLP of 80:02.0 is no longer news
+    result = preflight(root, "--json")
+    doc = json.loads(result.stdout)
+    assert len(doc["gpus"]) == 4
+    findings = {(f["check_id"], f["subject"]): f for f in doc["findings"]}
+    assert findings[("pcie.link.degraded", "0000:89:00.0")]["severity"] == "fail"
+    unknown = findings[("inventory.gpu.identity", "0000:89:00.0")]
+    assert unknown["severity"] == "unknown" and str(vendor) in unknown["message"]
+    assert result.exit_code == 1  # the degraded link outranks the unreadable file
+
+
+def test_garbage_vendor_on_a_healthy_node_is_unknown_exit_2(preflight, copy_tree):
+    root = copy_tree("x99-r9700")
+    (root / GPU3_REL / "vendor").write_text("0xzz\n")
+    result = preflight(root)
+    assert result.exit_code == 2
+    assert result.stdout.startswith("rocmseat preflight: 4 AMD GPUs, 2 socket(s)\n")
+    assert (
+        f"UNKNOWN   inventory.gpu.identity  0000:89:00.0               cannot read the GPU's "
+        f"identity: {root / GPU3_REL / 'vendor'}: not a 0x-prefixed hex id: '0xzz\\n'"
+    ) in result.stdout
+
+
+def test_card_that_cannot_be_identified_is_unknown_naming_it(preflight, copy_tree):
+    root = copy_tree("x99-r9700")
+    (root / GPU3_REL / "vendor").write_text("garbage\n")
+    (root / GPU3_REL / "driver").unlink()
+    props = root / "class/kfd/kfd/topology/nodes/5/properties"
+    props.write_text(props.read_text().replace("simd_count 128", "simd_count 0"))
+    result = preflight(root, "--json")
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    (card,) = [f for f in doc["findings"] if f["check_id"] == "inventory.card"]
+    assert card["subject"] == "card4" and card["severity"] == "unknown"
+    assert "cannot tell whether 0000:89:00.0 is an AMD GPU" in card["message"]
+
+
+def _limit_memory():
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+def _run_bounded(argv, timeout=60):
+    """A child `rocmseat` with a deadline and 1 GiB of address space: a regression to a hang or
+    to reading /dev/zero fails here instead of hanging the suite or exhausting the host."""
+    code = "import sys; from rocmseat.cli.main import main; main()"
+    # no ROCMSEAT_* from the caller, but the crash log stays where conftest put it (tmp)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMSEAT_")}
+    env["ROCMSEAT_ERROR_LOG"] = os.environ["ROCMSEAT_ERROR_LOG"]
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=str(REPO),
+        preexec_fn=_limit_memory,
+    )
+
+
+def test_fifo_attribute_does_not_hang(copy_tree, tmp_path):
+    # before: open() of the FIFO blocked forever (the CLI hung until killed)
+    root = copy_tree("x99-r9700")
+    attr = root / GPU3_REL / "current_link_speed"
+    attr.unlink()
+    os.mkfifo(attr)
+    proc = _run_bounded(
+        ["preflight", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--json"],
+        timeout=30,
+    )
+    assert proc.returncode == 2, proc.stderr
+    doc = json.loads(proc.stdout)
+    (unknown,) = [f for f in doc["findings"] if f["check_id"] == "pcie.link.unknown"]
+    assert unknown["subject"] == "0000:89:00.0"
+    assert f"{attr}: is a FIFO, not a regular file" in unknown["message"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_profile_that_is_not_a_regular_file_is_one_line_exit_2(tmp_path, kind):
+    # before: a FIFO hung the reader; /dev/zero read until memory ran out (1.9 GB and more)
+    if kind == "fifo":
+        profile = tmp_path / "p.toml"
+        os.mkfifo(profile)
+        why = "is a FIFO, not a regular file"
+    else:
+        profile = tmp_path / "p.toml"
+        profile.symlink_to("/dev/zero")
+        why = "is a character device, not a regular file"
+    proc = _run_bounded(
+        ["preflight", "--sysfs-root", str(X99), "--state-dir", str(tmp_path / "s"),
+         "--profile", str(profile)],
+        timeout=30,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"rocmseat: error: {profile}: cannot read the profile: {why}\n"
+
+
+def test_textfile_aer_totals_are_exact_integer_counters(preflight, copy_tree, tmp_path):
+    # before: "{value:g}" printed 1234567 as 1.23457e+06 (a counter off by 33)
+    root = copy_tree("x99-r9700-degraded")
+    rp = root / "devices/pci0000:80/0000:80:02.0"
+    text = (rp / "aer_dev_correctable").read_text()
+    (rp / "aer_dev_correctable").write_text(
+        text.replace("BadTLP 6655", "BadTLP 1234567").replace("TOTAL_ERR_COR 6655",
+                                                              "TOTAL_ERR_COR 1234567")
+    )
+    out = tmp_path / "tf"
+    preflight(root, "--textfile", str(out), "--json")
+    prom = (out / "rocmseat_preflight.prom").read_text()
+    assert "1.23457e+06" not in prom
+    assert "# TYPE rocmseat_pcie_aer_errors_total counter" in prom
+    assert (
+        'rocmseat_pcie_aer_errors_total{function="0000:80:02.0",gpu="0000:86:00.0",'
+        'kind="correctable"} 1.234567e+06'
+    ) in prom  # prometheus_client's Go-style float: every digit kept
+    families = {f.name: f for f in text_string_to_metric_families(prom)}
+    assert families["rocmseat_pcie_aer_errors"].type == "counter"
+    totals = {
+        (s.labels["function"], s.labels["kind"]): s.value
+        for s in families["rocmseat_pcie_aer_errors"].samples
+        if s.name == "rocmseat_pcie_aer_errors_total"
+    }
+    assert totals[("0000:80:02.0", "correctable")] == 1234567

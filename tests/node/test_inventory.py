@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from rocmseat.node.inventory import Hop, read_inventory
 from rocmseat.node.link import effective_link, physical_links
 from tests.sysfs.conftest import SYSFS_FIXTURES
@@ -155,3 +157,61 @@ def test_effective_link_through_a_platform_switch():
     assert finding.message.startswith(
         "root port 0000:00:01.1 trained 8 GT/s x16; both ends support 16 GT/s x16"
     )
+
+
+GPU3_IN_TREE = "devices/pci0000:80/0000:80:03.0/0000:87:00.0/0000:88:00.0/0000:89:00.0"
+
+
+def _break(path, how):
+    """Make one attribute file unreadable the ways issue 11's hostile run found."""
+    import os
+
+    if how in ("directory", "dangling", "fifo"):
+        path.unlink()
+    if how == "garbage":
+        path.write_text("garbage\n")
+    elif how == "empty":
+        path.write_text("")
+    elif how == "directory":
+        path.mkdir()
+    elif how == "dangling":
+        path.symlink_to(path.parent / "no-such-file")
+    elif how == "fifo":
+        os.mkfifo(path)
+
+
+# (a FIFO is covered by bounded child processes: tests/sysfs/test_read_attr.py and the hostile
+# battery; here, in-process, a regression would hang the suite)
+BROKEN = ["garbage", "empty", "directory", "dangling"]
+
+
+@pytest.mark.parametrize("name", ["vendor", "device", "class"])
+@pytest.mark.parametrize("how", BROKEN)
+def test_gpu_with_unreadable_identity_is_kept(copy_tree, name, how):
+    # Before the fix a garbage `vendor` made 89:00.0 "not an AMD GPU": the inventory said 3 GPUs
+    # and the degraded link was never judged. The card is bound to amdgpu and listed by KFD: it
+    # stays a GPU, with the reason.
+    root = copy_tree("x99-r9700-degraded")
+    attr = root / GPU3_IN_TREE / name
+    _break(attr, how)
+    inv = read_inventory(root)
+    assert [g.pci_address for g in inv.gpus][-1] == "0000:89:00.0"
+    gpu = inv.gpu("0000:89:00.0")
+    assert any(e.startswith(str(attr)) for e in gpu.identity_errors), gpu.identity_errors
+    assert effective_link(gpu).speed_gts == 2.5
+
+
+def test_unidentifiable_card_is_a_problem_not_another_card(copy_tree):
+    # no vendor, no driver link, not in KFD: rocmseat cannot tell what card4 is; it says so
+    root = copy_tree("x99-r9700")
+    gpu_dir = root / GPU3_IN_TREE
+    (gpu_dir / "vendor").write_text("garbage\n")
+    (gpu_dir / "driver").unlink()
+    props = root / "class/kfd/kfd/topology/nodes/5/properties"
+    props.write_text(props.read_text().replace("simd_count 128", "simd_count 0"))
+    inv = read_inventory(root)
+    assert len(inv.gpus) == 3
+    assert inv.other_cards == ()
+    (problem,) = inv.problems
+    assert problem.startswith("card4: cannot tell whether 0000:89:00.0 is an AMD GPU: ")
+    assert f"{gpu_dir}/vendor: not a 0x-prefixed hex id" in problem

@@ -1,4 +1,4 @@
-"""AER by deltas: since boot, since the last preflight (state file), during a sample."""
+"""AER by deltas: since boot, since the AER baseline (state file), during a sample."""
 
 from __future__ import annotations
 
@@ -41,14 +41,21 @@ def test_second_run_reports_only_what_is_new(copy_tree, tmp_path):
     root = copy_tree("x99-r9700-degraded")
     state = tmp_path / "state"
     preflight_report(root, state, families={"aer"}, now=lambda: "2026-11-29T10:00:00Z")
-    again = preflight_report(root, state, families={"aer"})
+    before = state_path(state).read_bytes()
+    again = preflight_report(root, state, families={"aer"}, now=lambda: "2026-11-29T11:00:00Z")
     assert {f.severity for f in again.findings} == {Severity.OK}
-    assert again.aer_window == "since the last preflight (2026-11-29T10:00:00Z)"
+    assert again.aer_window == "since the AER baseline of 2026-11-29T10:00:00Z"
+    # nothing new was counted: the baseline is not rewritten (no fsync per run), its date stays
+    assert state_path(state).read_bytes() == before
     rp = root / "devices/pci0000:80/0000:80:02.0/aer_dev_correctable"
     rp.write_text(rp.read_text().replace("BadTLP 6655", "BadTLP 6660"))
-    third = preflight_report(root, state, families={"aer"})
+    third = preflight_report(root, state, families={"aer"}, now=lambda: "2026-11-29T12:00:00Z")
     (warn,) = [f for f in third.findings if f.severity != Severity.OK]
     assert (warn.check_id, warn.severity, warn.data["delta"]) == ("aer.badtlp", Severity.WARN, 5)
+    assert third.aer_window == "since the AER baseline of 2026-11-29T10:00:00Z"
+    saved = json.loads(state_path(state).read_text())
+    assert saved["taken_at"] == "2026-11-29T12:00:00Z"  # a change moves the baseline on
+    assert saved["devices"]["0000:80:02.0"]["correctable.BadTLP"] == 6660
 
 
 def test_nonfatal_growth_fails_even_once(copy_tree, tmp_path):
@@ -68,7 +75,7 @@ def test_nonfatal_growth_fails_even_once(copy_tree, tmp_path):
         Severity.FAIL,
         "0000:09:00.0",
     )
-    assert "1 uncorrectable (nonfatal) CmpltTO since the last preflight" in fail.message
+    assert "1 uncorrectable (nonfatal) CmpltTO since the AER baseline of" in fail.message
 
 
 def test_sample_takes_two_readings(copy_tree, tmp_path):

@@ -191,3 +191,47 @@ def test_profile_naming_an_absent_gpu_fails(tmp_path):
 def test_only_profile_without_a_profile_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"needs an expectations profile \(--profile FILE\)"):
         preflight_report(SYSFS_FIXTURES / "x99-r9700", tmp_path, families={"profile"})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # issue 11: numbers finite and in range, no control characters, no deep nesting
+        (
+            '[[gpu]]\npci_address = "05:00.0"\nsocket = -1\n',
+            "x.toml:3: key 'gpu[0].socket': must be a socket number 0..4095",
+        ),
+        (
+            '[[gpu]]\npci_address = "05:00.0"\nsocket = 99999999999\n',
+            "x.toml:3: key 'gpu[0].socket': must be a socket number 0..4095",
+        ),
+        (
+            "[thresholds]\naer_correctable_fail = 9223372036854775807\n",
+            "x.toml:2: key 'thresholds.aer_correctable_fail': must be an integer 0..4294967295",
+        ),
+        (
+            "[thresholds]\naer_correctable_fail = inf\n",
+            "x.toml:2: key 'thresholds.aer_correctable_fail': must be an integer 0..4294967295",
+        ),
+        (
+            '[[gpu]]\npci_address = "05:00.0"\nspeed_gts = nan\nwidth = 8\n',
+            "x.toml:3: key 'gpu[0].speed_gts': must be one of",
+        ),
+        (
+            'name = "x\\u001b[31mred"\n',
+            "x.toml:1: key 'name': control character U+001B in the value",
+        ),
+        (
+            'description = "two\\nlines"\n',
+            "x.toml:1: key 'description': control character U+000A in the value",
+        ),
+        ("name = " + "[" * 5000 + "]" * 5000 + "\n", "x.toml:1: not valid TOML: nested too deeply"),
+    ],
+)
+def test_profile_numbers_and_strings_are_checked(tmp_path, text, message):
+    path = tmp_path / "x.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_profile(path)
+    assert str(info.value).startswith(str(tmp_path) + "/" + message), str(info.value)
+    assert "\n" not in str(info.value)

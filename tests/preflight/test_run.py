@@ -94,8 +94,19 @@ def test_rich_table_on_a_terminal(tmp_path):
     assert "\x1b[33mWARN" in coloured  # yellow on a terminal
 
 
-def test_textfile_escapes_labels():
-    assert textfile._labels(subject='a"b\\c\nd') == 'subject="a\\"b\\\\c\\nd"'
+def test_textfile_escapes_labels(tmp_path):
+    # a subject with a quote, a backslash and a newline survives the exposition format
+    from dataclasses import replace
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    report = preflight_report(X99, tmp_path)
+    odd = 'a"b\\c\nd'
+    report = replace(report, findings=(Finding("x.y", Severity.WARN, odd, "m"),))
+    text = textfile.render(textfile.report_registry(report))
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    (sample,) = families["rocmseat_preflight_check_severity"].samples
+    assert sample.labels == {"check_id": "x.y", "subject": odd} and sample.value == 1
 
 
 def test_json_counts_match_findings(tmp_path):
@@ -150,7 +161,7 @@ def test_hypothesis_any_content_in_any_file_gives_findings(tmp_path_factory):
             )
             assert report.findings
             render.render_json(report)
-            textfile.render_textfile(report)
+            textfile.render(textfile.report_registry(report))
             render.render_table(report)
         finally:
             if original is None:

@@ -1,0 +1,95 @@
+"""`rocmseat slurm`: Slurm's HealthCheckProgram over the preflight verdict (docs/fleet.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rocmseat.cli.options import (
+    resolve_state_dir,
+    resolve_sysfs_root,
+    state_dir_option,
+    sysfs_root_option,
+)
+from rocmseat.fleet.slurm import DEFAULT_BUDGET_S, DEFAULT_MAX_AGE_S
+
+
+@click.group()
+def slurm() -> None:
+    """Hooks for Slurm: HealthCheckProgram (and LBNL NHC, see deploy/nhc/)."""
+
+
+@slurm.command()
+@sysfs_root_option
+@state_dir_option
+@click.option(
+    "--node",
+    default=None,
+    metavar="NAME",
+    help="Slurm node name (default: $SLURMD_NODENAME, else the node scontrol lists for this "
+    "host).",
+)
+@click.option(
+    "--max-age",
+    "max_age_s",
+    type=click.FloatRange(min=1.0, max=7 * 86400.0),
+    default=DEFAULT_MAX_AGE_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="Judge from the cached verdict of the last full preflight if it is at most this old; "
+    "else run one.",
+)
+@click.option(
+    "--budget",
+    "budget_s",
+    type=click.FloatRange(min=1.0, max=3600.0),
+    default=DEFAULT_BUDGET_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="The longest a preflight run here may take (keep it under HealthCheckTimeout, 60 s).",
+)
+@click.option(
+    "--drain-on-unknown",
+    is_flag=True,
+    help="Also drain when the node could not be checked (default: leave it as it is).",
+)
+@click.option("--hip/--no-hip", default=False, help="Include the HIP probe if a run is needed.")
+@click.option(
+    "--profile",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Expectations profile for a run (checks/*.toml).",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be done; change nothing.")
+def health(  # noqa: PLR0917 (click passes every option)
+    sysfs_root: Path | None,
+    state_dir: Path | None,
+    node: str | None,
+    max_age_s: float,
+    budget_s: float,
+    drain_on_unknown: bool,
+    hip: bool,
+    profile: Path | None,
+    dry_run: bool,
+) -> int:
+    """Drain this node on a failing preflight; resume it when rocmseat drained it and it passes.
+
+    For slurm.conf's HealthCheckProgram. Exit 0 pass, 1 a failing finding, 2 could not check
+    (Slurm ignores the exit code; the action is the point).
+    """
+    from rocmseat.fleet.slurm import health as run_health
+
+    outcome = run_health(
+        sysfs_root=resolve_sysfs_root(sysfs_root),
+        state_dir=resolve_state_dir(state_dir),
+        node=node,
+        max_age_s=max_age_s,
+        budget_s=budget_s,
+        drain_on_unknown=drain_on_unknown,
+        hip=hip,
+        profile=profile,
+        dry_run=dry_run,
+    )
+    would = "would be " if dry_run and outcome.action.kind != "none" else ""
+    click.echo(f"{outcome.node}: {outcome.verdict_line}; {would}{outcome.action.why}")
+    return outcome.verdict_code

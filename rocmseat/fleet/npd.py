@@ -1,0 +1,104 @@
+"""The node-problem-detector custom-plugin answer: one line of at most 80 bytes and an exit code.
+
+NPD's custom plugin monitor (kubernetes/node-problem-detector pkg/custompluginmonitor/plugin/
+plugin.go) trims the plugin's stdout, keeps the first `max_output_length` bytes (default 80,
+types/config.go) as the condition message, and reads exit 0 as OK, 1 as NonOK and anything else
+as Unknown (types/types.go). rocmseat's exit codes already follow that contract
+(docs/architecture.md, "Exit codes"); this module only builds the line. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Protocol
+
+from rocmseat import exitcodes
+from rocmseat.findings import SEVERITY_ORDER, Finding, Severity, exit_code_for
+
+MAX_OUTPUT_BYTES = 80
+# Findings about the inventory itself (a card that cannot be read, a GPU that is gone) and a run
+# that could not judge at all (no device, a bad profile) concern every family: an NPD rule for
+# links must not say "ok" about a GPU nobody could read.
+ALWAYS_FAMILIES = frozenset({"inventory", "preflight"})
+
+
+class _FindingLike(Protocol):
+    @property
+    def check_id(self) -> str: ...
+    @property
+    def severity(self) -> Severity: ...
+    @property
+    def subject(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+
+
+def fit(text: str, limit: int = MAX_OUTPUT_BYTES) -> str:
+    """One line of printable ASCII of at most `limit` bytes (NPD cuts bytes, not characters)."""
+    clean = "".join(c if " " <= c <= "~" else "?" for c in text.strip())
+    return clean[:limit].rstrip()
+
+
+def family_of(check_id: str) -> str:
+    return check_id.split(".", 1)[0]
+
+
+def select(findings: Sequence[_FindingLike], families: Collection[str] | None) -> list[Finding]:
+    """The findings of `families` (all when None), plus the inventory's, as Findings."""
+    return [
+        Finding(f.check_id, f.severity, f.subject, f.message)
+        for f in findings
+        if families is None or family_of(f.check_id) in families or
+        family_of(f.check_id) in ALWAYS_FAMILIES
+    ]
+
+
+def npd_line(
+    findings: Sequence[_FindingLike],
+    *,
+    gpus: int,
+    families: Collection[str] | None = None,
+    strict: bool = False,
+    age_s: float | None = None,
+) -> tuple[str, int]:
+    """(line, exit code) for the findings of `families` (all when None).
+
+    FAIL/UNKNOWN name the worst check and its subject, then how many more; OK counts the checks.
+    `age_s` is the age of a cached verdict, shown so a reader knows how old the answer is.
+    """
+    chosen = select(findings, families)
+    age = "" if age_s is None else f" ({max(age_s, 0.0):.0f}s ago)"
+    scope = "" if families is None else f" [{','.join(sorted(families))}]"
+    if not chosen:
+        return fit(f"UNKNOWN: no findings{scope} to judge{age}"), exitcodes.CANNOT_CHECK
+    code = exit_code_for(chosen, strict=strict)
+    if code == exitcodes.OK:
+        warns = sum(f.severity == Severity.WARN for f in chosen)
+        extra = f", {warns} warn" if warns else ""
+        return fit(f"OK{scope}: {gpus} GPUs, {len(chosen)} checks{extra}{age}"), code
+    if code == exitcodes.PROBLEM:
+        wanted = {Severity.FAIL} if any(f.severity == Severity.FAIL for f in chosen) else {
+            Severity.WARN  # --strict
+        }
+        label = "FAIL"
+    else:
+        wanted, label = {Severity.UNKNOWN}, "UNKNOWN"
+    worst = sorted(
+        (f for f in chosen if f.severity in wanted),
+        key=lambda f: (-SEVERITY_ORDER[f.severity], f.check_id, f.subject),
+    )
+    first = worst[0]
+    if first.check_id == "preflight.error":
+        # the run judged nothing (no device, a bad profile): its one-line reason is the news
+        return fit(f"UNKNOWN: {first.message}"), code
+    more = f" +{len(worst) - 1} more" if len(worst) > 1 else ""
+    return fit(f"{label} {first.check_id} {first.subject}{more}{age}"), code
+
+
+def unusable_line(reason: str) -> tuple[str, int]:
+    """The answer when there is no verdict to read (missing, stale, torn): unknown, exit 2."""
+    return fit(f"UNKNOWN: {reason}"), exitcodes.CANNOT_CHECK
+
+
+def missing_families(wanted: Collection[str], ran: Collection[str]) -> list[str]:
+    return sorted(set(wanted) - set(ran) - ALWAYS_FAMILIES)

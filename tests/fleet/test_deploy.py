@@ -1,0 +1,254 @@
+"""What deploy/ ships, checked against what it drives: every rocmseat command line in it parses
+with the real CLI, the Kubernetes manifests parse and hang together, the NHC check behaves as NHC
+expects of a check, the Slurm snippet and wrapper are what the real-Slurm test ran, and the
+systemd units pass `systemd-analyze verify` (tier tools)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import click
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.sysfs.conftest import SYSFS_FIXTURES
+
+DEPLOY = REPO / "deploy"
+DEGRADED = SYSFS_FIXTURES / "x99-r9700-degraded"
+X99 = SYSFS_FIXTURES / "x99-r9700"
+
+
+def parse_rocmseat(argv):
+    """Parse `rocmseat ARGV...` with the real commands: UsageError on an unknown option."""
+    from rocmseat.cli.main import cli
+
+    root = click.Context(cli, info_name="rocmseat")
+    command = cli.get_command(root, argv[0])
+    assert command is not None, argv[0]
+    if isinstance(command, click.Group):
+        group = click.Context(command, info_name=argv[0], parent=root)
+        leaf = command.get_command(group, argv[1])
+        assert leaf is not None, argv[1]
+        return leaf.make_context(argv[1], list(argv[2:]), parent=group)
+    return command.make_context(argv[0], list(argv[1:]), parent=root)
+
+
+def _manifests(name):
+    return list(yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()))
+
+
+def _rocmseat_lines(text):
+    """Every `.../rocmseat ARGS` command line in a shell text (continuations joined)."""
+    joined = text.replace("\\\n", " ")
+    out = []
+    for line in joined.splitlines():
+        match = re.search(r"\S*/rocmseat (.*)$", line.split("#", 1)[0].strip())
+        if match:
+            out.append(shlex.split(match.group(1)))
+    return out
+
+
+def test_daemonset_parses_and_its_commands_exist():
+    docs = _manifests("node-checks-daemonset.yaml")
+    assert [d["kind"] for d in docs] == ["Namespace", "ConfigMap", "DaemonSet"]
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    assert ds["apiVersion"] == "apps/v1"
+    spec = ds["spec"]
+    labels = spec["template"]["metadata"]["labels"]
+    assert spec["selector"]["matchLabels"].items() <= labels.items()
+    pod = spec["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert set(containers) == {"preflight", "node-problem-detector"}
+    for container in containers.values():
+        for mount in container["volumeMounts"]:
+            assert mount["name"] in volumes, mount
+    assert volumes["sys"]["hostPath"]["path"] == "/sys"
+    state_mounts = {c: m["mountPath"] for c, container in containers.items()
+                    for m in container["volumeMounts"] if m["name"] == "state"}
+    # both containers see one state dir: the NPD rules read what the preflight loop writes
+    assert set(state_mounts.values()) == {"/var/lib/rocmseat"}
+    npd_env = {e["name"]: e.get("value") for e in containers["node-problem-detector"]["env"]}
+    assert npd_env["ROCMSEAT_STATE_DIR"] == "/var/lib/rocmseat"
+    (loop,) = containers["preflight"]["args"]
+    (argv,) = _rocmseat_lines(loop)
+    ctx = parse_rocmseat(argv)
+    assert ctx.params["hip"] and ctx.params["output_format"] == "npd"
+    assert str(ctx.params["sysfs_root"]) == npd_env["ROCMSEAT_SYSFS_ROOT"]  # same root key
+    npd_cmd = containers["node-problem-detector"]["command"]
+    config = next(a.split("=", 1)[1] for a in npd_cmd if a.startswith("--config.custom-plugin"))
+    mount = next(m for m in containers["node-problem-detector"]["volumeMounts"]
+                 if config.startswith(m["mountPath"] + "/"))
+    (configmap,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    assert volumes[mount["name"]]["configMap"]["name"] == configmap["metadata"]["name"]
+    assert config.rsplit("/", 1)[1] in configmap["data"]
+
+
+def test_watch_sidecar_probes_its_replicas_readiness():
+    docs = _manifests("watch-sidecar.yaml")
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    (service,) = [d for d in docs if d["kind"] == "Service"]
+    pod = deploy["spec"]["template"]
+    assert deploy["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    containers = {c["name"]: c for c in pod["spec"]["containers"]}
+    watch = containers["rocmseat-watch"]
+    ctx = parse_rocmseat([*watch["args"]])
+    (target,) = ctx.params["targets"]
+    replica, url = target.split("=", 1)
+    assert url == "http://127.0.0.1:8000/metrics"  # the vllm container's port, in the pod
+    assert containers["vllm"]["ports"][0]["containerPort"] == 8000
+    listen = ctx.params["exporter_listen"]
+    probe = " ".join(watch["readinessProbe"]["exec"]["command"])
+    assert f"'http://{listen}/ready/{replica}'" in probe
+    assert f"'http://{listen}/healthz'" in " ".join(watch["livenessProbe"]["exec"]["command"])
+    assert listen == "127.0.0.1:9464"
+
+
+def test_the_probe_command_fails_on_a_non_2xx_answer(tmp_path):
+    """The exec probe's Python one-liner exits non-zero on 503 and 0 on 200 (kubelet's rule)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/ready/r0" else 503)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        (deploy,) = [d for d in _manifests("watch-sidecar.yaml") if d["kind"] == "Deployment"]
+        watch = deploy["spec"]["template"]["spec"]["containers"][1]
+        _python, flag, code = watch["readinessProbe"]["exec"]["command"]
+        port = server.server_address[1]
+        for path, expected in (("/ready/r0", 0), ("/ready/r1", 1)):
+            script = code.replace("127.0.0.1:9464/ready/r0", f"127.0.0.1:{port}{path}")
+            proc = subprocess.run([sys.executable, flag, script], capture_output=True,
+                                  timeout=30)
+            assert proc.returncode == expected, proc.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_npd_rule_argvs_parse():
+    config = json.loads((DEPLOY / "npd" / "rocmseat-plugin-monitor.json").read_text())
+    for rule in config["rules"]:
+        ctx = parse_rocmseat(rule["args"])
+        assert ctx.params["cached"] and ctx.params["output_format"] == "npd"
+
+
+# ----- Slurm and NHC -------------------------------------------------------------------------
+def test_slurm_snippet_and_wrapper():
+    snippet = (DEPLOY / "slurm" / "slurm.conf.snippet").read_text()
+    settings = dict(line.split("=", 1) for line in snippet.splitlines()
+                    if line and not line.startswith("#"))
+    assert settings == {"HealthCheckProgram": "/usr/local/sbin/rocmseat-health-check",
+                        "HealthCheckInterval": "300", "HealthCheckNodeState": "ANY"}
+    wrapper = DEPLOY / "slurm" / "rocmseat-health-check"
+    assert os.access(wrapper, os.X_OK)
+    assert subprocess.run(["sh", "-n", str(wrapper)], timeout=30).returncode == 0
+    (argv,) = _rocmseat_lines(wrapper.read_text())
+    ctx = parse_rocmseat(argv)
+    # the budget stays inside Slurm's 60 s kill
+    assert ctx.params["budget_s"] < 60 and ctx.params["max_age_s"] >= 300
+
+
+NHC_HARNESS = r"""
+# NHC's contract for a check (mej/nhc, nhc): `die RC MSG` fails the node, `log MSG` logs; a check
+# returns 0 on success. Only those two are provided here.
+die() { echo "DIE $1 ${*:2}"; }
+log() { echo "LOG $*"; }
+source "$1"; shift
+check_rocmseat "$@"
+echo "RC $?"
+"""
+
+
+@pytest.fixture
+def nhc(tmp_path, rocmseat_cli):
+    if shutil.which("bash") is None:
+        pytest.skip("bash is not installed")
+    wrapper = tmp_path / "rocmseat"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m rocmseat \"$@\"\n")
+    wrapper.chmod(0o755)
+    harness = tmp_path / "harness.sh"
+    harness.write_text(NHC_HARNESS)
+
+    def run(root, *families, fresh=True, strict=False):
+        state = tmp_path / f"state-{root.name}"
+        if fresh:
+            rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir", str(state))
+        env = {**os.environ, "ROCMSEAT": str(wrapper), "ROCMSEAT_SYSFS_ROOT": str(root),
+               "ROCMSEAT_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
+        if strict:
+            env["ROCMSEAT_NHC_STRICT"] = "1"
+        proc = subprocess.run(["bash", str(harness), str(DEPLOY / "nhc" / "rocmseat.nhc"),
+                               *families], capture_output=True, text=True, env=env, timeout=60)
+        return proc.stdout.splitlines()
+
+    return run
+
+
+def test_nhc_check_passes_fails_and_logs(nhc):
+    assert nhc(X99) == ["RC 0"]
+    lines = nhc(DEGRADED)
+    assert re.fullmatch(r"DIE 1 rocmseat: FAIL aer\.badtlp 0000:80:02\.0 \+1 more \(\d+s ago\)",
+                        lines[0]), lines
+    assert lines[-1] == "RC 1"
+    assert nhc(DEGRADED, "numa") == ["RC 0"]
+    assert nhc(DEGRADED, "pcie")[0].startswith("DIE 1 rocmseat: FAIL pcie.link.degraded ")
+
+
+def test_nhc_check_could_not_check_logs_unless_strict(nhc):
+    lines = nhc(SYSFS_FIXTURES / "mi300x-8gpu", fresh=False)
+    assert lines == ["LOG rocmseat: could not check (exit 2): UNKNOWN: no cached verdict (run a "
+                     "full rocmseat preflight)", "RC 0"]
+    lines = nhc(SYSFS_FIXTURES / "mi300x-8gpu", fresh=False, strict=True)
+    assert lines[0].startswith("DIE 1 rocmseat: could not check: UNKNOWN: no cached verdict")
+    assert lines[-1] == "RC 1"
+
+
+def test_nhc_file_is_bash():
+    proc = subprocess.run(["bash", "-n", str(DEPLOY / "nhc" / "rocmseat.nhc")],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+
+
+# ----- systemd -------------------------------------------------------------------------------
+def test_timer_unit_command_parses():
+    service = (DEPLOY / "systemd" / "rocmseat-node-preflight.service").read_text()
+    (exec_start,) = [line for line in service.splitlines() if line.startswith("ExecStart=")]
+    ctx = parse_rocmseat(shlex.split(exec_start.split("=", 1)[1])[1:])
+    assert ctx.params["hip"] and ctx.params["textfile"] is not None
+    assert not ctx.params["only"] and not ctx.params["pairs"]  # a full run: it writes the verdict
+
+
+@pytest.mark.tools
+def test_timer_units_pass_systemd_analyze_verify(tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (Debian package systemd)")
+    script = shutil.which("rocmseat")
+    if script is None:
+        pytest.skip("the rocmseat console script is not installed (pip install -e .)")
+    for name in ("rocmseat-node-preflight.service", "rocmseat-node-preflight.timer"):
+        text = (DEPLOY / "systemd" / name).read_text()
+        (tmp_path / name).write_text(text.replace("/usr/local/bin/rocmseat", script))
+    proc = subprocess.run([analyze, "verify", str(tmp_path / "rocmseat-node-preflight.timer"),
+                           str(tmp_path / "rocmseat-node-preflight.service")],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == "", proc.stderr
