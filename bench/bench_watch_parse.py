@@ -10,7 +10,8 @@ time.process_time over `--repeat` runs, best of 5 batches:
 - baseline: list(prometheus_client.parser.text_string_to_metric_families(page)), the full parse
   alone (no extraction, no evaluation);
 - for context: read_page_reference (full parse + the same extraction) and one HTTP GET of the
-  page from a local server with the loop's persistent client (the same cost for both ways).
+  page from a local server with the loop's scraper (rocmseat.watch.fetch.AsyncScraper, one
+  kept-alive connection; the same cost for both ways).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from rocmseat.watch.detector import SpecDetector
+from rocmseat.watch.fetch import AsyncScraper
 from rocmseat.watch.metrics import read_page, read_page_reference
-from rocmseat.watch.scrape import HttpFetch
 from rocmseat.watch.window import Snapshot, window_between
 
 PAGES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "metrics"
@@ -96,11 +97,12 @@ def main() -> int:
                 pass
 
         httpd, url = serve(text)
-        fetch = HttpFetch()
+        scraper = AsyncScraper()
         try:
-            get = cpu_per_call(lambda url=url, f=fetch: f(url, 5.0), max(10, args.repeat // 10))
+            get = cpu_per_call(lambda url=url, s=scraper: s.fetch_many([url], 5.0),
+                               max(10, args.repeat // 10))
         finally:
-            fetch.close()
+            scraper.close()
             httpd.shutdown()
             httpd.server_close()
         a = cpu_per_call(ours, args.repeat)

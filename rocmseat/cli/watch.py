@@ -3,27 +3,49 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import signal
 import threading
 from pathlib import Path
-from types import FrameType
+from typing import Any
 
 import click
 
 from rocmseat import exitcodes
 from rocmseat.cli.options import json_option, resolve_state_dir, state_dir_option
 from rocmseat.errors import ConfigError
+from rocmseat.redact import redact_text, redact_url
 from rocmseat.watch.baseline import check_state_dir_writable
 from rocmseat.watch.detector import DetectorParams
 from rocmseat.watch.exporter import parse_listen
-from rocmseat.watch.loop import WatchConfig
+from rocmseat.watch.filesd import TargetsFile
+from rocmseat.watch.loop import LIMITS, WatchConfig, check_limit
 from rocmseat.watch.render import render_table
 from rocmseat.watch.scrape import Target, check_http_url, parse_target
-from rocmseat.watch.service import Sinks, once_exit_code, run_once, run_service
+from rocmseat.watch.service import Sinks, once_exit_code, run_once, run_service, this_node
 from rocmseat.watch.status import report_json
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
+
+
+class Finite(click.ParamType[float]):
+    """A float in [lo, hi]: NaN and infinities are refused (click's FloatRange takes NaN)."""
+
+    name = "float"
+
+    def __init__(self, key: str) -> None:
+        self.lo, self.hi = LIMITS[key]
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number) or not self.lo <= number <= self.hi:
+            self.fail(f"{value!r} is not a number in {self.lo:g}..{self.hi:g}", param, ctx)
+        return number
 
 
 @click.command("watch")
@@ -31,30 +53,35 @@ DEFAULT_LISTEN = "127.0.0.1:9464"
                 type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--target", "targets", multiple=True, metavar="[NAME=]URL",
               help="Watch this /metrics URL (repeatable) instead of a seat's replicas.")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=None,
-              help="Seconds between scrapes [default: the seat's watch.interval_s, else 10].")
-@click.option("--timeout", type=click.FloatRange(min=0.05), default=5.0, show_default=True,
-              help="Seconds a scrape may take.")
-@click.option("--down-after", type=click.IntRange(min=1), default=3, show_default=True,
+@click.option("--targets-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Prometheus file_sd targets (JSON or YAML), re-read when it changes.")
+@click.option("--interval", type=Finite("interval_s"), default=None,
+              help="Seconds between scrapes, 0.05..3600 [default: the seat's watch.interval_s, "
+                   "else 10].")
+@click.option("--timeout", type=Finite("timeout_s"), default=5.0, show_default=True,
+              help="Seconds a scrape may take, the whole response (0.05..300).")
+@click.option("--down-after", type=click.IntRange(1, 10_000), default=3, show_default=True,
               help="Failed scrapes in a row before replica_down fires.")
-@click.option("--stall-after", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@click.option("--stall-after", type=Finite("stall_after_s"), default=60.0, show_default=True,
               help="Seconds of running requests with no generated token before replica_stalled.")
 @click.option("--once", is_flag=True,
               help="Two scrapes --interval apart, print the window, exit 0/1/2.")
 @json_option
 @click.option("--exporter-listen", default=None, metavar="HOST:PORT",
-              help=f"Serve rocmseat_* metrics here ('off' to disable) [default: {DEFAULT_LISTEN}].")
+              help=f"Serve rocmseat_* metrics, /ready/<replica> and /healthz here ('off' to "
+                   f"disable) [default: {DEFAULT_LISTEN}].")
 @click.option("--webhook", default=None, metavar="URL",
               help="Alertmanager v2 endpoint, e.g. http://127.0.0.1:9093/api/v2/alerts.")
 @click.option("--command-hook", default=None, metavar="ARGV",
               help="Program run on each alert change with the alert JSON on stdin (split like "
                    "a shell would, run without one).")
-@click.option("--baseline-al", type=click.FloatRange(min=1.0), default=None,
+@click.option("--baseline-al", type=Finite("pinned_al"), default=None,
               help="Pin the expected acceptance length (else the seat's, else learned).")
 @state_dir_option
 def watch(  # noqa: PLR0917 (click passes every option)
     seat_file: Path | None,
     targets: tuple[str, ...],
+    targets_file: Path | None,
     interval: float | None,
     timeout: float,
     down_after: int,
@@ -67,21 +94,29 @@ def watch(  # noqa: PLR0917 (click passes every option)
     baseline_al: float | None,
     state_dir: Path | None,
 ) -> int:
-    """Watch a SEAT's replicas (or --target URLs) for acceptance drops, stalls and outages."""
-    if (seat_file is None) == (not targets):
-        raise click.UsageError("give either a SEAT file or one or more --target URLs")
+    """Watch a SEAT's replicas (or --target URLs, or a --targets-file) for acceptance drops,
+    stalls and outages."""
+    if (seat_file is None) == (not targets and targets_file is None):
+        raise click.UsageError(
+            "give either a SEAT file or one or more --target URLs (or a --targets-file)")
     seat_name: str | None = None
+    node: str | None = None
     expect_spec = True
     pinned = baseline_al
     hook_argv = _hook_argv(command_hook)
+    source: TargetsFile | None = None
+    extra: list[Target] = []
     if seat_file is not None:
         from rocmseat.seat.load import load_seat
         from rocmseat.watch.targets import seat_targets
 
         seat = load_seat(seat_file)
-        seat_name, expect_spec = seat.name, seat.drafter is not None
+        seat_name, expect_spec, node = seat.name, seat.drafter is not None, this_node()
         state = state_dir or seat.state_dir or resolve_state_dir(None)
         watch_targets = seat_targets(seat, state)
+        check_limit("interval_s", seat.watch.interval_s, f"{seat_file}: key 'watch.interval_s'")
+        check_limit("pinned_al", seat.watch.expected_acceptance_length,
+                    f"{seat_file}: key 'watch.expected_acceptance_length'")
         interval = interval or seat.watch.interval_s
         pinned = pinned or seat.watch.expected_acceptance_length
         exporter_listen = exporter_listen or seat.watch.exporter_listen
@@ -89,10 +124,14 @@ def watch(  # noqa: PLR0917 (click passes every option)
         hook_argv = hook_argv or seat.watch.command_hook
     else:
         state = resolve_state_dir(state_dir)
-        watch_targets = [parse_target(spec, i) for i, spec in enumerate(targets)]
-        _unique([t.name for t in watch_targets])
+        extra = [parse_target(spec, i) for i, spec in enumerate(targets)]
+        watch_targets = list(extra)
+        if targets_file is not None:
+            source = TargetsFile(targets_file)
+            watch_targets += source.load()
+        _unique([t.name for t in watch_targets], targets_file)
     if webhook:
-        check_http_url(webhook, f"--webhook {webhook!r}")
+        check_http_url(webhook, f"--webhook {redact_url(webhook)!r}")
     listen = exporter_listen or DEFAULT_LISTEN
     if listen != "off":
         try:
@@ -107,47 +146,77 @@ def watch(  # noqa: PLR0917 (click passes every option)
     if once:
         return _once(watch_targets, config, as_json)
     check_state_dir_writable(state)  # a learned baseline is saved after ~15 min: fail now
-    return _service(watch_targets, config, Sinks(listen, webhook, hook_argv, seat_name))
+    sinks = Sinks(listen, webhook, hook_argv, seat_name, node)
+    return _service(watch_targets, config, sinks, source, extra)
 
 
 def _hook_argv(command_hook: str | None) -> tuple[str, ...] | None:
     if not command_hook:
         return None
+    shown = redact_text(command_hook)
     try:
         argv = tuple(shlex.split(command_hook))
     except ValueError as exc:  # "No closing quotation"
-        raise ConfigError(f"--command-hook {command_hook!r}: {exc}") from None
+        raise ConfigError(f"--command-hook {shown!r}: {exc}") from None
     if not argv:
-        raise ConfigError(f"--command-hook {command_hook!r}: no program to run")
+        raise ConfigError(f"--command-hook {shown!r}: no program to run")
     return argv
 
 
-def _unique(names: list[str]) -> None:
-    seen = {n for n in names if names.count(n) > 1}
+def _unique(names: list[str], targets_file: Path | None) -> None:
+    seen = _dupes(names)
     if seen:
-        raise ConfigError(f"--target: the name {sorted(seen)[0]!r} is used twice")
+        where = f" (or in {targets_file})" if targets_file is not None else ""
+        raise ConfigError(f"--target{where}: the name {sorted(seen)[0]!r} is used twice")
+
+
+def _dupes(names: list[str]) -> set[str]:
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for name in names:
+        (twice if name in seen else seen).add(name)
+    return twice
 
 
 def _once(targets: list[Target], config: WatchConfig, as_json: bool) -> int:
     statuses = run_once(targets, config)
     if as_json:
-        click.echo(json.dumps(report_json(statuses), indent=2, sort_keys=True))
+        # Strict JSON: a non-finite number would be a bug (the reader refuses them): exit 3.
+        click.echo(json.dumps(report_json(statuses), indent=2, sort_keys=True, allow_nan=False))
     else:
         click.echo(render_table(statuses), nl=False)
     return once_exit_code(statuses)
 
 
-def _service(targets: list[Target], config: WatchConfig, sinks: Sinks) -> int:
+def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
+             source: TargetsFile | None, extra: list[Target]) -> int:
+    """Run the service on a worker thread; this thread only waits for SIGTERM/SIGINT.
+
+    No Python signal handler: one that calls `Event.set()` deadlocks when the signal lands
+    while this thread is inside `Event.wait()` on the same event (both take its lock), which
+    is how a SIGTERM used to hang the watcher. The signals are blocked in every thread (threads
+    inherit the mask) and taken here with sigtimedwait, outside any lock."""
     stop = threading.Event()
+    caught: list[BaseException] = []
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+    def work() -> None:
+        try:
+            run_service(targets, config, sinks, log=lambda line: click.echo(line, err=True),
+                        stop=stop, targets_file=source, extra_targets=extra)
+        except BaseException as exc:  # handed to the CLI's error boundary below
+            caught.append(exc)
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    signals = {signal.SIGTERM, signal.SIGINT}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     try:
-        run_service(targets, config, sinks, log=lambda line: click.echo(line, err=True),
-                    stop=stop)
+        worker = threading.Thread(target=work, name="rocmseat-watch", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            if signal.sigtimedwait(signals, 0.2) is not None:
+                stop.set()
+        worker.join()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    if caught:
+        raise caught[0]
     return exitcodes.OK

@@ -9,15 +9,19 @@ past is resolved).
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from rocmseat.redact import redact_text
 
 SPEC_ACCEPTANCE_DROP = "spec_acceptance_drop"
 SPEC_DRAFTER_DEAD = "spec_drafter_dead"
 SPEC_BLIND = "spec_blind"
 REPLICA_DOWN = "replica_down"
 REPLICA_STALLED = "replica_stalled"
+METRICS_UNSTABLE = "metrics_unstable"
 GPU_AER_RECOVERY = "gpu_aer_recovery"
 GPU_AER_FAILED = "gpu_aer_failed"
 GPU_RESET = "gpu_reset"
@@ -25,7 +29,7 @@ GPU_WEDGED = "gpu_wedged"
 
 ALERTS: tuple[str, ...] = (
     SPEC_ACCEPTANCE_DROP, SPEC_DRAFTER_DEAD, SPEC_BLIND, REPLICA_DOWN, REPLICA_STALLED,
-    GPU_AER_RECOVERY, GPU_AER_FAILED, GPU_RESET, GPU_WEDGED,
+    METRICS_UNSTABLE, GPU_AER_RECOVERY, GPU_AER_FAILED, GPU_RESET, GPU_WEDGED,
 )
 SEVERITY: dict[str, str] = {
     SPEC_ACCEPTANCE_DROP: "warning",
@@ -33,6 +37,7 @@ SEVERITY: dict[str, str] = {
     SPEC_BLIND: "warning",
     REPLICA_DOWN: "critical",
     REPLICA_STALLED: "critical",
+    METRICS_UNSTABLE: "warning",
     GPU_AER_RECOVERY: "warning",
     GPU_AER_FAILED: "critical",
     GPU_RESET: "warning",
@@ -45,6 +50,8 @@ SUMMARY: dict[str, str] = {
     SPEC_BLIND: "the spec-decode series are missing (speculation off or --disable-log-stats)",
     REPLICA_DOWN: "the replica's /metrics cannot be scraped",
     REPLICA_STALLED: "requests are running but no token was generated",
+    METRICS_UNSTABLE: "the counters reset at every scrape: a crash loop, or two servers behind "
+    "one URL (a load balancer?); no window can be judged",
     GPU_AER_RECOVERY: "a PCIe AER recovery is in progress on the replica's GPU path",
     GPU_AER_FAILED: "a PCIe AER recovery failed on the replica's GPU path",
     GPU_RESET: "a GPU of the replica was reset",
@@ -52,6 +59,10 @@ SUMMARY: dict[str, str] = {
 }
 FIRING = "firing"
 RESOLVED = "resolved"
+
+
+# Labels that rocmseat sets on every alert: a target's own labels may not take these names.
+RESERVED_LABELS = frozenset({"alertname", "replica", "severity", "source", "seat"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,27 +73,33 @@ class Transition:
     starts_at_s: float
     ends_at_s: float | None
     details: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()  # the target's labels (file_sd), none reserved
 
     def log_line(self) -> str:
-        """One journald-friendly line: key=value pairs, no spaces inside values."""
-        parts = [f"replica={self.replica}", f"alert={self.alert}", f"state={self.state}"]
+        """One journald-friendly line: key=value pairs, no spaces or controls inside values."""
+        parts = [f"replica={_token(self.replica)}", f"alert={self.alert}", f"state={self.state}"]
         parts += [f"{k}={_token(v)}" for k, v in self.details]
-        return "rocmseat-watch " + " ".join(parts)
+        parts += [f"label.{k}={_token(v)}" for k, v in self.labels]
+        return redact_text("rocmseat-watch " + " ".join(parts))
 
     def to_alertmanager(
-        self, *, generator_url: str = "", seat: str | None = None
+        self, *, generator_url: str = "", seat: str | None = None, node: str | None = None
     ) -> dict[str, Any]:
-        labels = {
+        labels = {k: v for k, v in self.labels if k not in RESERVED_LABELS}
+        labels.update({
             "alertname": self.alert,
             "replica": self.replica,
             "severity": SEVERITY.get(self.alert, "warning"),
             "source": "rocmseat-watch",
-        }
+        })
         if seat:
             labels["seat"] = seat
+        if node:
+            labels["node"] = node
+        details = {k: redact_text(v) for k, v in self.details}
         payload: dict[str, Any] = {
             "labels": labels,
-            "annotations": {"summary": SUMMARY.get(self.alert, self.alert), **dict(self.details)},
+            "annotations": {"summary": SUMMARY.get(self.alert, self.alert), **details},
             "startsAt": iso(self.starts_at_s),
             "generatorURL": generator_url,
         }
@@ -99,12 +116,17 @@ class Transition:
             "severity": SEVERITY.get(self.alert, "warning"),
             "starts_at": iso(self.starts_at_s),
             "ends_at": None if self.ends_at_s is None else iso(self.ends_at_s),
-            "details": dict(self.details),
+            "details": {k: redact_text(v) for k, v in self.details},
+            "labels": dict(self.labels),
         }
 
 
+_UNSAFE = re.compile(r"[\s\x00-\x1f\x7f]")
+
+
 def _token(value: str) -> str:
-    return value.replace(" ", "_") if value else "-"
+    """A value as one log token: whitespace and control characters become `_`."""
+    return _UNSAFE.sub("_", value) if value else "-"
 
 
 def iso(time_s: float) -> str:
@@ -114,9 +136,9 @@ def iso(time_s: float) -> str:
 
 @dataclass(slots=True)
 class AlertBook:
-    """The active alerts, keyed by (replica, alert). `set` returns a Transition on a change."""
+    """The active alerts per replica. `set` returns a Transition on a change."""
 
-    active: dict[tuple[str, str], float] = field(default_factory=dict)
+    by_replica: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def set(
         self,
@@ -125,19 +147,26 @@ class AlertBook:
         on: bool,
         now_s: float,
         details: Mapping[str, str] | None = None,
+        *,
+        labels: tuple[tuple[str, str], ...] = (),
     ) -> Transition | None:
-        key = (replica, alert)
+        active = self.by_replica.get(replica)
         items = tuple((details or {}).items())
-        if on and key not in self.active:
-            self.active[key] = now_s
-            return Transition(replica, alert, FIRING, now_s, None, items)
-        if not on and key in self.active:
-            started = self.active.pop(key)
-            return Transition(replica, alert, RESOLVED, started, now_s, items)
+        if on and (active is None or alert not in active):
+            self.by_replica.setdefault(replica, {})[alert] = now_s
+            return Transition(replica, alert, FIRING, now_s, None, items, labels)
+        if not on and active is not None and alert in active:
+            started = active.pop(alert)
+            if not active:
+                del self.by_replica[replica]
+            return Transition(replica, alert, RESOLVED, started, now_s, items, labels)
         return None
 
     def is_active(self, replica: str, alert: str) -> bool:
-        return (replica, alert) in self.active
+        return alert in self.by_replica.get(replica, {})
+
+    def started(self, replica: str, alert: str) -> float | None:
+        return self.by_replica.get(replica, {}).get(alert)
 
     def for_replica(self, replica: str) -> tuple[str, ...]:
-        return tuple(sorted(a for r, a in self.active if r == replica))
+        return tuple(sorted(self.by_replica.get(replica, ())))

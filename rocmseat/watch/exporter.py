@@ -1,44 +1,78 @@
-"""The watchdog's own /metrics: a custom collector over the latest statuses, in its own registry.
+"""The watchdog's listener: its own /metrics, `/ready/<replica>` and `/healthz`.
 
-No global registry (nothing registers at import time); the collector reads an immutable list of
-ReplicaStatus that the loop replaces after each evaluation, so a scrape never sees half a step.
+No global registry (nothing registers at import time); the collector reads an immutable
+`ExportState` that the service builds from the loop's last evaluation, so a scrape never sees
+half a step. The target's labels (file_sd) ride on every per-replica series; their names are
+the union over targets (a target without one has it empty, which Prometheus reads as absent).
 """
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 from rocmseat.watch.alerts import ALERTS
+from rocmseat.watch.readiness import Readiness, replica_readiness, watcher_health
 from rocmseat.watch.status import ReplicaStatus
 
-StatusSource = Callable[[], list[ReplicaStatus]]
+
+@dataclass(frozen=True, slots=True)
+class ExportState:
+    statuses: tuple[ReplicaStatus, ...] = ()
+    evaluated_at_s: float | None = None  # wall clock at the end of the last evaluation
+    started_at_s: float = 0.0
+    max_age_s: float = float("inf")
+    evaluations: int = 0
+    last_duration_s: float | None = None
+    # sink name (webhook, command-hook) -> (failed attempts, failing now)
+    sink_failures: tuple[tuple[str, int, bool], ...] = ()
+
+
+StateSource = Callable[[], "ExportState | list[ReplicaStatus]"]
+
+
+def _state(source: StateSource) -> ExportState:
+    got = source()
+    if isinstance(got, ExportState):
+        return got
+    return ExportState(statuses=tuple(got))
 
 
 class WatchCollector:
-    def __init__(self, source: StatusSource) -> None:
+    def __init__(self, source: StateSource, clock: Callable[[], float] = time.time) -> None:
         self._source = source
+        self._clock = clock
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        statuses = self._source()
+        state = _state(self._source)
+        statuses = state.statuses
+        extra = sorted({k for s in statuses for k, _ in s.labels} - {"replica"})
+        names = ["replica", *extra]
 
-        def gauge(name: str, doc: str, labels: tuple[str, ...] = ("replica",)) -> Any:
-            return GaugeMetricFamily(name, doc, labels=list(labels))
+        def gauge(name: str, doc: str, more: tuple[str, ...] = ()) -> Any:
+            return GaugeMetricFamily(name, doc, labels=[*names, *more])
 
         up = gauge("rocmseat_replica_up", "1 when the replica's /metrics was scraped and parsed.")
+        ready = gauge("rocmseat_replica_ready",
+                      "1 while /ready/<replica> answers 200 (up, not stalled, not blind, drafter "
+                      "not dead, verdict fresh).")
         errors = CounterMetricFamily(
-            "rocmseat_scrape_errors", "Failed scrapes of the replica's /metrics.",
-            labels=["replica"],
-        )
+            "rocmseat_scrape_errors", "Failed scrapes of the replica's /metrics.", labels=names)
         al = gauge("rocmseat_spec_acceptance_length",
                    "Mean acceptance length (1 + accepted/drafts) of the last judged window.")
         rate = gauge("rocmseat_spec_draft_acceptance_rate",
                      "Accepted draft tokens / draft tokens in the last judged window.")
         pos = gauge("rocmseat_spec_position_acceptance",
                     "Share of drafts whose first position+1 tokens were accepted (last judged "
-                    "window).", ("replica", "position"))
+                    "window).", ("position",))
         eff_k = gauge("rocmseat_spec_effective_k", "Draft tokens per draft in the last window.")
         drafts = gauge("rocmseat_spec_drafts_per_second", "Drafts per second in the last window.")
         base = gauge("rocmseat_spec_baseline_acceptance_length",
@@ -52,35 +86,64 @@ class WatchCollector:
         waiting = gauge("rocmseat_requests_waiting", "Requests waiting (vLLM gauge, summed).")
         kv = gauge("rocmseat_kv_cache_usage_ratio", "KV-cache usage of the fullest engine (0-1).")
         prefix = gauge("rocmseat_prefix_cache_hit_ratio", "Prefix-cache hits/queries, last window.")
-        alert = gauge("rocmseat_alert_active", "1 while the alert is firing.", ("replica", "alert"))
+        alert = gauge("rocmseat_alert_active", "1 while the alert is firing.", ("alert",))
+        now = self._clock()
         for s in statuses:
-            r = s.replica
-            up.add_metric([r], 1.0 if s.up else 0.0)
-            errors.add_metric([r], float(s.scrape_errors_total))
+            given = dict(s.labels)
+            r = [s.replica, *(given.get(k, "") for k in extra)]
+            up.add_metric(r, 1.0 if s.up else 0.0)
+            verdict = replica_readiness(s, evaluated_at_s=state.evaluated_at_s, now_s=now,
+                                        max_age_s=state.max_age_s)
+            if state.evaluated_at_s is not None:
+                ready.add_metric(r, 1.0 if verdict.ready else 0.0)
+            errors.add_metric(r, float(s.scrape_errors_total))
             for name in ALERTS:
-                alert.add_metric([r, name], 1.0 if name in s.alerts else 0.0)
+                alert.add_metric([*r, name], 1.0 if name in s.alerts else 0.0)
             if s.baseline is not None:
-                base.add_metric([r], s.baseline.acceptance_length)
-            if s.expected_al is not None:
-                expected.add_metric([r], s.expected_al)
-            cusum.add_metric([r], s.cusum)
+                base.add_metric(r, s.baseline.acceptance_length)
+            _add(expected, r, s.expected_al)
+            cusum.add_metric(r, s.cusum)
             judged = s.judged
             if judged is not None:
-                _add(al, [r], judged.acceptance_length)
-                _add(rate, [r], judged.draft_acceptance_rate)
+                _add(al, r, judged.acceptance_length)
+                _add(rate, r, judged.draft_acceptance_rate)
                 for i, value in enumerate(judged.position_acceptance or ()):
-                    pos.add_metric([r, str(i)], value)
+                    pos.add_metric([*r, str(i)], value)
             window = s.window
             if window is not None:
-                _add(eff_k, [r], window.effective_k)
-                _add(drafts, [r], window.drafts_per_s)
-                _add(gen, [r], window.generation_tokens_per_s)
-                _add(running, [r], window.running)
-                _add(waiting, [r], window.waiting)
-                _add(kv, [r], window.kv_usage)
-                _add(prefix, [r], window.prefix_cache_hit_rate)
-        yield from (up, errors, al, rate, pos, eff_k, drafts, base, expected, cusum, gen,
+                _add(eff_k, r, window.effective_k)
+                _add(drafts, r, window.drafts_per_s)
+                _add(gen, r, window.generation_tokens_per_s)
+                _add(running, r, window.running)
+                _add(waiting, r, window.waiting)
+                _add(kv, r, window.kv_usage)
+                _add(prefix, r, window.prefix_cache_hit_rate)
+        yield from (up, ready, errors, al, rate, pos, eff_k, drafts, base, expected, cusum, gen,
                     running, waiting, kv, prefix, alert)
+        yield from _watcher_families(state)
+
+
+def _watcher_families(state: ExportState) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    for sink, failures, failing in state.sink_failures:
+        name = sink.replace("-", "_")
+        yield CounterMetricFamily(f"rocmseat_{name}_failures",
+                                  f"Failed {sink} delivery attempts.", value=float(failures))
+        yield GaugeMetricFamily(f"rocmseat_{name}_failing",
+                                f"1 while the last {sink} delivery attempt failed.",
+                                value=1.0 if failing else 0.0)
+    if state.evaluated_at_s is not None:
+        yield CounterMetricFamily("rocmseat_watch_evaluations",
+                                  "Evaluations (scrape every replica, judge) done.",
+                                  value=float(state.evaluations))
+        yield GaugeMetricFamily("rocmseat_watch_last_evaluation_timestamp_seconds",
+                                "When the last evaluation ended (Unix time).",
+                                value=state.evaluated_at_s)
+    if state.last_duration_s is not None:
+        yield GaugeMetricFamily("rocmseat_watch_evaluation_duration_seconds",
+                                "Wall time of the last evaluation (scrapes included).",
+                                value=state.last_duration_s)
 
 
 def _add(family: Any, labels: list[str], value: float | None) -> None:
@@ -88,15 +151,15 @@ def _add(family: Any, labels: list[str], value: float | None) -> None:
         family.add_metric(labels, value)
 
 
-def make_registry(source: StatusSource) -> Any:
+def make_registry(source: StateSource, clock: Callable[[], float] = time.time) -> Any:
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(WatchCollector(source))
+    registry.register(WatchCollector(source, clock))
     return registry
 
 
-def render(source: StatusSource) -> str:
+def render(source: StateSource) -> str:
     from prometheus_client import generate_latest
 
     return str(generate_latest(make_registry(source)).decode())
@@ -106,12 +169,92 @@ def parse_listen(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"--exporter-listen {value!r}: expected HOST:PORT")
-    return host.strip("[]") or "127.0.0.1", int(port)
+    host = host.strip("[]") or "127.0.0.1"
+    if any(c.isspace() or not c.isprintable() for c in host):
+        raise ValueError(f"--exporter-listen {value!r}: expected HOST:PORT")
+    return host, int(port)
 
 
-def start_exporter(listen: str, source: StatusSource) -> tuple[Any, Any]:
-    """Serve the registry on HOST:PORT; returns (server, thread) for shutdown."""
-    from prometheus_client import start_http_server
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def start_exporter(
+    listen: str, source: StateSource, clock: Callable[[], float] = time.time
+) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """Serve /metrics, /ready/<replica> and /healthz on HOST:PORT; returns (server, thread).
+    Stop with `server.shutdown(); server.server_close()`."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     host, port = parse_listen(listen)
-    return start_http_server(port, addr=host, registry=make_registry(source))
+    registry = make_registry(source, clock)
+
+    class Handler(BaseHTTPRequestHandler):
+        timeout = 10  # a client that never sends its request does not hold a thread forever
+        server_version = "rocmseat-watch"
+
+        def do_GET(self) -> None:
+            self._answer(head=False)
+
+        def do_HEAD(self) -> None:
+            self._answer(head=True)
+
+        def _answer(self, *, head: bool) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST, head)
+            elif path == "/healthz":
+                state = _state(source)
+                verdict = watcher_health(evaluated_at_s=state.evaluated_at_s,
+                                         started_at_s=state.started_at_s, now_s=clock(),
+                                         max_age_s=state.max_age_s)
+                self._text(verdict, head)
+            elif path.startswith("/ready/") and len(path) > len("/ready/"):
+                name = unquote(path[len("/ready/"):])
+                state = _state(source)
+                status = next((s for s in state.statuses if s.replica == name), None)
+                if status is None:
+                    known = {s.replica for s in state.statuses}
+                    if state.evaluated_at_s is None and not known:
+                        self._text(Readiness(False, "not evaluated yet"), head)
+                    else:
+                        self._send(404, _line(f"unknown replica {name[:80]!r}"), "text/plain",
+                                   head)
+                    return
+                self._text(replica_readiness(status, evaluated_at_s=state.evaluated_at_s,
+                                             now_s=clock(), max_age_s=state.max_age_s), head)
+            elif path == "/":
+                self._send(200, _line("rocmseat watch: /metrics /healthz /ready/<replica>"),
+                           "text/plain", head)
+            else:
+                self._send(404, _line("not found"), "text/plain", head)
+
+        def _text(self, verdict: Readiness, head: bool) -> None:
+            self._send(verdict.http_status, _line(verdict.reason), "text/plain", head)
+
+        def _send(self, code: int, body: bytes, ctype: str, head: bool) -> None:
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Cache-Control", "no-store")
+                self.end_headers()
+                if not head:
+                    self.wfile.write(body)
+            except OSError:
+                pass  # the client left
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    server = type("Server", (_Server,), {"address_family": family})((host, port), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                              name="rocmseat-exporter", daemon=True)
+    thread.start()
+    return server, thread
+
+
+def _line(text: str) -> bytes:
+    return (" ".join(text.split()) + "\n").encode("utf-8", errors="replace")

@@ -1,22 +1,25 @@
 """The evaluation loop: scrape every target, window, detect, turn conditions into transitions.
 
-Everything nondeterministic is injected (fetch, clock): tests drive `step()` against a real
-local HTTP server or canned pages. Scrapes run in a thread pool so one hung replica cannot hold
-the others' evaluation past its timeout; sinks get transitions through `on_transition`, which
-must not block (sinks.BackgroundSender).
+Everything nondeterministic is injected (the scraper or a fetch callable, the clock): tests
+drive `step()` against a real local HTTP server or canned pages. The scrapes of one evaluation
+share one deadline (`timeout_s` after it starts) and run with bounded concurrency on one event
+loop (rocmseat/watch/fetch.py), so one hung replica can neither hold the others nor the
+evaluation past the deadline; sinks get transitions through `on_transition`, which must not
+block (sinks.BackgroundSender).
 """
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from rocmseat.errors import RocmseatError
+from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.watch import alerts as A
 from rocmseat.watch.alerts import AlertBook, Transition
 from rocmseat.watch.baseline import (
@@ -27,13 +30,40 @@ from rocmseat.watch.baseline import (
     save_baseline,
 )
 from rocmseat.watch.detector import DetectorParams, SpecDetector, SpecVerdict
-from rocmseat.watch.metrics import Reading, read_page
-from rocmseat.watch.scrape import Target, fetch_metrics
+from rocmseat.watch.fetch import AsyncScraper, CallableScraper, Fetch, Result, Stopped
+from rocmseat.watch.metrics import PageError, Reading, read_page
+from rocmseat.watch.scrape import Target
 from rocmseat.watch.status import ReplicaStatus
 from rocmseat.watch.uevents import GpuPath, node_events
-from rocmseat.watch.window import Snapshot, Window, window_between
+from rocmseat.watch.window import Snapshot, Window, window_between, window_problem
 
-Fetch = Callable[[str, float], str]
+# The ranges every entry point is held to (docs/watch.md, "Limits"): finite, and sane.
+LIMITS: dict[str, tuple[float, float]] = {
+    "interval_s": (0.05, 3600.0),
+    "timeout_s": (0.05, 300.0),
+    "down_after": (1, 10_000),
+    "stall_after_s": (0.0, 86_400.0),
+    "unstable_after": (1, 10_000),
+    "pinned_al": (1.0, 65.0),  # 1 + K, K <= 64
+}
+
+
+class Scraper(Protocol):
+    def fetch_many(
+        self, urls: Sequence[str], timeout_s: float, stop: threading.Event | None = None, *,
+        parse: Callable[[str], Reading] | None = None,
+    ) -> list[Result]: ...
+
+    def close(self) -> None: ...
+
+
+def check_limit(name: str, value: float | None, what: str) -> None:
+    """A ConfigError naming `what` unless `value` is finite and within LIMITS[name]."""
+    if value is None:
+        return
+    lo, hi = LIMITS[name]
+    if not math.isfinite(value) or not lo <= value <= hi:
+        raise ConfigError(f"{what}: {value!r} is not a number in {lo:g}..{hi:g}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +77,16 @@ class WatchConfig:
     state_dir: Path | None = None
     key_prefix: str = ""  # the seat name: baselines are per seat and replica
     params: DetectorParams = field(default_factory=DetectorParams)
+    unstable_after: int = 3  # counter resets in a row before metrics_unstable
+
+    def __post_init__(self) -> None:
+        for name in LIMITS:
+            check_limit(name, getattr(self, name), name)
+
+    @property
+    def max_age_s(self) -> float:
+        """A verdict older than this is stale (readiness and /healthz say so)."""
+        return 2 * self.interval_s + self.timeout_s + 1.0
 
 
 @dataclass(slots=True)
@@ -56,6 +96,7 @@ class _Replica:
     previous: Snapshot | None = None
     failures: int = 0
     errors_total: int = 0
+    restarts: int = 0  # counter resets in a row
     stall_since: float | None = None
     last_verdict: SpecVerdict | None = None
     held: dict[str, float] = field(default_factory=dict)  # one-shot node alerts: until when
@@ -67,7 +108,8 @@ class Watcher:
         targets: list[Target],
         config: WatchConfig,
         *,
-        fetch: Fetch = fetch_metrics,
+        fetch: Fetch | None = None,
+        scraper: Scraper | None = None,
         clock: Callable[[], float] = time.time,
         on_transition: Callable[[Transition], None] = lambda t: None,
         gpu_paths: list[GpuPath] | None = None,
@@ -77,67 +119,116 @@ class Watcher:
         self.book = AlertBook()
         self.events: queue.Queue[dict[str, str]] = queue.Queue()
         self.gpu_paths = gpu_paths or []
-        self._fetch = fetch
+        self._owns_scraper = scraper is None
+        if scraper is None:
+            scraper = CallableScraper(fetch) if fetch is not None else AsyncScraper()
+        self._scraper: Scraper = scraper
         self._clock = clock
         self._emit = on_transition
         self._warn = on_warning
-        self._replicas = [
-            _Replica(t, SpecDetector(params=config.params, key="", pinned_al=config.pinned_al))
-            for t in targets
-        ]
-        self._pool = ThreadPoolExecutor(max_workers=max(1, len(targets)))
+        self._replicas = [self._new(t) for t in targets]
         self._lock = threading.Lock()
+        self._stop: threading.Event | None = None
         self.statuses: list[ReplicaStatus] = []
+        self.evaluated_at_s: float | None = None  # clock time at the end of the last step
+        self.evaluations = 0
+        self.last_duration_s: float | None = None
+
+    def _new(self, target: Target) -> _Replica:
+        cfg = self.config
+        return _Replica(target, SpecDetector(params=cfg.params, key="", pinned_al=cfg.pinned_al))
+
+    @property
+    def targets(self) -> list[Target]:
+        return [r.target for r in self._replicas]
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._owns_scraper:  # a scraper passed in is its owner's to close
+            self._scraper.close()
 
     def step(self) -> list[ReplicaStatus]:
-        """One evaluation: scrape all targets concurrently, then judge each in order."""
-        futures = [
-            self._pool.submit(self._scrape, r.target.url) for r in self._replicas
-        ]
-        results = [f.result() for f in futures]
+        """One evaluation: scrape all targets under one deadline, then judge each in order."""
+        started = time.monotonic()
+        replicas = list(self._replicas)
+        scraped_at = self._clock()
+        results = self._scraper.fetch_many([r.target.url for r in replicas],
+                                           self.config.timeout_s, self._stop, parse=read_page)
+        if any(isinstance(r, Stopped) for r in results):
+            return self.statuses  # stopping: no verdict from a cut evaluation
         now = self._clock()
         self._drain_node_events(now)
-        pairs = zip(self._replicas, results, strict=True)
-        statuses = [self._evaluate(r, res, now) for r, res in pairs]
+        statuses = [self._evaluate(r, res, scraped_at, now)
+                    for r, res in zip(replicas, results, strict=True)]
         with self._lock:
             self.statuses = statuses
+            self.evaluated_at_s = self._clock()
+            self.evaluations += 1
+            self.last_duration_s = time.monotonic() - started
         return statuses
 
-    def _scrape(self, url: str) -> tuple[float, Reading | None, str | None]:
-        started = self._clock()
-        try:
-            return started, read_page(self._fetch(url, self.config.timeout_s)), None
-        except RocmseatError as exc:
-            return started, None, exc.message
-        except Exception as exc:  # a scrape must never crash the loop: garbage is an error
-            return started, None, f"{type(exc).__name__}: {exc}"
+    def set_targets(self, targets: list[Target]) -> tuple[int, int, int]:
+        """Replace the target list (a re-read targets file). A target whose name and URL did not
+        change keeps its detector, baseline, previous scrape and alerts; a removed target's
+        alerts resolve; a label change re-sends its active alerts under the new labels.
+        Returns (added, removed, relabelled)."""
+        old = {r.target.name: r for r in self._replicas}
+        now = self._clock()
+        kept: list[_Replica] = []
+        added = relabelled = 0
+        for target in targets:
+            rep = old.pop(target.name, None)
+            if rep is None or (rep.target.url, rep.target.cache_dir) != (target.url,
+                                                                          target.cache_dir):
+                if rep is not None:
+                    self._resolve_all(rep, now, "target-changed")
+                kept.append(self._new(target))
+                added += 1
+                continue
+            if rep.target.labels != target.labels:
+                self._relabel(rep, target, now)
+                relabelled += 1
+            rep.target = target
+            kept.append(rep)
+        for rep in old.values():
+            self._resolve_all(rep, now, "target-removed")
+        self._replicas = kept
+        return added, len(old), relabelled
 
-    def _set(self, replica: str, alert: str, on: bool, now: float, **details: str) -> None:
-        transition = self.book.set(replica, alert, on, now, details)
+    def _resolve_all(self, rep: _Replica, now: float, why: str) -> None:
+        for alert in self.book.for_replica(rep.target.name):
+            self._set(rep, alert, False, now, reason=why)
+
+    def _relabel(self, rep: _Replica, target: Target, now: float) -> None:
+        name = rep.target.name
+        for alert in self.book.for_replica(name):
+            started = self.book.started(name, alert) or now
+            self._emit(Transition(name, alert, A.RESOLVED, started, now,
+                                  (("reason", "labels-changed"),), rep.target.labels))
+            self._emit(Transition(name, alert, A.FIRING, started, None,
+                                  (("reason", "labels-changed"),), target.labels))
+
+    def _set(self, rep: _Replica, alert: str, on: bool, now: float, **details: str) -> None:
+        transition = self.book.set(rep.target.name, alert, on, now, details,
+                                   labels=rep.target.labels)
         if transition is not None:
             self._emit(transition)
 
-    def _evaluate(
-        self, rep: _Replica, result: tuple[float, Reading | None, str | None], now: float
-    ) -> ReplicaStatus:
-        name = rep.target.name
-        scraped_at, reading, error = result
+    def _evaluate(self, rep: _Replica, result: Result, scraped_at: float,
+                  now: float) -> ReplicaStatus:
         self._expire_held(rep, now)
+        reading: Reading | None = None
+        error: str | None = None
+        if isinstance(result, Reading):
+            reading = result
+        elif isinstance(result, RocmseatError):  # ScrapeError, PageError
+            error = result.message
+        else:
+            try:
+                reading = read_page(str(result))
+            except PageError as exc:
+                error = exc.message
         if reading is None:
-            rep.failures += 1
-            rep.errors_total += 1
-            down = rep.failures >= self.config.down_after
-            self._set(name, A.REPLICA_DOWN, down, now, failures=str(rep.failures),
-                      error=(error or "")[:120])
-            return self._status(rep, None, error, restarted=False, blind=False, now=now)
-        rep.failures = 0
-        self._set(name, A.REPLICA_DOWN, False, now)
-        blind = self.config.expect_spec and not reading.spec_present
-        self._set(name, A.SPEC_BLIND, blind, now)
-        self._check_key(rep)
+            return self._failed(rep, error or "no page", now)
         snapshot = Snapshot(scraped_at, reading)
         window: Window | None = None
         restarted = False
@@ -145,12 +236,33 @@ class Watcher:
             window = window_between(rep.previous, snapshot)
             restarted = window is None
         rep.previous = snapshot
+        if window is not None and (problem := window_problem(window)) is not None:
+            # Both pages parse, the two together are not counts of one server. Start afresh
+            # from this scrape; the window is an error, never a verdict.
+            return self._failed(rep, problem, now)
+        rep.failures = 0
+        self._set(rep, A.REPLICA_DOWN, False, now)
+        blind = self.config.expect_spec and not reading.spec_present
+        self._set(rep, A.SPEC_BLIND, blind, now)
         if restarted:
+            rep.restarts += 1
             rep.stall_since = None
+        elif window is not None:
+            rep.restarts = 0
+        self._set(rep, A.METRICS_UNSTABLE, rep.restarts >= self.config.unstable_after, now,
+                  restarts=str(rep.restarts))
+        self._check_key(rep)
         if window is not None:
             self._judge(rep, window, now)
             self._judge_stall(rep, window, snapshot, now)
         return self._status(rep, window, None, restarted=restarted, blind=blind, now=now)
+
+    def _failed(self, rep: _Replica, error: str, now: float) -> ReplicaStatus:
+        rep.failures += 1
+        rep.errors_total += 1
+        down = rep.failures >= self.config.down_after
+        self._set(rep, A.REPLICA_DOWN, down, now, failures=str(rep.failures), error=error[:120])
+        return self._status(rep, None, error, restarted=False, blind=False, now=now)
 
     def _judge(self, rep: _Replica, window: Window, now: float) -> None:
         verdict = rep.detector.observe(window, now)
@@ -170,13 +282,12 @@ class Watcher:
             "baseline": _fmt(verdict.expected_al),
             "drafts": _fmt(judged.drafts if judged else None, 0),
         }
-        self._set(rep.target.name, A.SPEC_ACCEPTANCE_DROP, verdict.drop, now, **details,
+        self._set(rep, A.SPEC_ACCEPTANCE_DROP, verdict.drop, now, **details,
                   cusum=_fmt(verdict.cusum))
         p0 = None
         if judged is not None and judged.drafts > 0 and judged.accepted_per_pos:
             p0 = judged.accepted_per_pos[0] / judged.drafts
-        self._set(rep.target.name, A.SPEC_DRAFTER_DEAD, verdict.dead, now, **details,
-                  p0=_fmt(p0))
+        self._set(rep, A.SPEC_DRAFTER_DEAD, verdict.dead, now, **details, p0=_fmt(p0))
 
     def _judge_stall(self, rep: _Replica, window: Window, snap: Snapshot, now: float) -> None:
         running = window.running or 0.0
@@ -188,7 +299,7 @@ class Watcher:
             rep.stall_since = None
         stalled_for = None if rep.stall_since is None else now - rep.stall_since
         stalled = stalled_for is not None and stalled_for >= self.config.stall_after_s
-        self._set(rep.target.name, A.REPLICA_STALLED, stalled, now, running=_fmt(running, 0),
+        self._set(rep, A.REPLICA_STALLED, stalled, now, running=_fmt(running, 0),
                   flat_s=_fmt(stalled_for, 0))
 
     def _check_key(self, rep: _Replica) -> None:
@@ -203,7 +314,7 @@ class Watcher:
             if stored is not None and stored.key != key:
                 stored = None  # learned under another config: relearn
         rep.detector.reset(stored, key)
-        self._set(rep.target.name, A.SPEC_ACCEPTANCE_DROP, False, self._clock())
+        self._set(rep, A.SPEC_ACCEPTANCE_DROP, False, self._clock())
 
     def _baseline_file(self, rep: _Replica) -> Path:
         assert self.config.state_dir is not None
@@ -211,25 +322,26 @@ class Watcher:
         return baseline_path(self.config.state_dir, prefix + rep.target.name)
 
     def _drain_node_events(self, now: float) -> None:
+        by_name = {r.target.name: r for r in self._replicas}
         while True:
             try:
                 props = self.events.get_nowait()
             except queue.Empty:
                 return
             for event in node_events(props, self.gpu_paths):
-                rep = next((r for r in self._replicas if r.target.name == event.replica), None)
+                rep = by_name.get(event.replica)
                 if rep is None:
                     continue
                 if event.on and event.hold_s is not None:
                     rep.held[event.alert] = now + event.hold_s
-                self._set(event.replica, event.alert, event.on, now, device=event.device,
+                self._set(rep, event.alert, event.on, now, device=event.device,
                           event=event.detail)
 
     def _expire_held(self, rep: _Replica, now: float) -> None:
         for alert, until in list(rep.held.items()):
             if now >= until:
                 del rep.held[alert]
-                self._set(rep.target.name, alert, False, now)
+                self._set(rep, alert, False, now)
 
     def _status(
         self, rep: _Replica, window: Window | None, error: str | None, *, restarted: bool,
@@ -239,7 +351,7 @@ class Watcher:
         det = rep.detector
         return ReplicaStatus(
             replica=rep.target.name,
-            url=rep.target.url,
+            url=rep.target.shown_url,
             up=error is None,
             error=error,
             scrape_errors_total=rep.errors_total,
@@ -257,13 +369,20 @@ class Watcher:
             z=verdict.z if verdict else None,
             stalled_for_s=None if rep.stall_since is None else now - rep.stall_since,
             alerts=self.book.for_replica(rep.target.name),
+            labels=rep.target.labels,
+            restarts_in_row=rep.restarts,
         )
 
     def run(self, stop: threading.Event, on_step: Callable[[list[ReplicaStatus]], None]) -> None:
-        """Evaluate every `interval_s` on a fixed schedule until `stop` is set."""
+        """Evaluate every `interval_s` on a fixed schedule until `stop` is set. A set `stop`
+        also cuts an evaluation's wait for its scrapes (SIGTERM stops within a second)."""
+        self._stop = stop
         next_at = time.monotonic()
         while not stop.is_set():
-            on_step(self.step())
+            statuses = self.step()
+            if stop.is_set():
+                break
+            on_step(statuses)
             next_at += self.config.interval_s
             now = time.monotonic()
             next_at = max(next_at, now)  # a step overran (timeouts): skip, do not burst

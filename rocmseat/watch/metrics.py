@@ -12,6 +12,8 @@ engine), except KV-cache usage, where the fullest engine is the one that matters
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -49,6 +51,14 @@ _MAXED: Final[dict[str, str]] = {
 _CREATED: Final = frozenset({DRAFTS_CREATED, GEN_CREATED})
 _WANTED: Final = frozenset(_SUMMED) | frozenset(_MAXED) | _CREATED | {PER_POS}
 _SAMPLE_START: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:#")
+# A float counts exactly up to 2**53; a counter beyond that cannot come from a real server, and
+# its deltas would be rounding noise.
+MAX_VALUE: Final = float(2**53)
+# Cumulative invariants of vLLM's counters (SpecDecodingStats.observe_draft adds 1 to c_0..c_{a-1}
+# for a draft with a accepted tokens): checked with a slack of 1 % + 1 for torn reads of a
+# multi-process registry, which reads each process's counters one after the other.
+SLACK_RATIO: Final = 0.01
+_LABEL_PAIR = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 class PageError(RocmseatError):
@@ -104,8 +114,13 @@ def _labels_value(line: str, number: int) -> tuple[str, float]:
     fields = rest.split()
     if not fields:
         raise PageError(f"line {number}: sample without a value: {line[:80]!r}")
+    token = fields[0]
+    # Python's float() also takes "1_000" and non-ASCII digits ("١٢" is 12.0); the exposition
+    # format's numbers are ASCII (Go's strconv.ParseFloat in Prometheus's text parser).
+    if not token.isascii() or "_" in token:
+        raise PageError(f"line {number}: not a number: {line[:80]!r}")
     try:
-        return labels, float(fields[0])
+        return labels, float(token)
     except ValueError:
         raise PageError(f"line {number}: not a number: {line[:80]!r}") from None
 
@@ -118,6 +133,26 @@ def _label(labels: str, name: str) -> str | None:
     start = at + len(key)
     end = labels.find('"', start)
     return labels[start:end] if end != -1 else None
+
+
+def _label_key(labels: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(_LABEL_PAIR.findall(labels)))
+
+
+def _check_value(name: str, value: float, where: str) -> None:
+    """NaN, infinities, negative or astronomically large values are not counts: the scrape is
+    an error (could not check), never a window (NaN would reset the CUSUM and pass every
+    threshold test, docs/watch.md "Bad pages")."""
+    if not math.isfinite(value):
+        raise PageError(f"{where}: {name} is {value!r}, not a finite number")
+    if value < 0:
+        raise PageError(f"{where}: {name} is negative ({value!r})")
+    if value > MAX_VALUE:
+        raise PageError(f"{where}: {name} is {value!r}, beyond what a counter can hold exactly")
+
+
+def _slack(total: float) -> float:
+    return 1.0 + SLACK_RATIO * total
 
 
 def check_page_shape(text: str) -> None:
@@ -141,6 +176,7 @@ def read_page(text: str) -> Reading:
     engines: set[str] = set()
     created: float | None = None
     saw_vllm = False
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     for number, line in enumerate(text.split("\n"), start=1):
         if not line:
             continue
@@ -156,6 +192,11 @@ def read_page(text: str) -> Reading:
         if name not in _WANTED:
             continue
         labels, value = _labels_value(line, number)
+        _check_value(name, value, f"line {number}")
+        series = (name, _label_key(labels))
+        if series in seen:
+            raise PageError(f"line {number}: duplicate series {name}{{{labels[:80]}}}")
+        seen.add(series)
         if name == PER_POS:
             position = _label(labels, "position")
             if position is None or not position.isdigit():
@@ -200,6 +241,12 @@ def _assemble(
         positions = tuple(per_pos[i] for i in range(len(per_pos)))
     elif per_pos:
         raise PageError("per-position series without the draft counters (truncated page?)")
+    kv = maxima.get("kv_usage")
+    if kv is not None and kv > 1.0:
+        raise PageError(f"impossible values: KV-cache usage {kv!r} is above 1")
+    if positions is not None:
+        _check_spec_counts(sums["drafts"], sums["draft_tokens"], sums["accepted_tokens"],
+                           positions, "impossible values")
     return Reading(
         drafts=sums.get("drafts"),
         draft_tokens=sums.get("draft_tokens"),
@@ -216,6 +263,38 @@ def _assemble(
         created_s=created,
         engines=engines,
     )
+
+
+def _check_spec_counts(
+    drafts: float, draft_tokens: float, accepted: float, per_pos: tuple[float, ...], what: str
+) -> None:
+    """The invariants of the spec-decode counters (cumulative on a page, or the deltas of a
+    window): accepted <= draft tokens <= K * drafts, c_0 <= drafts, c_i <= c_{i-1}, and
+    sum c_i == accepted. Breaking one means an acceptance length above 1 + K or a position rate
+    above 1: the numbers are not counts of one server, and judging them would be a guess."""
+    k = len(per_pos)
+    if draft_tokens > k * drafts + _slack(k * drafts):
+        raise PageError(f"{what}: {draft_tokens:g} draft tokens in {drafts:g} drafts of at "
+                        f"most {k} tokens")
+    if accepted > draft_tokens + _slack(draft_tokens):
+        raise PageError(f"{what}: {accepted:g} accepted tokens of {draft_tokens:g} drafted")
+    previous, previous_name = drafts, "drafts"
+    for i, count in enumerate(per_pos):
+        if count > previous + _slack(previous):
+            raise PageError(f"{what}: position {i} accepted {count:g} times, more than "
+                            f"{previous_name} ({previous:g}): a rate above 1")
+        previous, previous_name = count, f"position {i}"
+    if abs(sum(per_pos) - accepted) > _slack(accepted):
+        raise PageError(f"{what}: the per-position counts sum to {sum(per_pos):g}, the "
+                        f"accepted tokens are {accepted:g}")
+
+
+def check_window_counts(
+    drafts: float, draft_tokens: float, accepted: float, per_pos: tuple[float, ...]
+) -> None:
+    """The same invariants on a window's deltas (raises PageError: could not check)."""
+    if per_pos:
+        _check_spec_counts(drafts, draft_tokens, accepted, per_pos, "impossible window")
 
 
 def read_page_reference(text: str) -> Reading:
@@ -235,6 +314,7 @@ def read_page_reference(text: str) -> Reading:
     engines: set[str] = set()
     created: float | None = None
     saw_vllm = False
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     try:
         for family in parse(text):
             for sample in family.samples:
@@ -243,6 +323,13 @@ def read_page_reference(text: str) -> Reading:
                     continue
                 name = _unescape(name)
                 saw_vllm = True
+                if name not in _WANTED:
+                    continue
+                _check_value(name, value, "sample")
+                series = (name, tuple(sorted(labels.items())))
+                if series in seen:
+                    raise PageError(f"duplicate series {name}")
+                seen.add(series)
                 if name == PER_POS:
                     pos = int(labels["position"])
                     per_pos[pos] = per_pos.get(pos, 0.0) + value

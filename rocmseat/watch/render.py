@@ -50,7 +50,8 @@ def render_table(statuses: list[ReplicaStatus]) -> str:
             notes.append(f"{s.replica}: no spec-decode series (speculation off or "
                          "--disable-log-stats)")
         if s.restarted:
-            notes.append(f"{s.replica}: restarted between the two scrapes (no window)")
+            notes.append(f"{s.replica}: restarted between the two scrapes (no window to judge; "
+                         f"{s.restarts_in_row} reset(s) in a row)")
         if s.up and not s.blind and s.baseline is None:
             notes.append(f"{s.replica}: no baseline yet (learning; pin one with --baseline-al "
                          "or the seat's [watch].expected_acceptance_length)")

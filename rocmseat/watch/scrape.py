@@ -1,21 +1,24 @@
-"""Fetch one /metrics page (the only network read of the watch loop) and the target list."""
+"""Watch targets (`--target`, seat replicas, file_sd entries) and the URL rules they obey.
+
+A target's URL may carry credentials (`http://user:pass@host/metrics`): they are sent as HTTP
+Basic auth and never shown. Everything that leaves the process (an error, a log line, JSON, an
+exporter label) uses `Target.shown_url`, redacted by rocmseat/redact.py (docs/architecture.md,
+"Hostile input").
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from rocmseat.errors import ConfigError, RocmseatError
-
-# Ask for the classic text format; the reader also copes with OpenMetrics (escaped names).
-ACCEPT = "text/plain;version=0.0.4;q=0.9,text/plain;version=1.0.0;q=0.8,*/*;q=0.1"
+from rocmseat.redact import redact_text, redact_url
 
 
 class ScrapeError(RocmseatError):
-    """The page could not be fetched: refused, timed out, HTTP error, HTML instead of metrics."""
+    """The page could not be fetched: refused, timed out, HTTP error, too big, HTML."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,63 +27,31 @@ class Target:
     url: str
     cache_dir: Path | None = None  # <seat cache root>/<replica>: its manifest holds the key
     gpus: tuple[str, ...] = ()  # PCI addresses (node events)
+    labels: tuple[tuple[str, str], ...] = ()  # carried onto alerts and exporter series
 
-
-def fetch_metrics(url: str, timeout_s: float) -> str:
-    """One scrape with a throwaway client (--once); the loop keeps an HttpFetch."""
-    import httpx
-
-    with httpx.Client() as client:
-        return _get(client, url, timeout_s)
-
-
-class HttpFetch:
-    """A scraper with one persistent httpx client: building a client (and its TLS context) per
-    scrape costs ~25 ms of CPU, ten times the parse (bench/bench_watch_parse.py)."""
-
-    def __init__(self) -> None:
-        import httpx
-
-        self._client = httpx.Client()
-
-    def __call__(self, url: str, timeout_s: float) -> str:
-        return _get(self._client, url, timeout_s)
-
-    def close(self) -> None:
-        self._client.close()
-
-
-def _get(client: Any, url: str, timeout_s: float) -> str:  # client: httpx.Client
-    import httpx
-
-    try:
-        response = client.get(url, timeout=timeout_s, headers={"Accept": ACCEPT})
-    except httpx.TimeoutException:
-        raise ScrapeError(f"{url}: timed out after {timeout_s:g} s") from None
-    except httpx.HTTPError as exc:
-        raise ScrapeError(f"{url}: {type(exc).__name__}: {exc}") from None
-    if response.status_code != 200:
-        raise ScrapeError(f"{url}: HTTP {response.status_code}")
-    content_type = response.headers.get("content-type", "")
-    if "html" in content_type:
-        raise ScrapeError(f"{url}: answered {content_type}, not Prometheus metrics")
-    text: str = response.text
-    return text
+    @property
+    def shown_url(self) -> str:
+        return redact_url(self.url)
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# Bytes that never belong in a URL we send or show: controls, space, DEL (an LF would split the
+# request line; a NUL ends a C string).
+_BAD_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
 
 
 def parse_target(spec: str, index: int) -> Target:
     """`URL` or `NAME=URL`; a bare host:port gets http:// and a bare base URL gets /metrics."""
+    shown = redact_text(spec)
     name, sep, url = spec.partition("=")
     if not sep or "://" in name:
         name, url = f"t{index}", spec
     if not _NAME.match(name):
-        raise ConfigError(f"--target {spec!r}: name {name!r} must match [A-Za-z0-9][A-Za-z0-9._-]*")
+        raise ConfigError(f"--target {shown!r}: name {redact_text(name)!r} must match "
+                          "[A-Za-z0-9][A-Za-z0-9._-]*")
     if "://" not in url:
         url = "http://" + url
-    check_http_url(url, f"--target {spec!r}")
+    check_http_url(url, f"--target {shown!r}")
     if "/" not in url.partition("://")[2]:
         url = url + "/metrics"
     return Target(name, url)
@@ -88,15 +59,22 @@ def parse_target(spec: str, index: int) -> Target:
 
 def check_http_url(url: str, what: str) -> None:
     """An http(s) URL with a host and, if given, a port in 1..65535; else a ConfigError naming
-    `what` (a malformed --target or --webhook is a usage error at start, not a scrape error)."""
-    parts = urlsplit(url)
+    `what` (a malformed --target or --webhook is a usage error at start, not a scrape error).
+    `what` must already be redacted: it is shown as given."""
+    if _BAD_URL_CHARS.search(url):
+        raise ConfigError(f"{what}: control characters or spaces in the URL")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+        hostname = parts.hostname
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535"
+        why = str(exc)
+        if "port" in why.lower():
+            raise ConfigError(f"{what}: the port is not a number in 1..65535") from None
+        raise ConfigError(f"{what}: not a URL ({why})") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"{what}: not an http(s) URL")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ConfigError(f"{what}: the port is not a number in 1..65535") from None
-    if not parts.hostname or any(c in parts.hostname for c in " /\\"):
+    if not hostname or any(c in hostname for c in " /\\"):
         raise ConfigError(f"{what}: no host name in the URL")
     if port == 0:
         raise ConfigError(f"{what}: the port is not a number in 1..65535")

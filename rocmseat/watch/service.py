@@ -1,11 +1,14 @@
 """The two ways to run the watchdog: one window (`run_once`) and the service (`run_service`).
 
 Output goes through the injected `log` callable (the CLI passes stderr): this module neither
-prints nor exits. The service stops when `stop` is set (the CLI sets it on SIGTERM/SIGINT).
+prints nor exits. The service stops when `stop` is set (the CLI sets it on SIGTERM/SIGINT):
+the evaluation in flight is cut, and the listener and sinks close within a second.
 """
 
 from __future__ import annotations
 
+import resource
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -14,15 +17,16 @@ from dataclasses import dataclass
 from rocmseat import exitcodes
 from rocmseat.errors import ConfigError
 from rocmseat.watch import alerts as A
-from rocmseat.watch.exporter import start_exporter
+from rocmseat.watch.exporter import ExportState, start_exporter
+from rocmseat.watch.filesd import TargetsFile
 from rocmseat.watch.loop import WatchConfig, Watcher
-from rocmseat.watch.scrape import HttpFetch, Target
+from rocmseat.watch.scrape import Target
 from rocmseat.watch.sinks import AlertFanout, BackgroundSender, command_deliver, webhook_deliver
 from rocmseat.watch.status import ReplicaStatus
 from rocmseat.watch.uevents import UeventMonitor
 
 # --once: these mean "could not check" (exit 2); any other active alert is a problem (exit 1).
-_CANNOT_CHECK = frozenset({A.REPLICA_DOWN, A.SPEC_BLIND})
+CANNOT_CHECK = frozenset({A.REPLICA_DOWN, A.SPEC_BLIND, A.METRICS_UNSTABLE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,7 @@ class Sinks:
     webhook_url: str | None = None
     command_hook: tuple[str, ...] | None = None
     seat_name: str | None = None
+    node: str | None = None  # the node label on alerts (seat mode: this host)
 
 
 def run_once(
@@ -47,12 +52,26 @@ def run_once(
 
 
 def once_exit_code(statuses: list[ReplicaStatus]) -> int:
+    """1 a problem; 2 could not check (a scrape error, blind, no window: restarted between the
+    two scrapes or an impossible window); 0 nothing active."""
     active = {a for s in statuses for a in s.alerts}
-    if active - _CANNOT_CHECK:
+    if active - CANNOT_CHECK:
         return exitcodes.PROBLEM
-    if active or any(not s.up for s in statuses):
+    if active or any(not s.up or s.restarted for s in statuses):
         return exitcodes.CANNOT_CHECK
     return exitcodes.OK
+
+
+def raise_fd_limit(targets: int) -> None:
+    """One kept-alive connection per target: lift the soft descriptor limit toward the hard
+    one when the target count needs it (a 1,024 soft limit is common)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = targets + 256
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return
+    new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if new > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
 
 
 def run_service(
@@ -62,8 +81,11 @@ def run_service(
     *,
     log: Callable[[str], None],
     stop: threading.Event,
+    targets_file: TargetsFile | None = None,
+    extra_targets: list[Target] | None = None,
 ) -> None:
-    """Evaluate every interval until `stop`; log, export, post and hook every alert change."""
+    """Evaluate every interval until `stop`; log, export, post and hook every alert change.
+    `targets_file` is re-read when it changes (its targets come after `extra_targets`)."""
     fanout = AlertFanout(
         log,
         webhook=BackgroundSender("webhook", webhook_deliver(sinks.webhook_url), on_error=log)
@@ -71,25 +93,47 @@ def run_service(
         hook=BackgroundSender("command-hook", command_deliver(sinks.command_hook),
                               on_error=log, batch=False) if sinks.command_hook else None,
         seat=sinks.seat_name,
+        node=sinks.node,
     )
-    fetch = HttpFetch()
-    watcher = Watcher(targets, config, fetch=fetch, on_transition=fanout, on_warning=log)
+    raise_fd_limit(len(targets))
+    watcher = Watcher(targets, config, on_transition=fanout, on_warning=log)
+    started = time.time()
+
+    def state() -> ExportState:
+        return ExportState(
+            statuses=tuple(watcher.statuses), evaluated_at_s=watcher.evaluated_at_s,
+            started_at_s=started, max_age_s=config.max_age_s, evaluations=watcher.evaluations,
+            last_duration_s=watcher.last_duration_s,
+            sink_failures=tuple((n, c, f) for n, (c, f) in sorted(fanout.failures().items())),
+        )
+
     monitor: UeventMonitor | None = None
     server = None
     try:
         if sinks.exporter_listen != "off":
             try:
-                server, _ = start_exporter(sinks.exporter_listen, lambda: watcher.statuses)
+                server, _ = start_exporter(sinks.exporter_listen, state)
             except OSError as exc:
                 raise ConfigError(
                     f"--exporter-listen {sinks.exporter_listen}: {exc.strerror or exc}",
                     hint="choose another HOST:PORT, or 'off'",
                 ) from None
         monitor = _start_node_events(targets, watcher, log)
-        names = ",".join(t.name for t in targets)
+        names = ",".join(t.name for t in targets) if len(targets) <= 20 else (
+            f"{len(targets)} targets")
+        where = sinks.exporter_listen
+        if server is not None:
+            host, port = str(server.server_address[0]), int(server.server_address[1])
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         log(f"rocmseat-watch start replicas={names} interval_s={config.interval_s:g} "
-            f"exporter={sinks.exporter_listen}")
-        watcher.run(stop, lambda statuses: fanout.keepalive(time.time()))
+            f"timeout_s={config.timeout_s:g} exporter={where}")
+
+        def after_step(statuses: list[ReplicaStatus]) -> None:
+            fanout.keepalive(time.time())
+            if targets_file is not None:
+                _reload(targets_file, watcher, extra_targets or [], log)
+
+        watcher.run(stop, after_step)
     finally:
         if monitor is not None:
             monitor.stop()
@@ -98,8 +142,34 @@ def run_service(
             server.server_close()
         fanout.close()
         watcher.close()
-        fetch.close()
         log("rocmseat-watch stop")
+
+
+def _reload(
+    source: TargetsFile, watcher: Watcher, extra: list[Target], log: Callable[[str], None]
+) -> None:
+    reload = source.poll()
+    if reload.error is not None:
+        log(f"rocmseat-watch targets-file-error keeping={len(watcher.targets)} "
+            f"error={'_'.join(reload.error.split())}")
+        return
+    if reload.targets is None:
+        return
+    taken = {t.name for t in extra}
+    clash = next((t.name for t in reload.targets if t.name in taken), None)
+    if clash is not None:
+        log(f"rocmseat-watch targets-file-error keeping={len(watcher.targets)} "
+            f"error={source.path}:_replica_{clash!r}_is_also_a_--target")
+        return
+    raise_fd_limit(len(extra) + len(reload.targets))
+    added, removed, relabelled = watcher.set_targets([*extra, *reload.targets])
+    log(f"rocmseat-watch targets-file-reloaded path={source.path} "
+        f"targets={len(extra) + len(reload.targets)} added={added} removed={removed} "
+        f"relabelled={relabelled}")
+
+
+def this_node() -> str:
+    return socket.gethostname() or "localhost"
 
 
 def _start_node_events(

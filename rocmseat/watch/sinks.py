@@ -3,7 +3,13 @@
 Each sink owns one daemon thread and a pending map keyed by alert identity: `submit` only takes a
 lock for a dict assignment, so a stuck receiver cannot delay an evaluation. A newer state of an
 alert replaces an older one still pending (deduplication); a failed delivery is retried with
-exponential backoff, and dropped with one stderr line after `max_attempts`.
+exponential backoff, and dropped with one line after `max_attempts`.
+
+A receiver that fails is said while it fails, not only when a retry gives up (the 60 s re-send
+of a firing alert supersedes a retry before its 8th attempt): one line when deliveries start
+failing, one when they work again, and every failed attempt counted (`failures`, exported as
+`rocmseat_webhook_failures_total` / `rocmseat_command_hook_failures_total`). URLs in these lines
+are redacted (rocmseat/redact.py).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rocmseat.errors import CommandError
+from rocmseat.redact import redact_argv, redact_text, redact_url
 from rocmseat.runner import run
 from rocmseat.watch.alerts import FIRING, Transition
 
@@ -44,7 +51,9 @@ class BackgroundSender:
         # Sleeps between attempts; returns True when the sender is closing. Injected in tests.
         self._wait = wait or self._stop.wait
         self.delivered = 0
-        self.failures = 0
+        self.failures = 0  # failed attempts, ever
+        self.failing = False  # the last attempt failed
+        self._failed_since = 0  # failed attempts since the last success
         self._inflight = 0
         self._thread = threading.Thread(target=self._work, name=f"rocmseat-{name}", daemon=True)
         self._thread.start()
@@ -59,16 +68,23 @@ class BackgroundSender:
         with self._cond:
             return len(self._pending)
 
-    def close(self, timeout_s: float = 2.0) -> None:
-        """Stop the worker; what is still pending after `timeout_s` is reported, not kept."""
+    def close(self, timeout_s: float = 0.3) -> None:
+        """Stop the worker; what is still pending after `timeout_s` is reported, not kept.
+        Short: the watcher stops within a second of SIGTERM, a hung receiver included."""
+        self.begin_close()
+        self.finish_close(timeout_s)
+
+    def begin_close(self) -> None:
         self._stop.set()
         with self._cond:
             self._cond.notify()
+
+    def finish_close(self, timeout_s: float) -> None:
         self._thread.join(timeout_s)
         with self._cond:
             left = len(self._pending) + (self._inflight if self._thread.is_alive() else 0)
         if left:
-            self._on_error(f"{self.name}: {left} alert(s) not delivered at exit")
+            self._on_error(f"rocmseat-watch sink={self.name} not-delivered-at-exit alerts={left}")
 
     def _take(self) -> list[tuple[str, dict[str, Any]]]:
         with self._cond:
@@ -99,12 +115,14 @@ class BackgroundSender:
             try:
                 self._deliver([payload for _, payload in items])
                 self.delivered += len(items)
+                self._succeeded()
                 return
             except Exception as exc:  # a sink must never kill its thread
                 attempt += 1
-                self.failures += 1
+                self._failed(exc)
                 if attempt >= self._max_attempts:
-                    self._on_error(f"{self.name}: giving up after {attempt} attempts: {exc}")
+                    self._on_error(f"rocmseat-watch sink={self.name} gave-up attempts={attempt} "
+                                   f"alerts={len(items)} error={_one_token(exc)}")
                     return
                 delay = self._backoff[min(attempt - 1, len(self._backoff) - 1)]
                 if self._wait(delay):
@@ -116,20 +134,47 @@ class BackgroundSender:
                 if not items:
                     return
 
+    def _failed(self, exc: Exception) -> None:
+        self.failures += 1
+        self._failed_since += 1
+        if not self.failing:
+            self.failing = True
+            self._on_error(f"rocmseat-watch sink={self.name} delivery-failing "
+                           f"error={_one_token(exc)}")
+
+    def _succeeded(self) -> None:
+        if self.failing:
+            self.failing = False
+            self._on_error(f"rocmseat-watch sink={self.name} delivery-recovered "
+                           f"failed_attempts={self._failed_since}")
+        self._failed_since = 0
+
     def _requeue(self, items: list[tuple[str, dict[str, Any]]]) -> None:
         with self._cond:
             for key, payload in items:
                 self._pending.setdefault(key, payload)
 
 
+def _one_token(exc: BaseException) -> str:
+    text = redact_text(str(exc) or type(exc).__name__)
+    return "_".join(text.split())[:200]
+
+
 def webhook_deliver(url: str, *, timeout_s: float = 10.0) -> Deliver:
-    """POST the batch as Alertmanager v2 expects it: a JSON list of alerts."""
+    """POST the batch as Alertmanager v2 expects it: a JSON list of alerts. Userinfo in the URL
+    is sent as Basic auth (httpx does) and redacted in every error."""
     import httpx
 
+    shown = redact_url(url)
+
     def deliver(batch: list[dict[str, Any]]) -> None:
-        response = httpx.post(url, json=batch, timeout=timeout_s)
+        try:
+            response = httpx.post(url, json=batch, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise RuntimeError(f"POST {shown}: {type(exc).__name__}: "
+                               f"{redact_text(str(exc))}") from None
         if response.status_code >= 300:
-            raise RuntimeError(f"POST {url}: HTTP {response.status_code}")
+            raise RuntimeError(f"POST {shown}: HTTP {response.status_code}")
 
     return deliver
 
@@ -140,9 +185,11 @@ def command_deliver(argv: Sequence[str], *, timeout_s: float = 30.0) -> Deliver:
 
     def deliver(batch: list[dict[str, Any]]) -> None:
         for payload in batch:
-            done = run(command, timeout_s=timeout_s, input_text=json.dumps(payload) + "\n")
+            done = run(command, timeout_s=timeout_s,
+                       input_text=json.dumps(payload, allow_nan=False) + "\n")
             if not done.ok:
-                raise CommandError(command, done.returncode, done.stdout, done.stderr)
+                raise CommandError(redact_argv(command), done.returncode, done.stdout,
+                                   done.stderr)
 
     return deliver
 
@@ -162,12 +209,14 @@ class AlertFanout:
         webhook: BackgroundSender | None = None,
         hook: BackgroundSender | None = None,
         seat: str | None = None,
+        node: str | None = None,
         resend_s: float = 60.0,
     ) -> None:
         self._log = log
         self._webhook = webhook
         self._hook = hook
         self._seat = seat
+        self._node = node
         self._resend_s = resend_s
         self._firing: dict[str, tuple[Transition, float]] = {}
 
@@ -179,7 +228,7 @@ class AlertFanout:
         else:
             self._firing.pop(key, None)
         if self._webhook is not None:
-            self._webhook.submit(key, transition.to_alertmanager(seat=self._seat))
+            self._webhook.submit(key, self._payload(transition))
         if self._hook is not None:
             self._hook.submit(f"{key}/{transition.state}", transition.to_json())
 
@@ -189,9 +238,19 @@ class AlertFanout:
         for key, (transition, last) in list(self._firing.items()):
             if now_s - last >= self._resend_s:
                 self._firing[key] = (transition, now_s)
-                self._webhook.submit(key, transition.to_alertmanager(seat=self._seat))
+                self._webhook.submit(key, self._payload(transition))
 
-    def close(self) -> None:
-        for sender in (self._webhook, self._hook):
-            if sender is not None:
-                sender.close()
+    def _payload(self, transition: Transition) -> dict[str, Any]:
+        return transition.to_alertmanager(seat=self._seat, node=self._node)
+
+    def failures(self) -> dict[str, tuple[int, bool]]:
+        """sink name -> (failed attempts, failing now), for the exporter."""
+        return {s.name: (s.failures, s.failing)
+                for s in (self._webhook, self._hook) if s is not None}
+
+    def close(self, timeout_s: float = 0.3) -> None:
+        senders = [s for s in (self._webhook, self._hook) if s is not None]
+        for sender in senders:
+            sender.begin_close()
+        for sender in senders:  # joined together: one bound for both
+            sender.finish_close(timeout_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,10 +33,18 @@ class ReplicaStatus:
     z: float | None
     stalled_for_s: float | None
     alerts: tuple[str, ...]
+    labels: tuple[tuple[str, str], ...] = ()  # the target's labels (file_sd)
+    restarts_in_row: int = 0
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
-    return None if value is None else round(value, digits)
+    # Strict JSON (no NaN or Infinity): the reader refuses non-finite input, this is the last
+    # guard on the way out.
+    return None if value is None or not math.isfinite(value) else round(value, digits)
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
 
 
 def window_json(window: Window | None) -> dict[str, Any] | None:
@@ -45,9 +54,9 @@ def window_json(window: Window | None) -> dict[str, Any] | None:
     conditional = window.conditional_acceptance
     return {
         "duration_s": _round(window.duration_s, 3),
-        "drafts": window.drafts,
-        "draft_tokens": window.draft_tokens,
-        "accepted_tokens": window.accepted_tokens,
+        "drafts": _num(window.drafts),
+        "draft_tokens": _num(window.draft_tokens),
+        "accepted_tokens": _num(window.accepted_tokens),
         "acceptance_length": _round(window.acceptance_length),
         "draft_acceptance_rate": _round(window.draft_acceptance_rate),
         "alpha": _round(window.alpha),
@@ -58,10 +67,10 @@ def window_json(window: Window | None) -> dict[str, Any] | None:
         else [_round(p) for p in conditional],
         "drafts_per_s": _round(window.drafts_per_s),
         "generation_tokens_per_s": _round(window.generation_tokens_per_s),
-        "running": window.running,
-        "waiting": window.waiting,
+        "running": _num(window.running),
+        "waiting": _num(window.waiting),
         "kv_cache_usage": _round(window.kv_usage),
-        "preemptions": window.preemptions,
+        "preemptions": _num(window.preemptions),
         "prefix_cache_hit_rate": _round(window.prefix_cache_hit_rate),
     }
 
@@ -76,6 +85,7 @@ def status_json(status: ReplicaStatus) -> dict[str, Any]:
         "scrape_errors_total": status.scrape_errors_total,
         "key": status.key,
         "restarted": status.restarted,
+        "restarts_in_row": status.restarts_in_row,
         "blind": status.blind,
         "window": window_json(status.window),
         "baseline": None
@@ -95,6 +105,7 @@ def status_json(status: ReplicaStatus) -> dict[str, Any]:
         },
         "stalled_for_s": _round(status.stalled_for_s, 1),
         "alerts": list(status.alerts),
+        "labels": dict(status.labels),
     }
 
 

@@ -44,6 +44,10 @@ def test_page_without_spec_decode_is_blind_not_an_error():
 
 
 GOOD = (SEQ / "00-healthy.txt").read_text()
+ACC = 'num_accepted_tokens_total{engine="0",model_name="tiny"} '
+RUN = 'vllm:num_requests_running{engine="0",model_name="tiny"} '
+CREATED = 'vllm:spec_decode_num_drafts_created{engine="0",model_name="tiny"} '
+KV = 'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} '
 
 
 def _drop_lines(text, needle):
@@ -72,6 +76,30 @@ MALFORMED = [
     ("positions-only", _drop_lines(_drop_lines(_drop_lines(GOOD, "num_drafts_total"),
                                                "num_draft_tokens_total"), "accepted_tokens_total{"),
      "without the draft counters"),
+    # found by the hostile battery: float() takes these, the exposition format does not
+    ("unicode-digits", GOOD.replace('model_name="tiny"} 10000.0', 'model_name="tiny"} ١٠٠٠٠'),
+     "not a number"),
+    ("underscore-digits", GOOD.replace('model_name="tiny"} 10000.0', 'model_name="tiny"} 10_000'),
+     "not a number"),
+    # issue 11: non-finite, negative and impossible values are scrape errors, never a window
+    ("nan-counter", GOOD.replace(ACC + "19520.0", ACC + "NaN"), "not a finite number"),
+    ("inf-counter", GOOD.replace('model_name="tiny"} 10000.0', 'model_name="tiny"} +Inf'),
+     "not a finite number"),
+    ("neg-inf-gauge", GOOD.replace(RUN, RUN + "-Inf #"), "not a finite number"),
+    ("negative-counter", GOOD.replace('model_name="tiny"} 10000.0', 'model_name="tiny"} -5.0'),
+     "negative"),
+    ("huge-counter", GOOD.replace('model_name="tiny"} 10000.0', 'model_name="tiny"} 1e300'),
+     "beyond what a counter"),
+    ("nan-created", GOOD.replace(CREATED, CREATED + "NaN #"), "not a finite number"),
+    ("duplicate-series", GOOD.replace(
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 10000.0\n',
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 10000.0\n'
+        'vllm:spec_decode_num_drafts_total{model_name="tiny",engine="0"} 9000.0\n'),
+     "duplicate series"),
+    ("position-rate-above-1", GOOD.replace(
+        'position="0"} 8000.0', 'position="0"} 12000.0'), "a rate above 1"),
+    ("al-above-1-plus-k", GOOD.replace(ACC + "19520.0", ACC + "40000.0"), "accepted tokens of"),
+    ("kv-above-1", GOOD.replace(KV, KV + "7.5 #"), "above 1"),
 ]
 
 
@@ -80,6 +108,17 @@ MALFORMED = [
 def test_malformed_pages_are_page_errors(text, why):
     with pytest.raises(PageError, match=why):
         read_page(text)
+
+
+ISSUE_11_ROWS = MALFORMED[MALFORMED.index(next(m for m in MALFORMED if m[0] == "nan-counter")):]
+
+
+@pytest.mark.parametrize(("text", "why"), [(t, w) for _, t, w in ISSUE_11_ROWS],
+                         ids=[n for n, _, _ in ISSUE_11_ROWS])
+def test_both_readers_refuse_non_finite_negative_duplicate_and_impossible_values(text, why):
+    # one rule for both readers: the reference parser path refuses the same pages
+    with pytest.raises(PageError):
+        read_page_reference(text)
 
 
 def test_page_cut_at_a_line_boundary_inside_the_spec_block_is_refused():
@@ -95,6 +134,21 @@ _value = st.one_of(st.integers(0, 10**9).map(float), st.floats(0, 1e9, allow_nan
 
 
 @st.composite
+def _spec_counts(draw, k):
+    """One engine's spec counters as vLLM keeps them: c_0 <= drafts, c_i <= c_{i-1},
+    accepted = sum c_i, accepted <= draft tokens <= K * drafts."""
+    drafts = draw(st.integers(0, 10**6))
+    per_pos, previous = [], drafts
+    for _ in range(k):
+        previous = draw(st.integers(0, previous))
+        per_pos.append(previous)
+    accepted = sum(per_pos)
+    draft_tokens = draw(st.integers(max(accepted, drafts if drafts else 0), max(k * drafts,
+                                                                                accepted)))
+    return float(drafts), float(draft_tokens), float(accepted), [float(c) for c in per_pos]
+
+
+@st.composite
 def vllm_pages(draw):
     engines = draw(st.integers(1, 3))
     model = draw(_label_value)
@@ -107,22 +161,27 @@ def vllm_pages(draw):
         lines.append(f"# TYPE {name} {kind}")
         lines.extend(samples)
 
-    def per_engine(name, extra=""):
-        return [f'{name}{{engine="{e}",model_name="{model}"{extra}}} {draw(_value)!r}'
+    def per_engine(name, extra="", values=None):
+        return [f'{name}{{engine="{e}",model_name="{model}"{extra}}} '
+                f'{(draw(_value) if values is None else values[e])!r}'
                 for e in range(engines)]
 
     family("process_cpu_seconds_total", "counter", [f"process_cpu_seconds_total {draw(_value)!r}"])
     if spec:
-        for name in ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-                     "vllm:spec_decode_num_accepted_tokens_total"):
-            family(name, "counter", per_engine(name))
+        counts = [draw(_spec_counts(k)) for _ in range(engines)]
+        for j, name in enumerate(("vllm:spec_decode_num_drafts_total",
+                                  "vllm:spec_decode_num_draft_tokens_total",
+                                  "vllm:spec_decode_num_accepted_tokens_total")):
+            family(name, "counter", per_engine(name, values=[c[j] for c in counts]))
             created = name.replace("_total", "_created")
             family(created, "gauge", per_engine(created))
         family("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
                [s for i in range(k) for s in per_engine(
-                   "vllm:spec_decode_num_accepted_tokens_per_pos_total", f',position="{i}"')])
+                   "vllm:spec_decode_num_accepted_tokens_per_pos_total", f',position="{i}"',
+                   values=[c[3][i] for c in counts])])
+    kv = [draw(st.floats(0, 1)) for _ in range(engines)]
+    family("vllm:kv_cache_usage_perc", "gauge", per_engine("vllm:kv_cache_usage_perc", values=kv))
     for name, kind in (("vllm:num_requests_running", "gauge"),
-                       ("vllm:kv_cache_usage_perc", "gauge"),
                        ("vllm:generation_tokens_total", "counter"),
                        ("vllm:prefix_cache_hits_total", "counter")):
         family(name, kind, per_engine(name))

@@ -190,7 +190,8 @@ def test_the_service_resolves_and_starts_the_monitor_for_an_auto_seat(tmp_path, 
     seat = load_seat(seat_file)
     state = tmp_path / "state"
     write_recorded(flow.place(seat, x99, state_dir=state).records[1])  # launch ran r1 only
-    targets = seat_targets(seat, state)
+    # a monitoring host: its /sys shows no GPU, the placement launch recorded is all there is
+    targets = seat_targets(seat, state, sysfs_root=FIXTURES / "sysfs" / "no-amdgpu")
     assert [(t.name, t.gpus) for t in targets] == [("r1", ("0000:86:00.0", "0000:89:00.0"))]
 
     udev = FakeUdev(x99)

@@ -1,0 +1,89 @@
+"""Issue 11's hostile battery, seeded and bounded: hostile /metrics servers against the real
+scraper and reader. Every case runs two scrapes through a fresh Watcher (a real page, then the
+hostile answer) and is counted: exit 3 (an exception escaping), hangs (an evaluation past its
+deadline), verdicts on unreadable input. The long version is bench/bench_watch_hostile.py."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+from rocmseat.watch.fetch import MAX_BODY_BYTES, AsyncScraper
+from rocmseat.watch.loop import WatchConfig, Watcher
+from rocmseat.watch.scrape import Target
+from tests.watch.hostile import Reply, cases, http, run_case
+
+SEED = 11
+COUNT = 300
+TIMEOUT_S = 0.25
+HANG_SLACK_S = 2.0  # an evaluation is two scrapes of at most TIMEOUT_S each; more is a hang
+
+
+def test_hostile_battery_no_crash_no_hang_no_verdict_on_unreadable(tmp_path):
+    scraper = AsyncScraper()
+    outcomes = []
+    try:
+        def factory(url):
+            cfg = WatchConfig(interval_s=1.0, timeout_s=TIMEOUT_S, down_after=1,
+                              state_dir=tmp_path, pinned_al=2.9)
+            return Watcher([Target("r0", url)], cfg, scraper=scraper)
+
+        started = time.monotonic()
+        for kind, expect, first, second in cases(SEED, COUNT, cap=MAX_BODY_BYTES):
+            outcomes.append(run_case(factory, kind, expect, first, second))
+        wall = time.monotonic() - started
+    finally:
+        scraper.close()
+    crashed = [o for o in outcomes if o.crashed]
+    hangs = [o for o in outcomes if o.seconds > 2 * TIMEOUT_S + HANG_SLACK_S]
+    wrong = [(o.kind, o.wrong) for o in outcomes if o.wrong]
+    by_kind = collections.Counter(o.kind for o in outcomes)
+    print(f"hostile battery: {len(outcomes)} pages, {len(by_kind)} kinds, {len(crashed)} exit-3, "
+          f"{len(hangs)} hangs, {len(wrong)} wrong verdicts, wall {wall:.1f} s")
+    assert not crashed and not hangs and not wrong, (crashed[:3], hangs[:3], wrong[:5])
+    assert len(by_kind) >= 25  # the seed reaches most kinds
+    expects = collections.Counter(o.expect for o in outcomes)
+    assert expects["unreadable"] > 80 and expects["readable"] >= 5
+
+
+def test_battery_server_plays_what_it_is_told():
+    # the instrument itself: a control page goes through, a reset is an error
+    from rocmseat.watch.fetch import fetch_once
+    from tests.watch.hostile import HostileServer, base_pages
+
+    page = base_pages()[0][0]
+    answers = [http(page.encode()), Reply([("reset",)])]
+    server = HostileServer(lambda n: answers[min(n, 1)])
+    try:
+        assert fetch_once(server.url, 5.0) == page
+        try:
+            fetch_once(server.url, 5.0)
+        except Exception as exc:  # a ScrapeError naming the URL
+            assert "127.0.0.1" in str(exc)
+        else:
+            raise AssertionError("a reset connection read as a page")
+    finally:
+        server.close()
+
+
+def test_the_same_pages_through_the_cli_never_exit_3(rocmseat_cli, tmp_path):
+    """A subset through `watch --once` in-process: exit codes stay in 0/1/2, and unreadable
+    input is exit 2 (could not check), never 0."""
+    from tests.watch.hostile import HostileServer
+
+    codes = collections.Counter()
+    for kind, expect, first, second in cases(SEED + 1, 30, cap=MAX_BODY_BYTES):
+        answers = [first, second]
+        server = HostileServer(lambda n, a=answers: a[min(n, 1)])
+        try:
+            result = rocmseat_cli("watch", "--target", f"r0={server.url}", "--once",
+                                  "--interval", "0.05", "--timeout", str(TIMEOUT_S),
+                                  "--state-dir", str(tmp_path), "--json")
+        finally:
+            server.close()
+        codes[result.exit_code] += 1
+        assert result.exit_code in (0, 1, 2), (kind, result.stderr)
+        assert "Traceback" not in result.stderr
+        if expect in ("unreadable", "no-window"):
+            assert result.exit_code == 2, (kind, result.stdout[-400:])
+    assert codes[3] == 0
