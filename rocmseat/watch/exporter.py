@@ -8,6 +8,7 @@ the union over targets (a target without one has it empty, which Prometheus read
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -167,7 +168,8 @@ def render(source: StateSource) -> str:
 
 def parse_listen(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    # ASCII digits only: str.isdigit() also accepts "²" and "١", which int() then refuses.
+    if not sep or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 <= int(port) <= 65535:
         raise ValueError(f"--exporter-listen {value!r}: expected HOST:PORT")
     host = host.strip("[]") or "127.0.0.1"
     if any(c.isspace() or not c.isprintable() for c in host):

@@ -67,9 +67,9 @@ def test_exporter_serves_its_own_registry_over_http(tmp_path):
     assert "rocmseat_spec_cusum" in text and "python_gc" not in text  # no global registry
 
 
-@pytest.mark.parametrize("bad", ["9464", "host:", "h:99999", ""])
+@pytest.mark.parametrize("bad", ["9464", "host:", "h:99999", "", "h:\u00b2", "h:\u0661\u0662"])
 def test_listen_must_be_host_port(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="expected HOST:PORT"):
         parse_listen(bad)
 
 
