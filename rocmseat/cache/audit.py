@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat.cache.current import CurrentKey, ask_engine, current_key, replica_arch
-from rocmseat.cache.key import FactorChange, diff_factors, digest_of
+from rocmseat.cache.key import FactorChange, diff_factors, digest_of, redact_why
 from rocmseat.cache.layout import STALE_NAME
 from rocmseat.cache.store import STAMP_FORMAT, check_root, read_manifest
 from rocmseat.cache.usage import InUse, ProcessView, judge_use
 from rocmseat.errors import ConfigError
 from rocmseat.runner import Runner, run
+from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
 
 
@@ -209,7 +210,10 @@ def _replaced(manifest: Mapping[str, Any] | None) -> tuple[str, str] | None:
     if not isinstance(record, dict):
         return None
     name, why = record.get("moved_to"), record.get("why")
-    return (name, why) if isinstance(name, str) and isinstance(why, str) else None
+    if not isinstance(name, str) or not isinstance(why, str):
+        return None
+    # a manifest of an older rocmseat may say a secret's old and new value in `why`
+    return name, printable(redact_why(why), 4096)
 
 
 def _parse_time(text: str | None) -> dt.datetime | None:
@@ -237,8 +241,6 @@ def seat_current_keys(
         currents[record.replica] = current_key(
             seat, record.replica, gpu_arch=arch, arch_unknown_why=why, engine=engine
         )
-    why = known.why
-    for replica, problem in known.problems.items():
-        if replica in known.unplaced:
-            why = f"{why}; {problem}" if why else problem
-    return currents, why
+    # a replica whose placement.json is unusable is placed by the seat's rule: its current key
+    # says why its arch is unknown (rocmseat.seat.placement.rule_placement)
+    return currents, known.why

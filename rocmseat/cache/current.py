@@ -43,6 +43,8 @@ def replica_arch(seat: Seat, record: ReplicaPlacement | None,
         return cpu_arch(), ""
     if record is None:
         return None, unknown_why or "the replica's placement is not known here"
+    if record.gfx_targets is None and record.lost and not record.pci_pair:
+        return None, record.lost  # known by the seat's rule only (rule_placement)
     if record.gfx_targets is None:
         return None, (f"the gfx target of replica {record.replica}'s GPUs "
                       f"({', '.join(record.pci_pair)}) is not known here: no readable GPU "

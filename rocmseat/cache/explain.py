@@ -6,6 +6,7 @@ from typing import Any
 
 from rocmseat.cache.current import CurrentKey
 from rocmseat.cache.key import canonical_json, flatten
+from rocmseat.redact import redact_env
 
 KEY_SCHEMA = "rocmseat.key/v1"
 
@@ -41,9 +42,12 @@ def explain_text(current: CurrentKey, seat_file: str) -> str:
         *(f"{name.ljust(width)}  {value}" for name, value in rows),
     ]
     if current.classified:
+        # the values leave the process: credentials are shown redacted (rocmseat.redact)
+        shown = redact_env({c.name: c.value for c in current.classified})
         lines += ["", "environment ([env]; only key variables enter the key):"]
         lines += [
-            f"  {c.name}={c.value}  {c.env_class.value} ({c.rule})" for c in current.classified
+            f"  {c.name}={shown[c.name]}  {c.env_class.value} ({c.rule})"
+            for c in current.classified
         ]
     lines += ["", key_line(current)]
     return "\n".join(lines) + "\n"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from rocmseat.cache.envclass import classify_env, key_env
 from rocmseat.cache.fingerprint import fingerprint_model
 from rocmseat.cache.versions import EngineVersions, engine_versions
 from rocmseat.errors import RocmseatError
+from rocmseat.redact import REDACTED, is_secret_name, redact_text
 from rocmseat.runner import Runner, run
 from rocmseat.seat.locate import format_loc, locate
 from rocmseat.seat.model import Seat
@@ -37,6 +39,12 @@ NEUTRAL_FLAGS = frozenset(
     }
 )
 _COMPILATION_FLAGS = ("--compilation-config", "-cc")
+# A secret in a key factor (the value of a secret-bearing flag, a key-classified variable whose
+# name looks like a credential: rocmseat.redact.is_secret_name) enters the key as the sha256 of
+# its value, so a changed secret still changes the key, but its value is never stored in a
+# manifest or an intent, printed by `key`, said in "moved aside because ..." or audited.
+SECRET_PREFIX = "secret-sha256:"
+_SEALED = re.compile(re.escape(SECRET_PREFIX) + r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +131,105 @@ def build_factors(
         "engine_args": args,
         "env": key_env(classified),
     }
+    factors = seal_factors(factors)
     for name, value in (("engine", engine), ("gpu_arch", gpu_arch), ("model", model)):
         if value is None:
             del factors[name]
     if drafter is None and seat.drafter is not None and seat.drafter.path is not None:
         del factors["drafter"]
     return factors
+
+
+def seal(value: Any) -> str:
+    """`secret-sha256:<hex>` of a secret value (a value sealed already stays as it is)."""
+    text = value if isinstance(value, str) else canonical_json(value)
+    if _SEALED.fullmatch(text):
+        return text
+    return SECRET_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def seal_argv(args: Sequence[str]) -> list[str]:
+    """Engine arguments with the values of secret-bearing flags sealed (`--hf-token X` and
+    `--hf-token=X`, the rule of rocmseat.redact.redact_argv)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in args:
+        if hide_next:
+            out.append(seal(arg))
+            hide_next = False
+            continue
+        if arg.startswith("-") and len(arg) > 1:
+            name, sep, value = arg.partition("=")
+            if is_secret_name(name):
+                out.append(f"{name}={seal(value)}" if sep else arg)
+                hide_next = not sep
+                continue
+        out.append(_seal_url(arg))
+    return out
+
+
+def _seal_url(text: str) -> str:
+    """Text holding a URL with credentials (userinfo, `?token=`) is sealed whole."""
+    return seal(text) if redact_text(text) != text else text
+
+
+def _seal_tree(value: Any) -> Any:
+    """A JSON tree with the value under every credential-named key sealed."""
+    if isinstance(value, Mapping):
+        return {k: seal(v) if is_secret_name(str(k)) and v is not None else _seal_tree(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_seal_tree(v) for v in value]
+    if isinstance(value, str):
+        return _seal_url(value)
+    return value
+
+
+def seal_factors(factors: Mapping[str, Any]) -> dict[str, Any]:
+    """`factors` with every secret sealed (idempotent; old manifests hold raw values, so both
+    sides of a comparison go through it): flag values in `engine_args`, credential-named
+    variables in `env`, credential-named keys anywhere else (speculative extra, compilation
+    config)."""
+    out: dict[str, Any] = {}
+    for name, value in factors.items():
+        if name == "engine_args" and isinstance(value, list):
+            out[name] = seal_argv([str(v) for v in value])
+        else:
+            out[name] = _seal_tree(value)
+    return out
+
+
+def redact_why(text: str) -> str:
+    """A "changed: a: old -> new; ..." text as an older rocmseat wrote it into a manifest
+    (`replaced.why`) with raw secret values: each change of a credential-named factor, and
+    the secret flag values of `engine_args`, shown without the value."""
+    head, sep, rest = text.partition("changed: ")
+    if not sep:
+        return text
+    parts = []
+    for entry in rest.split("; "):
+        factor, colon, values = entry.partition(": ")
+        old, arrow, new = values.partition(" -> ")
+        if colon and arrow and is_secret_name(factor.split(".", 1)[-1]):
+            entry = f"{factor}: {_hidden(old)} -> {_hidden(new)}"
+        elif colon and arrow and factor == "engine_args":
+            entry = f"{factor}: {_sealed_list(old)} -> {_sealed_list(new)}"
+        parts.append(entry)
+    return head + sep + "; ".join(parts)
+
+
+def _hidden(shown: str) -> str:
+    return shown if shown.startswith(SECRET_PREFIX) or shown == "(absent)" else REDACTED
+
+
+def _sealed_list(shown: str) -> str:
+    try:
+        value = json.loads(shown)
+    except (ValueError, RecursionError):
+        return REDACTED if shown != "(absent)" else shown
+    if not isinstance(value, list):
+        return shown
+    return _show(seal_argv([str(v) for v in value]))
 
 
 def missing_factors(factors: Mapping[str, Any], seat: Seat) -> list[str]:
@@ -271,8 +372,10 @@ MISSING: Any = _Missing()
 
 
 def diff_factors(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FactorChange]:
-    """Leaf-level changes from `old` to `new`, sorted by factor path."""
-    flat_old, flat_new = flatten(old), flatten(new)
+    """Leaf-level changes from `old` to `new`, sorted by factor path. Both sides are sealed
+    first (`seal_factors`): a manifest written before secrets were sealed must not bring a raw
+    secret into a change, its description or an intent."""
+    flat_old, flat_new = flatten(seal_factors(old)), flatten(seal_factors(new))
     return [
         FactorChange(name, flat_old.get(name, MISSING), flat_new.get(name, MISSING))
         for name in sorted(set(flat_old) | set(flat_new))
@@ -284,5 +387,7 @@ def _show(value: Any) -> str:
     if value is MISSING:
         return "(absent)"
     if isinstance(value, str):
+        if _SEALED.fullmatch(value):
+            return value[: len(SECRET_PREFIX) + 16] + "…"
         return value[:16] + "…" if len(value) == 64 else value  # sha256 digests, shortened
     return canonical_json(value)

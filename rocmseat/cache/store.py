@@ -54,6 +54,7 @@ MANIFEST_SCHEMA = "rocmseat.cache-manifest/v1"
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 
 CrashHook = Callable[[str], None]
+_REPLICA_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")  # rocmseat.seat.model's replica names
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,28 +89,38 @@ def read_manifest(replica_dir: Path) -> dict[str, Any] | None:
 def check_root(root: Path, *, owner_uid: int | None = None) -> None:
     """Refuse a cache root that is a symlink, belongs to another user or that every user may
     write to (ConfigError)."""
+    check_owned_dir(root, what="cache root", owner_uid=owner_uid,
+                    link_hint="set cache_root to the real directory")
+
+
+def check_owned_dir(path: Path, *, what: str, owner_uid: int | None = None,
+                    link_hint: str | None = None) -> None:
+    """The one rule for a directory rocmseat renames, writes or prunes in (a cache root, a
+    replica's state dir and its history): not a symlink, owned by the user who runs the
+    replica, not writable by every user (another user could plant a link in it between two
+    steps). ConfigError naming it otherwise; an absent path passes (it is made later)."""
     expected = os.geteuid() if owner_uid is None else owner_uid
-    if root.is_symlink():
-        raise ConfigError(
-            f"cache root {root} is a symlink to {_target(root)}: refusing to move caches "
-            "through a link",
-            hint="set cache_root to the real directory",
-        )
     try:
-        info = root.stat()
-    except FileNotFoundError:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
         return
+    if stat.S_ISLNK(info.st_mode):
+        raise ConfigError(
+            f"{what} {path} is a symlink to {_target(path)}: refusing to write, move or remove "
+            "files through a link",
+            hint=link_hint or f"remove the link ({path}) and look at who planted it",
+        )
     if info.st_uid != expected:
         raise ConfigError(
-            f"cache root {root} is owned by uid {info.st_uid}, not by uid {expected} who runs "
+            f"{what} {path} is owned by uid {info.st_uid}, not by uid {expected} who runs "
             "the replica",
-            hint=f"chown it, or choose a cache_root of uid {expected}",
+            hint=f"chown it, or choose a directory of uid {expected}",
         )
     if info.st_mode & stat.S_IWOTH:
         raise ConfigError(
-            f"cache root {root} is writable by every user (mode {stat.S_IMODE(info.st_mode):04o}):"
-            " another user could plant a link where the cache store renames and writes",
-            hint=f"chmod o-w {root}",
+            f"{what} {path} is writable by every user (mode {stat.S_IMODE(info.st_mode):04o}):"
+            " another user could plant a link where rocmseat renames and writes",
+            hint=f"chmod o-w {path}",
         )
 
 
@@ -139,8 +150,7 @@ class _Job:
 
 
 def prepare(
-    cache_root: Path,
-    replica: str,
+    cache_dir: Path,
     key: ConfigKey,
     *,
     seat_name: str = "",
@@ -149,7 +159,16 @@ def prepare(
     owner_uid: int | None = None,
     crash_hook: CrashHook | None = None,
 ) -> PrepareResult:
-    """Make `<cache_root>/<replica>` a cache keyed by `key`, moving any other one aside."""
+    """Make `cache_dir` a cache keyed by `key`, moving any other one aside.
+
+    `cache_dir` is the replica's live cache as its placement record says
+    (`ReplicaPlacement.cache_dir`, `<cache_root>/<replica>`: rocmseat.seat.placement decides it,
+    not this module); the store's other names (lock, intent, fresh and moved-aside dirs) sit
+    beside it in its parent, the cache root.
+    """
+    cache_root, replica = cache_dir.parent, cache_dir.name
+    if not _REPLICA_NAME.fullmatch(replica) or cache_root == cache_dir:
+        raise ConfigError(f"{cache_dir}: not a replica's cache dir (<cache_root>/<replica>)")
     uid = os.geteuid() if owner_uid is None else owner_uid
     job = _Job(cache_root, replica, key, seat_name, now, crash_hook or (lambda step: None), uid)
     check_root(cache_root, owner_uid=owner_uid)

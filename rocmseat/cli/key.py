@@ -40,6 +40,8 @@ def key(
     from rocmseat.errors import ConfigError
     from rocmseat.launch.placed import known_placement
     from rocmseat.seat.load import load_seat
+    from rocmseat.seat.locate import printable
+    from rocmseat.seat.placement import replica_index
 
     seat = load_seat(seat_file)
     sysfs = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
@@ -49,15 +51,15 @@ def key(
     known = known_placement(seat, sysfs_root=sysfs, state_root=state)
     record = next((r for r in known.records if r.replica == replica), None)
     if record is None:
+        # a replica the placement does not know here: the seat's naming rule says whether it
+        # can exist at all (rocmseat.seat.placement.replica_index); one it cannot is an error,
+        # one it can (an auto seat on a host that cannot read the node) has an unknown arch
         names = seat.replicas.names
-        plausible = not known.records and (
-            replica in names if names is not None
-            else replica.startswith("r") and replica[1:].isdigit())
-        if not plausible:
+        if known.records or replica_index(seat, replica) is None:
             listed = ", ".join(r.replica for r in known.records) or (
                 ", ".join(names) if names is not None else "r0, r1, ...")
-            raise ConfigError(f"{seat_file}: seat {seat.name} has no replica {replica!r} "
-                              f"({listed})")
+            raise ConfigError(f"{seat_file}: seat {seat.name} has no replica "
+                              f"{printable(replica, 40)!r} ({listed})")
     arch, why = replica_arch(seat, record, known.why or known.problems.get(replica, ""))
     current = current_key(seat, replica, gpu_arch=arch, arch_unknown_why=why)
     if as_json:

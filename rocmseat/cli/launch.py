@@ -37,13 +37,16 @@ def _say(text: str) -> None:
 @click.option("--preflight-only", is_flag=True,
               help="With --replica: run the pair's sysfs preflight, judge it as launch does, "
               "exit (the replica unit's ExecStartPre=).")
+@click.option("--pair", "pair_text", metavar="PCI,PCI",
+              help="With --replica: the replica's GPU pair as its unit was rendered with; "
+              "launch refuses (exit 1) when the node no longer places it there.")
 @click.option("--stop-grace", "stop_grace_s", type=click.FloatRange(min=0), default=30.0,
               show_default=True, help="Seconds between SIGTERM and SIGKILL when stopping.")
 @json_option
 @sysfs_root_option
 @state_dir_option
 def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_only: bool,
-           stop_grace_s: float, as_json: bool, sysfs_root: Path | None,
+           pair_text: str | None, stop_grace_s: float, as_json: bool, sysfs_root: Path | None,
            state_dir: Path | None) -> int:
     """Start one replica of SEAT under supervision, or show the plan of every replica."""
     from rocmseat.launch import flow
@@ -55,6 +58,9 @@ def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_onl
         raise click.UsageError("--json goes with --dry-run")
     if preflight_only and replica is None:
         raise click.UsageError("--preflight-only goes with --replica NAME")
+    if pair_text is not None and replica is None:
+        raise click.UsageError("--pair goes with --replica NAME")
+    pin = _pair(pair_text) if pair_text is not None else None
     seat = load_seat(seat_file)
     # backend cpu reads no /sys: no GPUs, no pairs, no NUMA binding
     root = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
@@ -62,16 +68,37 @@ def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_onl
     if dry_run:
         from rocmseat.launch.planview import plan_json, plan_text
 
-        plans = flow.dry_run(seat, root, state_dir=state, environ=os.environ)
+        plans = flow.dry_run(seat, root, state_dir=state, environ=os.environ, say=_say)
         if as_json:
             click.echo(json.dumps(plan_json(seat, plans), indent=2, sort_keys=True))
         else:
             click.echo(plan_text(seat, plans), nl=False)
-        return exitcodes.OK
+        for plan in plans:
+            refused = plan.refusal()
+            if refused is not None:
+                _say(f"replica {plan.replica}: launch would refuse to start it (exit "
+                     f"{refused[0]}): {refused[1]}")
+        return flow.refused_exit(plans)
     assert replica is not None
     if preflight_only:
-        flow.preflight_only(seat, replica, sysfs_root=root, state_dir=state, say=_say)
+        flow.preflight_only(seat, replica, sysfs_root=root, state_dir=state, say=_say, pin=pin)
         return exitcodes.OK
     result = flow.launch_replica(seat, replica, sysfs_root=root, state_dir=state,
-                                 echo=_echo_engine, say=_say, stop_grace_s=stop_grace_s)
+                                 echo=_echo_engine, say=_say, stop_grace_s=stop_grace_s,
+                                 pin=pin)
     return result.exit_code
+
+
+def _pair(text: str) -> tuple[str, str]:
+    """`--pair A,B`: two PCI addresses (dddd:bb:dd.f, or bb:dd.f), different."""
+    from rocmseat.seat.locate import printable
+    from rocmseat.sysfs.parse import normalize_pci_address
+
+    parts = text.split(",")
+    addresses = [normalize_pci_address(p.strip()) for p in parts]
+    if len(parts) != 2 or None in addresses or addresses[0] == addresses[1]:
+        raise click.BadParameter(f"{printable(text, 80)!r} is not two different PCI addresses "
+                                 "like 0000:05:00.0,0000:09:00.0", param_hint="--pair")
+    first, second = addresses
+    assert first is not None and second is not None
+    return first, second

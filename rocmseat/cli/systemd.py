@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grp
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -63,9 +64,17 @@ def _render(seat_file: Path, sysfs_root: Path | None, state_dir: Path | None,
             rocmseat_bin: Path | None, user: str | None, *, refuse_missing_groups: bool = False,
             ) -> dict[str, str]:
     from rocmseat.launch import flow
-    from rocmseat.launch.units import UnitContext, load_templates, render_units, unit_groups
+    from rocmseat.launch.units import (
+        UnitContext,
+        check_user,
+        load_templates,
+        render_units,
+        unit_groups,
+    )
     from rocmseat.seat.load import load_seat
 
+    if user is not None:
+        check_user(user)
     seat = load_seat(seat_file)
     root = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
     binary = rocmseat_bin if rocmseat_bin is not None else _default_bin()
@@ -73,8 +82,18 @@ def _render(seat_file: Path, sysfs_root: Path | None, state_dir: Path | None,
         raise click.BadParameter("must be an absolute path", param_hint="--rocmseat-bin")
     state = resolve_state_dir(state_dir if state_dir is not None else seat.state_dir)
     # The units name each replica, pair, NUMA node and port as the placement does; the HIP
-    # indices are not in them (launch numbers the pair at each start).
+    # indices are not in them (launch numbers the pair at each start). Each replica keeps the
+    # pair it ran on (its placement.json in the state dir): a re-render after a GPU is lost
+    # never moves another replica onto its GPUs.
     placed = flow.place(seat, root, state_dir=state)
+    for name, problem in sorted(placed.problems.items()):
+        click.echo(f"rocmseat: warning: {problem}: not used as replica {name}'s identity",
+                   err=True)
+    for record in placed.records:
+        if record.lost:
+            click.echo(f"rocmseat: warning: replica {record.replica}: {record.lost}; its unit "
+                       "is rendered with its own pair and will refuse to start until that "
+                       "pair is back", err=True)
     ctx = UnitContext(rocmseat_bin=binary, seat_file=seat_file.absolute(), state_dir=state,
                       user=user)
     units = render_units(seat, placed.records, ctx, load_templates())
@@ -82,13 +101,31 @@ def _render(seat_file: Path, sysfs_root: Path | None, state_dir: Path | None,
     return units
 
 
+UNIT_LIMIT_BYTES = 1 << 20  # a unit is a few KiB
+
+
 def _read(path: Path) -> str | None:
+    """The unit file already at `path` (None: none), read as a regular file only: a FIFO there
+    would hang `install`. A unit masked with `systemctl mask` (a link to /dev/null) is said."""
+    from rocmseat.errors import ReadError
+    from rocmseat.safeio import read_regular_text
+    from rocmseat.seat.locate import printable
+
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        if path.is_symlink() and os.path.realpath(path) == os.devnull:
+            raise ConfigError(f"{path}: the unit is masked (a link to /dev/null): not "
+                              "overwritten",
+                              hint=f"unmask it first: systemctl unmask {path.name}")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the unit already there: "
+                          f"{exc.strerror or exc}") from None
+    if not os.path.lexists(path):
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the unit already there: {exc}") from None
+    try:
+        return read_regular_text(path, limit_bytes=UNIT_LIMIT_BYTES)
+    except ReadError as exc:
+        raise ConfigError(f"cannot read the unit already there: {printable(exc.message, 300)}",
+                          hint="move it away, then install again") from None
 
 
 def _kept(before: str | None, text: str) -> str | None:

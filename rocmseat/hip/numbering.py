@@ -15,6 +15,11 @@ Two layers select and order the GPUs a process sees:
 So under a HIP mask HIP numbers the *visible* GPUs from 0: `HIP_VISIBLE_DEVICES=2,3` makes the
 node's GPUs 2 and 3 HIP's devices 0 and 1. An index read by a probe that ran under the mask is
 local to that mask, never a node-wide number.
+
+Only ROCr's layer is modelled here: launch assumes the node's numbering (no HIP-level mask)
+when HIP is not asked, and asks HIP itself otherwise (docs/hip.md, "Numbering"). HIP's own layer
+is never predicted: launch removes inherited HIP masks and sets its own, and checks what HIP
+shows under it with the probe (`launch.hip.visible`).
 """
 
 from __future__ import annotations
@@ -28,8 +33,6 @@ HIP_MASKS = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 # strtol(token, &end, 0) accepting the whole token: decimal, 0x hex or 0 octal, optional sign.
 _STRTOL_0 = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
-# CLR: atoi(token) must print back as the token itself.
-_CANONICAL_INDEX = re.compile(r"0|[1-9][0-9]*")
 
 
 def rocr_selection(value: str | None, count: int) -> tuple[int, ...] | None:
@@ -65,28 +68,6 @@ def _strtol(token: str) -> int:
     if body[:2] in ("0x", "0X"):
         return sign * int(body[2:], 16)
     return sign * int(body, 8 if len(body) > 1 and body.startswith("0") else 10)
-
-
-def hip_ordinals(env: Mapping[str, str]) -> str:
-    """The HIP-level mask the runtime reads from `env` ('' when there is none)."""
-    first = env.get(HIP_MASKS[0], "")
-    return first if first else env.get(HIP_MASKS[1], "")
-
-
-def hip_selection(ordinals: str, count: int) -> tuple[int, ...] | None:
-    """Indices into ROCr's list of `count` GPUs that HIP makes its devices 0, 1, ..., for the
-    mask `ordinals`; None for a `GPU-` UUID token (resolved by the runtime only)."""
-    if not ordinals:
-        return tuple(range(count))
-    chosen: list[int] = []
-    for token in ordinals.split(","):
-        if "GPU-" in token:
-            return None
-        if not _CANONICAL_INDEX.fullmatch(token) or int(token) >= count:
-            break
-        if int(token) not in chosen:
-            chosen.append(int(token))
-    return tuple(chosen)
 
 
 def without_hip_masks(env: Mapping[str, str]) -> dict[str, str]:

@@ -12,21 +12,27 @@ import datetime as dt
 import os
 import shlex
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rocmseat import exitcodes
 from rocmseat.atomic import LockTimeout, exclusive_lock
 from rocmseat.errors import ConfigError, NoDeviceError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.hip.numbering import ROCR_MASK, without_hip_masks
 from rocmseat.launch.gate import PreflightRefused, launch_gate, needs_hip, sysfs_gate
 from rocmseat.launch.judge import ExpectRule, JudgeContext, judge_startup
-from rocmseat.launch.placed import read_node, write_recorded
+from rocmseat.launch.placed import read_node, read_recorded, write_recorded
 from rocmseat.launch.plan import KeyStatus, ReplicaPlan, engine_env, plan_replica, plan_replicas
 from rocmseat.launch.readiness import Canary, Fetch, http_fetch
-from rocmseat.launch.report import build_report, previous_start, save_report
+from rocmseat.launch.report import (
+    build_report,
+    check_replica_tree,
+    previous_start,
+    save_report,
+)
 from rocmseat.launch.sdnotify import Notifier
 from rocmseat.launch.startuplog import StartupLogReader, StartupSummary, classify_text
 from rocmseat.launch.supervise import EngineSpec, SupervisionResult, supervise
@@ -39,6 +45,7 @@ from rocmseat.seat.placement import (
     assumed_numbering,
     pick,
     probed_numbering,
+    replica_index,
     resolve,
 )
 
@@ -50,20 +57,74 @@ HIP_ORDER_TIMEOUT_S = 30.0
 class NodePlacement:
     inventory: Inventory | None
     records: tuple[ReplicaPlacement, ...]
+    # replica -> the pair that is its identity (auto seats: the unit's --pair, else the
+    # placement.json it ran with); the resolver keeps each replica on it (docs/launch.md)
+    identities: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    problems: Mapping[str, str] = dataclasses.field(default_factory=dict)  # unused records
+
+    def resolve(self, seat: Seat, *, state_dir: Path,
+                numbering: HipNumbering | None) -> tuple[ReplicaPlacement, ...]:
+        """The same placement again with another HIP numbering (the probe's)."""
+        return resolve(seat, self.inventory, state_root=state_dir, numbering=numbering,
+                       identities=self.identities)
 
 
 def place(seat: Seat, sysfs_root: Path | None, *, state_dir: Path,
           environ: Mapping[str, str] | None = None,
-          numbering: HipNumbering | None = None) -> NodePlacement:
+          numbering: HipNumbering | None = None,
+          pin: tuple[str, str] | None = None, replica: str | None = None) -> NodePlacement:
     """Read the inventory (rocm only) and place every replica (rocmseat.seat.placement).
 
+    Each replica of an auto seat keeps its identity: the pair `pin` (the unit's `--pair`) for
+    `replica`, else the pair of its placement.json under `state_dir` (rocmseat.launch.placed).
     Without `numbering`, HIP indices are assumed from PCI bus order after the environment's
     ROCR_VISIBLE_DEVICES (launch replaces them with the HIP probe's, `hip_numbering`)."""
     inventory = read_node(seat, sysfs_root)
+    recorded = read_recorded(seat, state_dir)
+    identities = recorded.identities(seat)
+    if pin is not None and replica is not None and seat.replicas.mode == "auto":
+        identities[replica] = pin
     if numbering is None and inventory is not None:
         numbering = assumed_numbering(inventory, (environ or {}).get(ROCR_MASK))
     return NodePlacement(inventory, resolve(seat, inventory, state_root=state_dir,
-                                            numbering=numbering))
+                                            numbering=numbering, identities=identities),
+                         identities, recorded.problems)
+
+
+def placed_replica(seat: Seat, placed: NodePlacement, replica: str, *,
+                   pin: tuple[str, str] | None = None, say: Say) -> ReplicaPlacement:
+    """The record of `replica`, or why it must not start (exit 1): its pair is not what the unit
+    pinned (an explicit seat edited since the units were rendered), or its pair, a stable
+    identity, is no longer there (docs/launch.md, "A replica's pair is its identity")."""
+    for name, problem in sorted(placed.problems.items()):
+        if name == replica:
+            say(f"{problem}: not used as replica {replica}'s identity")
+    index = replica_index(seat, replica)
+    known = seat.replicas.names is not None or any(r.index > (index or 0)
+                                                   for r in placed.records)
+    if index is not None and known and all(r.replica != replica for r in placed.records):
+        # a replica of the seat (named by it, or below one that is placed), but the node has
+        # no pair left for it: the others keep theirs (their identities), so it fails instead
+        # of taking one of them
+        held = "; ".join(f"{r.replica} on {', '.join(r.pci_pair)}" for r in placed.records)
+        raise RocmseatError(f"replica {replica} of seat {seat.name}: start refused: this node "
+                            "has no socket-local GPU pair for it"
+                            + (f" (the node's pairs: {held})" if held else ""),
+                            hint="`rocmseat preflight` shows the node's GPUs and pairs")
+    record = pick(placed.records, replica)
+    if record.lost:
+        raise RocmseatError(f"replica {replica} of seat {seat.name}: start refused: "
+                            f"{record.lost}",
+                            hint="a replica never moves to another replica's GPUs: bring the "
+                            "GPU back, or re-render the units (`rocmseat systemd render`) and "
+                            "remove the replica's placement.json if the node changed for good")
+    if pin is not None and record.pci_pair != pin:
+        raise RocmseatError(f"replica {replica} of seat {seat.name}: start refused: its unit "
+                            f"pins the pair {', '.join(pin)} but the seat places it on "
+                            f"{', '.join(record.pci_pair) or 'no GPU'}",
+                            hint="re-render the units after editing [replicas] "
+                            "(`rocmseat systemd render` or `install`)")
+    return record
 
 
 def hip_numbering(plan: ReplicaPlan, environ: Mapping[str, str], *, say: Say,
@@ -101,10 +162,25 @@ def key_status(seat: Seat, record: ReplicaPlacement) -> KeyStatus:
 
 
 def dry_run(seat: Seat, sysfs_root: Path | None, *, state_dir: Path,
-            environ: Mapping[str, str] | None = None) -> tuple[ReplicaPlan, ...]:
+            environ: Mapping[str, str] | None = None,
+            say: Say | None = None) -> tuple[ReplicaPlan, ...]:
+    """Every replica's plan (a lost or HIP-invisible replica too: the plan says launch refuses
+    it, and `refused_exit` gives the exit status launch would have)."""
     placed = place(seat, sysfs_root, state_dir=state_dir, environ=environ)
-    keys = {r.replica: key_status(seat, r) for r in placed.records}
+    if say is not None:
+        for name, problem in sorted(placed.problems.items()):
+            say(f"{problem}: not used as replica {name}'s identity" if name else problem)
+    keys = {r.replica: key_status(seat, r) for r in placed.records if not r.lost}
     return plan_replicas(seat, placed.records, numactl=find_numactl(), keys=keys)
+
+
+def refused_exit(plans: Sequence[ReplicaPlan]) -> int:
+    """The dry run's exit status: 0 when launch would start every replica, else the worst of
+    their refusals (1 outranks 2, as a failing finding outranks an unknown one)."""
+    codes = {r[0] for p in plans if (r := p.refusal()) is not None}
+    if exitcodes.PROBLEM in codes:
+        return exitcodes.PROBLEM
+    return exitcodes.CANNOT_CHECK if codes else exitcodes.OK
 
 
 def expect_rules(seat: Seat) -> list[ExpectRule]:
@@ -112,14 +188,17 @@ def expect_rules(seat: Seat) -> list[ExpectRule]:
 
 
 def usable_state_dir(record: ReplicaPlacement, state_dir: Path) -> Path:
-    """The replica's state dir, made; a config error naming it when it cannot be."""
+    """The replica's state dir, made, after the rule of every dir launch writes and prunes in
+    (no link, this user's, not writable by all: rocmseat.launch.report.check_replica_tree); a
+    config error naming it when it cannot be, before any side effect."""
+    check_replica_tree(state_dir, record.seat, record.replica)
     path = record.state_dir
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"state dir {state_dir}: cannot make {path}: {exc.strerror or exc}",
                           hint="check state_dir in the seat file, or pass --state-dir") from None
-    return path
+    return check_replica_tree(state_dir, record.seat, record.replica)
 
 
 def check_engine_command(plan: ReplicaPlan, python: Path, env: Mapping[str, str]) -> None:
@@ -133,10 +212,13 @@ def check_engine_command(plan: ReplicaPlan, python: Path, env: Mapping[str, str]
 
 
 def preflight_only(seat: Seat, replica: str, *, sysfs_root: Path | None, state_dir: Path,
-                   say: Say, environ: Mapping[str, str] | None = None) -> list[Finding]:
+                   say: Say, environ: Mapping[str, str] | None = None,
+                   pin: tuple[str, str] | None = None) -> list[Finding]:
     """`launch --preflight-only` (the replica unit's ExecStartPre=): see launch/gate.py."""
     environ = os.environ if environ is None else environ
-    record = pick(place(seat, sysfs_root, state_dir=state_dir, environ=environ).records, replica)
+    placed = place(seat, sysfs_root, state_dir=state_dir, environ=environ, pin=pin,
+                   replica=replica)
+    record = placed_replica(seat, placed, replica, pin=pin, say=say)
     usable_state_dir(record, state_dir)
     return sysfs_gate(seat, plan_replica(seat, record, numactl=None), sysfs_root, state_dir,
                       environ=environ, say=say)
@@ -154,10 +236,12 @@ def launch_replica(
     seat: Seat, replica: str, *, sysfs_root: Path | None, state_dir: Path, echo: Say, say: Say,
     environ: Mapping[str, str] | None = None, stop_grace_s: float = 30.0,
     probe_interval_s: float = 2.0, fetch: Fetch = http_fetch,
+    pin: tuple[str, str] | None = None,
 ) -> LaunchResult:
     environ = dict(os.environ if environ is None else environ)
-    placed = place(seat, sysfs_root, state_dir=state_dir, environ=environ)
-    record = pick(placed.records, replica)
+    placed = place(seat, sysfs_root, state_dir=state_dir, environ=environ, pin=pin,
+                   replica=replica)
+    record = placed_replica(seat, placed, replica, pin=pin, say=say)
     # One launch per replica: a second one would move the cache of a running engine aside and
     # race it for the port. The kernel drops the lock when we die; the engine does not inherit
     # it (PEP 446: our descriptors are not inheritable).
@@ -185,8 +269,8 @@ def placed_plan(seat: Seat, placed: NodePlacement, record: ReplicaPlacement, *,
     if needs_hip(seat, plan, sysfs_root):
         numbering = hip_numbering(plan, environ, say=say)
         if numbering is not None:
-            probed = pick(resolve(seat, placed.inventory, state_root=state_dir,
-                                  numbering=numbering), record.replica)
+            probed = pick(placed.resolve(seat, state_dir=state_dir, numbering=numbering),
+                          record.replica)
             if probed.hip_indices != record.hip_indices and probed.hip_indices is not None:
                 assumed = ",".join(map(str, record.hip_indices or ())) or "none"
                 say(f"HIP numbers {', '.join(record.pci_pair)} as "
@@ -234,7 +318,7 @@ def _launch_locked(
                      "signal_received": None, "refused": True, "reason": refused.message}))
         raise
     try:
-        prepared = prepare(seat.cache_root, plan.replica, key, seat_name=seat.name)
+        prepared = prepare(plan.cache_dir, key, seat_name=seat.name)
     except OSError as exc:  # e.g. cache_root is a file
         why = ("not a directory" if seat.cache_root.exists() and not seat.cache_root.is_dir()
                else exc.strerror or str(exc))

@@ -22,14 +22,17 @@ per start would also halve the window it judges.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from rocmseat.atomic import atomic_write_json
-from rocmseat.errors import RocmseatError
+from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.launch.plan import ReplicaPlan, engine_env
+from rocmseat.safeio import read_regular_text
+from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
 from rocmseat.sysfs.parse import normalize_pci_address
 
@@ -37,6 +40,7 @@ Say = Callable[[str], None]
 INVOCATION_ENV = "INVOCATION_ID"
 SYSFS_RESULT = "preflight-sysfs.json"
 SYSFS_SCHEMA = "rocmseat.preflight-sysfs/v1"
+SYSFS_RESULT_LIMIT_BYTES = 4 << 20  # the findings of one pair: a few KiB
 
 
 class PreflightRefused(RocmseatError):
@@ -185,12 +189,18 @@ def _reuse(state_dir: Path, seat: Seat, plan: ReplicaPlan, invocation: str | Non
     if not invocation:
         return None
     path = _result_path(state_dir, seat, plan)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except (OSError, ValueError) as exc:
-        say(f"{path}: unreadable ({exc}); running the sysfs preflight again")
+    try:
+        # a state file is input too: a regular file (a FIFO would hang the start), capped,
+        # and JSON of any shape or depth is a reason to run the checks again, never a crash
+        doc = json.loads(read_regular_text(path, limit_bytes=SYSFS_RESULT_LIMIT_BYTES))
+    except ReadError as exc:
+        say(f"{printable(exc.message, 300)}; running the sysfs preflight again")
+        return None
+    except (ValueError, RecursionError) as exc:
+        say(f"{path}: unreadable ({type(exc).__name__}: {printable(str(exc), 200)}); running "
+            "the sysfs preflight again")
         return None
     if not isinstance(doc, dict) or doc.get("invocation_id") != invocation:
         return None  # an earlier start's, or a manual run's
@@ -199,8 +209,9 @@ def _reuse(state_dir: Path, seat: Seat, plan: ReplicaPlan, invocation: str | Non
         return None
     try:
         findings = [_finding(item) for item in doc["findings"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        say(f"{path}: malformed finding ({exc!r}); running the sysfs preflight again")
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+        say(f"{path}: malformed finding ({printable(repr(exc), 200)}); running the sysfs "
+            "preflight again")
         return None
     say(f"sysfs preflight of {', '.join(plan.pci_pair)} ran in ExecStartPre= of this start "
         f"({len(findings)} findings): not repeated")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rocmseat import exitcodes
 from rocmseat.cache.layout import cache_env
 from rocmseat.hip.numbering import HIP_MASKS
 from rocmseat.launch.sdnotify import NOTIFY_ENV
@@ -89,6 +90,16 @@ class ReplicaPlan:
     def probe_url(self) -> str:
         return self.placement.base_url
 
+    def refusal(self) -> tuple[int, str] | None:
+        """(exit status, why) when `launch` refuses to start this plan, else None: a pair that
+        is no longer there (the replica's identity, docs/launch.md) is a refused start (1);
+        GPUs HIP cannot see are "no device" (2)."""
+        if self.placement.lost:
+            return exitcodes.PROBLEM, self.placement.lost
+        if self.pci_pair and self.hip_indices is None:
+            return exitcodes.CANNOT_CHECK, self.placement.hip_note
+        return None
+
     def to_json(self) -> dict[str, Any]:
         """The plan as `launch --dry-run --json` prints it: secrets redacted (rocmseat.redact)."""
         record = self.placement
@@ -113,6 +124,8 @@ class ReplicaPlan:
             "env": dict(sorted(redact_env(self.env).items())),
             "argv": redact_argv(self.argv),
             "key": {"digest": self.key.digest, "reason": self.key.reason},
+            "refused": None if (refused := self.refusal()) is None else {
+                "exit_code": refused[0], "reason": refused[1]},
         }
 
 

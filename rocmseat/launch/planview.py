@@ -62,6 +62,8 @@ def plan_text(seat: Seat, plans: Sequence[ReplicaPlan]) -> str:
                        f"unknown: {plan.placement.hip_note} (launch refuses to start it)")
         else:
             out.append("  gpus        none (backend cpu)")
+        if plan.placement.lost:
+            out.append(f"  refused     {plan.placement.lost} (launch refuses to start it)")
         b = plan.binding
         if b.numa_node is None:
             out.append(f"  numa        not bound: {b.note}")

@@ -9,19 +9,24 @@ the rest of a command line is still nobody else's business).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rocmseat.atomic import atomic_write_json, exclusive_lock
+from rocmseat.errors import ReadError
 from rocmseat.findings import Finding
 from rocmseat.launch.judge import PreviousStart
 from rocmseat.launch.plan import ReplicaPlan
 from rocmseat.launch.startuplog import StartupSummary
 from rocmseat.redact import redact_argv
+from rocmseat.safeio import read_regular_text
+from rocmseat.seat.locate import printable
 from rocmseat.seat.placement import replica_state_dir
 
 __all__ = ["SCHEMA", "build_report", "previous_start", "replica_state_dir", "save_report"]
@@ -107,36 +112,78 @@ def build_report(
     }
 
 
+def check_replica_tree(state_dir: Path, seat: str, replica: str) -> Path:
+    """The replica's state dir after the rule of every dir rocmseat writes, renames or prunes
+    in (rocmseat.cache.store.check_owned_dir): each of `seats/`, `seats/<seat>/`, the replica's
+    dir and its `history/` is, where it exists, a real directory of this user that no other
+    user may write to. A `history` link would make pruning unlink files wherever it points."""
+    from rocmseat.cache.store import check_owned_dir
+
+    directory = replica_state_dir(state_dir, seat, replica)
+    path = state_dir
+    for part in directory.relative_to(state_dir).parts:
+        path = path / part
+        check_owned_dir(path, what="state dir")
+    check_owned_dir(directory / "history", what="startup history dir")
+    return directory
+
+
 def save_report(state_dir: Path, report: dict[str, Any]) -> Path:
     """Write startup.json and this start's history entry; returns the startup.json path."""
-    directory = replica_state_dir(state_dir, report["seat"], report["replica"])
+    directory = check_replica_tree(state_dir, report["seat"], report["replica"])
     history = directory / "history"
     entry = history / f"{report['started_at'].replace(':', '')}-{os.getpid()}.json"
     with exclusive_lock(directory / ".lock", timeout_s=30.0):
+        history.mkdir(parents=True, exist_ok=True)
+        check_replica_tree(state_dir, report["seat"], report["replica"])  # under the lock
         atomic_write_json(entry, report, mode=REPORT_MODE)
         atomic_write_json(directory / "startup.json", report, mode=REPORT_MODE)
-        entries = sorted(history.glob("*.json"))
-        for old in entries[:-HISTORY_KEEP]:
-            old.unlink(missing_ok=True)
+        for old in _history(history)[:-HISTORY_KEEP]:
+            # lstat before unlink: only our regular files (a link is unlinked itself, never
+            # followed; a dir or a FIFO someone put there is left alone)
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISREG(os.lstat(old).st_mode) or old.is_symlink():
+                    old.unlink()
     return directory / "startup.json"
+
+
+def _history(history: Path) -> list[Path]:
+    """The history entries, oldest first (names start with the UTC stamp)."""
+    try:
+        names = os.listdir(history)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [history / n for n in sorted(names) if n.endswith(".json") and not n.startswith(".")]
+
+
+HISTORY_ENTRY_LIMIT_BYTES = 4 << 20  # a report is a few KiB to a few hundred (the argv, log)
 
 
 def previous_start(
     state_dir: Path, seat: str, replica: str
 ) -> tuple[PreviousStart | None, list[str]]:
     """The newest earlier start that stated a KV pool, and the history files that could not be
-    read (named, so the caller can say so; a corrupt old entry must not block a start)."""
+    read (named, so the caller can say so; a corrupt old entry must not block a start). Each
+    entry is read as a regular file of at most HISTORY_ENTRY_LIMIT_BYTES (never a FIFO: it
+    would hang the start), and any shape of JSON, however nested, is a skipped entry."""
     history = replica_state_dir(state_dir, seat, replica) / "history"
     problems: list[str] = []
-    for path in sorted(history.glob("*.json"), reverse=True):
+    if history.is_symlink():
+        return None, [f"{history}: is a symlink: not read"]
+    for path in reversed(_history(history)):
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = json.loads(read_regular_text(path, limit_bytes=HISTORY_ENTRY_LIMIT_BYTES))
             tokens = doc["log"]["kv_cache_tokens"]
             started = doc["started_at"]
-            digest = doc.get("config_key", {}).get("digest")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            problems.append(f"{path}: {type(exc).__name__}: {exc}")
+            key = doc.get("config_key", {})
+            digest = key.get("digest") if isinstance(key, dict) else None
+        except ReadError as exc:
+            problems.append(printable(exc.message, 300))
             continue
-        if isinstance(tokens, int) and tokens > 0:
-            return PreviousStart(tokens, str(started), digest), problems
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            problems.append(f"{path}: {type(exc).__name__}: {printable(str(exc), 200)}")
+            continue
+        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
+            return PreviousStart(tokens, printable(str(started), 40),
+                                 digest if isinstance(digest, str) else None), problems
     return None, problems

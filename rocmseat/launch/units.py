@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.seat.model import Seat
-from rocmseat.seat.placement import ReplicaPlacement, located
+from rocmseat.seat.placement import RESERVED_REPLICA_NAMES, ReplicaPlacement, located
 
 PREFLIGHT_MARGIN_S = 180  # preflight with the HIP probe, the config key and the cache move
 STOP_GRACE_S = 30  # `rocmseat launch --stop-grace`: SIGTERM -> SIGKILL of the engine
@@ -65,7 +65,15 @@ def unit_groups(seat: Seat, ctx: UnitContext) -> tuple[str, ...]:
 
 
 def unit_names(seat: Seat, records: Sequence[ReplicaPlacement]) -> dict[str, str]:
+    """Replica name, "watch", "preflight" -> unit file name. A replica named like one of the
+    seat's own units would be rendered onto it (the seat loader refuses those names:
+    rocmseat.seat.rules; this is the second lock)."""
     names = {r.replica: f"rocmseat-{seat.name}-{r.replica}.service" for r in records}
+    for own in RESERVED_REPLICA_NAMES:
+        if own in names:
+            raise located(seat, ("replicas", "names"),
+                          f"replica name {own!r} is the name of the seat's own "
+                          f"rocmseat-{seat.name}-{own}.service unit")
     names["watch"] = f"rocmseat-{seat.name}-watch.service"
     if seat.backend == "rocm":
         names["preflight"] = f"rocmseat-{seat.name}-preflight.service"
@@ -216,6 +224,23 @@ def preflight_argv(seat: Seat, ctx: UnitContext, pairs: Sequence[Sequence[str]])
     return argv
 
 
+# User= takes a user name or a numeric uid (systemd.exec(5), "User=, Group="); rocmseat takes
+# the portable subset of names (useradd's default NAME_REGEX, at most 32 characters) or a uid
+# below 2^32 - 1 (which is "no uid"), so nothing but one word ever reaches the unit.
+_USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,30}\$?")
+_UID = re.compile(r"0|[1-9][0-9]{0,9}")
+
+
+def check_user(user: str) -> str:
+    """`--user` as a user name or a uid, else a ConfigError naming it (a space would make it
+    two words of User=, a line end a line of its own)."""
+    if _USER_NAME.fullmatch(user) or (_UID.fullmatch(user) and int(user) < 2**32 - 1):
+        return user
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in user)[:80]
+    raise ConfigError(f"--user {shown!r} is not a user name ([a-z_][a-z0-9_-]*, at most 32 "
+                      "characters) or a numeric uid: it cannot go into User=")
+
+
 def check_unit_values(seat: Seat, ctx: UnitContext) -> None:
     """Defence in depth (the seat loader refuses them too): a control character in anything a
     unit carries is a one-line error naming where it came from, before anything is rendered.
@@ -236,6 +261,8 @@ def check_unit_values(seat: Seat, ctx: UnitContext) -> None:
         if has_control(value):
             raise ConfigError(f"{what} {value!r} contains a control character: it cannot go "
                               "into a systemd unit")
+    if ctx.user is not None:
+        check_user(ctx.user)
 
 
 def render_units(seat: Seat, records: Sequence[ReplicaPlacement], ctx: UnitContext,
@@ -262,6 +289,10 @@ def _render(seat: Seat, records: Sequence[ReplicaPlacement], ctx: UnitContext,
             place += f", NUMA node {record.numa.node}"
         launch = [str(ctx.rocmseat_bin), "launch", str(ctx.seat_file), "--replica",
                   record.replica, "--state-dir", str(ctx.state_dir)]
+        if record.pci_pair:
+            # The pair is the replica's identity, fixed here: launch refuses to start the
+            # replica anywhere else (docs/launch.md, "A replica's pair is its identity").
+            launch += ["--pair", ",".join(record.pci_pair)]
         preflight = ""
         if record.pci_pair:
             # The pair's sysfs checks, judged by launch's own rule (refuse_on_fail included,

@@ -140,10 +140,23 @@ def _resolve_path(value: Path, info: ValidationInfo) -> Path:
     return resolved
 
 
+# Trees a replica never writes to: the units make cache_root and state_dir writable
+# (ReadWritePaths=) and launch creates, renames and prunes below them, as root under systemd.
+SYSTEM_TREES = tuple(Path(p) for p in ("/etc", "/proc", "/sys", "/dev", "/boot", "/usr"))
+
+
 def _not_root(value: Path | None) -> Path | None:
-    """Every path of the file system would be writable to the units (ReadWritePaths=/)."""
-    if value is not None and value == Path("/"):
+    """Not `/` (every path would be writable to the units: ReadWritePaths=/), and not in a
+    system tree (/etc, /proc, /sys, /dev, /boot, /usr)."""
+    if value is None:
+        return value
+    if value == Path("/"):
         raise ValueError("must not be the file-system root '/'")
+    for tree in SYSTEM_TREES:
+        if value.is_relative_to(tree):
+            raise ValueError(f"'{printable(str(value), 80)}' is in the system tree {tree}: "
+                             "rocmseat makes it writable to the units and renames and removes "
+                             "below it (use a dir under /var/cache, /var/lib or /srv)")
     return value
 
 

@@ -15,7 +15,9 @@ selection, when the environment has one, is part of that numbering (rocmseat.hip
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +26,8 @@ from typing import Any
 from rocmseat.errors import ConfigError, NoDeviceError
 from rocmseat.hip.numbering import ROCR_MASK, rocr_selection
 from rocmseat.node.inventory import Inventory
-from rocmseat.seat.locate import Loc, format_loc, locate
-from rocmseat.seat.model import Seat, is_host
+from rocmseat.seat.locate import Loc, format_loc, locate, printable
+from rocmseat.seat.model import Seat, check_listen, is_host
 from rocmseat.sysfs.parse import normalize_pci_address
 
 SCHEMA = "rocmseat.placement/v1"
@@ -38,6 +40,12 @@ MAX_PORT = 65535
 DEVICE_SELECTION_ENV = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
                         "GPU_DEVICE_ORDINAL")
 _WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+# The seat's other units are rocmseat-<seat>-watch.service and -preflight.service: a replica of
+# either name would be rendered onto (and replaced by) that unit (docs/seat.md, [replicas]).
+RESERVED_REPLICA_NAMES = ("watch", "preflight")
+_DEFAULT_NAME = re.compile(r"r(0|[1-9][0-9]{0,4})")
+# A gfx target as the KFD topology's gfx_target_version prints (gfx1201, gfx942, gfx90a).
+_GFX = re.compile(r"gfx[0-9a-f]{3,8}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +80,10 @@ class ReplicaPlacement:
     numa: NumaBinding
     cache_dir: Path
     state_dir: Path  # <state dir>/seats/<seat>/<replica>
+    # Why this replica cannot start on this node ("" when it can): its pair, a stable identity
+    # (the unit's --pair, else its placement.json), lost a GPU or is no longer socket-local.
+    # Never written to placement.json: launch refuses such a replica before it saves one.
+    lost: str = ""
 
     @property
     def base_url(self) -> str:
@@ -82,14 +94,48 @@ class ReplicaPlacement:
 # ----- one rule per fact ---------------------------------------------------------------------
 
 
+def seat_state_dir(state_root: Path, seat: str) -> Path:
+    """`<state dir>/seats/<seat>`: one dir per replica below it."""
+    return state_root / "seats" / seat
+
+
 def replica_state_dir(state_root: Path, seat: str, replica: str) -> Path:
     """`<state dir>/seats/<seat>/<replica>`: startup reports, placement.json, the launch lock."""
-    return state_root / "seats" / seat / replica
+    return seat_state_dir(state_root, seat) / replica
+
+
+def replica_cache_dir(seat: Seat, replica: str) -> Path:
+    """`<cache_root>/<replica>`: the replica's live cache (docs/cache.md, "The store")."""
+    return seat.cache_root / replica
 
 
 def replica_name(seat: Seat, index: int) -> str:
     names = seat.replicas.names
     return names[index] if names is not None and index < len(names) else f"r{index}"
+
+
+def replica_index(seat: Seat, name: str) -> int | None:
+    """The index a replica called `name` has in `seat` by the naming rule (`[replicas] names[i]`,
+    else `r<i>`), or None when the seat can have no replica of that name: not in `names`, not
+    `r<i>` in canonical spelling, past the seat's pairs (explicit) or its one replica (cpu), or
+    past the last port. Whether the node has that many pairs is the resolver's question."""
+    names = seat.replicas.names
+    if names is not None:
+        if name not in names:
+            return None
+        index = names.index(name)
+    else:
+        match = _DEFAULT_NAME.fullmatch(name)
+        if match is None:
+            return None
+        index = int(match.group(1))
+    if seat.backend == "cpu" and index != 0:
+        return None
+    if seat.replicas.mode == "explicit" and index >= len(seat.replicas.pairs or ()):
+        return None
+    if planned_port(seat, index) > MAX_PORT:
+        return None
+    return index
 
 
 def planned_port(seat: Seat, index: int) -> int:
@@ -176,24 +222,34 @@ def probed_numbering(devices: Sequence[str], rocr_visible: str | None = None) ->
 
 
 def resolve(seat: Seat, inventory: Inventory | None, *, state_root: Path,
-            numbering: HipNumbering | None = None) -> tuple[ReplicaPlacement, ...]:
+            numbering: HipNumbering | None = None,
+            identities: Mapping[str, Sequence[str]] | None = None,
+            ) -> tuple[ReplicaPlacement, ...]:
     """Every replica of `seat` on this node.
 
     `inventory` None: /sys was not read; a cpu seat and an explicit rocm seat still place (GPU
     facts unknown), an auto rocm seat cannot (NoDeviceError). `numbering` None: assumed from the
     inventory (PCI bus order, no ROCr selection).
+
+    `identities` (auto seats): replica name -> the pair it was given before (the unit's `--pair`,
+    else its placement.json). A replica's pair is a stable identity, never re-indexed: a
+    replica with an identity keeps that pair, or is placed `lost` (its GPU is gone, or the pair
+    is no longer socket-local, or another replica claims the same GPU), and the node's other
+    socket-local pairs go, in proposal order, to the lowest indices no identity holds
+    (docs/launch.md, "A replica's pair is its identity").
     """
     if seat.backend == "rocm":
         for name in DEVICE_SELECTION_ENV:
             if name in seat.env:
                 raise located(seat, ("env", name), "is set per replica by rocmseat from its GPU "
                               "pair; remove it from [env]")
-    pairs = _pairs(seat, inventory)
-    names = _names(seat, len(pairs))
+    slots = _slots(seat, inventory, identities or {})
+    _check_names(seat, slots)
     if numbering is None and inventory is not None and seat.backend == "rocm":
         numbering = assumed_numbering(inventory)
     records = []
-    for index, (name, pair) in enumerate(zip(names, pairs, strict=True)):
+    for index, pair, lost in slots:
+        name = replica_name(seat, index)
         if seat.backend == "rocm" and len(pair) != seat.tp:
             raise located(seat, ("tp",), f"tp = {seat.tp} but replica {name} has {len(pair)} "
                           f"GPUs ({', '.join(pair)})")
@@ -202,10 +258,45 @@ def resolve(seat: Seat, inventory: Inventory | None, *, state_root: Path,
             seat=seat.name, replica=name, index=index, host=seat.engine.host,
             port=replica_port(seat, index), pci_pair=pair, gfx_targets=_gfx(pair, inventory),
             hip_indices=indices, hip_index_source=source, hip_note=hip_note,
-            numa=_numa(seat, pair, inventory), cache_dir=seat.cache_root / name,
-            state_dir=replica_state_dir(state_root, seat.name, name),
+            numa=_numa(seat, pair, inventory), cache_dir=replica_cache_dir(seat, name),
+            state_dir=replica_state_dir(state_root, seat.name, name), lost=lost,
         ))
+    check_exporter_port(seat, records)
     return tuple(records)
+
+
+def rule_placement(seat: Seat, name: str, *, state_root: Path,
+                   why: str) -> ReplicaPlacement | None:
+    """What the seat's rule alone says of replica `name` (None: the seat has no such replica):
+    index, port, host, cache and state dirs; no pair, no node facts (`why` says why not). For
+    a replica whose placement.json is unusable on a host that cannot read the node: it is still
+    watched on its port, never silently dropped. `lost` is set: nothing may launch it."""
+    index = replica_index(seat, name)
+    if index is None:
+        return None
+    return ReplicaPlacement(
+        seat=seat.name, replica=name, index=index, host=seat.engine.host,
+        port=planned_port(seat, index), pci_pair=(),
+        gfx_targets=() if seat.backend == "cpu" else None, hip_indices=None,
+        hip_index_source="", hip_note=why, numa=NumaBinding(None, None, (), why),
+        cache_dir=replica_cache_dir(seat, name),
+        state_dir=replica_state_dir(state_root, seat.name, name), lost=why,
+    )
+
+
+def check_exporter_port(seat: Seat, records: Sequence[ReplicaPlacement]) -> None:
+    """The watchdog's exporter may not listen on a replica's port. The seat file alone knows
+    only the replicas it names (rocmseat.seat.rules); an auto seat's count is known here."""
+    listen = seat.watch.exporter_listen
+    if listen is None or listen == "off":
+        return
+    _, port = check_listen(listen)
+    for record in records:
+        if record.port == port:
+            raise located(seat, ("watch", "exporter_listen"),
+                          f"port {port} is replica {record.replica}'s port (serve.port_base "
+                          f"{seat.serve.port_base} + {record.index}); pick a port outside "
+                          f"{records[0].port}..{records[-1].port}")
 
 
 def pick(records: Sequence[ReplicaPlacement], replica: str) -> ReplicaPlacement:
@@ -216,9 +307,13 @@ def pick(records: Sequence[ReplicaPlacement], replica: str) -> ReplicaPlacement:
     raise ConfigError(f"--replica {replica!r}: no such replica in this seat (replicas: {names})")
 
 
-def _pairs(seat: Seat, inventory: Inventory | None) -> tuple[tuple[str, ...], ...]:
+Slot = tuple[int, tuple[str, ...], str]  # index, pair, why lost ("" when placed)
+
+
+def _slots(seat: Seat, inventory: Inventory | None,
+           identities: Mapping[str, Sequence[str]]) -> list[Slot]:
     if seat.backend == "cpu":
-        return ((),)
+        return [(0, (), "")]
     if seat.replicas.mode == "explicit":
         pairs = tuple(tuple(normalize_pci_address(a) or a for a in p)
                       for p in seat.replicas.pairs or ())
@@ -230,29 +325,74 @@ def _pairs(seat: Seat, inventory: Inventory | None) -> tuple[tuple[str, ...], ..
                         raise located(seat, ("replicas", "pairs", i),
                                       f"GPU {address} is not in the inventory of "
                                       f"{inventory.sysfs_root} ({', '.join(sorted(known))})")
-        return pairs
-    if inventory is None or not inventory.gpus:
+        return [(i, pair, "") for i, pair in enumerate(pairs)]
+    if inventory is None or (not inventory.gpus and not identities):
         where = "" if inventory is None else f" under {inventory.sysfs_root}"
         raise NoDeviceError(f"no AMD GPU{where}: an auto seat's pairs come from the node",
                             hint="run on the GPU node (or pass --sysfs-root), or set "
                             "[replicas] mode = 'explicit'")
+    held = _held(seat, inventory, identities)
+    claimed = {a for _, pair, _ in held for a in pair}
+    free = [g for g in inventory.gpus if g.pci_address not in claimed]
     from rocmseat.preflight.pairs import propose_pairs
 
-    proposed = propose_pairs(inventory)
-    if not proposed:
+    proposed = propose_pairs(dataclasses.replace(inventory, gpus=tuple(free))) if free else ()
+    if not held and not proposed:
         raise NoDeviceError(
             f"no socket-local GPU pair among {len(inventory.gpus)} GPUs",
             hint="run `rocmseat preflight` to see why, or set [replicas] mode = 'explicit'",
         )
-    return tuple(p.addresses() for p in proposed)
+    taken = {index for index, _, _ in held}
+    slots = list(held)
+    index = 0
+    for proposal in proposed:
+        while index in taken:
+            index += 1
+        slots.append((index, proposal.addresses(), ""))
+        taken.add(index)
+    return sorted(slots)
 
 
-def _names(seat: Seat, count: int) -> tuple[str, ...]:
+def _held(seat: Seat, inventory: Inventory,
+          identities: Mapping[str, Sequence[str]]) -> list[Slot]:
+    """The replicas with an identity, each on its pair or `lost` with the reason."""
+    owners: dict[str, list[str]] = {}
+    wanted: list[tuple[int, str, tuple[str, ...]]] = []
+    for name, raw in identities.items():
+        index = replica_index(seat, name)
+        pair = tuple(normalize_pci_address(a) or a for a in raw)
+        if index is None or len(pair) != seat.tp:
+            continue  # not a replica of this seat: the callers check records before this
+        wanted.append((index, name, pair))
+        for address in pair:
+            owners.setdefault(address, []).append(name)
+    slots: list[Slot] = []
+    for index, name, pair in sorted(wanted):
+        shown = ", ".join(pair)
+        missing = [a for a in pair if inventory.gpu(a) is None]
+        shared = sorted({o for a in pair for o in owners[a] if o != name})
+        sockets = {g.socket for g in (inventory.gpu(a) for a in pair) if g is not None}
+        lost = ""
+        if missing:
+            lost = (f"GPU {', '.join(missing)} of replica {name}'s pair ({shown}) is not on "
+                    f"this node (no such card under {inventory.sysfs_root})")
+        elif shared:
+            lost = (f"replica {name}'s pair ({shown}) shares a GPU with replica "
+                    f"{', '.join(shared)}: two engines would drive one GPU")
+        elif len(sockets) != 1 or None in sockets:
+            lost = (f"replica {name}'s pair ({shown}) is no longer a socket-local pair of this "
+                    "node (sockets " + ", ".join("unknown" if s is None else str(s)
+                                                  for s in sorted(sockets, key=str)) + ")")
+        slots.append((index, pair, lost))
+    return slots
+
+
+def _check_names(seat: Seat, slots: Sequence[Slot]) -> None:
     names = seat.replicas.names
+    count = max((index for index, _, _ in slots), default=-1) + 1
     if names is not None and len(names) < count:
         raise located(seat, ("replicas", "names"),
                       f"[replicas] names lists {len(names)} names for {count} replicas")
-    return tuple(replica_name(seat, i) for i in range(count))
 
 
 def _gfx(pair: tuple[str, ...], inventory: Inventory | None) -> tuple[str, ...] | None:
@@ -347,7 +487,7 @@ def placement_from_json(doc: Any) -> ReplicaPlacement:
         host=_host(_get(doc, "host", str)),
         port=_int(_get(doc, "port", int), "port", 1, MAX_PORT),
         pci_pair=pair,
-        gfx_targets=_opt_strs(doc, "gfx_targets"),
+        gfx_targets=_gfx_targets(doc),
         hip_indices=_opt_ints(doc, "hip_indices"),
         hip_index_source=_choice(_get(doc, "hip_index_source", str), "hip_index_source",
                                  ("", HIP_ORDER_ASSUMED, HIP_ORDER_PROBED)),
@@ -380,13 +520,19 @@ def _int(value: Any, key: str, low: int, high: int) -> int:
 
 
 def _text(value: str, key: str) -> str:
-    if len(value) > 4096 or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-        raise PlacementFileError(f"key {key!r}: control character or too long")
+    """Free text of a record (notes, cpulist): at most 4,096 characters, none of them a control
+    or format character (C0, DEL, C1, U+2028/9, bidi overrides such as U+202E)."""
+    if len(value) > 4096:
+        raise PlacementFileError(f"key {key!r}: {len(value):,} characters; the limit is 4,096")
+    bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
+    if bad is not None:
+        raise PlacementFileError(f"key {key!r}: holds the control or format character "
+                                 f"U+{ord(bad):04X}")
     return value
 
 
 def _name(value: str, key: str) -> str:
-    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", value):
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,63}", value):
         raise PlacementFileError(f"key {key!r}: {value!r:.60} is not a seat or replica name")
     return value
 
@@ -419,11 +565,56 @@ def _path(value: str, key: str) -> Path:
     return Path(value)
 
 
-def _opt_strs(doc: Mapping[str, Any], key: str) -> tuple[str, ...] | None:
-    if doc.get(key) is None:
+def _gfx_targets(doc: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """gfx targets become the config key's `gpu_arch` and reach every report: only the shape
+    the KFD topology gives (`gfx1201`), never free text."""
+    if doc.get("gfx_targets") is None:
         return None
-    items = _get(doc, key, list)
-    return tuple(_text(_get({key: v}, key, str), key) for v in items)
+    items = _get(doc, "gfx_targets", list)
+    if len(items) > 64:
+        raise PlacementFileError(f"key 'gfx_targets': {len(items)} entries")
+    for item in items:
+        if not isinstance(item, str) or not _GFX.fullmatch(item):
+            raise PlacementFileError(f"key 'gfx_targets': {_shown(item)} is not a gfx target "
+                                     "such as 'gfx1201'")
+    return tuple(items)
+
+
+def _shown(value: Any) -> str:
+    return printable(repr(value), 60)
+
+
+def record_problem(seat: Seat, record: ReplicaPlacement, state_root: Path) -> str | None:
+    """Why a recorded placement disagrees with the seat's own placement rule (None: it agrees).
+
+    A placement.json is hostile input like any other: its replica must be one the seat can
+    have, and its index, host, port, cache dir, state dir and pair length are what the rule
+    gives that replica (an explicit seat: its pair too). Only the pair of an auto seat and the
+    node facts (HIP indices, NUMA, gfx) are the record's own to say."""
+    name = record.replica
+    index = replica_index(seat, name)
+    if record.seat != seat.name:
+        return f"the record of seat {record.seat}, not of {seat.name}"
+    if index is None:
+        known = ", ".join(seat.replicas.names) if seat.replicas.names is not None else "r0, r1, ..."
+        return f"seat {seat.name} has no replica {name!r} ({known})"
+    expected: list[tuple[str, Any, Any]] = [
+        ("index", record.index, index),
+        ("host", record.host, seat.engine.host),
+        ("port", record.port, planned_port(seat, index)),
+        ("cache_dir", str(record.cache_dir), str(replica_cache_dir(seat, name))),
+        ("state_dir", str(record.state_dir), str(replica_state_dir(state_root, seat.name, name))),
+        ("pci_pair length", len(record.pci_pair), seat.tp if seat.backend == "rocm" else 0),
+    ]
+    if seat.backend == "rocm" and seat.replicas.mode == "explicit":
+        pairs = seat.replicas.pairs or ()
+        pair = tuple(normalize_pci_address(a) or a for a in pairs[index])
+        expected.append(("pci_pair", list(record.pci_pair), list(pair)))
+    for key, found, rule in expected:
+        if found != rule:
+            return (f"key {key!r} is {printable(repr(found), 120)} but the seat gives replica "
+                    f"{name} {printable(repr(rule), 120)}")
+    return None
 
 
 def _opt_ints(doc: Mapping[str, Any], key: str) -> tuple[int, ...] | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from rocmseat.seat.locate import control_char
 from rocmseat.seat.model import METHODS_NEEDING_PATH, RESERVED_EXTRA_KEYS, Seat, check_listen
-from rocmseat.seat.placement import planned_port, replica_name
+from rocmseat.seat.placement import RESERVED_REPLICA_NAMES, planned_port, replica_name
 
 Location = tuple[str | int, ...]
 
@@ -162,6 +162,14 @@ def seat_problems(seat: Seat) -> list[tuple[Location, str]]:
         problems.append((("replicas", "mode"), "mode 'explicit' needs 'pairs'"))
     if replicas.mode == "auto" and replicas.pairs:
         problems.append((("replicas", "pairs"), "'pairs' is only read with mode = 'explicit'"))
+    for index, name in enumerate(replicas.names or ()):
+        if name in RESERVED_REPLICA_NAMES:
+            problems.append((
+                ("replicas", "names"),
+                f"replica name {name!r} (names[{index}]) is the name of the seat's own "
+                f"rocmseat-{seat.name}-{name}.service unit: the replica's unit would be "
+                f"replaced by it (reserved: {', '.join(RESERVED_REPLICA_NAMES)})",
+            ))
     if replicas.pairs and replicas.names is not None and len(replicas.names) != len(replicas.pairs):
         problems.append((
             ("replicas", "names"), f"{len(replicas.names)} names for {len(replicas.pairs)} pairs"
@@ -190,7 +198,9 @@ def known_replica_count(seat: Seat) -> int:
 
 
 def port_problems(seat: Seat) -> list[tuple[Location, str]]:
-    """Replica ports past 65535, and an exporter listening on a replica's port."""
+    """Replica ports past 65535, and an exporter listening on a replica's port, as far as the
+    file alone tells (an auto seat's replicas beyond its names are counted where the placement
+    is resolved: rocmseat.seat.placement.check_exporter_port)."""
     problems: list[tuple[Location, str]] = []
     count = known_replica_count(seat)
     first, last = planned_port(seat, 0), planned_port(seat, count - 1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rocmseat.watch.metrics import Reading
+from rocmseat.watch.metrics import PageError, Reading, check_window_counts
 
 # Two _created stamps of one process differ by microseconds; a restart moves them by seconds.
 _CREATED_TOLERANCE_S = 0.5
@@ -201,3 +201,17 @@ def window_between(prev: Snapshot, cur: Snapshot) -> Window | None:
         kv_usage=b.kv_usage,
         spec_present=spec,
     )
+
+
+def window_problem(window: Window) -> str | None:
+    """Why the window cannot be judged (an acceptance length above 1 + K, a position rate above
+    1, more accepted than drafted ...), or None. Each page can be valid on its own while the two
+    together are not counts of one server."""
+    if not window.spec_present:
+        return None
+    try:
+        check_window_counts(window.drafts, window.draft_tokens, window.accepted_tokens,
+                            window.accepted_per_pos)
+    except PageError as exc:
+        return exc.message
+    return None

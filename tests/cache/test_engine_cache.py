@@ -65,7 +65,7 @@ def test_engine_compiles_into_the_store(tmp_path: Path, real_engine_python: Path
     seat_file.write_text(text)
     seat = load_seat(seat_file)
     key = replica_key(seat, "r0", None)
-    prepared = prepare(seat.cache_root, "r0", key, seat_name=seat.name)
+    prepared = prepare(seat.cache_root / "r0", key, seat_name=seat.name)
     assert seat.drafter is not None and seat.drafter.path is not None
     port = free_port()
     argv = [*seat.engine.command, seat.engine.model_flag, str(seat.model.path),
@@ -99,7 +99,7 @@ def test_engine_compiles_into_the_store(tmp_path: Path, real_engine_python: Path
     assert any("torch_compile_cache" in name for name in compiled), sorted(compiled)
     seat_file.write_text(text.replace("num_speculative_tokens = 3", "num_speculative_tokens = 2"))
     seat = load_seat(seat_file)
-    moved = prepare(seat.cache_root, "r0", replica_key(seat, "r0", None), seat_name=seat.name)
+    moved = prepare(seat.cache_root / "r0", replica_key(seat, "r0", None), seat_name=seat.name)
     assert moved.moved_aside is not None
     assert [c.describe() for c in moved.changed] == ["speculative.num_speculative_tokens: 3 -> 2"]
     assert tree(moved.moved_aside) == compiled

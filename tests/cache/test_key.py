@@ -224,3 +224,46 @@ def test_replica_key_engine_python_fails(tmp_path: Path) -> None:
     from rocmseat.errors import CommandError
     with pytest.raises(CommandError, match="boom"):
         replica_key(rocm_seat(tmp_path), "r0", "gfx1201", _probe_runner("", rc=1))
+
+
+# ----- secrets in factors (review of issue 10, defect 4) --------------------------------------
+
+
+def test_secret_values_are_sealed_but_still_key() -> None:
+    from rocmseat.cache.key import SECRET_PREFIX, redact_why, seal, seal_argv, seal_factors
+
+    sealed = seal_argv(["--hf-token", "hf_abc", "--api-key=sk-1", "--tokenizer", "t",
+                        "--kv-url", "http://u:pw@h/x", "--max-num-batched-tokens", "8"])
+    assert sealed[0] == "--hf-token" and sealed[1] == seal("hf_abc")
+    assert sealed[2] == "--api-key=" + seal("sk-1")
+    assert sealed[3:5] == ["--tokenizer", "t"]  # a word that only contains "token" is no secret
+    assert sealed[6] == seal("http://u:pw@h/x")  # URL userinfo
+    assert sealed[7:] == ["--max-num-batched-tokens", "8"]
+    assert seal(seal("x")) == seal("x") and seal("x").startswith(SECRET_PREFIX)
+    assert seal("x") != seal("y")
+    factors = {"env": {"RADIANCE_API_KEY": "sk-2", "RADIANCE_X": "1"},
+               "speculative": {"extra": {"auth_token": "t0", "n": 3}}, "tp": 2}
+    once = seal_factors(factors)
+    assert once == seal_factors(once)  # idempotent: old and new manifests compare alike
+    assert once["env"] == {"RADIANCE_API_KEY": seal("sk-2"), "RADIANCE_X": "1"}
+    assert once["speculative"]["extra"] == {"auth_token": seal("t0"), "n": 3}
+    assert redact_why("changed: env.RADIANCE_API_KEY: sk-a -> sk-b; tp: 1 -> 2") == (
+        "changed: env.RADIANCE_API_KEY: <redacted> -> <redacted>; tp: 1 -> 2")
+
+
+def test_a_changed_secret_changes_the_key_without_saying_it(tmp_path: Path) -> None:
+    models(tmp_path)
+    def seat(token: str, key: str, name: str) -> Seat:
+        return rocm_seat(tmp_path, ('"--enable-prefix-caching"',
+                                    f'"--enable-prefix-caching", "--hf-token", "{token}"'),
+                         ('RADIANCE_MXFP4 = "1"', f'RADIANCE_MXFP4 = "1"\nRADIANCE_API_KEY = '
+                          f'"{key}"'), name=name)
+
+    one, two = seat("hf_one", "sk-one", "one.toml"), seat("hf_two", "sk-two", "two.toml")
+    first, second = key_of(one), key_of(two)
+    assert first.digest != second.digest
+    assert key_of(one).digest == first.digest
+    text = json.dumps(first.factors) + json.dumps(second.factors)
+    assert "sk-one" not in text and "hf_two" not in text
+    changes = [c.describe() for c in diff_factors(first.factors, second.factors)]
+    assert changes and not any("sk-" in c or "hf_" in c for c in changes)

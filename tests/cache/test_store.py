@@ -79,7 +79,7 @@ def stale_dirs(root: Path) -> list[Path]:
 
 def test_fresh_then_reuse(tmp_path: Path) -> None:
     root = tmp_path / "cache"
-    first = prepare(root, "r0", NEW, seat_name="s", now=NOW)
+    first = prepare(root / "r0", NEW, seat_name="s", now=NOW)
     assert first.state_before == "absent" and first.moved_aside is None
     manifest = read_manifest(root / "r0")
     assert manifest is not None and manifest["key"] == NEW.digest
@@ -90,7 +90,7 @@ def test_fresh_then_reuse(tmp_path: Path) -> None:
     for value in first.env.values():
         assert Path(value).is_dir() and Path(value).is_relative_to(root / "r0")
     (root / "r0" / "vllm" / "marker").write_text("x")
-    again = prepare(root, "r0", NEW, now=NOW)
+    again = prepare(root / "r0", NEW, now=NOW)
     assert again.reused and again.moved_aside is None and again.changed == ()
     assert (root / "r0" / "vllm" / "marker").read_text() == "x"
     assert stale_dirs(root) == []
@@ -100,7 +100,7 @@ def test_mismatch_moves_aside_every_byte(tmp_path: Path, caplog: pytest.LogCaptu
     root = tmp_path / "cache"
     files = old_cache(root)
     with caplog.at_level("WARNING", logger="rocmseat.cache"):
-        result = prepare(root, "r0", NEW, now=NOW)
+        result = prepare(root / "r0", NEW, now=NOW)
     assert result.state_before == "stale"
     assert result.moved_aside == root / f"r0.stale-{STAMP}"
     assert_kept(result.moved_aside, files)
@@ -122,7 +122,7 @@ def test_mismatch_moves_aside_every_byte(tmp_path: Path, caplog: pytest.LogCaptu
 def test_unkeyed_cache_is_moved(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     files = old_cache(root, key=None)
-    result = prepare(root, "r0", NEW, now=NOW)
+    result = prepare(root / "r0", NEW, now=NOW)
     assert result.state_before == "unkeyed" and result.moved_aside is not None
     assert "no manifest" in result.message
     assert_kept(result.moved_aside, files)
@@ -132,7 +132,7 @@ def test_corrupt_manifest_is_unkeyed(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     old_cache(root, key=None)
     (root / "r0" / MANIFEST_NAME).write_text("{not json")
-    result = prepare(root, "r0", NEW, now=NOW)
+    result = prepare(root / "r0", NEW, now=NOW)
     assert result.state_before == "unkeyed"
     assert (result.moved_aside / MANIFEST_NAME).read_text() == "{not json"  # type: ignore[operator]
 
@@ -142,7 +142,7 @@ def test_stale_name_taken_gets_suffix(tmp_path: Path) -> None:
     old_cache(root)
     (root / f"r0.stale-{STAMP}").mkdir()
     (root / f"r0.stale-{STAMP}-1").mkdir()
-    result = prepare(root, "r0", NEW, now=NOW)
+    result = prepare(root / "r0", NEW, now=NOW)
     assert result.moved_aside == root / f"r0.stale-{STAMP}-2"
 
 
@@ -150,7 +150,7 @@ def test_symlinked_root_refused(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(ConfigError, match=r"link is a symlink to .*real"):
-        prepare(tmp_path / "link", "r0", NEW)
+        prepare(tmp_path / "link" / "r0", NEW)
     assert list((tmp_path / "real").iterdir()) == []
 
 
@@ -160,14 +160,14 @@ def test_symlinked_replica_refused(tmp_path: Path) -> None:
     root.mkdir()
     (root / "r0").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(ConfigError, match="r0 is a symlink"):
-        prepare(root, "r0", NEW)
+        prepare(root / "r0", NEW)
 
 
 def test_foreign_owner_refused(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     root.mkdir()
     with pytest.raises(ConfigError, match=rf"owned by uid {os.geteuid()}, not by uid 4242"):
-        prepare(root, "r0", NEW, owner_uid=4242)
+        prepare(root / "r0", NEW, owner_uid=4242)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
@@ -176,7 +176,7 @@ def test_foreign_owner_real_chown(tmp_path: Path) -> None:
     root.mkdir()
     os.chown(root, 4242, 4242)
     with pytest.raises(ConfigError, match="owned by uid 4242"):
-        prepare(root, "r0", NEW)
+        prepare(root / "r0", NEW)
 
 
 # ----- kill -9 between every pair of steps ---------------------------------------------------
@@ -189,7 +189,7 @@ def _crash_at(root: str, step: str) -> None:
         if reached == step:
             os.kill(os.getpid(), signal.SIGKILL)  # kill -9: no cleanup, no finally blocks
 
-    prepare(Path(root), "r0", NEW, now=NOW, crash_hook=hook)
+    prepare(Path(root) / "r0", NEW, now=NOW, crash_hook=hook)
     os._exit(0)
 
 
@@ -202,7 +202,7 @@ def test_kill9_between_steps_recovers(tmp_path: Path, step: str, unkeyed: bool) 
     child.start()
     child.join(60)
     assert child.exitcode == -signal.SIGKILL, f"the child did not die at {step}"
-    result = prepare(root, "r0", NEW, now=NOW)
+    result = prepare(root / "r0", NEW, now=NOW)
     [aside] = stale_dirs(root)
     assert_kept(aside, files)
     manifest = read_manifest(root / "r0")
@@ -225,7 +225,7 @@ def test_kill9_with_a_fresh_root(tmp_path: Path) -> None:
         child.start()
         child.join(60)
         assert child.exitcode == -signal.SIGKILL
-    result = prepare(root, "r0", NEW, now=NOW)
+    result = prepare(root / "r0", NEW, now=NOW)
     assert result.state_before == "absent" and stale_dirs(root) == []
 
 
@@ -237,7 +237,7 @@ def test_interrupted_move_towards_another_key(tmp_path: Path) -> None:
     child.start()
     child.join(60)
     third = make_key(tp=4)
-    result = prepare(root, "r0", third, now=NOW)
+    result = prepare(root / "r0", third, now=NOW)
     assert result.state_before == "absent"
     [aside] = stale_dirs(root)
     assert_kept(aside, files)
@@ -247,7 +247,7 @@ def test_interrupted_move_towards_another_key(tmp_path: Path) -> None:
 # ----- two processes at once -----------------------------------------------------------------
 def _racer(root: str, barrier: Any, queue: Any) -> None:
     barrier.wait(30)
-    result = prepare(Path(root), "r0", NEW, now=NOW)
+    result = prepare(Path(root) / "r0", NEW, now=NOW)
     queue.put((str(result.moved_aside) if result.moved_aside else None, result.state_before))
 
 
@@ -275,7 +275,7 @@ def test_two_processes_prepare_at_once(tmp_path: Path) -> None:
 
 def _racer_key(root: str, barrier: Any, queue: Any, factors: dict[str, Any]) -> None:
     barrier.wait(30)
-    result = prepare(Path(root), "r0", make_key(**factors), now=NOW)
+    result = prepare(Path(root) / "r0", make_key(**factors), now=NOW)
     queue.put((str(result.moved_aside) if result.moved_aside else None, result.state_before))
 
 
@@ -309,7 +309,7 @@ def test_held_lock_times_out_and_changes_nothing(tmp_path: Path) -> None:
     files = old_cache(root)
     held = pytest.raises(LockTimeout, match=r"\.r0\.lock: still locked")
     with exclusive_lock(lock_path(root, "r0")), held:
-        prepare(root, "r0", NEW, now=NOW, lock_timeout_s=0.2)
+        prepare(root / "r0", NEW, now=NOW, lock_timeout_s=0.2)
     assert stale_dirs(root) == [] and not (root / ".r0.intent.json").exists()
     assert_kept(root / "r0", files)
 
@@ -318,11 +318,11 @@ def test_rollback_by_renaming_reuses_the_old_cache(tmp_path: Path) -> None:
     """docs/cache.md "Rolling back": rename the moved-aside dir back; the old key reuses it."""
     root = tmp_path / "cache"
     files = old_cache(root)
-    moved = prepare(root, "r0", NEW, now=NOW).moved_aside
+    moved = prepare(root / "r0", NEW, now=NOW).moved_aside
     assert moved is not None
     os.rename(root / "r0", root / "r0.stale-20261129T150000Z")
     os.rename(moved, root / "r0")
-    back = prepare(root, "r0", OLD, now=NOW)
+    back = prepare(root / "r0", OLD, now=NOW)
     assert back.reused and back.moved_aside is None
     assert_kept(root / "r0", files)
 
@@ -338,7 +338,7 @@ def test_planted_fresh_symlink_is_refused_before_anything_moves(tmp_path: Path) 
     (root / ".r0.new").symlink_to(elsewhere)
     refused = r"\.r0\.new is a symlink to .*elsewhere: rocmseat makes no links"
     with pytest.raises(ConfigError, match=refused):
-        prepare(root, "r0", NEW, now=NOW)
+        prepare(root / "r0", NEW, now=NOW)
     assert list(elsewhere.iterdir()) == []
     assert not (root / "r0").is_symlink()
     assert_kept(root / "r0", files)
@@ -357,7 +357,7 @@ def test_planted_fresh_name_of_another_kind_is_refused(tmp_path: Path, kind: str
     else:
         fresh.symlink_to(tmp_path / "nowhere")
     with pytest.raises(ConfigError, match=r"\.r0\.new (is not a directory|is a symlink)"):
-        prepare(root, "r0", NEW, now=NOW)
+        prepare(root / "r0", NEW, now=NOW)
     assert_kept(root / "r0", files)
     assert stale_dirs(root) == []
 
@@ -369,7 +369,7 @@ def test_planted_lock_symlink_is_refused(tmp_path: Path) -> None:
     target = tmp_path / "etc-nologin"
     (root / ".r0.lock").symlink_to(target)
     with pytest.raises(ConfigError, match=r"\.r0\.lock is a symlink"):
-        prepare(root, "r0", NEW, now=NOW)
+        prepare(root / "r0", NEW, now=NOW)
     assert not target.exists()
 
 
@@ -379,7 +379,7 @@ def _prepare_in_child(root: str, queue: Any) -> None:
     # a regression reading /dev/zero must fail this child, not take the host's memory
     resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))
     try:
-        prepare(Path(root), "r0", NEW, now=NOW)
+        prepare(Path(root) / "r0", NEW, now=NOW)
         queue.put("prepared")
     except ConfigError as exc:
         queue.put(f"ConfigError: {exc}")
@@ -419,13 +419,13 @@ def test_compiler_cache_subfolder_link_is_refused(tmp_path: Path) -> None:
     """A subfolder that is a link puts that compiler cache outside the store: a move aside
     would carry the link, not the cache."""
     root = tmp_path / "cache"
-    prepare(root, "r0", NEW, now=NOW)
+    prepare(root / "r0", NEW, now=NOW)
     outside = tmp_path / "outside-triton"
     outside.mkdir()
     os.rmdir(root / "r0" / "triton-home")
     (root / "r0" / "triton-home").symlink_to(outside)
     with pytest.raises(ConfigError, match=r"r0/triton-home is a symlink to .*outside-triton"):
-        prepare(root, "r0", NEW, now=NOW)
+        prepare(root / "r0", NEW, now=NOW)
 
 
 def test_world_writable_root_is_refused(tmp_path: Path) -> None:
@@ -433,7 +433,7 @@ def test_world_writable_root_is_refused(tmp_path: Path) -> None:
     root.mkdir()
     root.chmod(0o1777)
     with pytest.raises(ConfigError, match=r"cache root .* is writable by every user \(mode 1777\)"):
-        prepare(root, "r0", NEW, now=NOW)
+        prepare(root / "r0", NEW, now=NOW)
     assert list(root.iterdir()) == []
 
 
@@ -449,7 +449,7 @@ def _crash_in_write(root: str, name: str) -> None:
         real_replace(src, dst, *args, **kwargs)
 
     os.replace = replace  # type: ignore[assignment]  # this child process only
-    prepare(Path(root), "r0", NEW, now=NOW)
+    prepare(Path(root) / "r0", NEW, now=NOW)
     os._exit(0)
 
 
@@ -470,7 +470,7 @@ def test_kill9_inside_an_atomic_write_leaves_no_temp_file(
     child.join(60)
     assert child.exitcode == -signal.SIGKILL, "the child did not die inside the write"
     assert _temporaries(root), "the kill left no temp file: the test did not hit the write"
-    result = prepare(root, "r0", NEW, now=NOW)
+    result = prepare(root / "r0", NEW, now=NOW)
     assert _temporaries(root) == []
     manifest = read_manifest(root / "r0")
     assert manifest is not None and manifest["key"] == NEW.digest
@@ -493,8 +493,8 @@ def key(**f):
     base = {"key_schema": 1, **f}
     return ConfigKey(digest_of(base), base)
 root = Path(sys.argv[1])
-prepare(root, "r0", key(k=7))
-result = prepare(root, "r0", key(k=5))
+prepare(root / "r0", key(k=7))
+result = prepare(root / "r0", key(k=5))
 print(result.message)
 """
 
@@ -527,8 +527,19 @@ def test_intent_naming_another_replica_is_dropped(tmp_path: Path) -> None:
         "action": "move-aside", "state_before": "stale", "moved_to": "r1",
         "new_key": NEW.digest, "changed": [],
     }))
-    result = prepare(root, "r0", NEW, now=NOW)
+    result = prepare(root / "r0", NEW, now=NOW)
     assert result.moved_aside == root / f"r0.stale-{STAMP}"
     assert_kept(root / f"r0.stale-{STAMP}", files)
     assert read_manifest(root / "r0")["key"] == NEW.digest  # type: ignore[index]
     assert (root / "r1" / "keep").read_text() == "r1's"
+
+
+@pytest.mark.parametrize("name", ["Bad Name", ".r0", "r0.stale-20260101T000000Z", "R0"])
+def test_prepare_takes_a_replicas_cache_dir_only(tmp_path: Path, name: str) -> None:
+    """prepare works on the placement record's cache_dir (<cache_root>/<replica>): the store
+    no longer spells the live dir itself; a dir that cannot be a replica's is refused before
+    anything is made."""
+    root = tmp_path / "cache"
+    with pytest.raises(ConfigError, match="not a replica's cache dir"):
+        prepare(root / name, NEW, now=NOW)
+    assert not root.exists()

@@ -34,7 +34,7 @@ def seat_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def launch_prepare(seat_file: Path) -> str:
     """What `launch` does before starting a replica: key it, prepare its cache."""
     seat = load_seat(seat_file)
-    result = prepare(seat.cache_root, "r0", replica_key(seat, "r0", None), seat_name=seat.name)
+    result = prepare(seat.cache_root / "r0", replica_key(seat, "r0", None), seat_name=seat.name)
     return result.message
 
 
@@ -165,3 +165,89 @@ def test_auto_seat_on_a_host_without_its_gpus(rocmseat_cli: Cli, tmp_path: Path,
     assert "gpu_arch" not in replica["unknown_factors"]  # the recorded pair's gfx1201
     table = rocmseat_cli(*[a for a in args if a != "--json"])
     assert "no current key" not in table.stdout
+
+
+SECRETS = ("hf_FLAGSECRET111", "sk-ENVSECRET222", "hf_NEUTRALSECRET333", "pw-INLINE444")
+SECRET_SEAT = SEAT.replace(
+    'dtype = "bfloat16"',
+    'dtype = "bfloat16"\nextra_args = ["--hf-token", "hf_FLAGSECRET111", '
+    '"--db-password=pw-INLINE444", "--enable-prefix-caching"]',
+).replace('RADIANCE_X = "1"', 'RADIANCE_X = "1"\nRADIANCE_API_KEY = "sk-ENVSECRET222"\n'
+          'HF_TOKEN = "hf_NEUTRALSECRET333"')
+
+
+def no_secret(*texts: str) -> None:
+    for text in texts:
+        for secret in (*SECRETS, "2ND-ROTATED"):
+            assert secret not in text, (secret, text)
+
+
+def test_secrets_never_leave_through_the_config_key(rocmseat_cli: Cli, seat_file: Path,
+                                                     tmp_path: Path) -> None:
+    """Review of issue 10, defect 4: `key --explain`, `key --json`, the cache manifest (0644),
+    the "moved cache aside because changed: ..." line (stderr, startup.json, the next
+    manifest's replaced.why) and cache-audit showed the values of secret flags in engine_args
+    and of secret-named variables. The key holds a digest of each secret: a changed secret
+    still changes the key, its value is never stored or printed."""
+    seat_file.write_text(SECRET_SEAT)
+    explain = rocmseat_cli("key", str(seat_file), "--explain")
+    as_json = rocmseat_cli("key", str(seat_file), "--json")
+    assert explain.exit_code == 0 and as_json.exit_code == 0, explain.stderr
+    no_secret(explain.stdout, as_json.stdout)
+    factors = json.loads(as_json.stdout)["factors"]
+    assert factors["engine_args"][0] == "--hf-token"
+    assert factors["engine_args"][1].startswith("secret-sha256:")
+    assert factors["engine_args"][2].startswith("--db-password=secret-sha256:")
+    assert factors["env"]["RADIANCE_API_KEY"].startswith("secret-sha256:")
+    assert "HF_TOKEN=<redacted>  neutral" in explain.stdout
+    first_key = json.loads(as_json.stdout)["key"]
+    launch_prepare(seat_file)
+    manifest = (tmp_path / "cache" / "r0" / "rocmseat-manifest.json").read_text()
+    no_secret(manifest)
+    # the secrets rotate: the key changes, the move-aside says which factors, not the values
+    seat_file.write_text(SECRET_SEAT.replace("hf_FLAGSECRET111", "hf_2ND-ROTATED")
+                         .replace("sk-ENVSECRET222", "sk-2ND-ROTATED"))
+    rotated = json.loads(rocmseat_cli("key", str(seat_file), "--json").stdout)["key"]
+    assert rotated != first_key
+    audit = rocmseat_cli("cache-audit", str(seat_file), "--json")
+    table = rocmseat_cli("cache-audit", str(seat_file))
+    assert audit.exit_code == 1
+    no_secret(audit.stdout, table.stdout)
+    message = launch_prepare(seat_file)
+    no_secret(message)
+    assert "env.RADIANCE_API_KEY: secret-sha256:" in message and "engine_args: " in message
+    no_secret(*(p.read_text() for p in (tmp_path / "cache").rglob("*.json")))
+    after = rocmseat_cli("cache-audit", str(seat_file), "--json")
+    no_secret(after.stdout, rocmseat_cli("cache-audit", str(seat_file)).stdout)
+
+
+def test_a_manifest_of_an_older_rocmseat_with_raw_secrets_is_shown_without_them(
+        rocmseat_cli: Cli, seat_file: Path, tmp_path: Path) -> None:
+    """Manifests written before the secrets were sealed hold them raw (factors and the
+    replaced.why text): the audit and the next move-aside compare sealed values, and say
+    neither the old nor the new value."""
+    seat_file.write_text(SECRET_SEAT)
+    launch_prepare(seat_file)
+    seat_file.write_text(SECRET_SEAT.replace("num_speculative_tokens = 3",
+                                             "num_speculative_tokens = 2"))
+    launch_prepare(seat_file)
+    live = tmp_path / "cache" / "r0" / "rocmseat-manifest.json"
+    doc = json.loads(live.read_text())
+    doc["factors"]["env"]["RADIANCE_API_KEY"] = "sk-ENVSECRET222"
+    doc["factors"]["engine_args"] = ["--hf-token", "hf_FLAGSECRET111",
+                                     "--db-password=pw-INLINE444", "--enable-prefix-caching"]
+    doc["replaced"]["why"] = ("changed: engine_args: [\"--hf-token\",\"hf_OLD\"] -> "
+                              "[\"--hf-token\",\"hf_FLAGSECRET111\"]; env.RADIANCE_API_KEY: "
+                              "sk-OLD -> sk-ENVSECRET222; speculative.num_speculative_tokens: "
+                              "3 -> 2")
+    live.write_text(json.dumps(doc))
+    for args in ((), ("--json",)):
+        result = rocmseat_cli("cache-audit", str(seat_file), *args)
+        no_secret(result.stdout)
+        assert "sk-OLD" not in result.stdout and "hf_OLD" not in result.stdout
+        assert "speculative.num_speculative_tokens: 3 -> 2" in result.stdout
+    seat_file.write_text(SECRET_SEAT)
+    message = launch_prepare(seat_file)
+    assert "moved cache aside" in message and "num_speculative_tokens: 2 -> 3" in message
+    no_secret(message, *(p.read_text() for p in (tmp_path / "cache").rglob("*.json")
+                         if "stale" not in str(p)))

@@ -168,3 +168,25 @@ def test_rocm_replica_arch_comes_from_its_placement(rocmseat_cli: Callable[..., 
     bogus = rocmseat_cli("key", str(seat_file), "--replica", "r9", "--sysfs-root",
                          str(sysfs / "mi300x-8gpu"), "--state-dir", str(state))
     assert bogus.exit_code == 2 and "has no replica 'r9' (r0, r1, r2, r3)" in bogus.stderr
+
+
+@pytest.mark.parametrize("name", ["r07", "r-1", "r1x", "rr"])
+def test_a_name_the_seat_cannot_have_is_refused_where_the_node_is_not_read(
+        rocmseat_cli: Callable[..., CliResult], tmp_path: Path, name: str) -> None:
+    """Review of issue 10: with no placement known here, `key` guessed which names can exist
+    with `startswith("r")` and digits, so `r07` (never a replica name: the rule is r<i>) was
+    taken for a replica and given a key. The placement's naming rule decides."""
+    from tests.cache.builders import DIGEST_A, ROCM_SEAT
+    from tests.conftest import FIXTURES
+
+    write_model(tmp_path / "models" / "target")
+    write_model(tmp_path / "models" / "drafter", hidden=32, layers=1, shards=1)
+    seat_file = tmp_path / "seat.toml"
+    seat_file.write_text(ROCM_SEAT.replace("{digest}", DIGEST_A))
+    args = ("--sysfs-root", str(FIXTURES / "sysfs" / "no-amdgpu"), "--state-dir",
+            str(tmp_path / "state"))
+    bad = rocmseat_cli("key", str(seat_file), "--replica", name, *args)
+    assert bad.exit_code == 2
+    assert bad.stderr.splitlines()[0] == f"rocmseat: error: {seat_file}: seat t has no replica '{name}' (r0, r1, ...)"
+    good = rocmseat_cli("key", str(seat_file), "--replica", "r7", *args)
+    assert good.exit_code == 2 and "  gpu_arch: seat t places its replicas" in good.stderr

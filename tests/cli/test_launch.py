@@ -65,15 +65,24 @@ def test_dry_run_numbers_after_an_inherited_rocr_mask(rocmseat_cli, no_numactl, 
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "2,3")
     result = rocmseat_cli("launch", R9700, "--dry-run", "--json", "--sysfs-root", X99)
-    assert result.exit_code == 0, result.stderr
+    # Review of issue 10: the dry run exited 0 while showing r0, which launch refuses (exit 2:
+    # HIP cannot see its GPUs under ROCR_VISIBLE_DEVICES); it exits as launch would, and says so
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr == ("rocmseat: replica r0: launch would refuse to start it (exit 2): "
+                             "HIP does not see 0000:05:00.0, 0000:09:00.0 (indices by PCI bus "
+                             "order, assumed, after ROCR_VISIBLE_DEVICES=2,3; HIP sees: "
+                             "0000:86:00.0, 0000:89:00.0)\n")
     r0, r1 = json.loads(result.stdout)["replicas"]
     assert r1["hip_indices"] == [0, 1] and r1["env"]["HIP_VISIBLE_DEVICES"] == "0,1"
+    assert r1["refused"] is None
     assert r0["hip_indices"] is None and "HIP_VISIBLE_DEVICES" not in r0["env"]
     assert r0["hip_note"].startswith("HIP does not see 0000:05:00.0, 0000:09:00.0 (indices by "
                                      "PCI bus order, assumed, after ROCR_VISIBLE_DEVICES=2,3")
-    text = rocmseat_cli("launch", R9700, "--dry-run", "--sysfs-root", X99).stdout
-    assert "-> HIP_VISIBLE_DEVICES unknown: HIP does not see" in text
-    assert "(launch refuses to start it)" in text
+    assert r0["refused"] == {"exit_code": 2, "reason": r0["hip_note"]}
+    text = rocmseat_cli("launch", R9700, "--dry-run", "--sysfs-root", X99)
+    assert text.exit_code == 2
+    assert "-> HIP_VISIBLE_DEVICES unknown: HIP does not see" in text.stdout
+    assert "(launch refuses to start it)" in text.stdout
 
 
 def test_port_past_65535_is_one_line_naming_port_base(rocmseat_cli, tmp_path):
@@ -167,6 +176,92 @@ def test_preflight_only_cli(rocmseat_cli, monkeypatch, tmp_path):
     assert "rocmseat: replica r0: sysfs preflight of 0000:05:00.0, 0000:09:00.0: " in ok.stderr
     usage = rocmseat_cli("launch", R9700, "--dry-run", "--preflight-only", "--sysfs-root", X99)
     assert usage.exit_code == 2 and "--preflight-only goes with --replica NAME" in usage.stderr
+
+
+A, B, C, D = "0000:05:00.0", "0000:09:00.0", "0000:86:00.0", "0000:89:00.0"
+
+
+def record_both(state: Path) -> None:
+    """What launch leaves when r0 and r1 ran on the whole node: their placement.json."""
+    from rocmseat.launch.placed import write_recorded
+    from rocmseat.seat.load import load_seat
+
+    for record in rocmseat.launch.flow.place(load_seat(REPO / R9700), Path(X99),
+                                             state_dir=state).records:
+        write_recorded(record)
+
+
+def test_unit_pins_keep_each_replica_on_its_own_pair(rocmseat_cli, monkeypatch, tmp_path):
+    """Review of issue 10, defect 1: with 09:00.0 gone, r0 was placed on (86, 89), r1's GPUs,
+    and r1's unit failed "no such replica". The units pin each replica's pair (--pair, fixed at
+    render time): r0 is refused naming the missing GPU (exit 1), r1 still runs its preflight
+    on its own pair."""
+    from tests.seat.test_placement import lost_tree
+
+    monkeypatch.chdir(REPO)
+    lost, state = lost_tree(tmp_path), tmp_path / "state"
+    r0 = rocmseat_cli("launch", R9700, "--replica", "r0", "--pair", f"{A},{B}",
+                      "--preflight-only", "--sysfs-root", str(lost), "--state-dir", str(state))
+    assert r0.exit_code == 1, r0.stderr
+    assert r0.stderr.splitlines()[0] == (
+        "rocmseat: error: replica r0 of seat r9700-mxfp4-dflash: start refused: GPU "
+        f"{B} of replica r0's pair ({A}, {B}) is not on this node (no such card under {lost})")
+    assert not (state / "seats").exists()  # refused before anything is touched
+    r1 = rocmseat_cli("launch", R9700, "--replica", "r1", "--pair", f"{C},{D}",
+                      "--preflight-only", "--sysfs-root", str(lost), "--state-dir", str(state))
+    assert r1.exit_code == 0, r1.stderr
+    assert f"rocmseat: replica r1: sysfs preflight of {C}, {D}: " in r1.stderr
+    # a pin that is not the replica's pair in an explicit seat: the units are out of date
+    usage = rocmseat_cli("launch", R9700, "--replica", "r1", "--pair", "nope",
+                         "--preflight-only", "--sysfs-root", str(lost))
+    assert usage.exit_code == 2 and "--pair" in usage.stderr
+
+
+def test_recorded_pairs_hold_without_a_pin(rocmseat_cli, monkeypatch, tmp_path):
+    """Started by hand (no --pair), each replica's placement.json is its identity: the dry run
+    on the node that lost 09:00.0 shows r0 refused (exit 1, naming the GPU) and r1 on its own
+    pair and port; launch refuses r0 before anything is touched."""
+    from tests.seat.test_placement import lost_tree
+
+    monkeypatch.chdir(REPO)
+    lost, state = lost_tree(tmp_path), tmp_path / "state"
+    record_both(state)
+    result = rocmseat_cli("launch", R9700, "--dry-run", "--json", "--sysfs-root", str(lost),
+                          "--state-dir", str(state))
+    assert result.exit_code == 1, result.stderr
+    r0, r1 = json.loads(result.stdout)["replicas"]
+    why = (f"GPU {B} of replica r0's pair ({A}, {B}) is not on this node (no such card under "
+           f"{lost})")
+    assert (r0["replica"], r0["pci_pair"], r0["refused"]) == (
+        "r0", [A, B], {"exit_code": 1, "reason": why})
+    assert (r1["replica"], r1["pci_pair"], r1["port"], r1["refused"]) == ("r1", [C, D], 8001,
+                                                                          None)
+    assert r1["cache_dir"].endswith("/r9700-mxfp4-dflash/r1")
+    assert f"rocmseat: replica r0: launch would refuse to start it (exit 1): {why}" in (
+        result.stderr)
+    before = sorted(p.name for p in (state / "seats" / "r9700-mxfp4-dflash" / "r0").iterdir())
+    launch = rocmseat_cli("launch", R9700, "--replica", "r0", "--sysfs-root", str(lost),
+                          "--state-dir", str(state))
+    assert launch.exit_code == 1 and why in launch.stderr
+    assert sorted(p.name for p in (state / "seats" / "r9700-mxfp4-dflash" / "r0").iterdir()) == (
+        before)
+
+
+def test_a_replica_with_no_pair_left_is_refused_not_shifted(rocmseat_cli, monkeypatch, tmp_path):
+    """r1 recorded, r0 never launched here, 09:00.0 gone: the node's one pair is r1's, so r0
+    has none; it is refused (exit 1), never given r1's pair."""
+    from tests.seat.test_placement import lost_tree
+
+    monkeypatch.chdir(REPO)
+    lost, state = lost_tree(tmp_path), tmp_path / "state"
+    record_both(state)
+    (state / "seats" / "r9700-mxfp4-dflash" / "r0" / "placement.json").unlink()
+    result = rocmseat_cli("launch", R9700, "--replica", "r0", "--preflight-only",
+                          "--sysfs-root", str(lost), "--state-dir", str(state))
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == (
+        "rocmseat: error: replica r0 of seat r9700-mxfp4-dflash: start refused: this node has "
+        f"no socket-local GPU pair for it (the node's pairs: r1 on {C}, {D})")
 
 
 def test_rocm_seat_on_a_tree_without_gpus_names_the_root(rocmseat_cli, monkeypatch):

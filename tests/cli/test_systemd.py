@@ -50,9 +50,11 @@ def test_render_r9700_golden(rocmseat_cli, golden, tmp_path):
     r0 = units["rocmseat-r9700-mxfp4-dflash-r0.service"]
     assert "Type=notify\nNotifyAccess=main\n" in r0
     # the pair's sysfs preflight, judged by launch's rule; launch then runs the HIP probe once
+    # the pair is the replica's identity, fixed at render time (--pair): launch refuses to
+    # start r0 anywhere else
     assert ("ExecStartPre=/usr/local/bin/rocmseat launch <repo>/launchers/"
             "r9700-mxfp4-dflash.toml --replica r0 --state-dir /var/lib/rocmseat "
-            "--preflight-only\n") in normalise(r0)
+            "--pair 0000:05:00.0,0000:09:00.0 --preflight-only\n") in normalise(r0)
     assert "ExecStartPre=-" not in r0 and "SupplementaryGroups" not in r0  # root: no groups
     assert "TimeoutStartSec=1080\n" in r0  # 900 s readiness + 180 s margin
     assert "KillMode=mixed\nKillSignal=SIGTERM\n" in r0
@@ -60,7 +62,8 @@ def test_render_r9700_golden(rocmseat_cli, golden, tmp_path):
     assert "ReadWritePaths=/var/cache/rocmseat/r9700-mxfp4-dflash /var/lib/rocmseat\n" in r0
     assert "\nRestartSteps=" not in r0  # systemd 252 does not know it
     r1 = units["rocmseat-r9700-mxfp4-dflash-r1.service"]
-    assert "--replica r1 --state-dir /var/lib/rocmseat --preflight-only" in r1
+    assert ("--replica r1 --state-dir /var/lib/rocmseat --pair 0000:86:00.0,0000:89:00.0 "
+            "--preflight-only") in r1
     assert "NUMA node 1, port 8001" in r1
     node = units["rocmseat-r9700-mxfp4-dflash-preflight.service"]
     assert ("--pair 0000:05:00.0,0000:09:00.0 --pair 0000:86:00.0,0000:89:00.0 --profile "
@@ -355,7 +358,8 @@ def test_systemd_reads_back_every_path_it_is_given(rocmseat_cli, tmp_path):
     assert [specifiers(w) for w in systemd_words(directive(r0, "ReadWritePaths")[0])] == dirs
     make, gate = directive(r0, "ExecStartPre")
     assert make.startswith("+") and exec_words(make) == ["mkdir", "-p", *dirs]
-    launch = [str(bin_), "launch", str(seat_file), "--replica", "r0", "--state-dir", str(state)]
+    launch = [str(bin_), "launch", str(seat_file), "--replica", "r0", "--state-dir", str(state),
+              "--pair", "0000:05:00.0,0000:09:00.0"]
     assert exec_words(gate) == [*launch, "--preflight-only"]
     assert exec_words(directive(r0, "ExecStart")[0]) == [*launch, "--stop-grace", "30"]
     watch = (out / "rocmseat-r9700-mxfp4-dflash-watch.service").read_text()
@@ -443,3 +447,162 @@ def test_render_refuses_an_unclassified_env_variable_as_key_does(rocmseat_cli, t
     assert "key 'env.MY_TOGGLE': environment variable 'MY_TOGGLE' is not classified" in first
     assert first == key.stderr.splitlines()[0]
     assert not (tmp_path / "u").exists()
+
+
+def test_a_rerender_after_a_lost_gpu_keeps_every_replica_on_its_pair(rocmseat_cli, tmp_path):
+    """Review of issue 10, defect 1: a re-render on the node that lost 09:00.0 wrote r0's unit
+    for (86, 89), r1's GPUs, and no unit for r1. Each replica keeps the pair it ran on (its
+    placement.json): r0's unit still pins (05, 09), with a warning that it will refuse to
+    start; r1's unit is r1's."""
+    from tests.cli.test_launch import A, B, C, D, record_both
+    from tests.seat.test_placement import lost_tree
+
+    lost, state, out = lost_tree(tmp_path), tmp_path / "state", tmp_path / "units"
+    record_both(state)
+    result = rocmseat_cli("systemd", "render", R9700, "--out", str(out), "--sysfs-root",
+                          str(lost), "--state-dir", str(state), "--rocmseat-bin", BIN)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == (
+        f"rocmseat: warning: replica r0: GPU {B} of replica r0's pair ({A}, {B}) is not on this "
+        f"node (no such card under {lost}); its unit is rendered with its own pair and will "
+        "refuse to start until that pair is back\n")
+    r0 = (out / "rocmseat-r9700-mxfp4-dflash-r0.service").read_text()
+    r1 = (out / "rocmseat-r9700-mxfp4-dflash-r1.service").read_text()
+    assert f"--replica r0 --state-dir {state} --pair {A},{B} --stop-grace 30" in r0
+    assert f"--replica r1 --state-dir {state} --pair {C},{D} --stop-grace 30" in r1
+    assert "port 8001" in r1
+
+
+@pytest.mark.parametrize("names", ['["watch", "r1"]', '["r0", "preflight"]'])
+def test_a_replica_named_like_a_unit_of_the_seat_is_refused(rocmseat_cli, tmp_path, names):
+    """Review of issue 10, defect 5: a replica named `watch` or `preflight` was rendered as
+    rocmseat-<seat>-watch.service, and the seat's own unit of that name replaced it."""
+    seat = tmp_path / "seat.toml"
+    text = Path(R9700).read_text().replace('names = ["r0", "r1"]', f"names = {names}").replace(
+        '"../checks/x99-r9700.toml"', json.dumps(str(REPO / "checks" / "x99-r9700.toml")))
+    seat.write_text(text)
+    line = next(i for i, x in enumerate(text.splitlines(), 1) if x.startswith("names ="))
+    name = json.loads(names)[0] if "watch" in names else "preflight"
+    index = json.loads(names).index(name)
+    for args in (("systemd", "render", str(seat), "--out", str(tmp_path / "u"), "--sysfs-root",
+                  X99), ("launch", str(seat), "--dry-run", "--sysfs-root", X99)):
+        result = rocmseat_cli(*args)
+        assert result.exit_code == 2
+        assert result.stderr.splitlines()[0] == (
+            f"rocmseat: error: {seat}:{line}: key 'replicas.names': replica name {name!r} "
+            f"(names[{index}]) is the name of the seat's own "
+            f"rocmseat-r9700-mxfp4-dflash-{name}.service unit: the replica's unit would be "
+            "replaced by it (reserved: watch, preflight)")
+    assert not (tmp_path / "u").exists()
+
+
+def test_unit_names_refuse_a_collision_as_a_second_lock(tmp_path):
+    import dataclasses as dc
+
+    from rocmseat.errors import ConfigError
+    from rocmseat.launch.units import unit_names
+    from rocmseat.node.inventory import read_inventory
+    from rocmseat.seat.load import load_seat
+    from rocmseat.seat.placement import resolve
+
+    seat = load_seat(Path(R9700))
+    records = resolve(seat, read_inventory(Path(X99)), state_root=tmp_path)
+    bad = [dc.replace(records[0], replica="watch"), records[1]]
+    with pytest.raises(ConfigError, match=r"key 'replicas\.names': replica name 'watch' is the "
+                                          r"name of the seat's own"):
+        unit_names(seat, bad)
+
+
+@pytest.mark.parametrize("user", ["svc\\", "root ExecStartPost=/bin/evil", "a b", "", "-x",
+                                  "%n", "x" * 40, "4294967295", "r\u00e9my"])
+def test_user_must_be_a_user_name(rocmseat_cli, tmp_path, user):
+    """Review of issue 10: `--user 'svc\\'` and `--user 'root ExecStartPost=...'` rendered
+    (User= takes one word; the rest became part of it or another setting's text)."""
+    result = rocmseat_cli("systemd", "render", R9700, "--out", str(tmp_path / "u"),
+                          "--sysfs-root", X99, "--rocmseat-bin", BIN, "--user", user)
+    assert result.exit_code == 2
+    assert "is not a user name ([a-z_][a-z0-9_-]*, at most 32 characters) or a numeric uid" in (
+        result.stderr)
+    assert len(result.stderr.splitlines()) == 1 and not (tmp_path / "u").exists()
+
+
+@pytest.mark.parametrize("user", ["svc", "rocm_serve", "_svc", "build$", "1001", "0"])
+def test_good_user_names_render(rocmseat_cli, tmp_path, user, monkeypatch):
+    import rocmseat.cli.systemd as cli_systemd
+
+    monkeypatch.setattr(cli_systemd, "_missing_groups", lambda groups: [])
+    result = rocmseat_cli("systemd", "render", R9700, "--out", str(tmp_path / "u"),
+                          "--sysfs-root", X99, "--rocmseat-bin", BIN, "--user", user)
+    assert result.exit_code == 0, result.stderr
+    assert f"\nUser={user}\n" in (tmp_path / "u" / "rocmseat-r9700-mxfp4-dflash-r0.service"
+                                  ).read_text()
+
+
+def test_install_never_reads_a_fifo_unit(rocmseat_cli, tmp_path):
+    """Review of issue 10: `systemd install` read the unit already there with read_text, so a
+    FIFO at its name hung it."""
+    import os
+    import threading
+    import time
+
+    units = tmp_path / "etc" / "systemd" / "system"
+    units.mkdir(parents=True)
+    fifo = units / "rocmseat-r9700-mxfp4-dflash-r0.service"
+    os.mkfifo(fifo)
+    # bounded: should a reader block on the FIFO, a writer opens and closes it after 10 s
+    done = threading.Event()
+
+    def release() -> None:
+        if not done.wait(10):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    threading.Thread(target=release, daemon=True).start()
+    start = time.monotonic()
+    result = rocmseat_cli("systemd", "install", R9700, "--root", str(tmp_path), "--sysfs-root",
+                          X99, "--rocmseat-bin", BIN)
+    done.set()
+    assert time.monotonic() - start < 8, "install waited on the FIFO"
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == (
+        "rocmseat: error: cannot read the unit already there: "
+        f"{units / 'rocmseat-r9700-mxfp4-dflash-r0.service'}: is a FIFO, not a regular file")
+    assert sorted(p.name for p in units.iterdir()) == ["rocmseat-r9700-mxfp4-dflash-r0.service"]
+
+
+def test_install_says_a_masked_unit_is_masked(rocmseat_cli, tmp_path):
+    units = tmp_path / "etc" / "systemd" / "system"
+    units.mkdir(parents=True)
+    masked = units / "rocmseat-r9700-mxfp4-dflash-watch.service"
+    masked.symlink_to("/dev/null")
+    for force in ((), ("--force",)):
+        result = rocmseat_cli("systemd", "install", R9700, "--root", str(tmp_path),
+                              "--sysfs-root", X99, "--rocmseat-bin", BIN, *force)
+        assert result.exit_code == 2
+        assert result.stderr.splitlines() == [
+            f"rocmseat: error: {masked}: the unit is masked (a link to /dev/null): not "
+            "overwritten",
+            "  hint: unmask it first: systemctl unmask rocmseat-r9700-mxfp4-dflash-watch.service"]
+        assert masked.is_symlink() and len(list(units.iterdir())) == 1
+
+
+def test_an_exporter_on_an_auto_replicas_port_is_refused_where_placed(rocmseat_cli, tmp_path):
+    """Review of issue 10, defect 8: an auto seat without names knew one replica when it
+    loaded, so `exporter_listen` on r1's port rendered and launched; render, the dry run and
+    launch resolve the placement and check the real ports."""
+    seat = tmp_path / "seat.toml"
+    text = (Path(R9700).read_text().replace('names = ["r0", "r1"]', "")
+            .replace('"../checks/x99-r9700.toml"',
+                     json.dumps(str(REPO / "checks" / "x99-r9700.toml")))
+            .replace('exporter_listen = "127.0.0.1:9464"', 'exporter_listen = "[::1]:8001"'))
+    seat.write_text(text)
+    line = next(i for i, x in enumerate(text.splitlines(), 1) if "exporter_listen" in x)
+    want = (f"rocmseat: error: {seat}:{line}: key 'watch.exporter_listen': port 8001 is replica "
+            "r1's port (serve.port_base 8000 + 1); pick a port outside 8000..8001")
+    for args in (("systemd", "render", str(seat), "--out", str(tmp_path / "u"), "--sysfs-root",
+                  X99, "--rocmseat-bin", BIN),
+                 ("launch", str(seat), "--dry-run", "--sysfs-root", X99),
+                 ("launch", str(seat), "--replica", "r0", "--preflight-only", "--sysfs-root",
+                  X99, "--state-dir", str(tmp_path / "state"))):
+        result = rocmseat_cli(*args)
+        assert (result.exit_code, result.stderr.splitlines()[0]) == (2, want), args
+    assert not (tmp_path / "u").exists() and not (tmp_path / "state").exists()

@@ -1,21 +1,49 @@
 """Tier 3: HIP's device numbering as the runtime does it, through the fake libamdhip64 and the
 probe's `order` child (rocmseat.hip.probe.probe_order): the mask layers of ROCr and HIP, an
-enumeration order that is not PCI bus order, and the pure model (rocmseat.hip.numbering) that
-launch's assumption uses, checked against the fake for the same inputs."""
+enumeration order that is not PCI bus order, and the pure model of ROCr's layer
+(rocmseat.hip.numbering.rocr_selection) that launch's assumption uses, checked against the fake
+for the same inputs. HIP's own layer (CLR) is modelled here only, as the oracle the fake is
+held to: rocmseat never predicts it (launch asks HIP)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from rocmseat.hip.numbering import hip_selection, rocr_selection, without_hip_masks
+from rocmseat.hip.numbering import rocr_selection, without_hip_masks
 from rocmseat.hip.probe import probe_order
 from tests.hip.conftest import A, B, C, D, x99_bench_env
 
 pytestmark = pytest.mark.hip
 
 BUS = (A, B, C, D)
+
+
+def clr_selection(ordinals: str, count: int) -> tuple[int, ...] | None:
+    """CLR's rule (ROCm/clr rocclr/device/rocm/rocdevice.cpp, `Device::init`): indices into
+    ROCr's list of `count` GPUs, in the order listed; the first token that is not a canonical
+    index below `count` ends the list, a repeat is skipped; None for a `GPU-` UUID token."""
+    if not ordinals:
+        return tuple(range(count))
+    chosen: list[int] = []
+    for token in ordinals.split(","):
+        if "GPU-" in token:
+            return None
+        if not re.fullmatch(r"0|[1-9][0-9]*", token) or int(token) >= count:
+            break
+        if int(token) not in chosen:
+            chosen.append(int(token))
+    return tuple(chosen)
+
+
+@pytest.mark.parametrize(("ordinals", "expected"), [
+    ("", (0, 1, 2, 3)), ("2,3", (2, 3)), ("3,1", (3, 1)), ("1,1,2", (1, 2)),
+    ("1,4,2", (1,)), ("01,2", ()), (" 1", ()), ("GPU-1234", None),
+])
+def test_clr_selection(ordinals, expected):
+    assert clr_selection(ordinals, 4) == expected
 
 
 def order(fake_hip: Path, shm_prefix: str, kfd: tuple[str, ...],
@@ -66,7 +94,7 @@ def test_the_pure_model_agrees_with_the_fake(fake_hip, shm_prefix, rocr, hip):
         masks["ROCR_VISIBLE_DEVICES"] = rocr
     rocr_list = rocr_selection(rocr, len(BUS))
     assert rocr_list is not None
-    selected = hip_selection(hip, len(rocr_list))
+    selected = clr_selection(hip, len(rocr_list))
     assert selected is not None
     expected = tuple(BUS[rocr_list[i]] for i in selected)
     env = x99_bench_env(shm_prefix) | {"FAKEHIP_DEVICES": ",".join(BUS), **masks}

@@ -163,6 +163,60 @@ def test_malformed_saved_result_is_said_and_rerun(tmp_path):
     assert findings and any("malformed finding" in line for line in said)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "deep", "huge", "findings_not_a_list", "dangling"])
+def test_a_hostile_saved_result_is_said_and_rerun(tmp_path, kind):
+    """Review of issue 10, defect 6: gate._reuse read preflight-sysfs.json with read_text: a
+    FIFO there hung the start, deep nesting crashed it (exit 3). Each is one line and the
+    sysfs preflight runs again."""
+    from tests.launch.test_report import bounded
+
+    s = seat(tmp_path)
+    plan = plan_of(s, "x99-r9700", "r0", tmp_path)
+    path = tmp_path / "state" / "seats" / s.name / "r0" / "preflight-sysfs.json"
+    path.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "deep":
+        path.write_text('{"schema": "rocmseat.preflight-sysfs/v1", "invocation_id": "x", '
+                        '"findings": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    elif kind == "huge":
+        path.write_text(" " * (5 << 20) + "{}")
+    elif kind == "dangling":
+        path.symlink_to(tmp_path / "nowhere")
+    else:
+        path.write_text('{"schema": "rocmseat.preflight-sysfs/v1", "invocation_id": "x", '
+                        '"pair": ["0000:05:00.0", "0000:09:00.0"], "findings": {"a": 1}}')
+    said: list[str] = []
+    findings = bounded(lambda: gate.launch_gate(
+        s, plan, SYSFS / "x99-r9700", tmp_path / "state", environ={"INVOCATION_ID": "x"},
+        say=said.append), fifo=path if kind == "fifo" else None)
+    assert {f.family for f in findings} >= {"pcie", "numa", "aer"}  # run again
+    [line] = [x for x in said if str(path) in x]
+    assert line.endswith("running the sysfs preflight again") and len(line) < 500
+
+
+def test_launch_refuses_a_linked_state_dir_before_anything(tmp_path, fake_engine_python):
+    """Review of issue 10, defect 7: launch wrote its reports and pruned history through a
+    link planted in the replica's state dir. It refuses the link (the cache store's rule),
+    before the key, the gate or the cache are touched."""
+    from rocmseat.errors import ConfigError
+
+    s = seat(tmp_path, python=fake_engine_python)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    replica_dir = tmp_path / "state" / "seats" / s.name / "r0"
+    replica_dir.parent.mkdir(parents=True)
+    replica_dir.symlink_to(elsewhere)
+    for call in (lambda: flow.preflight_only(s, "r0", sysfs_root=SYSFS / "x99-r9700",
+                                             state_dir=tmp_path / "state", say=print),
+                 lambda: flow.launch_replica(s, "r0", sysfs_root=SYSFS / "x99-r9700",
+                                             state_dir=tmp_path / "state", echo=print,
+                                             say=print)):
+        with pytest.raises(ConfigError, match=rf"^state dir {replica_dir} is a symlink to "):
+            call()
+    assert list(elsewhere.iterdir()) == [] and not (tmp_path / "cache").exists()
+
+
 def test_refused_start_leaves_the_cache_untouched(tmp_path, fake_engine_python):
     """Order: key -> preflight gate -> cache prepare. A start the gate refuses must not have
     moved the old cache aside (it would cost the next good start a cold compile)."""

@@ -130,3 +130,133 @@ def test_probe_connection_refused():
 
     result = probe(Canary("http://h:1", "q", "p", 1), timeout_s=1, fetch=fetch)
     assert not result.ready and result.detail == "/health: [Errno 111] Connection refused"
+
+
+# ----- hostile state files (review of issue 10, defects 6 and 7) -----------------------------
+
+
+def bounded(call, *, fifo: Path | None = None, timeout_s: float = 5.0):
+    """Run `call` in a thread for at most `timeout_s`; a call still blocked (on a FIFO) is a
+    failure, and the FIFO is then opened for writing and closed so the thread can end."""
+    import os
+    import threading
+
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # re-raised in the test's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        if fifo is not None:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            thread.join(5)
+        pytest.fail(f"still waiting after {timeout_s} s")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]
+
+
+def test_previous_start_never_waits_on_a_fifo(tmp_path):
+    """Review of issue 10, defect 6: history entries were read with read_text, so a FIFO in
+    history/ hung the start (after the cache was prepared)."""
+    import os
+
+    save_report(tmp_path, report_at(25, "GPU KV cache size: 600,000 tokens"))
+    fifo = replica_state_dir(tmp_path, "s", "r0") / "history" / "2026-11-30T100000Z-1.json"
+    os.mkfifo(fifo)
+    prev, problems = bounded(lambda: previous_start(tmp_path, "s", "r0"), fifo=fifo)
+    assert prev is not None and prev.kv_cache_tokens == 600_000
+    assert problems == [f"{fifo}: is a FIFO, not a regular file"]
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"log": []}',
+                                  '{"log": {"kv_cache_tokens": true}, "started_at": "x"}',
+                                  '{"log": {"kv_cache_tokens": 5}, "started_at": "x", '
+                                  '"config_key": []}', "x" * (5 << 20)])
+def test_previous_start_skips_any_shape_of_entry(tmp_path, text):
+    """Deep nesting crashed the start (RecursionError: exit 3, after the cache was
+    prepared); every other shape or size is a skipped entry too."""
+    save_report(tmp_path, report_at(25, "GPU KV cache size: 600,000 tokens"))
+    bad = replica_state_dir(tmp_path, "s", "r0") / "history" / "2026-11-30T100000Z-1.json"
+    bad.write_text(text)
+    prev, problems = previous_start(tmp_path, "s", "r0")
+    if "config_key" in text:  # a usable entry with a malformed key: the key is not known
+        assert prev is not None and (prev.kv_cache_tokens, prev.key_digest) == (5, None)
+        return
+    assert prev is not None and prev.kv_cache_tokens == 600_000
+    if "true" in text:  # a start that stated no KV pool: passed over, nothing to say
+        assert problems == []
+        return
+    [problem] = problems
+    assert problem.startswith(f"{bad}: ") and len(problem) < 400
+
+
+def test_a_linked_history_dir_is_refused_and_nothing_elsewhere_is_removed(tmp_path):
+    """Review of issue 10, defect 7: a `history` symlink in the replica's state dir made the
+    pruning of old entries unlink files wherever it pointed."""
+    from rocmseat.errors import ConfigError
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for i in range(HISTORY_KEEP + 5):
+        (victim / f"2020-01-01T00{i:04d}Z-1.json").write_text("precious")
+    directory = replica_state_dir(tmp_path / "state", "s", "r0")
+    directory.mkdir(parents=True)
+    (directory / "history").symlink_to(victim)
+    with pytest.raises(ConfigError) as info:
+        save_report(tmp_path / "state", report_at(27, "x"))
+    assert info.value.message == (f"startup history dir {directory / 'history'} is a symlink to "
+                                  f"{victim}: refusing to write, move or remove files through a "
+                                  "link")
+    assert len(list(victim.iterdir())) == HISTORY_KEEP + 5
+    assert previous_start(tmp_path / "state", "s", "r0") == (
+        None, [f"{directory / 'history'}: is a symlink: not read"])
+
+
+@pytest.mark.parametrize("linked", ["seats", "seats/s", "seats/s/r0"])
+def test_a_linked_state_dir_is_refused(tmp_path, linked):
+    from rocmseat.errors import ConfigError
+
+    state = tmp_path / "state"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (state / linked).parent.mkdir(parents=True, exist_ok=True)
+    (state / linked).symlink_to(elsewhere)
+    with pytest.raises(ConfigError, match=rf"^state dir {state / linked} is a symlink to "):
+        save_report(state, report_at(27, "x"))
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_world_writable_history_dir_is_refused(tmp_path):
+    from rocmseat.errors import ConfigError
+
+    history = replica_state_dir(tmp_path, "s", "r0") / "history"
+    history.mkdir(parents=True)
+    history.chmod(0o777)
+    with pytest.raises(ConfigError, match="is writable by every user"):
+        save_report(tmp_path, report_at(27, "x"))
+
+
+def test_pruning_never_removes_what_is_not_a_regular_entry(tmp_path):
+    import os
+
+    history = replica_state_dir(tmp_path, "s", "r0") / "history"
+    history.mkdir(parents=True)
+    os.mkfifo(history / "2000-01-01T000000Z-1.json")
+    (history / "2000-01-01T000001Z-1.json").mkdir()
+    outside = tmp_path / "outside.json"
+    outside.write_text("keep")
+    (history / "2000-01-01T000002Z-1.json").symlink_to(outside)
+    for i in range(HISTORY_KEEP):
+        (history / f"2026-01-01T00{i:04d}Z-1.json").write_text("{}")
+    save_report(tmp_path, report_at(27, "x"))
+    names = sorted(os.listdir(history))
+    assert "2000-01-01T000000Z-1.json" in names and "2000-01-01T000001Z-1.json" in names
+    assert "2000-01-01T000002Z-1.json" not in names  # the link itself, never its target
+    assert outside.read_text() == "keep"

@@ -415,6 +415,17 @@ def test_brackets_in_strings_and_comments_do_not_count(tmp_path: Path) -> None:
     (("preflight", "profile"), "", "must not be empty"),
     (("cache_root",), "/", "must not be the file-system root '/'"),
     (("state_dir",), "/../..", "must not be the file-system root '/'"),
+    # review of issue 10: a system tree is never a cache root or a state dir (the units make
+    # it writable; launch renames and prunes below it)
+    (("cache_root",), "/etc", "is in the system tree /etc"),
+    (("cache_root",), "/etc/rocmseat/cache", "is in the system tree /etc"),
+    (("cache_root",), "/proc/self/cwd", "is in the system tree /proc"),
+    (("cache_root",), "/sys/kernel", "is in the system tree /sys"),
+    (("cache_root",), "/dev/shm/cache", "is in the system tree /dev"),
+    (("cache_root",), "/boot/x", "is in the system tree /boot"),
+    (("cache_root",), "/usr/local/cache", "is in the system tree /usr"),
+    (("cache_root",), "/var/../etc/x", "is in the system tree /etc"),
+    (("state_dir",), "/usr/lib/rocmseat", "is in the system tree /usr"),
     (("cache_root",), "~nosuchuser-rocmseat/cache", "cannot expand '~' (no such user)"),
     (("cache_root",), "/" + "x" * 256, "is longer than 255 bytes"),
     (("model", "path"), "/a" + "/é" * 1400, "bytes long; Linux allows 4,095"),  # 2,802 characters
@@ -424,6 +435,16 @@ def test_bad_path(tmp_path: Path, loc: tuple[str, ...], value: str, why: str) ->
     set_at(doc, loc, value)
     message = refusal(tmp_path, dumps(doc))
     assert f"key '{format_loc(loc)}': " in message and why in message, message
+
+
+@pytest.mark.parametrize("value", ["/etcetera/cache", "/var/cache/rocmseat", "/srv/usr",
+                                   "/sysroot/cache"])
+def test_a_path_beside_a_system_tree_is_fine(tmp_path: Path, value: str) -> None:
+    doc = base_doc(tmp_path)
+    set_at(doc, ("cache_root",), value)
+    path = tmp_path / "ok.toml"
+    path.write_text(dumps(doc))
+    assert str(load_seat(path).cache_root) == value
 
 
 def test_empty_cache_root_is_not_the_seat_directory(tmp_path: Path, rocmseat_cli: Callable[..., CliResult]) -> None:

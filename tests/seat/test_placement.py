@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rocmseat.errors import ConfigError, NoDeviceError
-from rocmseat.hip.numbering import hip_selection, rocr_selection
+from rocmseat.hip.numbering import rocr_selection
 from rocmseat.node.inventory import read_inventory
 from rocmseat.seat.load import load_seat
 from rocmseat.seat.placement import (
@@ -169,14 +169,6 @@ def test_rocr_selection(value, expected):
     assert rocr_selection(value, 4) == expected
 
 
-@pytest.mark.parametrize(("ordinals", "expected"), [
-    ("", (0, 1, 2, 3)), ("2,3", (2, 3)), ("3,1", (3, 1)), ("1,1,2", (1, 2)),
-    ("1,4,2", (1,)), ("01,2", ()), (" 1", ()), ("GPU-1234", None),
-])
-def test_hip_selection(ordinals, expected):
-    assert hip_selection(ordinals, 4) == expected
-
-
 def test_rocr_visible_devices_renumbers_the_node():
     numbering = assumed_numbering(x99(), "3,2,1,0")
     assert dict(numbering.by_pci) == {D: 0, C: 1, B: 2, A: 3}
@@ -262,3 +254,117 @@ def test_placement_json_that_is_not_an_object():
     for doc in ([], "x", None, 3):
         with pytest.raises(PlacementFileError, match="not a JSON object"):
             placement_from_json(doc)
+
+
+# ----- a replica's pair is its identity (review of issue 10, defect 1) ------------------------
+
+
+def lost_tree(tmp_path: Path, address: str = B) -> Path:
+    """The X99 node after one GPU fell off: its DRM cards are gone (the reviewer's
+    /tmp/review-1/lost is this tree with 09:00.0 removed)."""
+    import os
+    import shutil
+
+    root = tmp_path / "sys"
+    shutil.copytree(SYSFS / "x99-r9700", root, symlinks=True)
+    for link in (root / "class" / "drm").iterdir():
+        if link.is_symlink() and f"/{address}/" in os.readlink(link):
+            link.unlink()
+    return root
+
+
+def test_a_lost_gpu_never_shifts_a_replica_onto_anothers_pair(tmp_path):
+    """Before: with 09:00.0 gone the node proposed one pair, (86, 89), and it became r0 (r0's
+    name, cache and port on r1's GPUs) while r1 had no placement at all. With each replica's
+    pair as its identity, r0 is placed `lost` (naming the GPU) and r1 keeps its pair, index and
+    port."""
+    seat = load_seat(REPO / "launchers" / "r9700-mxfp4-dflash.toml")
+    lost = read_inventory(lost_tree(tmp_path))
+    r0, r1 = resolve(seat, lost, state_root=STATE, identities={"r0": (A, B), "r1": (C, D)})
+    assert (r0.replica, r0.index, r0.port, r0.pci_pair) == ("r0", 0, 8000, (A, B))
+    assert r0.lost == (f"GPU {B} of replica r0's pair ({A}, {B}) is not on this node (no such "
+                       f"card under {tmp_path / 'sys'})")
+    assert (r1.replica, r1.index, r1.port, r1.pci_pair, r1.lost) == ("r1", 1, 8001, (C, D), "")
+    assert r1.cache_dir == Path("/var/cache/rocmseat/r9700-mxfp4-dflash/r1")
+    # the assumed numbering is the node's as it is now: 05 -> 0, 86 -> 1, 89 -> 2
+    assert r1.hip_indices == (1, 2)
+
+
+def test_only_the_other_replicas_identity_known(tmp_path):
+    """r1 recorded (or pinned) on (86, 89), r0 unknown: the one pair the node still proposes is
+    r1's, so r0 is not placed at all (launch then refuses it), never shifted onto it."""
+    seat = load_seat(REPO / "launchers" / "r9700-mxfp4-dflash.toml")
+    [r1] = resolve(seat, read_inventory(lost_tree(tmp_path)), state_root=STATE,
+                   identities={"r1": (C, D)})
+    assert (r1.replica, r1.index, r1.port, r1.pci_pair, r1.lost) == ("r1", 1, 8001, (C, D), "")
+
+
+def test_identities_fill_the_lowest_free_indices_with_the_nodes_other_pairs(tmp_path):
+    seat = seat_from(tmp_path, R9700.replace('names = ["r0", "r1"]', ""))
+    # r1's identity is the socket-0 pair: the node's other pair goes to r0, not to r2
+    r0, r1 = resolve(seat, x99(), state_root=STATE, identities={"r1": (A, B)})
+    assert (r0.pci_pair, r1.pci_pair) == ((C, D), (A, B))
+    # a GPU claimed by two identities is driven by neither
+    s0, s1, s2 = resolve(seat, x99(), state_root=STATE,
+                         identities={"r0": (A, B), "r1": (B, A)})
+    assert "shares a GPU with replica r1" in s0.lost and "shares a GPU with replica r0" in s1.lost
+    assert (s2.replica, s2.pci_pair, s2.lost) == ("r2", (C, D), "")
+    # a pair that straddles the sockets is no longer socket-local
+    # (B and D, on different sockets, are left unpaired: no replica for them)
+    [t0] = resolve(seat, x99(), state_root=STATE, identities={"r0": (A, C)})
+    assert t0.lost == (f"replica r0's pair ({A}, {C}) is no longer a socket-local pair of this "
+                       "node (sockets 0, 1)")
+
+
+def test_exporter_on_a_port_of_an_auto_replica_beyond_the_names(tmp_path):
+    """Review of issue 10, defect 8: the load-time check knew one replica of an auto seat
+    without names (rules.known_replica_count), so an exporter on port_base + 1 passed; the
+    resolver knows the real ports."""
+    text = (R9700.replace('names = ["r0", "r1"]', "")
+            .replace('exporter_listen = "127.0.0.1:9464"', 'exporter_listen = "127.0.0.1:8001"'))
+    seat = seat_from(tmp_path, text)  # loads: the file alone names one replica
+    line = next(i for i, x in enumerate(text.splitlines(), 1) if "exporter_listen" in x)
+    with pytest.raises(ConfigError) as info:
+        resolve(seat, x99(), state_root=STATE)
+    assert info.value.message == (
+        f"{tmp_path / 'launchers' / 'seat.toml'}:{line}: key 'watch.exporter_listen': port 8001 "
+        "is replica r1's port (serve.port_base 8000 + 1); pick a port outside 8000..8001")
+
+
+def _recorded(index: int = 1) -> tuple[object, object]:
+    seat = load_seat(REPO / "launchers" / "r9700-mxfp4-dflash.toml")
+    return seat, resolve(seat, x99(), state_root=STATE)[index]
+
+
+@pytest.mark.parametrize(("field", "value", "why"), [
+    ("host", "evil.example", "key 'host' is 'evil.example' but the seat gives replica r1 "
+     "'127.0.0.1'"),
+    ("port", 22, "key 'port' is 22 but the seat gives replica r1 8001"),
+    ("index", 0, "key 'index' is 0 but the seat gives replica r1 1"),
+    ("cache_dir", Path("/etc"), "key 'cache_dir' is '/etc' but the seat gives replica r1 "
+     "'/var/cache/rocmseat/r9700-mxfp4-dflash/r1'"),
+    ("state_dir", Path("/srv/other"), "key 'state_dir' is '/srv/other' but the seat gives "
+     "replica r1 '/srv/state/seats/r9700-mxfp4-dflash/r1'"),
+    ("pci_pair", (C,), "key 'pci_pair length' is 1 but the seat gives replica r1 2"),
+    ("replica", "r7", "seat r9700-mxfp4-dflash has no replica 'r7' (r0, r1)"),
+    ("seat", "demo-cpu", "the record of seat demo-cpu, not of r9700-mxfp4-dflash"),
+])
+def test_record_problem_names_what_disagrees_with_the_rule(field, value, why):
+    import dataclasses
+
+    from rocmseat.seat.placement import record_problem
+
+    seat, record = _recorded()
+    assert record_problem(seat, record, STATE) is None
+    assert record_problem(seat, dataclasses.replace(record, **{field: value}), STATE) == why
+
+
+def test_replica_index_is_the_naming_rule(tmp_path):
+    from rocmseat.seat.placement import replica_index
+
+    named = load_seat(REPO / "launchers" / "r9700-mxfp4-dflash.toml")
+    assert [replica_index(named, n) for n in ("r0", "r1", "r2", "x")] == [0, 1, None, None]
+    auto = seat_from(tmp_path, R9700.replace('names = ["r0", "r1"]', ""))
+    assert [replica_index(auto, n) for n in ("r0", "r7", "r07", "r", "r-1")] == [
+        0, 7, None, None, None]
+    assert replica_index(load_seat(REPO / "launchers" / "demo-cpu.toml"), "r1") is None

@@ -376,3 +376,15 @@ def test_watch_once_of_the_shipped_seat_uses_8001_for_r1(rocmseat_cli, tmp_path,
                           "--timeout", "0.5", "--state-dir", str(state))
     [replica] = json.loads(result.stdout)["replicas"]
     assert (replica["replica"], replica["url"]) == ("r1", "http://127.0.0.1:8001/metrics")
+
+
+def test_a_linked_seat_state_dir_is_not_read(tmp_path):
+    state = tmp_path / "state"
+    launched(SHIPPED, state, "r1")
+    real = tmp_path / "real-seats"
+    (state / "seats").rename(real)
+    (state / "seats").symlink_to(real)
+    lines: list[str] = []
+    with pytest.raises(ConfigError):
+        seat_targets(load_seat(SHIPPED), state, sysfs_root=NO_GPU, say=lines.append)
+    assert lines == [f"{state / 'seats'}: is a symlink; no placement.json is read through one"]
