@@ -13,7 +13,13 @@ from typing import Any
 import click
 
 from rocmseat import exitcodes
-from rocmseat.cli.options import json_option, resolve_state_dir, state_dir_option
+from rocmseat.cli.options import (
+    json_option,
+    resolve_state_dir,
+    resolve_sysfs_root,
+    state_dir_option,
+    sysfs_root_option,
+)
 from rocmseat.errors import ConfigError
 from rocmseat.redact import redact_text, redact_url
 from rocmseat.watch.baseline import check_state_dir_writable
@@ -78,6 +84,7 @@ class Finite(click.ParamType[float]):
 @click.option("--baseline-al", type=Finite("pinned_al"), default=None,
               help="Pin the expected acceptance length (else the seat's, else learned).")
 @state_dir_option
+@sysfs_root_option
 def watch(  # noqa: PLR0917 (click passes every option)
     seat_file: Path | None,
     targets: tuple[str, ...],
@@ -93,6 +100,7 @@ def watch(  # noqa: PLR0917 (click passes every option)
     command_hook: str | None,
     baseline_al: float | None,
     state_dir: Path | None,
+    sysfs_root: Path | None,
 ) -> int:
     """Watch a SEAT's replicas (or --target URLs, or a --targets-file) for acceptance drops,
     stalls and outages."""
@@ -113,7 +121,12 @@ def watch(  # noqa: PLR0917 (click passes every option)
         seat = load_seat(seat_file)
         seat_name, expect_spec, node = seat.name, seat.drafter is not None, this_node()
         state = state_dir or seat.state_dir or resolve_state_dir(None)
-        watch_targets = seat_targets(seat, state)
+        # A rocm seat's replicas come from the node (its sysfs) merged with the placements
+        # launch recorded; a cpu seat reads no sysfs (docs/launch.md, placement).
+        watch_targets = seat_targets(
+            seat, state,
+            sysfs_root=resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None,
+            say=lambda line: click.echo(f"rocmseat: warning: {line}", err=True))
         check_limit("interval_s", seat.watch.interval_s, f"{seat_file}: key 'watch.interval_s'")
         check_limit("pinned_al", seat.watch.expected_acceptance_length,
                     f"{seat_file}: key 'watch.expected_acceptance_length'")

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat.atomic import atomic_write_json
-from rocmseat.errors import ConfigError
+from rocmseat.errors import ConfigError, ReadError
+from rocmseat.safeio import read_regular_text
 
 SCHEMA = "rocmseat.watch-baseline/v1"
 UNKEYED = "unkeyed"
@@ -140,10 +141,12 @@ def load_baseline(path: Path) -> Baseline | None:
     """The persisted baseline, or None when there is none. A damaged file is ignored (it is
     re-learned) rather than trusted: a wrong baseline would mean wrong alarms."""
     try:
-        data: Any = json.loads(path.read_text())
-    except FileNotFoundError:
+        # State is hostile input too: never block on a FIFO, never read a huge file, never
+        # recurse without bound (docs/architecture.md, "Hostile input").
+        data: Any = json.loads(read_regular_text(path, limit_bytes=1 << 20))
+    except ReadError:
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     try:
         if data["schema"] != SCHEMA:

@@ -371,6 +371,7 @@ class Watcher:
             alerts=self.book.for_replica(rep.target.name),
             labels=rep.target.labels,
             restarts_in_row=rep.restarts,
+            gpus=rep.target.gpus,
         )
 
     def run(self, stop: threading.Event, on_step: Callable[[list[ReplicaStatus]], None]) -> None:

@@ -35,6 +35,7 @@ class ReplicaStatus:
     alerts: tuple[str, ...]
     labels: tuple[tuple[str, str], ...] = ()  # the target's labels (file_sd)
     restarts_in_row: int = 0
+    gpus: tuple[str, ...] = ()  # the replica's PCI pair (its placement), for node events
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
@@ -106,6 +107,7 @@ def status_json(status: ReplicaStatus) -> dict[str, Any]:
         "stalled_for_s": _round(status.stalled_for_s, 1),
         "alerts": list(status.alerts),
         "labels": dict(status.labels),
+        "gpus": list(status.gpus),
     }
 
 
