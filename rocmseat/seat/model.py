@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from rocmseat.seat.locate import control_char, printable
+from rocmseat.sysfs.fs import REAL_SYSFS_MOUNT
 from rocmseat.sysfs.parse import is_pci_address
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -142,7 +143,7 @@ def _resolve_path(value: Path, info: ValidationInfo) -> Path:
 
 # Trees a replica never writes to: the units make cache_root and state_dir writable
 # (ReadWritePaths=) and launch creates, renames and prunes below them, as root under systemd.
-SYSTEM_TREES = tuple(Path(p) for p in ("/etc", "/proc", "/sys", "/dev", "/boot", "/usr"))
+SYSTEM_TREES = tuple(Path(p) for p in ("/etc", "/proc", REAL_SYSFS_MOUNT, "/dev", "/boot", "/usr"))
 
 
 def _not_root(value: Path | None) -> Path | None:

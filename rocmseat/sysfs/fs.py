@@ -14,6 +14,8 @@ from pathlib import Path
 
 SYSFS_ENV = "ROCMSEAT_SYSFS_ROOT"
 _REAL_SYSFS = "/sys"
+# The mount point itself, for rules that must name it (e.g. a cache root may not live there).
+REAL_SYSFS_MOUNT = _REAL_SYSFS
 
 
 def default_sysfs_root() -> Path:
