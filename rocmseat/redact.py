@@ -71,34 +71,53 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def redact_url(url: str) -> str:
-    """The URL without userinfo and with secret-looking query values replaced.
+    """The URL without userinfo and with secret-looking query values replaced. Never raises.
 
-    Never raises: a URL that does not parse is returned with anything up to an `@` dropped.
+    Everything up to the LAST `@` after the scheme is taken as userinfo, even where a URL parser
+    would end the authority earlier: a password may hold `/`, `?`, `#` or a space, which a
+    parser reads as the start of the path, and then shows the password as host or path
+    (`http://user:pa/ss@host/` parses to host `user`). Security first: a query that holds an
+    `@` (`?mail=a@b`) loses its host in the shown text, never a secret.
     """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return REDACTED + "@" + url.rsplit("@", 1)[1] if "@" in url else url
+    if "@" in rest:
+        rest = REDACTED + "@" + rest.rsplit("@", 1)[1]
     try:
-        parts = urllib.parse.urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            netloc = REDACTED + "@" + netloc.rsplit("@", 1)[1]
-        query = parts.query
-        if query:
-            pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
-            if any(is_secret_name(k) for k, _ in pairs):
-                query = "&".join(
-                    urllib.parse.quote(k) + "="
-                    + (REDACTED if is_secret_name(k) else urllib.parse.quote(v))
-                    for k, v in pairs
-                )
-        return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        parts = urllib.parse.urlsplit(f"{scheme}://{rest}")
     except ValueError:
-        scheme, sep, rest = url.partition("://")
-        if sep and "@" in rest.split("/", 1)[0]:
-            return f"{scheme}://{REDACTED}@{rest.split('@', 1)[1]}"
-        return url
+        return f"{scheme}://{rest}"
+    query = parts.query
+    if not query:
+        return f"{scheme}://{rest}"
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    if not any(is_secret_name(k) for k, _ in pairs):
+        return f"{scheme}://{rest}"
+    query = "&".join(
+        urllib.parse.quote(k) + "="
+        + (REDACTED if is_secret_name(k) else urllib.parse.quote(v))
+        for k, v in pairs
+    )
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+
+
+_URL_WITH_AT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S*?@")
 
 
 def redact_text(text: str) -> str:
     """Free text (an error message, a log line) with every URL in it redacted."""
     if "://" not in text:
         return text
+    # A password with a space splits the URL into two words for the regex below; whatever lies
+    # between a scheme and the next `@` on the line is userinfo all the same.
+    text = _URL_WITH_AT.sub(lambda m: m.group(0).split("://", 1)[0] + "://" + REDACTED + "@",
+                            _spaced_userinfo(text))
     return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+
+
+def _spaced_userinfo(text: str) -> str:
+    """`scheme://user:pa ss@host` in free text: hide up to the `@` when the words between the
+    scheme and the `@` hold no other URL and no quote (a password with spaces)."""
+    return re.sub(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^\s'\"<>@/]*(?: [^\s'\"<>@/]+)+@",
+                  lambda m: m.group(1) + REDACTED + "@", text)

@@ -75,3 +75,19 @@ def test_userinfo_never_survives(user, password):
     shown = redact_url(f"http://{user}:{password}@host:1/metrics")
     assert f":{password}@" not in shown
     assert shown.endswith("@host:1/metrics")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://user:s3cret pw@127.0.0.1:9/metrics", "http://user:pa/ss@127.0.0.1:1/metrics",
+     "http://user:pa#ss@127.0.0.1:1/metrics", "http://user:pa?ss@127.0.0.1:1/metrics",
+     "http://amuser:am/secret@127.0.0.1:9093/api/v2/alerts"],
+)
+def test_passwords_a_parser_would_read_as_path_or_host_are_hidden(url):
+    """A parser ends the authority at / ? # or a space and would show the password as host or
+    path (issue 11 review): everything up to the last @ is userinfo."""
+    secret = url.split("://", 1)[1].rsplit("@", 1)[0].split(":", 1)[1]
+    assert secret not in redact_url(url)
+    assert redact_url(url).endswith("@" + url.rsplit("@", 1)[1])
+    message = f"--target 'r={url}': the port is not a number"
+    assert secret not in redact_text(message)
