@@ -111,9 +111,9 @@ def redact_text(text: str) -> str:
         return text
     # A password with a space splits the URL into two words for the regex below; whatever lies
     # between a scheme and the next `@` on the line is userinfo all the same.
-    text = _URL_WITH_AT.sub(lambda m: m.group(0).split("://", 1)[0] + "://" + REDACTED + "@",
+    text = _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+    return _URL_WITH_AT.sub(lambda m: m.group(0).split("://", 1)[0] + "://" + REDACTED + "@",
                             _spaced_userinfo(text))
-    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
 
 
 def _spaced_userinfo(text: str) -> str:
