@@ -85,7 +85,8 @@ def _write_textfile(directory: Path, registry: CollectorRegistry) -> None:
     "--cached",
     is_flag=True,
     help="With --format npd: answer from the last full preflight's cached verdict in the state "
-    "dir (fast: no sysfs read); missing or older than --max-age is unknown (exit 2).",
+    "dir (fast: no sysfs read); missing, older than --max-age, from another boot or host, or "
+    "(with --profile) judged against another profile is unknown (exit 2).",
 )
 @click.option(
     "--max-age",
@@ -150,22 +151,24 @@ def preflight(  # noqa: PLR0917 (click passes every option)
 
     Exit 0 ok, 1 a problem, 2 could not check (node-problem-detector compatible). Every full
     run (no --only, no --pair) caches its verdict for `--format npd --cached` and
-    `rocmseat slurm health`.
+    `rocmseat slurm health`. With --cached, --profile names the profile the cached run must
+    have used.
     """
     if as_json and output_format not in (None, "json"):
         raise click.UsageError("--json and --format are two spellings of one option: give one")
     fmt = "json" if as_json else output_format or "table"
     if cached:
-        given = [name for name, value in (("--pair", pairs), ("--profile", profile),
-                                          ("--textfile", textfile), ("--sample", sample_s),
-                                          ("--hip", hip), ("--amdsmi", amdsmi)) if value]
+        given = [name for name, value in (("--pair", pairs), ("--textfile", textfile),
+                                          ("--sample", sample_s), ("--hip", hip),
+                                          ("--amdsmi", amdsmi)) if value]
         if fmt != "npd":
             raise click.UsageError("--cached needs --format npd (it answers from a cached verdict)")
         if given:
             raise click.UsageError(
                 f"--cached answers from the last full run's verdict: it takes no {given[0]}"
             )
-        return _cached_npd(sysfs_root, state_dir, set(only) or None, max_age_s, strict)
+        return _cached_npd(sysfs_root, state_dir, set(only) or None, max_age_s, strict,
+                           profile=profile)
 
     from rocmseat.preflight.run import preflight_report
 
@@ -203,21 +206,44 @@ def preflight(  # noqa: PLR0917 (click passes every option)
         raise
     if report.full:
         _save_verdict(root, state, report)
+    code = exit_code_for(report.findings, strict=strict)
+    if fmt == "npd" and textfile is not None:
+        # One line, one exit code: NPD reads both, so the line must say what the code says. The
+        # textfile is written first; if it cannot be, the run could not do its job (2), unless
+        # the node has a problem (1), which the line still names.
+        failed = _try_textfile(textfile, report, strict=strict)
+        if failed is not None and code != exitcodes.PROBLEM:
+            from rocmseat.fleet.npd import unusable_line
+
+            click.echo(unusable_line(failed.cause)[0])  # the path is on stderr: 80 bytes
+            click.echo(f"rocmseat: error: {failed.message}", err=True)
+            return exitcodes.CANNOT_CHECK
+        _print_report(report, fmt, strict=strict)
+        if failed is not None:
+            click.echo(f"rocmseat: error: {failed.message}", err=True)
+        return code
     # The report is printed before the textfile is written: the AER baseline has already moved
     # on, so a textfile that cannot be written must not swallow what this run found.
-    code = exit_code_for(report.findings, strict=strict)
     _print_report(report, fmt, strict=strict)
     if textfile is not None:
-        from rocmseat.preflight.textfile import report_registry
-
-        try:
-            _write_textfile(textfile, report_registry(report, strict=strict))
-        except ReadError as exc:
+        failed = _try_textfile(textfile, report, strict=strict)
+        if failed is not None:
             # A known problem on the node (1) outranks "could not check" (2), as in
             # exit_code_for; otherwise the unwritable textfile makes the run "could not check".
-            click.echo(f"rocmseat: error: {exc.message}", err=True)
+            click.echo(f"rocmseat: error: {failed.message}", err=True)
             return code if code == exitcodes.PROBLEM else exitcodes.CANNOT_CHECK
     return code
+
+
+def _try_textfile(textfile: Path, report: PreflightReport, *, strict: bool) -> ReadError | None:
+    """Write the node_exporter textfile; the error naming the file, or None."""
+    from rocmseat.preflight.textfile import report_registry
+
+    try:
+        _write_textfile(textfile, report_registry(report, strict=strict))
+    except ReadError as exc:
+        return exc
+    return None
 
 
 def _print_report(report: PreflightReport, fmt: str, *, strict: bool) -> None:
@@ -247,14 +273,18 @@ def _save_verdict(
 
     from rocmseat.findings import Finding, Severity
     from rocmseat.fleet.verdict_cache import make_verdict, save_verdict
+    from rocmseat.sysfs.fs import default_proc_root
+    from rocmseat.sysfs.host import read_boot_identity
 
     if report is not None:
         findings, families = report.findings, report.families
-        gpus, profile = len(report.inventory.gpus), report.profile
+        gpus, profile, digest = len(report.inventory.gpus), report.profile, report.profile_sha256
+        identity = report.identity
     else:
         message = error.message if error is not None else "no report"
         findings = (Finding("preflight.error", Severity.UNKNOWN, "node", message),)
-        families, gpus, profile = (), 0, None
+        families, gpus, profile, digest = (), 0, None, None
+        identity = read_boot_identity(default_proc_root(root))
     verdict = make_verdict(
         findings,
         sysfs_root=root,
@@ -262,6 +292,8 @@ def _save_verdict(
         gpus=gpus,
         now_unix_s=time.time(),
         profile=profile,
+        profile_sha256=digest,
+        identity=identity,
     )
     problem = save_verdict(state, verdict)
     if problem:
@@ -275,25 +307,37 @@ def _cached_npd(
     families: set[str] | None,
     max_age_s: float,
     strict: bool,
+    *,
+    profile: Path | None = None,
 ) -> int:
     import time
 
     from rocmseat.fleet.npd import missing_families, npd_line, unusable_line
-    from rocmseat.fleet.verdict_cache import UnusableVerdict, load_verdict
+    from rocmseat.fleet.verdict_cache import ProfileId, UnusableVerdict, load_verdict
 
-    now = time.time()
+    wanted: ProfileId | None = None
+    if profile is not None:
+        from rocmseat.preflight.profile import load_profile
+
+        try:
+            loaded = load_profile(profile)
+        except ConfigError as exc:
+            # NPD reads stdout only: the line says why (stderr has it too)
+            click.echo(unusable_line(exc.message)[0])
+            raise
+        wanted = ProfileId(loaded.name, loaded.sha256 or "")
     try:
         verdict = load_verdict(
             resolve_state_dir(state_dir),
             resolve_sysfs_root(sysfs_root),
             max_age_s=max_age_s,
-            now_unix_s=now,
+            now_unix_s=time.time(),
+            profile=wanted,
         )
     except UnusableVerdict as exc:
         line, code = unusable_line(str(exc))
     else:
-        errored = any(f.family == "preflight" for f in verdict.findings)
-        absent = [] if errored else missing_families(families or (), verdict.families)
+        absent = [] if verdict.errored else missing_families(families or (), verdict.families)
         if absent:
             hint = " (add --hip to the periodic run)" if "hip" in absent else ""
             line, code = unusable_line(f"{absent[0]} was not in the cached run{hint}")
@@ -303,7 +347,6 @@ def _cached_npd(
                 gpus=verdict.gpus,
                 families=families,
                 strict=strict,
-                age_s=verdict.age_s(now),
             )
     click.echo(line)
     return code

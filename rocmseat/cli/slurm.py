@@ -47,18 +47,25 @@ def slurm() -> None:
     default=DEFAULT_BUDGET_S,
     show_default=True,
     metavar="SECONDS",
-    help="The longest a preflight run here may take (keep it under HealthCheckTimeout, 60 s).",
+    help="The longest the whole command may take: scontrol calls and a preflight run if one is "
+    "needed (keep it under HealthCheckTimeout, 60 s).",
 )
 @click.option(
     "--drain-on-unknown",
     is_flag=True,
     help="Also drain when the node could not be checked (default: leave it as it is).",
 )
-@click.option("--hip/--no-hip", default=False, help="Include the HIP probe if a run is needed.")
+@click.option(
+    "--hip/--no-hip",
+    default=False,
+    help="Include the HIP probe if a run is needed (it is, anyway, when rocmseat drained the "
+    "node for hip).",
+)
 @click.option(
     "--profile",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Expectations profile for a run (checks/*.toml).",
+    help="Expectations profile (checks/*.toml): the cached verdict must have been judged "
+    "against it, and a run uses it.",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be done; change nothing.")
 def health(  # noqa: PLR0917 (click passes every option)
@@ -74,8 +81,10 @@ def health(  # noqa: PLR0917 (click passes every option)
 ) -> int:
     """Drain this node on a failing preflight; resume it when rocmseat drained it and it passes.
 
-    For slurm.conf's HealthCheckProgram. Exit 0 pass, 1 a failing finding, 2 could not check
-    (Slurm ignores the exit code; the action is the point).
+    For slurm.conf's HealthCheckProgram. A node state or reason rocmseat did not set (an
+    administrator's DOWN, FAIL or DRAIN ...) is left alone. Exit 0 pass, 1 a failing finding,
+    2 could not check or could not tell Slurm (Slurm ignores the exit code; the action is the
+    point).
     """
     from rocmseat.fleet.slurm import health as run_health
 

@@ -5,6 +5,12 @@ plugin.go) trims the plugin's stdout, keeps the first `max_output_length` bytes 
 types/config.go) as the condition message, and reads exit 0 as OK, 1 as NonOK and anything else
 as Unknown (types/types.go). rocmseat's exit codes already follow that contract
 (docs/architecture.md, "Exit codes"); this module only builds the line. Pure.
+
+The line depends on the verdict only, never on the clock: with
+`enable_message_change_based_condition_update` (deploy/npd/), NPD updates a True condition, resets
+its transition time and emits an event whenever the message changes
+(pkg/custompluginmonitor/custom_plugin_monitor.go, generateStatus, scenario 4). A verdict's age in
+the line would do that every run and defeat duration-based remediation.
 """
 
 from __future__ import annotations
@@ -14,12 +20,9 @@ from typing import Protocol
 
 from rocmseat import exitcodes
 from rocmseat.findings import SEVERITY_ORDER, Finding, Severity, exit_code_for
+from rocmseat.fleet.verdict_cache import ALWAYS_FAMILIES
 
 MAX_OUTPUT_BYTES = 80
-# Findings about the inventory itself (a card that cannot be read, a GPU that is gone) and a run
-# that could not judge at all (no device, a bad profile) concern every family: an NPD rule for
-# links must not say "ok" about a GPU nobody could read.
-ALWAYS_FAMILIES = frozenset({"inventory", "preflight"})
 
 
 class _FindingLike(Protocol):
@@ -59,23 +62,21 @@ def npd_line(
     gpus: int,
     families: Collection[str] | None = None,
     strict: bool = False,
-    age_s: float | None = None,
 ) -> tuple[str, int]:
     """(line, exit code) for the findings of `families` (all when None).
 
     FAIL/UNKNOWN name the worst check and its subject, then how many more; OK counts the checks.
-    `age_s` is the age of a cached verdict, shown so a reader knows how old the answer is.
+    The same findings give the same line, whenever they are read (no age: see above).
     """
     chosen = select(findings, families)
-    age = "" if age_s is None else f" ({max(age_s, 0.0):.0f}s ago)"
     scope = "" if families is None else f" [{','.join(sorted(families))}]"
     if not chosen:
-        return fit(f"UNKNOWN: no findings{scope} to judge{age}"), exitcodes.CANNOT_CHECK
+        return fit(f"UNKNOWN: no findings{scope} to judge"), exitcodes.CANNOT_CHECK
     code = exit_code_for(chosen, strict=strict)
     if code == exitcodes.OK:
         warns = sum(f.severity == Severity.WARN for f in chosen)
         extra = f", {warns} warn" if warns else ""
-        return fit(f"OK{scope}: {gpus} GPUs, {len(chosen)} checks{extra}{age}"), code
+        return fit(f"OK{scope}: {gpus} GPUs, {len(chosen)} checks{extra}"), code
     if code == exitcodes.PROBLEM:
         wanted = {Severity.FAIL} if any(f.severity == Severity.FAIL for f in chosen) else {
             Severity.WARN  # --strict
@@ -92,7 +93,7 @@ def npd_line(
         # the run judged nothing (no device, a bad profile): its one-line reason is the news
         return fit(f"UNKNOWN: {first.message}"), code
     more = f" +{len(worst) - 1} more" if len(worst) > 1 else ""
-    return fit(f"{label} {first.check_id} {first.subject}{more}{age}"), code
+    return fit(f"{label} {first.check_id} {first.subject}{more}"), code
 
 
 def unusable_line(reason: str) -> tuple[str, int]:

@@ -1,21 +1,26 @@
 """Slurm's HealthCheckProgram over the node's preflight verdict: drain on a failure, resume only
-what rocmseat drained.
+what rocmseat drained, touch nothing else.
 
 slurm.conf(5), HealthCheckProgram: "Any action to be taken must be explicitly performed by the
 program (e.g. execute `scontrol update NodeName=foo State=drain Reason=...`)"; the program runs as
 root, with SLURMD_NODENAME set, and is killed after 60 s (`HealthCheckTimeout` from Slurm 23.11
-on). So `rocmseat slurm health`:
+on). So `rocmseat slurm health`, all of it within one budget (default 50 s):
 
 1. names the node as Slurm does: `--node`, else `SLURMD_NODENAME` (slurmd sets it), else the
    line of `scontrol -o show node` whose NodeName or NodeHostName is this host's name;
-2. reads the node's last full preflight verdict (fleet/verdict_cache.py) and, when it is missing
-   or older than `--max-age`, runs one full preflight in a child process bounded by the budget;
-3. drains on a failing finding, `Reason="rocmseat: <check> <subject>"`; resumes on a pass only a
-   node whose drain reason starts with `rocmseat:` (an administrator's drain stays, as LBNL
-   NHC only re-onlines nodes whose note starts with "NHC:", helpers/node-mark-online); an unknown
-   verdict changes nothing unless `--drain-on-unknown`.
+2. reads the node's state; a node whose state or reason rocmseat did not set (an administrator's
+   DOWN, FAIL, DRAIN, a reboot or power-save state, a maintenance reservation) is left alone:
+   no drain, no resume (LBNL NHC likewise only re-onlines nodes whose note starts with "NHC:",
+   helpers/node-mark-online);
+3. reads the node's last full preflight verdict (fleet/verdict_cache.py) and, when it is missing
+   or older than `--max-age`, runs one full preflight in a child process within what is left of
+   the budget;
+4. drains on a failing finding, `Reason="rocmseat: <check> <subject> [+N more] [<families>]"`;
+   resumes a node rocmseat drained only when the verdict covers every check family named in
+   that reason (a drain for hip.ipc is not cleared by a run that never probed HIP: unknown, the
+   drain stays); an unknown verdict changes nothing unless `--drain-on-unknown`.
 
-`decide` is pure; the scontrol calls go through rocmseat.runner.
+`decide` is pure; the scontrol calls go through rocmseat.runner, each bounded by what is left.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,22 +38,46 @@ from rocmseat import exitcodes
 from rocmseat.errors import RocmseatError
 from rocmseat.findings import SEVERITY_ORDER, Severity
 from rocmseat.fleet.npd import npd_line
-from rocmseat.fleet.verdict_cache import CachedFinding, UnusableVerdict, Verdict, load_verdict
-from rocmseat.runner import Runner, run
+from rocmseat.fleet.verdict_cache import (
+    CachedFinding,
+    ProfileId,
+    UnusableVerdict,
+    Verdict,
+    load_verdict,
+)
+from rocmseat.runner import Completed, Runner, run
 
 REASON_PREFIX = "rocmseat:"
 DEFAULT_MAX_AGE_S = 600.0  # two missed runs of the 5-minute preflight timer (docs/fleet.md)
-DEFAULT_BUDGET_S = 50.0  # inside Slurm's 60 s HealthCheckTimeout, with room for scontrol
-SCONTROL_TIMEOUT_S = 10.0
+# The whole command, scontrol calls and a preflight run included, inside Slurm's 60 s
+# HealthCheckTimeout with room for the interpreter's start (docs/fleet.md, "Slurm")
+DEFAULT_BUDGET_S = 50.0
+SCONTROL_TIMEOUT_S = 10.0  # the most one scontrol call may take
+CALL_RESERVE_S = 5.0  # kept back for each scontrol call still to come
+MIN_CALL_S = 0.5
+MIN_PREFLIGHT_S = 2.0
 MAX_REASON = 120
 # Slurm node names: hostname-like (slurm.conf NodeName); refuse anything else before it reaches
 # an argv
 _NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _FIELD_RE = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_]*)=")
+# what a reason rocmseat writes may hold: check ids, PCI addresses, counts, the family tag
+_REASON_UNSAFE_RE = re.compile(r"[^A-Za-z0-9 .:+_,/-]")
+_FAMILIES_TAG_RE = re.compile(r" \[([a-z,]*)\]$")
+_LEGACY_REASON_RE = re.compile(r"^rocmseat: (?:unknown )?([a-z0-9_]+)(?:\.[a-z0-9_]+)+ \S+$")
+
+# Node states (slurm.h NODE_STATE_*, printed by node_state_string_complete as BASE+FLAG+...):
+# the ones a healthy node in service has. Anything else (DOWN, FUTURE, FAIL, MAINT, REBOOT_*,
+# POWER*, INVALID_REG, flags of a newer release) is someone else's: rocmseat leaves it alone.
+_IN_SERVICE_BASES = frozenset({"IDLE", "ALLOCATED", "ALLOC", "MIXED", "MIX", "COMPLETING",
+                               "UNKNOWN"})
+_BENIGN_FLAGS = frozenset({"NOT_RESPONDING", "COMPLETING", "RESERVED", "PLANNED", "CLOUD",
+                           "DYNAMIC_NORM"})
+DRAIN_FLAG = "DRAIN"
 
 
 class SlurmError(RocmseatError):
-    """Slurm could not be asked or told (scontrol failed): could not act, exit 2."""
+    """Slurm could not be asked or told (scontrol failed or timed out): could not act, exit 2."""
 
     exit_code = exitcodes.CANNOT_CHECK
 
@@ -57,16 +86,45 @@ class SlurmError(RocmseatError):
 class NodeState:
     name: str
     hostname: str | None
-    state: str  # "IDLE+DRAIN", "DRAINED", "MIXED" ...
+    state: str  # "IDLE+DRAIN", "DOWN", "IDLE+FAIL", "MIXED" ...
     reason: str | None  # as set, without scontrol's " [user@time]" suffix
 
     @property
+    def base(self) -> str:
+        tokens = self.state.upper().split("+")
+        # older spellings of a drained node's base state (sinfo's, some scontrol versions)
+        return {"DRAINED": "IDLE", "DRAINING": "ALLOCATED"}.get(tokens[0], tokens[0])
+
+    @property
+    def flags(self) -> frozenset[str]:
+        tokens = self.state.upper().split("+")
+        extra = {DRAIN_FLAG} if tokens[0] in ("DRAINED", "DRAINING") else set()
+        return frozenset(t for t in tokens[1:] if t) | extra
+
+    @property
     def drained(self) -> bool:
-        return "DRAIN" in self.state.upper()
+        return DRAIN_FLAG in self.flags
+
+    @property
+    def ours(self) -> bool:
+        return (self.reason or "").startswith(REASON_PREFIX)
+
+    def foreign(self) -> str | None:
+        """Why rocmseat must leave this node alone (words for the log), or None."""
+        if self.base not in _IN_SERVICE_BASES:
+            return f"State={self.state}" + (f" Reason={self.reason}" if self.reason else "")
+        odd = sorted(self.flags - _BENIGN_FLAGS - {DRAIN_FLAG})
+        if odd:
+            return f"State={self.state}" + (f" Reason={self.reason}" if self.reason else "")
+        if self.reason is not None and not self.ours:
+            return f"State={self.state} Reason={self.reason}"
+        if self.drained and not self.ours:
+            return f"State={self.state} with no reason"
+        return None
 
     @property
     def drained_by_rocmseat(self) -> bool:
-        return self.drained and (self.reason or "").startswith(REASON_PREFIX)
+        return self.drained and self.ours and self.foreign() is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +132,9 @@ class Action:
     kind: str  # "drain", "resume" or "none"
     reason: str | None  # the drain reason
     why: str  # one line for the log
+    # the verdict cannot tell whether the drain's cause is gone (it did not run that family):
+    # the run is "could not check" (exit 2) and the drain stays
+    unknown: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +144,18 @@ class Outcome:
     verdict_code: int
     action: Action
     applied: bool
+
+
+class Deadline:
+    """What is left of the command's budget (a monotonic clock, injectable)."""
+
+    def __init__(self, budget_s: float, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.budget_s = budget_s
+        self._monotonic = monotonic
+        self._end = monotonic() + budget_s
+
+    def remaining(self) -> float:
+        return self._end - self._monotonic()
 
 
 def parse_node_line(line: str) -> NodeState:
@@ -104,7 +177,7 @@ def parse_node_line(line: str) -> NodeState:
         fields.setdefault(key, line[match.end() : end].strip())
     name = fields.get("NodeName")
     state = fields.get("State")
-    if not name or state is None:
+    if not name or not state:
         raise SlurmError(f"scontrol printed no NodeName/State: {line[:120]!r}")
     reason = fields.get("Reason")
     if reason is not None:
@@ -125,12 +198,32 @@ def valid_node_name(name: str) -> bool:
     return _NODE_NAME_RE.fullmatch(name) is not None
 
 
+def _scontrol(
+    argv: list[str], *, runner: Runner, deadline: Deadline | None, keep_s: float = 0.0
+) -> Completed:
+    """One scontrol call within what is left of the budget (less `keep_s` for later calls)."""
+    shown = " ".join(argv[:4] if argv[1:2] == ["update"] else argv)  # never the reason text
+    timeout = SCONTROL_TIMEOUT_S
+    if deadline is not None:
+        timeout = min(timeout, deadline.remaining() - keep_s)
+        if timeout < MIN_CALL_S:
+            raise SlurmError(f"{shown}: no time left within the {deadline.budget_s:g}s budget")
+    done = runner(argv, timeout_s=timeout)
+    if done.timed_out:
+        raise SlurmError(f"{shown}: timed out after {timeout:.3g}s (slurmctld not answering?)")
+    if not done.ok:
+        raise SlurmError(f"{shown}: {_tail(done.stderr or done.stdout)}")
+    return done
+
+
 def resolve_node_name(
     explicit: str | None,
     env: Mapping[str, str],
     *,
     runner: Runner = run,
     hostnames: Sequence[str] | None = None,
+    deadline: Deadline | None = None,
+    keep_s: float = 0.0,
 ) -> str:
     """This host's Slurm node name: --node, SLURMD_NODENAME, else scontrol's node list."""
     for source, value in (("--node", explicit), ("SLURMD_NODENAME", env.get("SLURMD_NODENAME"))):
@@ -139,9 +232,8 @@ def resolve_node_name(
                 raise SlurmError(f"{source} {value!r}: not a Slurm node name")
             return value
     names = list(hostnames) if hostnames is not None else _hostnames()
-    done = runner(["scontrol", "-o", "show", "node"], timeout_s=SCONTROL_TIMEOUT_S)
-    if not done.ok:
-        raise SlurmError(f"scontrol -o show node: {_tail(done.stderr or done.stdout)}")
+    done = _scontrol(["scontrol", "-o", "show", "node"], runner=runner, deadline=deadline,
+                     keep_s=keep_s)
     for node in parse_nodes(done.stdout):
         if node.name in names or (node.hostname or "") in names:
             return node.name
@@ -157,10 +249,15 @@ def _hostnames() -> list[str]:
     return list(dict.fromkeys([full, full.split(".", 1)[0]]))
 
 
-def node_state(name: str, *, runner: Runner = run) -> NodeState:
-    done = runner(["scontrol", "-o", "show", "node", name], timeout_s=SCONTROL_TIMEOUT_S)
-    if not done.ok:
-        raise SlurmError(f"scontrol -o show node {name}: {_tail(done.stderr or done.stdout)}")
+def node_state(
+    name: str,
+    *,
+    runner: Runner = run,
+    deadline: Deadline | None = None,
+    keep_s: float = 0.0,
+) -> NodeState:
+    done = _scontrol(["scontrol", "-o", "show", "node", name], runner=runner,
+                     deadline=deadline, keep_s=keep_s)
     nodes = [n for n in parse_nodes(done.stdout) if n.name == name]
     if not nodes:
         raise SlurmError(f"scontrol -o show node {name}: no such node in its answer")
@@ -172,18 +269,44 @@ def _tail(text: str) -> str:
     return lines[-1][:200] if lines else "(no output)"
 
 
-def drain_reason(findings: Sequence[CachedFinding], severity: Severity) -> str:
-    """`rocmseat: <check> <subject>` of the first finding of `severity` (+N more)."""
+def reason_families(reason: str | None) -> frozenset[str] | None:
+    """The check families a rocmseat drain reason names; None when it cannot tell. Pure.
+
+    Written as `rocmseat: <check> <subject> [+N more] [fam,fam]`; an older reason without the
+    tag names one family only when it names one finding.
+    """
+    if reason is None or not reason.startswith(REASON_PREFIX):
+        return None
+    tagged = _FAMILIES_TAG_RE.search(reason)
+    if tagged:
+        return frozenset(f for f in tagged.group(1).split(",") if f)
+    legacy = _LEGACY_REASON_RE.fullmatch(reason)
+    return frozenset({legacy.group(1)}) if legacy else None
+
+
+def drain_reason(
+    findings: Sequence[CachedFinding], severity: Severity, *, carried: Collection[str] = ()
+) -> str:
+    """`rocmseat: <check> <subject> [+N more] [families]` for the findings of `severity`.
+
+    The tag lists the family of every such finding and `carried` (causes of an earlier drain
+    this verdict did not re-check), so a later pass resumes only when it covers them all.
+    """
     chosen = sorted(
         (f for f in findings if f.severity == severity),
         key=lambda f: (-SEVERITY_ORDER[f.severity], f.check_id, f.subject),
     )
-    if not chosen:
-        return f"{REASON_PREFIX} preflight {severity.value}"
-    first = chosen[0]
     word = "" if severity == Severity.FAIL else f"{severity.value} "
-    more = f" +{len(chosen) - 1} more" if len(chosen) > 1 else ""
-    return f"{REASON_PREFIX} {word}{first.check_id} {first.subject}{more}"[:MAX_REASON]
+    families = sorted({f.family for f in chosen} | set(carried))
+    tag = f" [{','.join(families)}]"
+    if chosen:
+        first = chosen[0]
+        more = f" +{len(chosen) - 1} more" if len(chosen) > 1 else ""
+        head = f"{REASON_PREFIX} {word}{first.check_id} {first.subject}{more}"
+    else:
+        head = f"{REASON_PREFIX} preflight {severity.value}"
+    head = _REASON_UNSAFE_RE.sub("?", head)
+    return head[: MAX_REASON - len(tag)].rstrip() + tag
 
 
 def decide(
@@ -191,38 +314,60 @@ def decide(
     findings: Sequence[CachedFinding],
     node: NodeState,
     *,
+    covered: Collection[str] | None = None,
     drain_on_unknown: bool = False,
     unknown_reason: str | None = None,
 ) -> Action:
-    """What to tell Slurm, from the verdict's exit code and the node's state. Pure."""
+    """What to tell Slurm, from the verdict's exit code, the families it covers and the node's
+    state. Pure."""
+    foreign = node.foreign()
+    if foreign is not None:
+        return Action("none", None, f"left alone: {foreign} was not set by rocmseat")
+    ours = node.drained_by_rocmseat
+    causes = reason_families(node.reason) if ours else frozenset()
+    checked = frozenset(covered or ())
+    carried = sorted((causes or frozenset()) - checked)
     if code == exitcodes.PROBLEM:
-        reason = drain_reason(findings, Severity.FAIL)
-        return _drain(node, reason)
+        if ours and causes is None:
+            return Action("none", node.reason, f"already drained ({node.reason})")
+        return _drain(node, drain_reason(findings, Severity.FAIL, carried=carried))
     if code == exitcodes.OK:
-        if node.drained_by_rocmseat:
-            return Action("resume", None, f"resumed (it was drained: {node.reason})")
-        if node.drained:
-            return Action("none", None, f"left drained: not rocmseat's reason ({node.reason})")
-        return Action("none", None, "nothing to do")
+        if not ours:
+            return Action("none", None, "nothing to do")
+        if causes is None:
+            return Action("none", node.reason,
+                          f"left drained ({node.reason}): cannot tell which checks drained it; "
+                          "resume it by hand",
+                          unknown="cannot tell which checks drained the node")
+        if carried:
+            hint = " (add --hip to the periodic run)" if "hip" in carried else ""
+            return Action("none", node.reason, f"left drained ({node.reason})",
+                          unknown=f"this verdict did not check {','.join(carried)}, which "
+                                  f"drained the node{hint}")
+        return Action("resume", None, f"resumed (it was drained: {node.reason})")
     if not drain_on_unknown:
         return Action("none", None, "could not check: left as it is")
-    reason = (
-        drain_reason(findings, Severity.UNKNOWN)
-        if findings
-        else f"{REASON_PREFIX} unknown {unknown_reason or 'verdict'}"[:MAX_REASON]
-    )
+    if ours and causes is None:
+        return Action("none", node.reason, f"already drained ({node.reason})")
+    unknown = [f for f in findings if f.severity == Severity.UNKNOWN]
+    if unknown:
+        reason = drain_reason(findings, Severity.UNKNOWN, carried=carried)
+    else:
+        what = _REASON_UNSAFE_RE.sub("?", unknown_reason or "verdict")
+        tag = f" [{','.join(carried)}]"
+        reason = f"{REASON_PREFIX} unknown {what}"[: MAX_REASON - len(tag)] + tag
     return _drain(node, reason)
 
 
 def _drain(node: NodeState, reason: str) -> Action:
-    if node.drained and not node.drained_by_rocmseat:
-        return Action("none", None, f"already drained by someone else ({node.reason}): left so")
     if node.drained and node.reason == reason:
         return Action("none", reason, f"already drained ({reason})")
     return Action("drain", reason, f"drained ({reason})")
 
 
-def apply(action: Action, name: str, *, runner: Runner = run) -> None:
+def apply(
+    action: Action, name: str, *, runner: Runner = run, deadline: Deadline | None = None
+) -> None:
     if action.kind == "none":
         return
     argv = ["scontrol", "update", f"NodeName={name}"]
@@ -230,9 +375,7 @@ def apply(action: Action, name: str, *, runner: Runner = run) -> None:
         argv += ["State=DRAIN", f"Reason={action.reason}"]
     else:
         argv += ["State=RESUME"]
-    done = runner(argv, timeout_s=SCONTROL_TIMEOUT_S)
-    if not done.ok:
-        raise SlurmError(f"{' '.join(argv[:4])}: {_tail(done.stderr or done.stdout)}")
+    _scontrol(argv, runner=runner, deadline=deadline)
 
 
 def preflight_argv(
@@ -256,27 +399,32 @@ def obtain_verdict(
     budget_s: float,
     hip: bool = False,
     profile: Path | None = None,
+    profile_id: ProfileId | None = None,
     runner: Runner = run,
     clock: Callable[[], float] = time.time,
-) -> tuple[Verdict | None, str]:
-    """(verdict, how it was had) or (None, why there is none)."""
+) -> tuple[Verdict | None, str, bool]:
+    """(verdict, how it was had, whether a preflight ran) or (None, why there is none, ran).
+    A run gets `budget_s`."""
+
+    def load() -> Verdict:
+        return load_verdict(state_dir, sysfs_root, max_age_s=max_age_s, now_unix_s=clock(),
+                            profile=profile_id)
+
     try:
-        return load_verdict(state_dir, sysfs_root, max_age_s=max_age_s, now_unix_s=clock()), (
-            "cached"
-        )
+        return load(), "cached", False
     except UnusableVerdict as exc:
         first = str(exc)
+    if budget_s < MIN_PREFLIGHT_S:
+        return None, f"{first}; no time left for a preflight within the budget", False
     done = runner(preflight_argv(sysfs_root, state_dir, hip=hip, profile=profile),
                   timeout_s=budget_s)
     if done.timed_out:
-        return None, f"preflight did not finish within {budget_s:g}s"
+        return None, f"preflight did not finish within {budget_s:.3g}s", True
     try:
-        return load_verdict(state_dir, sysfs_root, max_age_s=max_age_s, now_unix_s=clock()), (
-            "ran a full preflight"
-        )
+        return load(), "ran a full preflight", True
     except UnusableVerdict as exc:
         said = _tail(done.stderr) if done.stderr.strip() else str(exc)
-        return None, f"{first}; preflight exited {done.returncode}: {said}"
+        return None, f"{first}; preflight exited {done.returncode}: {said}", True
 
 
 def health(
@@ -293,21 +441,44 @@ def health(
     env: Mapping[str, str] | None = None,
     runner: Runner = run,
     clock: Callable[[], float] = time.time,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> Outcome:
-    name = resolve_node_name(node, os.environ if env is None else env, runner=runner)
-    verdict, how = obtain_verdict(
-        sysfs_root, state_dir, max_age_s=max_age_s, budget_s=budget_s, hip=hip,
-        profile=profile, runner=runner, clock=clock,
+    """The whole health check within `budget_s`: name, state, verdict, action."""
+    deadline = Deadline(budget_s, monotonic)
+    profile_id = None
+    if profile is not None:
+        from rocmseat.preflight.profile import load_profile
+
+        loaded = load_profile(profile)  # a bad profile: ConfigError, one line, exit 2
+        profile_id = ProfileId(loaded.name, loaded.sha256 or "")
+    # each call before the preflight keeps room for the two after it (re-read, update)
+    name = resolve_node_name(node, os.environ if env is None else env, runner=runner,
+                             deadline=deadline, keep_s=2 * CALL_RESERVE_S)
+    state = node_state(name, runner=runner, deadline=deadline, keep_s=2 * CALL_RESERVE_S)
+    causes = reason_families(state.reason) if state.drained_by_rocmseat else None
+    verdict, how, ran = obtain_verdict(
+        sysfs_root, state_dir, max_age_s=max_age_s,
+        budget_s=deadline.remaining() - 2 * CALL_RESERVE_S,
+        # a node drained for HIP is only cleared by a run that probed HIP
+        hip=hip or "hip" in (causes or ()), profile=profile, profile_id=profile_id,
+        runner=runner, clock=clock,
     )
+    if ran:
+        # the run took a while: act on the node as it is now (an administrator may have
+        # stepped in meanwhile)
+        state = node_state(name, runner=runner, deadline=deadline, keep_s=CALL_RESERVE_S)
     if verdict is None:
         findings: tuple[CachedFinding, ...] = ()
         line, code = f"UNKNOWN: {how}", exitcodes.CANNOT_CHECK
     else:
         findings = verdict.findings
-        line, code = npd_line(findings, gpus=verdict.gpus, age_s=verdict.age_s(clock()))
-    state = node_state(name, runner=runner)
-    action = decide(code, findings, state, drain_on_unknown=drain_on_unknown,
+        line, code = npd_line(findings, gpus=verdict.gpus)
+        line += f" ({max(verdict.age_s(clock()), 0.0):.0f}s ago)"
+    action = decide(code, findings, state, covered=verdict.covered if verdict else None,
+                    drain_on_unknown=drain_on_unknown,
                     unknown_reason=None if verdict else "no verdict")
+    if action.unknown is not None:
+        line, code = f"UNKNOWN: {action.unknown}", exitcodes.CANNOT_CHECK
     if not dry_run:
-        apply(action, name, runner=runner)
+        apply(action, name, runner=runner, deadline=deadline)
     return Outcome(name, line, code, action, applied=not dry_run and action.kind != "none")

@@ -9,8 +9,13 @@ it did not run.
 
 `<state dir>/preflight/verdict.json`, schema `rocmseat.verdict/v1`. The file is input like any
 other (docs/architecture.md, "Hostile input"): read as a regular file with a size cap, every field
-type-checked, strings limited to printable text; anything else is an unusable verdict, which the
-readers turn into "unknown", never "ok".
+type-checked, every number bounded, strings limited to printable text; anything else is an
+unusable verdict, which the readers turn into "unknown", never "ok". A verdict is this node's
+only if it was taken on the same sysfs root, on this host (`host`) in this boot (`boot_id`,
+rocmseat.sysfs.host), against the same expectations profile (`profile`, `profile_sha256`) when
+the reader names one, and is recent. The reasons are stable texts (no ages, no clock values):
+node-problem-detector turns every change of a message into a condition update and an event
+(docs/fleet.md, "Node checks").
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,12 +32,30 @@ from rocmseat.atomic import atomic_write_json
 from rocmseat.errors import ReadError
 from rocmseat.findings import Finding, Severity, exit_code_for
 from rocmseat.safeio import read_regular_text
+from rocmseat.sysfs.fs import default_proc_root
+from rocmseat.sysfs.host import NO_PROC, BootIdentity, read_boot_identity
 
 SCHEMA = "rocmseat.verdict/v1"
 LIMIT_BYTES = 4 << 20  # 16 GPUs give ~60 KiB; a larger file is not one rocmseat wrote
 MAX_FUTURE_S = 300.0  # a verdict from the future (clock stepped back) is not trusted
+# Unix seconds up to the year 2286: every number read from the file is bounded before use
+# (a forged 10**400 must be "unusable", never an OverflowError)
+MAX_UNIX_S = 10_000_000_000
+MAX_GPUS = 4096
+MAX_FINDINGS = 100_000
+# Findings about the inventory itself (a card nobody could read, a GPU that is gone) and a run
+# that could not judge at all (no device, a bad profile) concern every family: a reader asking
+# about links must not hear "ok" about a GPU nobody could read.
+ALWAYS_FAMILIES = frozenset({"inventory", "preflight"})
+# Every full run has these (docs/preflight.md, "Checks"); a verdict without them is not a full
+# run's, whatever it says (a forged `"families": []` must never read as a pass)
+FULL_RUN_FAMILIES = frozenset({"pcie", "aer", "numa"})
+ERROR_CHECK = "preflight.error"
 _CHECK_ID_RE = re.compile(r"^[a-z0-9_]+(?:\.[a-z0-9_]+){0,5}$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_BOOT_ID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_HOST_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _MAX_TEXT = 1000
 
 
@@ -56,6 +79,19 @@ class Verdict:
     gpus: int
     findings: tuple[CachedFinding, ...]
     profile: str | None = None
+    profile_sha256: str | None = None  # of the profile file's bytes
+    boot_id: str | None = None  # None: taken on a tree with no proc root (a fixture)
+    host: str | None = None
+
+    @property
+    def errored(self) -> bool:
+        """The run judged nothing (no device, a bad profile): its one finding says why."""
+        return any(f.check_id == ERROR_CHECK for f in self.findings)
+
+    @property
+    def covered(self) -> frozenset[str]:
+        """The families this verdict speaks for (what ran, and the inventory's)."""
+        return frozenset(self.families) | ALWAYS_FAMILIES
 
     def age_s(self, now_unix_s: float) -> float:
         return now_unix_s - self.written_at_unix_s
@@ -87,7 +123,10 @@ def make_verdict(
     gpus: int,
     now_unix_s: float,
     profile: str | None = None,
+    profile_sha256: str | None = None,
+    identity: BootIdentity | None = None,
 ) -> Verdict:
+    boot = identity or NO_PROC
     return Verdict(
         written_at_unix_s=now_unix_s,
         sysfs_root=root_key(sysfs_root),
@@ -97,7 +136,10 @@ def make_verdict(
             CachedFinding(f.check_id, f.severity, _clean(f.subject), _clean(f.message))
             for f in findings
         ),
-        profile=profile,
+        profile=None if profile is None else _clean(profile),
+        profile_sha256=profile_sha256,
+        boot_id=boot.boot_id,
+        host=boot.host,
     )
 
 
@@ -114,6 +156,9 @@ def to_json(verdict: Verdict) -> dict[str, Any]:
         "families": list(verdict.families),
         "gpus": verdict.gpus,
         "profile": verdict.profile,
+        "profile_sha256": verdict.profile_sha256,
+        "boot_id": verdict.boot_id,
+        "host": verdict.host,
         "exit_code": verdict.exit_code(),
         "findings": [
             {
@@ -141,12 +186,29 @@ class UnusableVerdict(ValueError):
     """The cached verdict is missing, foreign, torn, stale or from another sysfs root."""
 
 
-def load_verdict(
-    state_dir: Path, sysfs_root: Path, *, max_age_s: float, now_unix_s: float
-) -> Verdict:
-    """The cached verdict, if it is rocmseat's, for this root, and at most `max_age_s` old.
+@dataclass(frozen=True, slots=True)
+class ProfileId:
+    """The expectations profile a reader wants the verdict judged against."""
 
-    Raises UnusableVerdict with a short reason (it ends up in an 80-byte NPD line).
+    name: str
+    sha256: str
+
+
+def load_verdict(
+    state_dir: Path,
+    sysfs_root: Path,
+    *,
+    max_age_s: float,
+    now_unix_s: float,
+    identity: BootIdentity | None = None,
+    profile: ProfileId | None = None,
+) -> Verdict:
+    """The cached verdict, if it is rocmseat's, for this root, host and boot, and at most
+    `max_age_s` old; with `profile`, judged against that profile.
+
+    `identity` is this boot's (rocmseat.sysfs.host); None reads it under the default proc root
+    of `sysfs_root`. Raises UnusableVerdict with a short, stable reason (it ends up in an 80-byte
+    NPD line, whose every change is an event).
     """
     path = verdict_path(state_dir)
     try:
@@ -158,12 +220,32 @@ def load_verdict(
     verdict = parse_verdict(text)
     if verdict.sysfs_root != root_key(sysfs_root):
         raise UnusableVerdict(f"cached verdict is for another sysfs root ({verdict.sysfs_root})")
+    here = identity if identity is not None else read_boot_identity(default_proc_root(sysfs_root))
+    check_identity(verdict, here)
     age = verdict.age_s(now_unix_s)
     if age < -MAX_FUTURE_S:
-        raise UnusableVerdict(f"cached verdict is dated {-age:.0f}s in the future")
+        raise UnusableVerdict("cached verdict is dated in the future (clock stepped back?)")
     if age > max_age_s:
-        raise UnusableVerdict(f"cached verdict is {age:.0f}s old (max {max_age_s:g}s)")
+        raise UnusableVerdict(f"cached verdict is older than {max_age_s:g}s")
+    if profile is not None and not verdict.errored:
+        if verdict.profile is None:
+            raise UnusableVerdict(f"cached run had no profile (want {profile.name})")
+        if (verdict.profile, verdict.profile_sha256) != (profile.name, profile.sha256):
+            raise UnusableVerdict(f"cached run used another profile ({verdict.profile})")
     return verdict
+
+
+def check_identity(verdict: Verdict, here: BootIdentity) -> None:
+    """UnusableVerdict unless the verdict was taken on this host, in this boot. Pure."""
+    if here.error is not None:
+        raise UnusableVerdict(f"cannot tell this boot: {here.error}")
+    if verdict.host != here.host:
+        raise UnusableVerdict(f"cached verdict is from another host ({verdict.host or 'unnamed'})")
+    if verdict.boot_id != here.boot_id:
+        raise UnusableVerdict(
+            "cached verdict is from another boot" if verdict.boot_id else
+            "cached verdict records no boot id"
+        )
 
 
 def parse_verdict(text: str) -> Verdict:
@@ -175,37 +257,73 @@ def parse_verdict(text: str) -> Verdict:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UnusableVerdict(f"cached verdict is not a {SCHEMA} file")
     written: Any = data.get("written_at_unix_s")
-    if not _number(written) or written < 0:
+    if not _bounded(written, 0, MAX_UNIX_S):
         raise UnusableVerdict("cached verdict has no valid written_at_unix_s")
     root = data.get("sysfs_root")
     families = data.get("families")
     gpus = data.get("gpus")
-    profile = data.get("profile")
-    if not isinstance(root, str) or _CONTROL_RE.search(root):
+    if not isinstance(root, str) or len(root) > 4096 or _CONTROL_RE.search(root):
         raise UnusableVerdict("cached verdict has no valid sysfs_root")
-    if not isinstance(families, list) or not all(
+    if not isinstance(families, list) or len(families) > 32 or not all(
         isinstance(f, str) and re.fullmatch(r"[a-z]{1,16}", f) for f in families
     ):
         raise UnusableVerdict("cached verdict has no valid families")
-    if not isinstance(gpus, int) or isinstance(gpus, bool) or not 0 <= gpus <= 4096:
+    if not isinstance(gpus, int) or not _bounded(gpus, 0, MAX_GPUS):
         raise UnusableVerdict("cached verdict has no valid gpus count")
-    if profile is not None and (not isinstance(profile, str) or _CONTROL_RE.search(profile)):
-        raise UnusableVerdict("cached verdict has an invalid profile name")
+    profile = _optional(data, "profile", lambda v: not _CONTROL_RE.search(v))
+    digest = _optional(data, "profile_sha256", _SHA256_RE.fullmatch)
+    boot_id = _optional(data, "boot_id", _BOOT_ID_RE.fullmatch)
+    host = _optional(data, "host", _HOST_RE.fullmatch)
     raw_findings = data.get("findings")
-    if not isinstance(raw_findings, list):
+    if not isinstance(raw_findings, list) or len(raw_findings) > MAX_FINDINGS:
         raise UnusableVerdict("cached verdict has no findings list")
     findings = tuple(_finding(item, index) for index, item in enumerate(raw_findings))
-    return Verdict(float(written), root, tuple(families), gpus, findings, profile)
+    verdict = Verdict(float(written), root, tuple(families), gpus, findings, profile,
+                      digest, boot_id, host)
+    _check_consistent(verdict)
+    return verdict
+
+
+def _check_consistent(verdict: Verdict) -> None:
+    """A verdict says what a full run says: the full run's families, a GPU, findings only of
+    families that ran; or one `preflight.error` finding (the run judged nothing)."""
+    if verdict.errored:
+        if len(verdict.findings) != 1 or verdict.findings[0].severity != Severity.UNKNOWN:
+            raise UnusableVerdict("cached verdict mixes preflight.error with other findings")
+        return
+    missing = sorted(FULL_RUN_FAMILIES - set(verdict.families))
+    if missing:
+        raise UnusableVerdict(f"cached verdict is not a full run's (no {missing[0]})")
+    if verdict.gpus < 1:
+        raise UnusableVerdict("cached verdict of a full run counts no GPU")
+    if not verdict.findings:
+        raise UnusableVerdict("cached verdict of a full run has no findings")
+    stray = sorted({f.family for f in verdict.findings} - verdict.covered)
+    if stray:
+        raise UnusableVerdict(f"cached verdict has {stray[0]} findings, yet {stray[0]} did not run")
+
+
+def _optional(data: dict[str, Any], key: str, valid: Callable[[str], object]) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > _MAX_TEXT or not valid(value):
+        raise UnusableVerdict(f"cached verdict has an invalid {key}")
+    return value
 
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name}")
 
 
-def _number(value: Any) -> bool:
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    )
+def _bounded(value: Any, low: float, high: float) -> bool:
+    """A finite number within [low, high]; ints are compared as ints (never converted to a
+    float, which overflows past 1e308)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return low <= value <= high
+    return isinstance(value, float) and math.isfinite(value) and low <= value <= high
 
 
 def _finding(item: Any, index: int) -> CachedFinding:

@@ -81,6 +81,10 @@ class Inventory:
     other_cards: tuple[str, ...]  # DRM cards that are not AMD GPUs ("card0 1a03:2000 ast")
     problems: tuple[str, ...]  # cards that could not be read (one line each)
     cpu_errors: tuple[str, ...] = ()
+    # GPUs KFD lists (class/kfd topology) that no DRM card shows: the card is gone, the GPU
+    # cannot be judged, and a run must say so rather than count the GPUs it could see
+    kfd_only: tuple[str, ...] = ()
+    kfd_errors: tuple[str, ...] = ()  # KFD topology files that could not be read
 
     @property
     def multi_socket(self) -> bool:
@@ -94,15 +98,18 @@ def read_inventory(sysfs_root: Path) -> Inventory:
     """Every amdgpu card under `sysfs_root/class/drm`, keyed by PCI address (never card index)."""
     numa_nodes = read_numa_nodes(sysfs_root)
     topology = read_cpu_topology(sysfs_root)
-    gfx = read_kfd_topology(sysfs_root).as_dict()
+    kfd = read_kfd_topology(sysfs_root)
+    gfx = kfd.as_dict()
     gpus: dict[str, Gpu] = {}
     others: list[str] = []
     problems: list[str] = []
+    seen: set[str] = set()  # functions a DRM card points at, GPU or not
     for card in list_cards(sysfs_root):
         if card.device_dir is None:
             problems.append(f"{card.name}: {card.error or 'no device link'}")
             continue
         device = read_pci_device(card.device_dir)
+        seen.add(device.address)
         amdgpu = read_amdgpu(card.device_dir)
         identity = _identity_errors(device, amdgpu)
         known_gpu = amdgpu.driver == "amdgpu" or device.address in gfx
@@ -146,6 +153,8 @@ def read_inventory(sysfs_root: Path) -> Inventory:
         other_cards=tuple(others),
         problems=tuple(problems),
         cpu_errors=topology.errors,
+        kfd_only=tuple(sorted(set(gfx) - set(gpus) - set(seen))),
+        kfd_errors=kfd.errors,
     )
 
 

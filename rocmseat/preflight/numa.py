@@ -49,6 +49,23 @@ def judge_locality(gpu: Gpu, inventory: Inventory) -> list[Finding]:
                 {**data, "errors": errors},
             )
         ]
+    host_nodes = sorted(n.node_id for n in inventory.numa_nodes)
+    if gpu.numa_node is not None and gpu.numa_node not in host_nodes:
+        # numa_node names a node the host does not have (a firmware _PXM out of range, or a
+        # broken tree): whatever socket was inferred around it is not to be trusted
+        nodes = ", ".join(str(n) for n in host_nodes) or "none"
+        socket = "unknown" if gpu.socket is None else str(gpu.socket)
+        return [
+            Finding(
+                "numa.unknown",
+                Severity.UNKNOWN,
+                subject,
+                f"numa_node {gpu.numa_node} is not a NUMA node of this host (nodes: {nodes}); "
+                f"socket {socket} ({gpu.socket_source})",
+                "check the BIOS's PCI proximity (ACPI _PXM) and devices/system/node in the tree",
+                {**data, "host_numa_nodes": host_nodes},
+            )
+        ]
     if gpu.numa_node_raw == -1 and inventory.multi_socket:
         if gpu.socket is None:
             text = f"socket unknown ({gpu.socket_source}); the GPU cannot be paired"

@@ -15,6 +15,7 @@ and the AER thresholds. Loading fails with a ConfigError naming the file, the li
 
 from __future__ import annotations
 
+import hashlib
 import re
 import tomllib
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ class Profile:
     gpus: tuple[ExpectedGpu, ...]
     pairs: tuple[tuple[str, str], ...]
     thresholds: AerThresholds
+    sha256: str | None = None  # of the file's bytes: a cached verdict names the profile it used
 
     def expected_link(self, address: str) -> tuple[float, int] | None:
         gpu = next((g for g in self.gpus if g.pci_address == address), None)
@@ -135,6 +137,7 @@ def load_profile(path: Path) -> Profile:
         gpus=_gpus(data.get("gpu", []), where),
         pairs=_pairs(data.get("pair", []), where),
         thresholds=_thresholds(data.get("thresholds", {}), where),
+        sha256=hashlib.sha256(raw).hexdigest(),
     )
 
 

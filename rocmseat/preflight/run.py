@@ -19,11 +19,12 @@ from rocmseat.errors import ConfigError, NoDeviceError
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Gpu, Inventory, read_inventory
 from rocmseat.preflight.aer import AerThresholds, judge_aer, snapshot
-from rocmseat.preflight.aer_state import load_baseline, save_baseline
+from rocmseat.preflight.aer_state import load_baseline, save_baseline, scope_for
 from rocmseat.preflight.link import judge_dpm, judge_link
 from rocmseat.preflight.numa import judge_locality, judge_proposed, judge_requested
 from rocmseat.preflight.pairs import Pair, propose_pairs
-from rocmseat.sysfs.fs import is_live_root
+from rocmseat.sysfs.fs import default_proc_root, is_live_root
+from rocmseat.sysfs.host import NO_PROC, BootIdentity, read_boot_identity
 from rocmseat.sysfs.parse import normalize_pci_address
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ class PreflightReport:
     profile: str | None
     families: tuple[str, ...] = ()  # the families that ran
     full: bool = False  # every default family on every GPU: the node's verdict
+    profile_sha256: str | None = None
+    identity: BootIdentity = NO_PROC  # this boot (rocmseat.sysfs.host)
 
 
 def parse_pair(text: str) -> tuple[str, str]:
@@ -80,8 +83,13 @@ def preflight_report(
     sample_s: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
     now: Callable[[], str] = _now,
+    proc_root: Path | None = None,
 ) -> PreflightReport:
-    """Raises NoDeviceError when the root has no amdgpu device, ConfigError on a bad profile."""
+    """Raises NoDeviceError when the root has no amdgpu device, ConfigError on a bad profile.
+
+    `proc_root` is where this boot's id is read (None: the default for `sysfs_root`,
+    rocmseat.sysfs.fs.default_proc_root).
+    """
     loaded: Profile | None
     if isinstance(profile, Path):
         from rocmseat.preflight.profile import load_profile
@@ -115,6 +123,9 @@ def preflight_report(
         raise NoDeviceError(
             f"no amdgpu device under {sysfs_root / 'class' / 'drm'}{others}{problems}"
         )
+    identity = read_boot_identity(
+        proc_root if proc_root is not None else default_proc_root(sysfs_root)
+    )
     requested = tuple(pairs or ())
     if not requested and loaded is not None and "numa" in selected:
         requested = loaded.pairs
@@ -143,7 +154,8 @@ def preflight_report(
     window = None
     if "aer" in selected:
         aer_findings, window = _aer(
-            sysfs_root, state_dir, checked, thresholds, sample_s=sample_s, sleep=sleep, now=now
+            sysfs_root, state_dir, checked, thresholds, sample_s=sample_s, sleep=sleep, now=now,
+            scope=scope_for(pairs, families), identity=identity,
         )
         findings += aer_findings
     if "amdsmi" in selected:
@@ -163,6 +175,8 @@ def preflight_report(
         profile=loaded.name if loaded is not None else None,
         families=tuple(sorted(f for f in selected if f != "profile" or loaded is not None)),
         full=not families and not pairs,
+        profile_sha256=loaded.sha256 if loaded is not None else None,
+        identity=identity,
     )
 
 
@@ -206,6 +220,8 @@ def _inventory_findings(inventory: Inventory, wanted: set[str], live: bool) -> l
         )
         for problem in inventory.problems
     ]
+    if not wanted:
+        findings += _kfd_findings(inventory)
     present = {g.pci_address for g in inventory.gpus}
     for address in sorted(wanted - present):
         findings.append(
@@ -221,6 +237,38 @@ def _inventory_findings(inventory: Inventory, wanted: set[str], live: bool) -> l
         from rocmseat.node.udev import compare_udev, udev_card_addresses
 
         findings += compare_udev(inventory, udev_card_addresses())
+    return findings
+
+
+def _kfd_findings(inventory: Inventory) -> list[Finding]:
+    """A GPU KFD lists with no DRM card, or a KFD topology nobody could read: the run cannot
+    count the node's GPUs, so it says so (never "4 GPUs, ok" over a fifth it cannot see)."""
+    findings = [
+        Finding(
+            "inventory.kfd_only",
+            Severity.UNKNOWN,
+            address,
+            f"GPU {address} is listed by KFD (class/kfd topology) but has no DRM card: it "
+            "cannot be checked",
+            "its DRM device is gone (driver unbound, GPU fell off the bus?): check dmesg and "
+            "/sys/class/drm",
+        )
+        for address in inventory.kfd_only
+    ]
+    if inventory.kfd_errors:
+        more = len(inventory.kfd_errors) - 1
+        findings.append(
+            Finding(
+                "inventory.kfd",
+                Severity.UNKNOWN,
+                "node",
+                f"cannot read the KFD topology: {inventory.kfd_errors[0]}"
+                + (f" (and {more} more)" if more else "")
+                + "; a GPU listed only there would go unseen",
+                "check class/kfd/kfd/topology/nodes/*/properties",
+                {"errors": list(inventory.kfd_errors)},
+            )
+        )
     return findings
 
 
@@ -253,7 +301,10 @@ def _aer(
     sample_s: float | None,
     sleep: Callable[[float], None],
     now: Callable[[], str],
+    scope: str,
+    identity: BootIdentity,
 ) -> tuple[list[Finding], str]:
+    """AER findings over the window of this kind of run (aer_state: one baseline per scope)."""
     findings: list[Finding] = []
     current = snapshot(gpus)
     baseline_devices: dict[str, dict[str, int]] | None
@@ -275,8 +326,20 @@ def _aer(
                     "check dmesg for amdgpu/PCIe errors: the GPU fell off the bus or was reset",
                 )
             )
+    elif identity.error is not None:
+        # a baseline from another boot would hide errors counted since this one: never guess
+        baseline_devices, window = None, "since boot"
+        findings.append(
+            Finding(
+                "aer.baseline",
+                Severity.WARN,
+                "node",
+                f"cannot tell this boot ({identity.error}); counting since boot",
+                "check the proc root (ROCMSEAT_PROC_ROOT)",
+            )
+        )
     else:
-        baseline, problem = load_baseline(state_dir, sysfs_root)
+        baseline, problem = load_baseline(state_dir, sysfs_root, scope, boot_id=identity.boot_id)
         if problem:
             findings.append(
                 Finding(
@@ -291,10 +354,15 @@ def _aer(
             baseline_devices, window = None, "since boot"
         else:
             baseline_devices = baseline.devices
-            window = f"since the AER baseline of {baseline.taken_at}"
+            whose = "the node's AER baseline" if baseline.from_node else "the AER baseline"
+            window = f"since {whose} of {baseline.taken_at}"
     for gpu in gpus:
         findings += judge_aer(gpu, current, baseline_devices, window, thresholds)
-    problem = save_baseline(state_dir, sysfs_root, current, now())
+    if sample_s is not None or identity.error is not None:
+        # a sample judges its own two readings; an unknown boot must not overwrite a baseline
+        return findings, window
+    problem = save_baseline(state_dir, sysfs_root, current, now(), scope,
+                            boot_id=identity.boot_id)
     if problem:
         findings.append(
             Finding(

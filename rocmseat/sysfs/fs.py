@@ -1,7 +1,8 @@
-"""The sysfs root and the one attribute reader every sysfs module uses.
+"""The sysfs root, the proc root, and the one attribute reader every sysfs module uses.
 
-This is the only module that spells the real sysfs mount point; tests never reach it
-(tests/conftest.py makes `default_sysfs_root` raise).
+This is the only module that spells the real sysfs and procfs mount points; tests never reach
+them (tests/conftest.py makes `default_sysfs_root` raise, and `default_proc_root` answers None for
+any sysfs root but the real one).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SYSFS_ENV = "ROCMSEAT_SYSFS_ROOT"
+PROC_ENV = "ROCMSEAT_PROC_ROOT"
 _REAL_SYSFS = "/sys"
+_REAL_PROC = "/proc"
 # The mount point itself, for rules that must name it (e.g. a cache root may not live there).
 REAL_SYSFS_MOUNT = _REAL_SYSFS
 
@@ -21,6 +24,20 @@ REAL_SYSFS_MOUNT = _REAL_SYSFS
 def default_sysfs_root() -> Path:
     """`$ROCMSEAT_SYSFS_ROOT`, else the real /sys."""
     return Path(os.environ.get(SYSFS_ENV) or _REAL_SYSFS)
+
+
+def default_proc_root(sysfs_root: Path) -> Path | None:
+    """Where this host's boot id and host name are read (docs/preflight.md, "The cached verdict").
+
+    `$ROCMSEAT_PROC_ROOT` when set; else the real /proc when `sysfs_root` is the real /sys (the
+    same host); else None: a fixture or copied sysfs tree has no boot of its own, and a test
+    never reads the host's /proc by accident. A container that reads the host's sysfs at another
+    path (the DaemonSet's /host/sys) sets ROCMSEAT_PROC_ROOT=/proc: the boot id is the kernel's,
+    the same inside and outside the container.
+    """
+    if env := os.environ.get(PROC_ENV):
+        return Path(env)
+    return Path(_REAL_PROC) if is_live_root(sysfs_root) else None
 
 
 def is_live_root(root: Path) -> bool:

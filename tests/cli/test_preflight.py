@@ -501,7 +501,7 @@ def test_torn_baseline_file_is_a_warning_not_a_crash(preflight, tmp_path):
     assert warn["message"].startswith(f"{baseline}: unusable baseline (")
     assert doc["aer_window"] == "since boot"
     # and the run replaced it with a good one
-    assert json.loads(baseline.read_text())["schema"] == "rocmseat.aer-baseline/v1"
+    assert json.loads(baseline.read_text())["schema"] == "rocmseat.aer-baseline/v2"
 
 
 def test_no_device_and_unwritable_textfile_says_both(preflight, tmp_path):

@@ -2,7 +2,9 @@
 
 The Must show of issue 13: the degraded fixture drains the node with rocmseat's reason, the
 healthy fixture resumes it, a drain set by hand with another reason stays; and slurmd itself runs
-the command as its HealthCheckProgram (at start-up, before it registers).
+the command as its HealthCheckProgram (at start-up, before it registers). The review of issue 13:
+an administrator's DOWN or FAIL is neither overwritten nor resumed (defect 10), and a drain for
+hip.ipc is not cleared by a verdict that never probed HIP (defect 11).
 """
 
 from __future__ import annotations
@@ -60,8 +62,10 @@ def test_drain_resume_and_an_admins_drain(cluster_root, rocmseat_cli, monkeypatc
         assert result.exit_code == 1, result.stderr
         state, reason = _state_reason(cluster.node_line())
         assert "DRAIN" in state
-        # the first failing finding by check id, and how many more (pcie.link.degraded)
-        assert reason == "rocmseat: aer.badtlp 0000:80:02.0 +1 more", cluster.node_line()
+        # the first failing finding by check id, how many more (pcie.link.degraded), and the
+        # families a pass must cover to resume it
+        assert reason == "rocmseat: aer.badtlp 0000:80:02.0 +1 more [aer,pcie]", (
+            cluster.node_line())
         assert result.stdout.startswith(f"{cluster.node}: FAIL ")
         assert f"drained ({reason})" in result.stdout
 
@@ -70,23 +74,135 @@ def test_drain_resume_and_an_admins_drain(cluster_root, rocmseat_cli, monkeypatc
         assert result.exit_code == 0, result.stderr
         cluster.wait_for(lambda line: "DRAIN" not in _state_reason(line)[0], "the node to resume")
         assert result.stdout.startswith(f"{cluster.node}: OK: 4 GPUs, ")
-        assert "resumed (it was drained: rocmseat: aer.badtlp 0000:80:02.0 +1 more)" in (
-            result.stdout
-        )
+        assert ("resumed (it was drained: rocmseat: aer.badtlp 0000:80:02.0 +1 more "
+                "[aer,pcie])") in result.stdout
 
         # 3. an administrator's drain stays, whatever rocmseat finds
         cluster.scontrol("update", f"NodeName={cluster.node}", "State=DRAIN",
                          "Reason=disk replacement ticket 4711")
         result = health(HEALTHY)
         assert result.exit_code == 0
-        assert "left drained: not rocmseat's reason (disk replacement ticket 4711)" in (
-            result.stdout
-        )
+        # (slurmd's pings may add +NOT_RESPONDING for a moment: Slurm's flag, not rocmseat's)
+        left_alone = (r"; left alone: State=IDLE\+DRAIN(\+NOT_RESPONDING)? Reason=disk "
+                      r"replacement ticket 4711 was not set by rocmseat\n$")
+        assert re.search(left_alone, result.stdout), result.stdout
         result = health(DEGRADED)
         assert result.exit_code == 1
-        assert "already drained by someone else" in result.stdout
+        assert re.search(left_alone, result.stdout), result.stdout
         state, reason = _state_reason(cluster.node_line())
         assert "DRAIN" in state and reason == "disk replacement ticket 4711"
+
+
+@pytest.mark.parametrize(
+    ("admin", "shown"),
+    [("DOWN", "DOWN"), ("FAIL", "IDLE+FAIL")],
+)
+def test_an_admins_down_or_fail_is_left_alone(cluster_root, rocmseat_cli, monkeypatch,
+                                              tmp_path, admin, shown):
+    """Issue 13, defect 10 (seen on this Slurm, 22.05): an administrator's `State=DOWN
+    Reason="RMA ticket 42 do not use"` became DOWN+DRAIN with rocmseat's reason under the
+    degraded fixture, then IDLE under the healthy one; an administrator's FAIL was lost the same
+    way."""
+    with running_cluster(cluster_root / f"admin-{admin.lower()}") as cluster:
+        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+        monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+        reason = f"RMA ticket 42 do not use ({admin})"
+        cluster.scontrol("update", f"NodeName={cluster.node}", f"State={admin}",
+                         f"Reason={reason}")
+        before = cluster.wait_for(lambda line: _state_reason(line) == (shown, reason),
+                                  f"the administrator's {admin}")
+        state = re.escape(shown) + r"(\+NOT_RESPONDING)?"
+        for root, code in ((DEGRADED, 1), (HEALTHY, 0), (DEGRADED, 1), (HEALTHY, 0)):
+            result = rocmseat_cli("slurm", "health", "--sysfs-root", str(root),
+                                  "--state-dir", str(tmp_path / root.name))
+            assert result.exit_code == code, result.stdout + result.stderr
+            assert re.search(rf"; left alone: State={state} Reason={re.escape(reason)} was not "
+                             r"set by rocmseat\n$", result.stdout), result.stdout
+            now, now_reason = _state_reason(cluster.node_line())
+            assert re.fullmatch(state, now) and now_reason == reason, before
+        cluster.scontrol("update", f"NodeName={cluster.node}", "State=RESUME")
+
+
+def _drained_with(cluster, reason):
+    state, now = _state_reason(cluster.node_line())
+    return "DRAIN" in state.split("+") and now == reason
+
+
+def _fake_hip(tmp_path):
+    """The fake libamdhip64 of tests/hip (a shared library compiled from C here, by gcc)."""
+    import subprocess
+
+    from tests.hip.conftest import FAKE_SOURCE
+
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is not installed: cannot build the fake libamdhip64.so")
+    out = tmp_path / "libamdhip64.so"
+    proc = subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(out), str(FAKE_SOURCE),
+                           "-lrt"], capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_a_hip_drain_is_resumed_only_by_a_run_that_probed_hip(cluster_root, rocmseat_cli,
+                                                             monkeypatch, tmp_path):
+    """Issue 13, defect 11: a node drained for hip.ipc was resumed by a verdict that never
+    checked HIP (the wrapper passes no --hip, the periodic run may lack it too)."""
+    import json
+    import time
+
+    from tests.hip.conftest import x99_bench_env
+
+    library = _fake_hip(tmp_path)
+    prefix = f"fakehip-slurm-{os.getpid()}"
+    monkeypatch.setenv("ROCMSEAT_HIP_LIBRARY", str(library))
+    for key, value in x99_bench_env(prefix).items():
+        monkeypatch.setenv(key, value)
+    # the proposed pair 05/09 cannot open each other's IPC handles (hipErrorInvalidDevicePointer)
+    monkeypatch.setenv("FAKEHIP_IPC_OPEN_FAIL",
+                       "0000:05:00.0>0000:09:00.0,0000:09:00.0>0000:05:00.0")
+    state_dir = tmp_path / "state"
+    verdict = state_dir / "preflight" / "verdict.json"
+    try:
+        with running_cluster(cluster_root / "hip") as cluster:
+            monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+            monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+
+            def preflight(*args):
+                return rocmseat_cli("preflight", "--sysfs-root", str(HEALTHY), "--state-dir",
+                                    str(state_dir), *args)
+
+            def health():
+                return rocmseat_cli("slurm", "health", "--sysfs-root", str(HEALTHY),
+                                    "--state-dir", str(state_dir))
+
+            # the periodic run with --hip finds the broken pair; the health check drains
+            assert preflight("--hip").exit_code == 1
+            result = health()
+            assert result.exit_code == 1, result.stdout + result.stderr
+            drained = "rocmseat: hip.ipc 0000:05:00.0+0000:09:00.0 [hip]"
+            assert _drained_with(cluster, drained)
+            # a full run without --hip passes: it says nothing about HIP, so the drain stays
+            assert preflight().exit_code == 0
+            result = health()
+            assert (result.exit_code, result.stdout) == (2, (
+                f"{cluster.node}: UNKNOWN: this verdict did not check hip, which drained the "
+                f"node (add --hip to the periodic run); left drained ({drained})\n"))
+            assert _drained_with(cluster, drained)
+            # the cache goes stale and HIP IPC is repaired: the health check runs its own
+            # preflight, with the HIP probe because the drain names hip, and resumes
+            doc = json.loads(verdict.read_text())
+            verdict.write_text(json.dumps({**doc, "written_at_unix_s": time.time() - 1000}))
+            monkeypatch.delenv("FAKEHIP_IPC_OPEN_FAIL")
+            result = health()
+            assert result.exit_code == 0, result.stdout + result.stderr
+            assert result.stdout.endswith(f"; resumed (it was drained: {drained})\n")
+            cluster.wait_for(lambda line: "DRAIN" not in _state_reason(line)[0],
+                             "the node to resume")
+            assert "hip" in json.loads(verdict.read_text())["families"]
+    finally:
+        for leftover in Path("/dev/shm").glob(f"{prefix}-*"):
+            leftover.unlink(missing_ok=True)
 
 
 def test_slurmd_runs_it_as_health_check_program(cluster_root, tmp_path):
@@ -110,7 +226,7 @@ def test_slurmd_runs_it_as_health_check_program(cluster_root, tmp_path):
         line = cluster.wait_for(lambda line: "DRAIN" in _state_reason(line)[0],
                                 "slurmd's health check to drain the node")
         _state, reason = _state_reason(line)
-        assert reason == "rocmseat: aer.badtlp 0000:80:02.0 +1 more", line
+        assert reason == "rocmseat: aer.badtlp 0000:80:02.0 +1 more [aer,pcie]", line
         text = log.read_text()
         assert text.startswith(f"{cluster.node}: FAIL "), text  # named via SLURMD_NODENAME
         assert os.path.exists(root / "state-rocmseat" / "preflight" / "verdict.json")

@@ -73,33 +73,125 @@ FAIL = [_f("pcie.link.degraded", Severity.FAIL, "0000:89:00.0"),
         _f("aer.badtlp", Severity.FAIL, "0000:80:02.0"),
         _f("pcie.link.ok", Severity.OK, "0000:05:00.0")]
 UNKNOWN = [_f("aer.unknown", Severity.UNKNOWN, "0000:05:00.0")]
+FULL = {"aer", "numa", "pcie", "inventory", "preflight"}  # what a full run without --hip covers
+TAGGED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0",
+                         "Reason=rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]")
+HIP_DRAINED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0",
+                              "Reason=rocmseat: hip.ipc 0000:05:00.0+0000:09:00.0 [hip]")
+MORE_DRAINED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0",
+                               "Reason=rocmseat: aer.badtlp 0000:80:02.0 +1 more")
+
+
+def _state(line, state, reason):
+    """The recorded line with another State= and Reason= (as Slurm 22.05 prints them)."""
+    line = line.replace("State=IDLE+DRAIN ", f"State={state} ")
+    return line.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0", f"Reason={reason}")
+
+
+# what an administrator (or Slurm itself) sets: rocmseat neither drains nor resumes these
+ADMIN_DOWN = _state(DRAINED, "DOWN", "RMA ticket 42 do not use")
+ADMIN_FAIL = _state(DRAINED, "IDLE+FAIL", "admin says failing")
+DOWN_OURS = _state(DRAINED, "DOWN+DRAIN", "rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]")
+FAIL_OURS = _state(DRAINED, "IDLE+FAIL", "rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]")
+MAINT = IDLE.replace("State=IDLE+NOT_RESPONDING", "State=IDLE+MAINT")
+REBOOT = _state(DRAINED, "IDLE+DRAIN+REBOOT_REQUESTED", "reboot ASAP")
+POWERED = IDLE.replace("State=IDLE+NOT_RESPONDING", "State=IDLE+POWERED_DOWN")
+FUTURE = IDLE.replace("State=IDLE+NOT_RESPONDING", "State=FUTURE")
+NOTE = IDLE + " Reason=waiting for a new riser [admin@2026-11-30T10:00:00]"
+NEWER_FLAG = IDLE.replace("State=IDLE+NOT_RESPONDING", "State=IDLE+SOMETHING_NEW")
+FOREIGN = [ADMIN, ADMIN_DOWN, ADMIN_FAIL, DOWN_OURS, FAIL_OURS, MAINT, REBOOT, POWERED, FUTURE,
+           NOTE, NEWER_FLAG]
 
 
 @pytest.mark.parametrize(
-    ("code", "findings", "line", "kind", "reason"),
+    ("code", "findings", "line", "covered", "kind", "reason"),
     [
-        (1, FAIL, IDLE, "drain", "rocmseat: aer.badtlp 0000:80:02.0 +1 more"),
-        (1, FAIL, DRAINED, "drain", "rocmseat: aer.badtlp 0000:80:02.0 +1 more"),  # new reason
-        (1, FAIL[:1], DRAINED, "none", "rocmseat: pcie.link.degraded 0000:89:00.0"),  # same
-        (1, FAIL, ADMIN, "none", None),  # an admin's drain is never overwritten
-        (0, FAIL[2:], DRAINED, "resume", None),
-        (0, FAIL[2:], ADMIN, "none", None),  # ... nor resumed
-        (0, FAIL[2:], IDLE, "none", None),
-        (2, UNKNOWN, IDLE, "none", None),  # unknown: no change by default
-        (2, UNKNOWN, DRAINED, "none", None),  # ... and no resume either
+        (1, FAIL, IDLE, FULL, "drain", "rocmseat: aer.badtlp 0000:80:02.0 +1 more [aer,pcie]"),
+        # a new reason; the old one's family (pcie) was checked again and is in the new one
+        (1, FAIL, TAGGED, FULL, "drain", "rocmseat: aer.badtlp 0000:80:02.0 +1 more [aer,pcie]"),
+        (1, FAIL[:1], TAGGED, FULL, "none", "rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]"),
+        # a reason of an older rocmseat (no tag) is rewritten once with its family
+        (1, FAIL[:1], DRAINED, FULL, "drain", "rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]"),
+        (0, FAIL[2:], TAGGED, FULL, "resume", None),
+        (0, FAIL[2:], DRAINED, FULL, "resume", None),  # legacy, one finding: its family
+        (0, FAIL[2:], IDLE, FULL, "none", None),
+        (2, UNKNOWN, IDLE, FULL, "none", None),  # unknown: no change by default
+        (2, UNKNOWN, TAGGED, FULL, "none", None),  # ... and no resume either
+        # issue 13, defect 11: a drain for hip.ipc is not cleared by a run that never probed HIP
+        (0, FAIL[2:], HIP_DRAINED, FULL, "none", "rocmseat: hip.ipc 0000:05:00.0+0000:09:00.0 "
+         "[hip]"),
+        (0, FAIL[2:], HIP_DRAINED, FULL | {"hip"}, "resume", None),
+        # ... and a failure elsewhere keeps hip among the causes
+        (1, FAIL[:1], HIP_DRAINED, FULL, "drain",
+         "rocmseat: pcie.link.degraded 0000:89:00.0 [hip,pcie]"),
+        (1, FAIL[:1], HIP_DRAINED, FULL | {"hip"}, "drain",
+         "rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]"),
+        # an older "+N more" reason does not say which families: never resumed by guess
+        (0, FAIL[2:], MORE_DRAINED, FULL | {"hip"}, "none",
+         "rocmseat: aer.badtlp 0000:80:02.0 +1 more"),
     ],
 )
-def test_decision_table(code, findings, line, kind, reason):
-    action = slurm.decide(code, findings, slurm.parse_node_line(line))
+def test_decision_table(code, findings, line, covered, kind, reason):
+    action = slurm.decide(code, findings, slurm.parse_node_line(line), covered=covered)
     assert (action.kind, action.reason) == (kind, reason)
+
+
+def test_a_drain_the_verdict_cannot_clear_is_unknown():
+    action = slurm.decide(0, FAIL[2:], slurm.parse_node_line(HIP_DRAINED), covered=FULL)
+    assert action.unknown == ("this verdict did not check hip, which drained the node (add "
+                              "--hip to the periodic run)")
+    assert action.why == "left drained (rocmseat: hip.ipc 0000:05:00.0+0000:09:00.0 [hip])"
+
+
+@pytest.mark.parametrize("line", FOREIGN)
+@pytest.mark.parametrize("code", [0, 1, 2])
+def test_a_state_or_reason_rocmseat_did_not_set_is_left_alone(line, code):
+    """Issue 13, defect 10: an administrator's DOWN or FAIL was overwritten with rocmseat's
+    drain, then resumed to IDLE by the next pass (seen on real Slurm 22.05)."""
+    node = slurm.parse_node_line(line)
+    findings = FAIL if code == 1 else UNKNOWN if code == 2 else FAIL[2:]
+    for covered in (FULL, FULL | {"hip"}):
+        action = slurm.decide(code, findings, node, covered=covered, drain_on_unknown=True)
+        assert action.kind == "none", (line, action)
+        assert action.why.startswith(f"left alone: State={node.state}")
+        assert action.why.endswith(" was not set by rocmseat")
+
+
+def test_left_alone_says_what_it_saw():
+    action = slurm.decide(1, FAIL, slurm.parse_node_line(ADMIN_DOWN), covered=FULL)
+    assert action.why == ("left alone: State=DOWN Reason=RMA ticket 42 do not use was not set by "
+                          "rocmseat")
+
+
+def test_reason_families():
+    assert slurm.reason_families("rocmseat: aer.badtlp 0000:80:02.0 +1 more [aer,pcie]") == {
+        "aer", "pcie"}
+    assert slurm.reason_families("rocmseat: unknown no verdict []") == frozenset()
+    assert slurm.reason_families("rocmseat: pcie.link.degraded 0000:89:00.0") == {"pcie"}
+    assert slurm.reason_families("rocmseat: aer.badtlp 0000:80:02.0 +1 more") is None
+    assert slurm.reason_families("rocmseat: something I typed") is None
+    assert slurm.reason_families("maintenance") is None
+
+
+def test_reasons_fit_and_carry_no_field_syntax():
+    subject = "0000:05:00.0 Comment=x " + "y" * 200
+    reason = slurm.drain_reason([_f("pcie.link.degraded", Severity.FAIL, subject)],
+                                Severity.FAIL, carried={"hip"})
+    assert len(reason) <= slurm.MAX_REASON and reason.endswith(" [hip,pcie]")
+    assert "=" not in reason
+    assert slurm.reason_families(reason) == {"hip", "pcie"}
 
 
 def test_unknown_drains_only_when_configured():
     node = slurm.parse_node_line(IDLE)
     action = slurm.decide(2, UNKNOWN, node, drain_on_unknown=True)
-    assert (action.kind, action.reason) == ("drain", "rocmseat: unknown aer.unknown 0000:05:00.0")
+    assert (action.kind, action.reason) == (
+        "drain", "rocmseat: unknown aer.unknown 0000:05:00.0 [aer]")
     action = slurm.decide(2, (), node, drain_on_unknown=True, unknown_reason="no verdict")
-    assert (action.kind, action.reason) == ("drain", "rocmseat: unknown no verdict")
+    assert (action.kind, action.reason) == ("drain", "rocmseat: unknown no verdict []")
+    # ... and a pass resumes such a drain (it names no family the pass could miss)
+    drained = slurm.parse_node_line(_state(DRAINED, "IDLE+DRAIN", action.reason))
+    assert slurm.decide(0, FAIL[2:], drained, covered=FULL).kind == "resume"
 
 
 class FakeRunner:
@@ -144,18 +236,72 @@ def test_hostile_node_names_never_reach_scontrol(bad):
 
 def test_a_preflight_that_outlives_the_budget_is_unknown_and_drains_nothing(tmp_path):
     def hung(argv, timeout_s):
-        assert argv[1:4] == ["-m", "rocmseat", "preflight"] and timeout_s == 7.0
+        # the whole command has 20 s: the run gets what is left after keeping 2 x 5 s for the
+        # two scontrol calls after it
+        assert argv[1:4] == ["-m", "rocmseat", "preflight"] and timeout_s == 10.0
         return Completed(tuple(argv), -9, "", "", timed_out=True)
 
     runner = FakeRunner(show=IDLE, preflight=hung)
     outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700", state_dir=tmp_path,
-                           node="vm", budget_s=7.0, runner=runner)
+                           node="vm", budget_s=20.0, runner=runner, monotonic=lambda: 0.0)
     assert outcome.verdict_code == 2
-    assert outcome.verdict_line == "UNKNOWN: preflight did not finish within 7s"
+    assert outcome.verdict_line == "UNKNOWN: preflight did not finish within 10s"
     assert outcome.action.kind == "none"
     assert not any(argv[:2] == ["scontrol", "update"] for argv, _ in runner.calls)
     # every scontrol call is bounded too
     assert all(t is not None for _, t in runner.calls)
+
+
+class Clock:
+    """A monotonic clock the fake runner moves: a hung call costs its whole timeout."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.mark.parametrize("hangs", ["show", "update", "preflight", "all"])
+def test_the_whole_command_fits_its_budget(tmp_path, rocmseat_cli, hangs):
+    """Issue 13: 50 s for the preflight plus three scontrol calls of 10 s each exceeded Slurm's
+    60 s HealthCheckTimeout. Now every call gets what is left of one budget, and a hung scontrol
+    says "timed out"."""
+    clock = Clock()
+    calls = []
+
+    def runner(argv, *, timeout_s=None, env=None, cwd=None, input_text=None):
+        argv = [str(a) for a in argv]
+        calls.append((argv[:2], timeout_s))
+        kind = ("update" if argv[:2] == ["scontrol", "update"] else
+                "show" if argv[0] == "scontrol" else "preflight")
+        if hangs in (kind, "all"):
+            clock.now += timeout_s
+            return Completed(tuple(argv), -9, "", "", timed_out=True)
+        clock.now += 0.1
+        if kind == "show":
+            return Completed(tuple(argv), 0, IDLE + "\n", "")
+        if kind == "update":
+            return Completed(tuple(argv), 0, "", "")
+        raise AssertionError(f"no preflight should run here: {argv}")
+
+    if hangs in ("show", "update"):  # a fresh verdict of the degraded node: a drain is due
+        rocmseat_cli("preflight", "--sysfs-root", str(SYSFS_FIXTURES / "x99-r9700-degraded"),
+                     "--state-dir", str(tmp_path))
+    try:
+        outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded",
+                               state_dir=tmp_path, node=None, env={}, runner=runner,
+                               monotonic=clock)
+        said = f"{outcome.verdict_line}; {outcome.action.why}"
+    except slurm.SlurmError as exc:
+        said = str(exc)
+    assert clock.now <= slurm.DEFAULT_BUDGET_S, (clock.now, calls)
+    assert all(argv[0] != "scontrol" or (t is not None and t <= slurm.SCONTROL_TIMEOUT_S)
+               for argv, t in calls)
+    if hangs in ("show", "all", "update"):
+        assert "timed out after" in said and "slurmctld not answering" in said, said
+    else:
+        assert said.startswith("UNKNOWN: preflight did not finish within "), said
 
 
 def test_a_failing_scontrol_update_is_could_not_act(tmp_path, rocmseat_cli):
@@ -177,3 +323,27 @@ def test_dry_run_changes_nothing(tmp_path, rocmseat_cli):
                            node="vm", runner=runner, dry_run=True)
     assert outcome.action.kind == "drain" and not outcome.applied
     assert [argv[:2] for argv, _ in runner.calls] == [["scontrol", "-o"]]
+
+
+def test_a_hung_scontrol_is_killed_and_named(tmp_path, rocmseat_cli, monkeypatch):
+    """The real runner and a real process: an `scontrol` that never answers (slurmctld gone) is
+    killed within the budget and the one line says "timed out"."""
+    import os
+    import time
+
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    (fakebin / "scontrol").write_text("#!/bin/sh\nexec sleep 600\n")
+    (fakebin / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fakebin}{os.pathsep}{os.environ['PATH']}")
+    rocmseat_cli("preflight", "--sysfs-root", str(SYSFS_FIXTURES / "x99-r9700"), "--state-dir",
+                 str(tmp_path / "s"))
+    start = time.monotonic()
+    result = rocmseat_cli("slurm", "health", "--node", "vm", "--budget", "12", "--sysfs-root",
+                          str(SYSFS_FIXTURES / "x99-r9700"), "--state-dir", str(tmp_path / "s"))
+    elapsed = time.monotonic() - start
+    assert (result.exit_code, result.stdout) == (2, "")
+    # 12 s in all, 2 x 5 s kept for the calls after it: the first call gets 2 s
+    assert result.stderr == ("rocmseat: error: scontrol -o show node vm: timed out after 2s "
+                             "(slurmctld not answering?)\n")
+    assert elapsed < 12, elapsed  # a bound on a hang, not a speed target

@@ -79,17 +79,22 @@ def test_missing_stale_future_and_foreign_root(rocmseat_cli, tmp_path):
         _load(state)
     rocmseat_cli("preflight", "--sysfs-root", str(DEGRADED), "--state-dir", str(state))
     written = _load(state).written_at_unix_s
-    with pytest.raises(UnusableVerdict, match=r"^cached verdict is 1000s old \(max 900s\)$"):
-        _load(state, now=written + 1000)
-    with pytest.raises(UnusableVerdict, match=r"^cached verdict is dated 3600s in the future$"):
-        _load(state, now=written - 3600)
+    # stable reasons (no ages): node-problem-detector turns a changed message into an event
+    for later in (1000, 5000):
+        with pytest.raises(UnusableVerdict, match=r"^cached verdict is older than 900s$"):
+            _load(state, now=written + later)
+    future = r"^cached verdict is dated in the future \(clock stepped back\?\)$"
+    for earlier in (3600, 7200):
+        with pytest.raises(UnusableVerdict, match=future):
+            _load(state, now=written - earlier)
     with pytest.raises(UnusableVerdict, match=r"^cached verdict is for another sysfs root"):
         _load(state, root=X99)
 
 
 def _doc(**changes):
     doc = {
-        "schema": SCHEMA, "written_at_unix_s": 1.0, "sysfs_root": "/sys", "families": ["pcie"],
+        "schema": SCHEMA, "written_at_unix_s": 1.0, "sysfs_root": "/sys",
+        "families": ["aer", "numa", "pcie"],
         "gpus": 1, "profile": None, "exit_code": 0,
         "findings": [{"check_id": "pcie.link.ok", "severity": "ok", "subject": "0000:05:00.0",
                       "message": "8 GT/s x16"}],
@@ -127,6 +132,30 @@ def _finding(**changes):
         (_finding(subject="\x1b[31mred"), "bad text"),
         (_finding(message="x" * 5000), "bad text"),
         (_finding(subject=None), "bad text"),
+        # every number is bounded before use: a huge integer is unusable, never an
+        # OverflowError (issue 13, defect 14)
+        (_doc(written_at_unix_s=10**400), "no valid written_at_unix_s"),
+        (_doc(written_at_unix_s=10**11), "no valid written_at_unix_s"),
+        (_doc(written_at_unix_s=1e308 * 10), "not JSON"),
+        (_doc().replace('"written_at_unix_s": 1.0', '"written_at_unix_s": 1e999'),
+         "no valid written_at_unix_s"),
+        (_doc(gpus=10**400), "no valid gpus"),
+        (_doc(gpus=4.0), "no valid gpus"),
+        # a forged verdict that ran nothing, or less than a full run, is not "ok"
+        (_doc(families=[]), "not a full run's (no aer)"),
+        (_doc(families=["pcie"]), "not a full run's (no aer)"),
+        (_doc(gpus=0), "counts no GPU"),
+        (_doc(findings=[]), "has no findings"),
+        (_finding(check_id="hip.ipc", severity="ok"), "hip findings, yet hip did not run"),
+        (_doc(findings=[{"check_id": "preflight.error", "severity": "unknown",
+                         "subject": "node", "message": "m"},
+                        {"check_id": "pcie.link.ok", "severity": "ok", "subject": "a",
+                         "message": "m"}]), "mixes preflight.error"),
+        (_doc(boot_id="not-a-uuid"), "invalid boot_id"),
+        (_doc(host="evil host\n"), "invalid host"),
+        (_doc(host=["vm"]), "invalid host"),
+        (_doc(profile_sha256="abc"), "invalid profile_sha256"),
+        (_doc(profile="x\x1b[31m"), "invalid profile"),
     ],
 )
 def test_hostile_verdict_files_are_unusable_never_ok(text, why):
@@ -162,3 +191,108 @@ def test_verdict_file_that_is_not_a_small_regular_file(tmp_path, kind):
                           text=True, timeout=30, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("cached verdict unreadable: "), proc.stdout
+
+
+def test_a_forged_huge_number_is_unknown_exit_2_not_a_crash(rocmseat_cli, tmp_path):
+    """Issue 13, defect 14: `"written_at_unix_s": 10**400` crashed the readers with
+    OverflowError (exit 3)."""
+    state = tmp_path / "s"
+    rocmseat_cli("preflight", "--sysfs-root", str(X99), "--state-dir", str(state))
+    path = verdict_path(state)
+    path.write_text(path.read_text().replace(
+        f'"written_at_unix_s": {json.loads(path.read_text())["written_at_unix_s"]}',
+        '"written_at_unix_s": 1' + "0" * 400))
+    assert '"written_at_unix_s": 1000000' in path.read_text()
+    result = rocmseat_cli("preflight", "--sysfs-root", str(X99), "--state-dir", str(state),
+                          "--format", "npd", "--cached")
+    assert (result.exit_code, result.stdout) == (
+        2, "UNKNOWN: cached verdict has no valid written_at_unix_s\n")
+    assert "internal error" not in result.stderr
+
+
+def _proc(tmp_path, boot_id, host="gpu07"):
+    """A proc root as the kernel lays out the two files (docs/preflight.md)."""
+    proc = tmp_path / "proc"
+    (proc / "sys/kernel/random").mkdir(parents=True, exist_ok=True)
+    (proc / "sys/kernel/random/boot_id").write_text(boot_id + "\n")
+    (proc / "sys/kernel/hostname").write_text(host + "\n")
+    return proc
+
+
+BOOT_A = "2b3c0b52-9a8e-4c1e-9f57-6d2f3a1b0c4d"
+BOOT_B = "7e1d2c3b-4a59-4687-8b9a-0c1d2e3f4a5b"
+
+
+def test_a_verdict_from_another_boot_or_host_is_unknown(rocmseat_cli, tmp_path, monkeypatch):
+    state = tmp_path / "s"
+    proc = _proc(tmp_path, BOOT_A)
+    monkeypatch.setenv("ROCMSEAT_PROC_ROOT", str(proc))
+
+    def cached():
+        return rocmseat_cli("preflight", "--sysfs-root", str(X99), "--state-dir", str(state),
+                            "--format", "npd", "--cached")
+
+    rocmseat_cli("preflight", "--sysfs-root", str(X99), "--state-dir", str(state))
+    doc = json.loads(verdict_path(state).read_text())
+    assert (doc["boot_id"], doc["host"]) == (BOOT_A, "gpu07")
+    assert cached().exit_code == 0
+    _proc(tmp_path, BOOT_B)  # the node rebooted; the verdict is seconds old, and stale
+    assert (cached().exit_code, cached().stdout) == (
+        2, "UNKNOWN: cached verdict is from another boot\n")
+    _proc(tmp_path, BOOT_A, host="gpu08")  # another host sharing the state dir
+    assert (cached().exit_code, cached().stdout) == (
+        2, "UNKNOWN: cached verdict is from another host (gpu07)\n")
+    (proc / "sys/kernel/random/boot_id").write_text("garbage\n")
+    result = cached()
+    assert result.exit_code == 2
+    assert result.stdout.startswith("UNKNOWN: cannot tell this boot: ")
+    # a verdict written without a boot id (an older rocmseat) is not this boot's either
+    _proc(tmp_path, BOOT_A)
+    doc.pop("boot_id")
+    verdict_path(state).write_text(json.dumps(doc))
+    assert cached().stdout == "UNKNOWN: cached verdict records no boot id\n"
+
+
+def test_fixture_roots_read_no_proc(tmp_path, monkeypatch):
+    # the proc root follows the sysfs root: a fixture tree has no boot (and a test never
+    # reads the host's /proc); the real /sys means the real /proc
+    from rocmseat.sysfs.fs import default_proc_root
+
+    monkeypatch.delenv("ROCMSEAT_PROC_ROOT", raising=False)
+    assert default_proc_root(X99) is None
+    monkeypatch.setenv("ROCMSEAT_PROC_ROOT", str(tmp_path))
+    assert default_proc_root(X99) == tmp_path
+
+
+def test_profile_is_compared(rocmseat_cli, tmp_path):
+    state = tmp_path / "s"
+    profile = REPO / "checks" / "x99-r9700.toml"
+    edited = tmp_path / "x99-r9700.toml"
+    edited.write_text(profile.read_text().replace("aer_correctable_fail = 100",
+                                                  "aer_correctable_fail = 1000"))
+    assert edited.read_text() != profile.read_text()
+
+    def cached(*args):
+        return rocmseat_cli("preflight", "--sysfs-root", str(X99), "--state-dir", str(state),
+                            "--format", "npd", "--cached", *args)
+
+    rocmseat_cli("preflight", "--sysfs-root", str(X99), "--state-dir", str(state))
+    assert cached("--profile", str(profile)).stdout == (
+        "UNKNOWN: cached run had no profile (want x99-r9700)\n")
+    rocmseat_cli("preflight", "--sysfs-root", str(X99), "--state-dir", str(state),
+                 "--profile", str(profile))
+    assert cached("--profile", str(profile)).exit_code == 0
+    assert cached().exit_code == 0  # the reader names none: any profile will do
+    # same name, other expectations: not the verdict the reader asked for
+    result = cached("--profile", str(edited))
+    assert (result.exit_code, result.stdout) == (
+        2, "UNKNOWN: cached run used another profile (x99-r9700)\n")
+
+
+def test_a_profile_that_cannot_be_read_is_one_line_on_both_streams(rocmseat_cli, tmp_path):
+    result = rocmseat_cli("preflight", "--sysfs-root", str(X99), "--state-dir", str(tmp_path),
+                          "--format", "npd", "--cached", "--profile", str(tmp_path / "nope.toml"))
+    assert result.exit_code == 2
+    assert result.stdout.startswith("UNKNOWN: ") and len(result.stdout.encode()) <= 81
+    assert result.stderr.startswith(f"rocmseat: error: {tmp_path / 'nope.toml'}: cannot read the "
+                                    "profile: ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -215,3 +216,38 @@ def test_unidentifiable_card_is_a_problem_not_another_card(copy_tree):
     (problem,) = inv.problems
     assert problem.startswith("card4: cannot tell whether 0000:89:00.0 is an AMD GPU: ")
     assert f"{gpu_dir}/vendor: not a 0x-prefixed hex id" in problem
+
+
+def test_a_gpu_kfd_lists_without_a_drm_card_is_named(copy_tree, tmp_path, rocmseat_cli):
+    """Issue 13 (inventory gaps): the DRM card of 0000:86:00.0 is gone while KFD still lists the
+    GPU. The run counted 3 GPUs and said OK; it must name the GPU it cannot check."""
+    root = copy_tree("x99-r9700")
+    (root / "class/drm/card3").unlink()
+    inventory = read_inventory(root)
+    assert [g.pci_address for g in inventory.gpus] == ["0000:05:00.0", "0000:09:00.0",
+                                                       "0000:89:00.0"]
+    assert inventory.kfd_only == ("0000:86:00.0",)
+    result = rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir",
+                          str(tmp_path / "s"), "--format", "npd")
+    assert (result.exit_code, result.stdout) == (2, "UNKNOWN inventory.kfd_only 0000:86:00.0\n")
+    result = rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir",
+                          str(tmp_path / "s"), "--json")
+    (finding,) = [f for f in json.loads(result.stdout)["findings"]
+                  if f["check_id"] == "inventory.kfd_only"]
+    assert finding["severity"] == "unknown" and finding["message"] == (
+        "GPU 0000:86:00.0 is listed by KFD (class/kfd topology) but has no DRM card: it cannot "
+        "be checked")
+    # a replica's own pair check is not held up by another pair's GPU
+    result = rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir",
+                          str(tmp_path / "s"), "--pair", "05:00.0,09:00.0", "--format", "npd")
+    assert result.exit_code == 0
+
+
+def test_an_unreadable_kfd_topology_is_unknown(copy_tree, tmp_path, rocmseat_cli):
+    root = copy_tree("x99-r9700")
+    (path,) = [p for p in (root / "class/kfd/kfd/topology/nodes").glob("*/properties")
+               if "location_id 34304" in p.read_text()]  # 86:00.0 = (0x86 << 8) | 0
+    path.write_text("garbage\n")
+    result = rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir",
+                          str(tmp_path / "s"), "--format", "npd")
+    assert (result.exit_code, result.stdout) == (2, "UNKNOWN inventory.kfd node\n")

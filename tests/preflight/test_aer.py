@@ -33,8 +33,10 @@ def test_first_run_reports_counts_since_boot(tmp_path):
     )
     assert bad[0].data["delta"] == 6655
     saved = json.loads(state_path(tmp_path).read_text())
-    assert saved["schema"] == "rocmseat.aer-baseline/v1"
-    assert saved["devices"]["0000:80:02.0"]["correctable.BadTLP"] == 6655
+    assert saved["schema"] == "rocmseat.aer-baseline/v2"
+    # an --only run keeps its own baseline: the full run's (scope "node") is not advanced
+    assert list(saved["scopes"]) == ["partial"]
+    assert saved["scopes"]["partial"]["devices"]["0000:80:02.0"]["correctable.BadTLP"] == 6655
 
 
 def test_second_run_reports_only_what_is_new(copy_tree, tmp_path):
@@ -53,7 +55,7 @@ def test_second_run_reports_only_what_is_new(copy_tree, tmp_path):
     (warn,) = [f for f in third.findings if f.severity != Severity.OK]
     assert (warn.check_id, warn.severity, warn.data["delta"]) == ("aer.badtlp", Severity.WARN, 5)
     assert third.aer_window == "since the AER baseline of 2026-11-29T10:00:00Z"
-    saved = json.loads(state_path(state).read_text())
+    saved = json.loads(state_path(state).read_text())["scopes"]["partial"]
     assert saved["taken_at"] == "2026-11-29T12:00:00Z"  # a change moves the baseline on
     assert saved["devices"]["0000:80:02.0"]["correctable.BadTLP"] == 6660
 

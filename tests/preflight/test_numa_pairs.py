@@ -119,3 +119,19 @@ def test_unreadable_locality_files_are_unknown_not_a_quiet_ok(copy_tree, relpath
     (finding,) = judge_locality(inv.gpu("0000:86:00.0"), inv)
     assert (finding.check_id, finding.severity) == ("numa.unknown", Severity.UNKNOWN)
     assert needle in finding.message
+
+
+@pytest.mark.parametrize("value", ["99", "2"])
+def test_numa_node_the_host_does_not_have_is_unknown(copy_tree, value):
+    """Issue 13 (inventory gaps): `numa_node` 99 on a 2-node host was judged OK (the socket was
+    then inferred from local_cpulist). A node id the host does not list is not a locality."""
+    root = copy_tree("x99-r9700")
+    gpu_dir = (root / "class/drm/card3/device").resolve()
+    (gpu_dir / "numa_node").write_text(f"{value}\n")
+    inv = read_inventory(root)
+    gpu = inv.gpu("0000:86:00.0")
+    assert gpu.numa_node == int(value)
+    (finding,) = judge_locality(gpu, inv)
+    assert (finding.check_id, finding.severity) == ("numa.unknown", Severity.UNKNOWN)
+    assert finding.message.startswith(
+        f"numa_node {value} is not a NUMA node of this host (nodes: 0, 1); socket ")
