@@ -251,7 +251,7 @@ def _kfd_findings(inventory: Inventory) -> list[Finding]:
             f"GPU {address} is listed by KFD (class/kfd topology) but has no DRM card: it "
             "cannot be checked",
             "its DRM device is gone (driver unbound, GPU fell off the bus?): check dmesg and "
-            "/sys/class/drm",
+            "class/drm under the sysfs mount",
         )
         for address in inventory.kfd_only
     ]
