@@ -1,6 +1,6 @@
 """Issue 11's hostile battery, the long version, and the memory figures of `watch --once`.
 
-    python3 bench/bench_watch_hostile.py [--count 3000] [--cli 100] [--seed 11]
+    python3 bench/bench_watch_hostile.py [--count 3000] [--cli 100] [--rounds 100] [--seed 11]
 
 1. `--count` seeded hostile answers (tests/watch/hostile.py: non-finite, negative, huge and
    impossible values, duplicate series, truncation, HTML, binary, resets, drips, hangs, gzip
@@ -10,11 +10,16 @@
    verdicts on unreadable input, windows across a counter reset, valid pages refused.
 2. `--cli` of them through `rocmseat watch --once` in a child process: exit codes (never 3;
    unreadable input is 2).
-3. Peak RSS of `rocmseat watch --once` (os.wait4 of the child) against a 200 MB page, with and
-   without Content-Length, and a 1 MB gzip bomb, against the baseline: the same command
-   against the real vLLM page.
+3. `--rounds` multi-target rounds: one Watcher evaluates, at once, four slow answers (hangs,
+   drips, oversized bodies, bombs), two of any kind, three blackholed ports (a connection the
+   kernel accepts and nobody answers) and a healthy replica: the healthy one must be judged in
+   every round (a hung target used to hold one of 64 scrape slots until the deadline).
+4. Peak RSS of `rocmseat watch --once` (GNU time) against a 200 MB page, with and without
+   Content-Length, and two 1 MB gzip bombs (one line of '#', and short lines), against the
+   baseline: the same command against the real vLLM page.
 
-The unit tier runs part 1 with 300 answers (tests/watch/test_battery.py).
+The unit tier runs part 1 with 300 answers and part 3 with 10 rounds
+(tests/watch/test_battery.py).
 """
 
 from __future__ import annotations
@@ -103,10 +108,40 @@ def through_cli(seed: int, count: int, state: Path) -> None:
         print(f"  WRONG {item}")
 
 
-def _bomb() -> tuple[bytes, int]:
-    """About 1 MB of gzip that inflates to about 1 GB of '#'."""
+def rounds(seed: int, count: int, state: Path) -> None:
+    from tests.watch.hostile import SLOW_KINDS, run_round
+
+    scraper = AsyncScraper()
+    done = []
+
+    def factory(named: list[tuple[str, str]]) -> Watcher:
+        cfg = WatchConfig(interval_s=1.0, timeout_s=TIMEOUT_S, down_after=1, state_dir=state,
+                          pinned_al=2.9)
+        return Watcher([Target(n, u) for n, u in named], cfg, scraper=scraper)
+
+    started = time.monotonic()
+    try:
+        slow = iter(cases(seed, count * 4, cap=MAX_BODY_BYTES, only=SLOW_KINDS))
+        mixed = iter(cases(seed + 1, count * 2, cap=MAX_BODY_BYTES))
+        for _ in range(count):
+            picks = [next(slow) for _ in range(4)] + [next(mixed) for _ in range(2)]
+            done.append(run_round(factory, picks, 3))
+    finally:
+        scraper.close()
+    outcomes = [o for r in done for o in r.outcomes]
+    judged = sum(r.healthy.healthy for r in done)
+    print(f"multi-target rounds: {len(done)} rounds ({len(outcomes)} hostile targets, "
+          f"{sum(r.blackholes for r in done)} of them blackholed ports), "
+          f"{time.monotonic() - started:.1f} s; healthy replica judged in {judged}/{len(done)}; "
+          f"exit 3: {sum(bool(o.crashed) for o in outcomes)}; wrong: "
+          f"{sum(bool(o.wrong) for o in outcomes)}; slowest round "
+          f"{max(r.seconds for r in done):.2f} s (two evaluations of {TIMEOUT_S} s)")
+
+
+def _bomb(line: bytes = b"#" * (1 << 20)) -> tuple[bytes, int]:
+    """About 1 MB of gzip that inflates to about 1 GB of `line` repeated."""
     z = zlib.compressobj(9, zlib.DEFLATED, 31)
-    chunk, parts, inflated = b"#" * (1 << 20), [], 0
+    chunk, parts, inflated = line * max(1, (1 << 20) // len(line)), [], 0
     while sum(map(len, parts)) < 1_000_000:
         parts.append(z.compress(chunk))
         inflated += len(chunk)
@@ -151,12 +186,15 @@ def memory(state: Path) -> None:
         print(f"peak RSS: skipped, no GNU time at {TIME}")
         return
     bomb, inflated = _bomb()
+    lines, lines_inflated = _bomb(b"#\n")
     runs = [
         ("baseline: the real vLLM page", http(base_pages()[0][1].encode())),
         ("200 MB page, Content-Length", _big(True)),
         ("200 MB page, no Content-Length", _big(False)),
         (f"gzip bomb {len(bomb) / 1e6:.1f} MB -> {inflated / 2**20:.0f} MiB",
          http(bomb, headers=((b"Content-Encoding", b"gzip"),))),
+        (f"gzip bomb, short lines -> {lines_inflated / 2**20:.0f} MiB",
+         http(lines, headers=((b"Content-Encoding", b"gzip"),))),
     ]
     base = None
     print(f"{'watch --once against':40} {'peak RSS MiB':>13} {'x baseline':>11} {'s':>6}  verdict")
@@ -171,12 +209,14 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=3000)
     parser.add_argument("--cli", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rocmseat-hostile-") as name:
         state = Path(name)
         battery(args.seed, args.count, state)
         through_cli(args.seed + 1, args.cli, state)
+        rounds(args.seed + 2, args.rounds, state)
         memory(state)
     return 0
 

@@ -29,7 +29,14 @@ from rocmseat.watch.filesd import TargetsFile
 from rocmseat.watch.loop import LIMITS, WatchConfig, check_limit
 from rocmseat.watch.render import render_table
 from rocmseat.watch.scrape import Target, check_http_url, parse_target
-from rocmseat.watch.service import Sinks, once_exit_code, run_once, run_service, this_node
+from rocmseat.watch.service import (
+    Sinks,
+    check_targets,
+    once_exit_code,
+    run_once,
+    run_service,
+    this_node,
+)
 from rocmseat.watch.status import report_json
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
@@ -83,6 +90,10 @@ class Finite(click.ParamType[float]):
                    "a shell would, run without one).")
 @click.option("--baseline-al", type=Finite("pinned_al"), default=None,
               help="Pin the expected acceptance length (else the seat's, else learned).")
+@click.option("--no-spec", is_flag=True,
+              help="The replicas do not speculate: no spec_blind, /ready is not held at 503 for "
+                   "missing spec-decode series (a targets file can say it per target with the "
+                   "label rocmseat_spec: \"false\").")
 @state_dir_option
 @sysfs_root_option
 def watch(  # noqa: PLR0917 (click passes every option)
@@ -99,6 +110,7 @@ def watch(  # noqa: PLR0917 (click passes every option)
     webhook: str | None,
     command_hook: str | None,
     baseline_al: float | None,
+    no_spec: bool,
     state_dir: Path | None,
     sysfs_root: Path | None,
 ) -> int:
@@ -112,6 +124,7 @@ def watch(  # noqa: PLR0917 (click passes every option)
     expect_spec = True
     pinned = baseline_al
     hook_argv = _hook_argv(command_hook)
+    webhook_what = "--webhook"
     source: TargetsFile | None = None
     extra: list[Target] = []
     if seat_file is not None:
@@ -119,7 +132,8 @@ def watch(  # noqa: PLR0917 (click passes every option)
         from rocmseat.watch.targets import seat_targets
 
         seat = load_seat(seat_file)
-        seat_name, expect_spec, node = seat.name, seat.drafter is not None, this_node()
+        seat_name, node = seat.name, this_node()
+        expect_spec = seat.drafter is not None and not no_spec
         state = state_dir or seat.state_dir or resolve_state_dir(None)
         # A rocm seat's replicas come from the node (its sysfs) merged with the placements
         # launch recorded; a cpu seat reads no sysfs (docs/launch.md, placement).
@@ -133,9 +147,12 @@ def watch(  # noqa: PLR0917 (click passes every option)
         interval = interval or seat.watch.interval_s
         pinned = pinned or seat.watch.expected_acceptance_length
         exporter_listen = exporter_listen or seat.watch.exporter_listen
-        webhook = webhook or seat.watch.webhook_url
+        if not webhook and seat.watch.webhook_url:
+            webhook = seat.watch.webhook_url
+            webhook_what = f"{seat_file}: key 'watch.webhook_url'"
         hook_argv = hook_argv or seat.watch.command_hook
     else:
+        expect_spec = not no_spec
         state = resolve_state_dir(state_dir)
         extra = [parse_target(spec, i) for i, spec in enumerate(targets)]
         watch_targets = list(extra)
@@ -143,8 +160,9 @@ def watch(  # noqa: PLR0917 (click passes every option)
             source = TargetsFile(targets_file)
             watch_targets += source.load()
         _unique([t.name for t in watch_targets], targets_file)
+    check_targets(watch_targets, str(targets_file) if targets_file is not None else "")
     if webhook:
-        check_http_url(webhook, f"--webhook {redact_url(webhook)!r}")
+        check_http_url(webhook, f"{webhook_what} {redact_url(webhook)!r}")
     listen = exporter_listen or DEFAULT_LISTEN
     if listen != "off":
         try:

@@ -12,6 +12,7 @@ Persisted atomically as `<state dir>/watch/<replica key>.json` (docs/architectur
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from rocmseat.errors import ConfigError, ReadError
 from rocmseat.safeio import read_regular_text
 
 SCHEMA = "rocmseat.watch-baseline/v1"
+_MAX_NAME = 200  # of 255 bytes a file name may have, with ".json" and room to spare
 UNKEYED = "unkeyed"
 
 
@@ -103,7 +105,16 @@ def learned_baseline(
 
 
 def baseline_path(state_dir: Path, replica_key: str) -> Path:
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", replica_key)
+    """`<state dir>/watch/<key>.json`, the key encoded injectively: `[A-Za-z0-9._-]` as is,
+    every other byte (UTF-8) as `%XX`, so `a:b` and `a_b` never share a file and no key leaves
+    the folder. A name longer than a file name can be keeps its start and a digest of the rest."""
+    safe = re.sub(r"[^A-Za-z0-9._-]",
+                  lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode("utf-8",
+                                                                          "surrogatepass")),
+                  replica_key)
+    if len(safe) > _MAX_NAME:
+        digest = hashlib.sha256(safe.encode()).hexdigest()[:16]
+        safe = f"{safe[:_MAX_NAME - 17]}~{digest}"
     return state_dir / "watch" / f"{safe}.json"
 
 

@@ -21,7 +21,8 @@ Method (docs/watch.md has the derivation and the simulated figures):
   resolve time after a long incident short; the hold stops flapping at the edge.
 - Drafter dead: position-0 acceptance c_0/N <= `dead_p0` over at least `dead_min_drafts`
   drafts fires at once (no baseline needed: a drafter that no longer matches its target);
-  resolves at >= `dead_resolve_p0`.
+  resolves at >= `dead_resolve_p0`, or when the engine restarts (`restart`: a new process is
+  judged on its own drafts).
 """
 
 from __future__ import annotations
@@ -84,6 +85,13 @@ class SpecDetector:
         """A new config key: forget the baseline, the learning pool and the CUSUM."""
         self.baseline, self.key = baseline, key
         self.cusum, self.drop = 0.0, False
+        self._pending = self._learn = self._dead_pending = None
+        self._learn_windows = self._quiet_windows = 0
+
+    def restart(self) -> None:
+        """The engine restarted: its drafts so far say nothing about the new process. Clear the
+        verdicts and every pool (the baseline, a property of the config key, stays)."""
+        self.cusum, self.drop, self.dead = 0.0, False, False
         self._pending = self._learn = self._dead_pending = None
         self._learn_windows = self._quiet_windows = 0
 

@@ -4,6 +4,12 @@ No global registry (nothing registers at import time); the collector reads an im
 `ExportState` that the service builds from the loop's last evaluation, so a scrape never sees
 half a step. The target's labels (file_sd) ride on every per-replica series; their names are
 the union over targets (a target without one has it empty, which Prometheus reads as absent).
+
+The listener holds at most `MAX_CLIENTS` connections at a time (a thread each, a 5 s read
+timeout); one more is answered `503 busy` and closed at once, so idle or slow clients can never
+grow the watcher's threads. A label value the exposition cannot encode (a lone surrogate)
+becomes U+FFFD on the way out, and a page that still cannot be rendered is a one-line 500:
+one bad label never takes the exporter down for the whole fleet.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
 
+from rocmseat.redact import redact_text
 from rocmseat.watch.alerts import ALERTS
 from rocmseat.watch.readiness import Readiness, replica_readiness, watcher_health
 from rocmseat.watch.status import ReplicaStatus
@@ -91,7 +98,7 @@ class WatchCollector:
         now = self._clock()
         for s in statuses:
             given = dict(s.labels)
-            r = [s.replica, *(given.get(k, "") for k in extra)]
+            r = [_encodable(v) for v in (s.replica, *(given.get(k, "") for k in extra))]
             up.add_metric(r, 1.0 if s.up else 0.0)
             verdict = replica_readiness(s, evaluated_at_s=state.evaluated_at_s, now_s=now,
                                         max_age_s=state.max_age_s)
@@ -147,6 +154,16 @@ def _watcher_families(state: ExportState) -> Iterator[Any]:
                                 value=state.last_duration_s)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_CLIENTS = 32
+
+
+def _encodable(value: str) -> str:
+    """The value as UTF-8 can carry it: a lone surrogate becomes U+FFFD (what Go's decoders
+    make of it, so Prometheus would show the same)."""
+    return _SURROGATE.sub("\ufffd", value)
+
+
 def _add(family: Any, labels: list[str], value: float | None) -> None:
     if value is not None:
         family.add_metric(labels, value)
@@ -177,9 +194,45 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+_BUSY_BODY = b"busy: too many clients\n"
+_BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: "
+         + str(len(_BUSY_BODY)).encode() + b"\r\nConnection: close\r\n\r\n" + _BUSY_BODY)
+
+
 class _Server(ThreadingHTTPServer):
+    """A thread per connection, at most MAX_CLIENTS of them; the next is told 503 and closed."""
+
     daemon_threads = True
     allow_reuse_address = True
+    block_on_close = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.slots = threading.BoundedSemaphore(MAX_CLIENTS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            try:
+                request.settimeout(0.5)
+                request.sendall(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that misbehaves is its own problem: no traceback on the watcher's stderr
 
 
 def start_exporter(
@@ -193,7 +246,7 @@ def start_exporter(
     registry = make_registry(source, clock)
 
     class Handler(BaseHTTPRequestHandler):
-        timeout = 10  # a client that never sends its request does not hold a thread forever
+        timeout = 5  # a client that never sends its request does not hold a thread for long
         server_version = "rocmseat-watch"
 
         def do_GET(self) -> None:
@@ -205,7 +258,14 @@ def start_exporter(
         def _answer(self, *, head: bool) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST, head)
+                try:
+                    page = generate_latest(registry)
+                except Exception as exc:  # never a dead listener: one line, and keep serving
+                    why = redact_text(f"{type(exc).__name__}: {exc}")[:200]
+                    self._send(500, _line(f"cannot render the metrics: {why}"), "text/plain",
+                               head)
+                    return
+                self._send(200, page, CONTENT_TYPE_LATEST, head)
             elif path == "/healthz":
                 state = _state(source)
                 verdict = watcher_health(evaluated_at_s=state.evaluated_at_s,

@@ -1,39 +1,52 @@
-"""The scrapes of one evaluation: bounded in time, size and concurrency.
+"""The scrapes of one evaluation: bounded in time, size and memory; no target waits on another.
 
 One event loop on one thread serves every target (asyncio streams + h11, the HTTP/1.1 state
-machine httpx itself is built on): no thread per target, one keep-alive connection per target,
-at most `concurrency` requests in flight. Limits (docs/watch.md, "Limits"):
+machine httpx itself is built on): no thread per target, one keep-alive connection per target.
+Limits (docs/watch.md, "Limits"):
 
-- one deadline per evaluation, `timeout_s` after it starts, for the whole response of every
-  scrape (connect, headers and body): a server that drips its page at 1 byte/s fails at the
-  deadline, never later, and the evaluation does not wait past it;
-- a body cap (`MAX_BODY_BYTES`, 16 MiB; a vLLM page is 50-100 KiB) counted on the decoded body:
-  a response is asked for uncompressed, and one that is compressed anyway (gzip, deflate) is
-  inflated only up to the cap, so a gzip bomb costs the cap and no more;
+- every scrape of an evaluation starts when the evaluation starts, each with the whole
+  deadline (`timeout_s` after the start) for its whole response (connect, headers, body and
+  parse): a hung, blackholed or dripping target fails at the deadline and never holds a slot
+  another target waits for (a connection attempt is one socket; the watcher holds one
+  descriptor per target anyway, for its kept-alive connection, `ensure_descriptors`);
+- the page is parsed as it arrives (`sink` is fed each chunk off the socket, the targeted
+  reader keeps its sums and one partial line): a scrape holds a read buffer, not a page, and
+  the parse of a big page is spread over its reads, so it never holds the loop for long;
+- a finished scrape's result is kept whatever the others do; the evaluation never waits past
+  the deadline (plus a beat for the loop to hand the results over);
+- a body cap (`MAX_BODY_BYTES`, 16 MiB; a vLLM page is 50-100 KiB) on the bytes received and on
+  the decoded body: a response is asked for uncompressed, one compressed anyway (gzip, deflate)
+  is inflated only up to the cap; a gzip body may hold several members (RFC 1952; Go's
+  gzip.Reader, which Prometheus uses, reads them all), anything else after the end of the
+  compressed data is an error;
 - headers are capped by h11 (`MAX_HEADER_BYTES`); redirects are not followed;
-- a `stop` event (SIGTERM, SIGINT) ends the wait within a tenth of a second.
+- a `stop` event (SIGTERM, SIGINT) ends the wait within a tenth of a second; `close` cancels
+  whatever is still in flight (Ctrl-C during `--once` leaves no task behind).
 
-`fetch_many` returns, per URL, the page text (or, with `parse`, what parse made of it on the
-loop thread as the page arrived: a thousand 64 KiB pages are never held at once) or the
-RocmseatError that says what went wrong (the URL in a ScrapeError redacted: credentials in a
-URL are sent as Basic auth and never shown).
+`fetch_many` returns, per URL, what the sink made of the page (`new_sink`: the page text by
+default, or e.g. a `Reading` from rocmseat.watch.metrics.PageReader) or the RocmseatError that
+says what went wrong (the URL in a ScrapeError redacted: credentials in a URL are sent as Basic
+auth and never shown).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import codecs
 import contextlib
 import os
+import resource
 import ssl
 import threading
 import time
 import zlib
 from collections.abc import Callable, Sequence
+from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 import h11
@@ -45,15 +58,50 @@ from rocmseat.watch.scrape import ScrapeError
 
 MAX_BODY_BYTES = 16 << 20
 MAX_HEADER_BYTES = 64 << 10
-DEFAULT_CONCURRENCY = 64
 _READ_BYTES = 1 << 16
 # Ask for the classic text format; the reader also copes with OpenMetrics (escaped names).
 ACCEPT = "text/plain;version=0.0.4;q=0.9,text/plain;version=1.0.0;q=0.8,*/*;q=0.1"
 _POLL_S = 0.1
+# After the deadline, the loop hands over what it has: cancelled scrapes unwind within a beat.
+_HANDOVER_S = 0.25
+# Descriptors kept for everything that is not a scrape (the listener, sinks, files, stdio).
+FD_RESERVE = 256
+_GZIP_MAGIC = b"\x1f\x8b"
+# The most a scrape inflates, decodes and parses before it gives the loop back.
+_PIECE = 1 << 16
+_MEMBERS_PER_PIECE = 64
+# A gzip body may hold several members (a server that flushes one per chunk); each member costs
+# a copy of what follows it, so their number is bounded like everything else.
+MAX_GZIP_MEMBERS = 1024
 
-Result = Any  # the page text (or what `parse` made of it), or the ScrapeError/PageError
+Result = Any  # what the sink made of the page, or the ScrapeError/PageError
 Fetch = Callable[[str, float], str]
-Parse = Callable[[str], Any]
+
+
+class Sink(Protocol):
+    """Where a page goes as it arrives: `feed` per decoded chunk, `finish` at its end."""
+
+    def feed(self, text: str) -> None: ...
+
+    def finish(self) -> Any: ...
+
+
+NewSink = Callable[[], Sink]
+
+
+class TextSink:
+    """The page text itself (benchmarks, `fetch_once`): bounded by the body cap."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+
+    def feed(self, text: str) -> None:
+        self._parts.append(text)
+
+    def finish(self) -> str:
+        return "".join(self._parts)
 
 
 class Stopped(ScrapeError):
@@ -72,6 +120,21 @@ class _Conn:
     reused: bool = False
 
 
+def ensure_descriptors(targets: int) -> tuple[bool, int]:
+    """Every target holds one descriptor (its kept-alive connection) and every scrape of an
+    evaluation starts at once: lift the soft descriptor limit toward the hard one (a 1,024 soft
+    limit is common). Returns (enough, the limit now)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = targets + FD_RESERVE
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return True, soft
+    new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if new > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        soft = new
+    return soft >= want, soft
+
+
 def _origin(url: str) -> tuple[str, str, int, str, str | None]:
     """(scheme, host, port, request target, Basic credentials) of a checked URL."""
     parts = urlsplit(url)
@@ -85,51 +148,108 @@ def _origin(url: str) -> tuple[str, str, int, str, str | None]:
     return parts.scheme, host, port, target, auth
 
 
-class _Inflate:
-    """The body as the server encoded it, decoded up to `cap` bytes and no further."""
+class _Body:
+    """The body as the server sent it -> inflated (gzip, deflate) -> UTF-8 text -> the sink,
+    within `cap` bytes received and `cap` bytes decoded. `feed` takes what was read; `pump`
+    does the work a piece at a time (at most `_PIECE` bytes out), so a scrape that inflates a
+    bomb or parses a big page gives the loop back between pieces."""
 
-    def __init__(self, encoding: str, cap: int) -> None:
-        self.cap, self.total = cap, 0
-        self.parts: list[bytes] = []
+    def __init__(self, encoding: str, cap: int, sink: Sink) -> None:
+        self.cap, self.received, self.decoded = cap, 0, 0
+        self._sink = sink
+        self._text = codecs.getincrementaldecoder("utf-8")("strict")
         enc = encoding.strip().lower()
-        if enc in ("", "identity"):
-            self._z: Any = None
-        elif enc in ("gzip", "x-gzip"):
-            self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif enc == "deflate":
-            self._z = zlib.decompressobj(zlib.MAX_WBITS)
-        else:
+        self._gzip = enc in ("gzip", "x-gzip")
+        self._compressed = self._gzip or enc == "deflate"
+        if not self._compressed and enc not in ("", "identity"):
             raise ScrapeError(f"Content-Encoding {encoding[:40]!r} is not supported")
+        self._z: Any = self._inflater() if self._compressed else None
+        self._input = b""  # received, not yet worked on
+        self._members = 1
+
+    def _inflater(self) -> Any:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS if self._gzip else zlib.MAX_WBITS)
 
     def feed(self, data: bytes) -> None:
-        if self._z is not None:
+        self.received += len(data)
+        if self.received > self.cap:
+            raise ScrapeError(f"the response is larger than the limit of {self.cap:,} bytes"
+                              + (" (compressed)" if self._compressed else ""))
+        self._input = self._input + data if self._input else data
+
+    def pump(self) -> bool:
+        """One piece of work on what was fed (about `_PIECE` bytes out, or a few hundred tiny
+        gzip members); True while more is left."""
+        if not self._compressed:
+            data = self._input
+            self._input = data[_PIECE:]
+            self._decoded(data[:_PIECE])
+            return bool(self._input)
+        out_total = 0
+        for _ in range(_MEMBERS_PER_PIECE):
+            data = self._input
+            if not data or out_total >= _PIECE:
+                break
+            if self._z is None:  # gzip, between two members: the next one must start here
+                if len(data) < len(_GZIP_MAGIC):
+                    return False  # wait for more (finish() refuses a stray byte)
+                if not data.startswith(_GZIP_MAGIC):
+                    raise ScrapeError("data after the end of the compressed body")
+                self._members += 1
+                if self._members > MAX_GZIP_MEMBERS:
+                    raise ScrapeError(f"more than {MAX_GZIP_MEMBERS:,} gzip members in the body")
+                self._z = self._inflater()
+            elif self._z.eof:  # deflate: one stream, nothing after it
+                raise ScrapeError("data after the end of the compressed body")
+            room = self.cap - self.decoded
             try:
-                data = self._z.decompress(data, self.cap + 1 - self.total)
+                out = self._z.decompress(data, min(room + 1, _PIECE))
             except zlib.error as exc:
                 raise ScrapeError(f"a corrupt compressed body ({exc})") from None
-        self.total += len(data)
-        if self.total > self.cap:
-            raise ScrapeError(f"the page is larger than the limit of {self.cap:,} bytes"
-                              + (" (decompressed)" if self._z is not None else ""))
-        self.parts.append(data)
+            if len(out) > room:
+                raise ScrapeError(f"the page is larger than the limit of {self.cap:,} bytes "
+                                  "(decompressed)")
+            out_total += len(out)
+            self._decoded(out)
+            if self._z.eof:
+                self._input = self._z.unused_data
+                if self._gzip:
+                    self._z = None  # the member ended: what follows must be another member
+            else:
+                self._input = self._z.unconsumed_tail
+        return bool(self._input)
 
-    def text(self) -> str:
-        if self._z is not None and not self._z.eof:
-            raise ScrapeError("the compressed body is truncated")
-        body = b"".join(self.parts)
+    def _decoded(self, data: bytes) -> None:
+        start = self.decoded
+        self.decoded += len(data)
         try:
-            return body.decode("utf-8")
+            text = self._text.decode(data)
         except UnicodeDecodeError as exc:
-            raise ScrapeError(f"the page is not UTF-8 text (byte {exc.start})") from None
+            raise ScrapeError(f"the page is not UTF-8 text (byte {start + exc.start})") from None
+        if text:
+            self._sink.feed(text)
+
+    def finish(self) -> Any:
+        while self.pump():
+            pass
+        if self._compressed:
+            if self._input:  # a stray byte after a gzip member
+                raise ScrapeError("data after the end of the compressed body")
+            if self._z is not None and not self._z.eof:
+                raise ScrapeError("the compressed body is truncated")
+        try:
+            tail = self._text.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise ScrapeError(f"the page is not UTF-8 text (byte {self.decoded})") from None
+        if tail:
+            self._sink.feed(tail)
+        return self._sink.finish()
 
 
 class AsyncScraper:
     """Scrapes on one event-loop thread. `fetch_many` is called by one evaluation at a time."""
 
-    def __init__(
-        self, *, concurrency: int = DEFAULT_CONCURRENCY, max_body_bytes: int = MAX_BODY_BYTES
-    ) -> None:
-        self.concurrency = concurrency
+    def __init__(self, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
         self.max_body_bytes = max_body_bytes
         self._idle: dict[tuple[str, str, int], _Conn] = {}
         self._ssl: ssl.SSLContext | None = None
@@ -141,92 +261,99 @@ class AsyncScraper:
 
     def fetch_many(
         self, urls: Sequence[str], timeout_s: float, stop: threading.Event | None = None, *,
-        parse: Parse | None = None,
+        new_sink: NewSink = TextSink,
     ) -> list[Result]:
         if not urls:
             return []
-        future = asyncio.run_coroutine_threadsafe(self._all(list(urls), timeout_s, parse),
-                                                  self._loop)
-        # The coroutines hold the deadline; this bound only guards against a wedged loop.
-        limit = time.monotonic() + timeout_s + 2.0
-        while True:
-            if stop is not None and stop.is_set():
-                future.cancel()
-                return [Stopped("the watcher is stopping")] * len(urls)
-            try:
-                return future.result(timeout=_POLL_S)
-            except FutureTimeout:
-                if time.monotonic() > limit:
+        pending = object()
+        slots: list[Result] = [pending] * len(urls)
+        future = asyncio.run_coroutine_threadsafe(
+            self._all(list(urls), timeout_s, new_sink, slots), self._loop)
+        # Each scrape holds the deadline itself; this bound only hands over what is there if
+        # the loop could not finish in time (it never waits past the deadline and a beat).
+        limit = time.monotonic() + timeout_s + _HANDOVER_S
+        try:
+            while True:
+                if stop is not None and stop.is_set():
                     future.cancel()
-                    return [ScrapeError(f"{redact_url(u)}: timed out after {timeout_s:g} s")
-                            for u in urls]
+                    return [Stopped("the watcher is stopping")] * len(urls)
+                try:
+                    future.result(timeout=max(0.0, min(_POLL_S, limit - time.monotonic())))
+                    break
+                except FutureTimeout:
+                    if time.monotonic() >= limit:
+                        future.cancel()
+                        break
+                except FutureCancelled:
+                    break
+        except BaseException:  # KeyboardInterrupt in `--once`: leave nothing running
+            future.cancel()
+            raise
+        done = list(slots)  # a copy: the loop may still write a late slot
+        return [ScrapeError(f"{redact_url(u)}: timed out after {timeout_s:g} s")
+                if r is pending else r for u, r in zip(urls, done, strict=True)]
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        done = asyncio.run_coroutine_threadsafe(self._drop_all(), self._loop)
-        with contextlib.suppress(Exception):
-            done.result(timeout=0.5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=0.5)
+        if self._loop.is_running():
+            done = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+            with contextlib.suppress(Exception):
+                done.result(timeout=1.0)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=1.0)
         if not self._thread.is_alive():
             self._loop.close()
 
     # ----- on the loop thread ------------------------------------------------------------
-    async def _all(self, urls: list[str], timeout_s: float, parse: Parse | None) -> list[Result]:
+    async def _all(self, urls: list[str], timeout_s: float, new_sink: NewSink,
+                   slots: list[Result]) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         wanted = {_origin(u)[:3] for u in urls}
         for key in [k for k in self._idle if k not in wanted]:  # targets gone (a reload)
             _abort(self._idle.pop(key))
-        gate = asyncio.Semaphore(self.concurrency)
-        tasks = [asyncio.ensure_future(self._one(u, deadline, timeout_s, gate, parse))
-                 for u in urls]
+        tasks = [loop.create_task(self._one(i, u, deadline=deadline, timeout_s=timeout_s,
+                                            new_sink=new_sink, slots=slots))
+                 for i, u in enumerate(urls)]
         try:
-            return list(await asyncio.gather(*tasks))
-        except asyncio.CancelledError:
-            for task in tasks:
+            await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()) + _HANDOVER_S)
+        finally:
+            late = [t for t in tasks if not t.done()]
+            for task in late:
                 task.cancel()
-            raise
+            if late:  # let them unwind (close their sockets) before the loop goes idle
+                await asyncio.wait(late, timeout=_HANDOVER_S)
 
     async def _one(
-        self, url: str, deadline: float, timeout_s: float, gate: asyncio.Semaphore,
-        parse: Parse | None,
-    ) -> Result:
+        self, index: int, url: str, *, deadline: float, timeout_s: float, new_sink: NewSink,
+        slots: list[Result],
+    ) -> None:
         shown = redact_url(url)
-        async with gate:
-            if asyncio.get_running_loop().time() >= deadline:
-                return ScrapeError(f"{shown}: timed out after {timeout_s:g} s (not started: "
-                                   f"{self.concurrency} scrapes in flight)")
-            try:
-                async with asyncio.timeout_at(deadline):
-                    text = await self._get(url)
-            except TimeoutError:
-                return ScrapeError(f"{shown}: timed out after {timeout_s:g} s")
-            except ScrapeError as exc:
-                return ScrapeError(f"{shown}: {exc.message}")
-            except h11.ProtocolError as exc:
-                return ScrapeError(f"{shown}: not a valid HTTP/1.1 response ({_short(exc)})")
-            except ssl.SSLError as exc:
-                return ScrapeError(f"{shown}: TLS: {_short(exc)}")
-            except OSError as exc:
-                # asyncio's "Connect call failed ('127.0.0.1', 8000)" carries errno 111
-                why = os.strerror(exc.errno) if exc.errno else (exc.strerror
-                                                               or type(exc).__name__)
-                return ScrapeError(f"{shown}: {why}")
-            except Exception as exc:  # a scrape must never crash the loop: say what it was
-                return ScrapeError(f"{shown}: {type(exc).__name__}: {_short(exc)}")
-        if parse is None:
-            return text
+        result: Result
         try:
-            return parse(text)
+            async with asyncio.timeout_at(deadline):
+                result = await self._get(url, new_sink)
+        except TimeoutError:
+            result = ScrapeError(f"{shown}: timed out after {timeout_s:g} s")
+        except ScrapeError as exc:
+            result = ScrapeError(f"{shown}: {exc.message}")
         except RocmseatError as exc:  # PageError: the page, not the transport
-            return exc
-        except Exception as exc:
-            return ScrapeError(f"{shown}: {type(exc).__name__}: {_short(exc)}")
+            result = exc
+        except h11.ProtocolError as exc:
+            result = ScrapeError(f"{shown}: not a valid HTTP/1.1 response ({_short(exc)})")
+        except ssl.SSLError as exc:
+            result = ScrapeError(f"{shown}: TLS: {_short(exc)}")
+        except OSError as exc:
+            # asyncio's "Connect call failed ('127.0.0.1', 8000)" carries errno 111
+            why = os.strerror(exc.errno) if exc.errno else (exc.strerror or type(exc).__name__)
+            result = ScrapeError(f"{shown}: {why}")
+        except Exception as exc:  # a scrape must never crash the loop: say what it was
+            result = ScrapeError(f"{shown}: {type(exc).__name__}: {_short(exc)}")
+        slots[index] = result
 
-    async def _get(self, url: str) -> str:
+    async def _get(self, url: str, new_sink: NewSink) -> Any:
         scheme, host, port, target, auth = _origin(url)
         key = (scheme, host, port)
         conn = self._idle.pop(key, None)
@@ -237,11 +364,13 @@ class AsyncScraper:
             conn = await self._connect(scheme, host, port)
         try:
             try:
-                text, reusable = await self._exchange(conn, host, port, target, auth)
+                page, reusable = await self._exchange(conn, host, port, target, auth=auth,
+                                                      new_sink=new_sink)
             except _Stale:
                 _abort(conn)
                 conn = await self._connect(scheme, host, port)
-                text, reusable = await self._exchange(conn, host, port, target, auth)
+                page, reusable = await self._exchange(conn, host, port, target, auth=auth,
+                                                      new_sink=new_sink)
         except _Stale:
             _abort(conn)
             raise ScrapeError("the connection closed before the page was complete") from None
@@ -253,7 +382,7 @@ class AsyncScraper:
             self._idle[key] = conn
         else:
             _abort(conn)
-        return text
+        return page
 
     async def _connect(self, scheme: str, host: str, port: int) -> _Conn:
         context = None
@@ -268,8 +397,9 @@ class AsyncScraper:
         return _Conn(reader, writer, http)
 
     async def _exchange(
-        self, conn: _Conn, host: str, port: int, target: str, auth: str | None
-    ) -> tuple[str, bool]:
+        self, conn: _Conn, host: str, port: int, target: str, *, auth: str | None,
+        new_sink: NewSink,
+    ) -> tuple[Any, bool]:
         authority = f"[{host}]" if ":" in host else host
         headers = [("Host", f"{authority}:{port}"), ("Accept", ACCEPT),
                    ("Accept-Encoding", "identity"), ("User-Agent", f"rocmseat/{__version__}")]
@@ -285,7 +415,7 @@ class AsyncScraper:
             if conn.reused:
                 raise _Stale() from None
             raise
-        body: _Inflate | None = None
+        body: _Body | None = None
         while True:
             event = http.next_event()
             if event is h11.NEED_DATA:
@@ -300,22 +430,25 @@ class AsyncScraper:
                 http.receive_data(data)  # b"" is the end of the stream
                 continue
             if isinstance(event, h11.Response):
-                body = self._check_head(event)
+                body = self._check_head(event, new_sink())
             elif isinstance(event, h11.Data):
                 assert body is not None
                 body.feed(bytes(event.data))
+                while body.pump():  # a bomb or a big page: in turns with the other scrapes
+                    await asyncio.sleep(0)
+                await asyncio.sleep(0)
             elif isinstance(event, h11.EndOfMessage):
                 assert body is not None
-                text = body.text()
+                page = body.finish()
                 reusable = http.our_state is h11.DONE and http.their_state is h11.DONE
                 if reusable:
                     http.start_next_cycle()
-                return text, reusable
+                return page, reusable
             elif isinstance(event, h11.ConnectionClosed):
                 raise ScrapeError("the connection closed before the page was complete")
             # InformationalResponse (1xx) and anything else: read on.
 
-    def _check_head(self, response: h11.Response) -> _Inflate:
+    def _check_head(self, response: h11.Response, sink: Sink) -> _Body:
         status = response.status_code
         if status != 200:
             raise ScrapeError(f"HTTP {status}")
@@ -328,9 +461,16 @@ class AsyncScraper:
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             raise ScrapeError(f"the page is {int(length):,} bytes; the limit is "
                               f"{self.max_body_bytes:,}")
-        return _Inflate(fields.get("content-encoding", ""), self.max_body_bytes)
+        return _Body(fields.get("content-encoding", ""), self.max_body_bytes, sink)
 
-    async def _drop_all(self) -> None:
+    async def _shutdown(self) -> None:
+        """Cancel every scrape still in flight and close every connection (close())."""
+        current = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not current]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=0.5)
         for conn in self._idle.values():
             _abort(conn)
         self._idle.clear()
@@ -355,16 +495,18 @@ class CallableScraper:
 
     def fetch_many(
         self, urls: Sequence[str], timeout_s: float, stop: threading.Event | None = None, *,
-        parse: Parse | None = None,
+        new_sink: NewSink = TextSink,
     ) -> list[Result]:
         futures = [self._pool.submit(self._call, u, timeout_s) for u in urls]
         deadline = time.monotonic() + timeout_s
         out: list[Result] = []
         for url, future in zip(urls, futures, strict=True):
             got = _wait(future, deadline, stop, url, timeout_s)
-            if parse is not None and isinstance(got, str):
+            if isinstance(got, str):
                 try:
-                    got = parse(got)
+                    sink = new_sink()
+                    sink.feed(got)
+                    got = sink.finish()
                 except RocmseatError as exc:
                     got = exc
             out.append(got)
@@ -400,7 +542,7 @@ def _wait(future: Future[Result], deadline: float, stop: threading.Event | None,
 
 def fetch_once(url: str, timeout_s: float) -> str:
     """One scrape with a throwaway scraper (benchmarks, a person at a prompt)."""
-    scraper = AsyncScraper(concurrency=1)
+    scraper = AsyncScraper()
     try:
         (result,) = scraper.fetch_many([url], timeout_s)
     finally:

@@ -5,21 +5,43 @@ JSON (`*.json`) or YAML (`*.yml`, `*.yaml`) list of target groups
 
     [{"targets": ["host:port", ...], "labels": {"name": "value", ...}}, ...]
 
-where the meta labels `__scheme__` (http, https), `__metrics_path__` (default /metrics) and
-`__param_<name>` (URL query parameters) shape the URL and are not carried on; other `__`
-labels are dropped as Prometheus drops them after relabelling. The replica's name is its
-`replica` label, else its `instance` label, else the address; `instance` defaults to the
-address, as in Prometheus. The rest of the labels ride on the replica's alerts and exporter
-series. rocmseat's own labels (alertname, severity, source, seat on alerts; alert, position on
-the exporter's series) are refused.
+read by the rules Prometheus applies (discovery/targetgroup.Group's UnmarshalJSON/UnmarshalYAML
+into common/model's LabelSet; checked against Debian's Prometheus 2.42 in
+tests/watch/test_monitoring_stack.py):
+
+- JSON: a label value is a string (null is an empty value); unknown keys are refused.
+- YAML (yaml.v2, strict): any scalar is read as its text (`rack: 12` is "12", `1.50` stays
+  "1.50", `yes` stays "yes"), `null`, `~` and an empty value are an empty value, `!!binary` is
+  decoded; a sequence or a mapping as a value, a key given twice and an unknown key are refused.
+- An empty label value is an absent label (Prometheus drops it).
+- Label names match `[a-zA-Z_][a-zA-Z0-9_]*`.
+
+The meta labels `__scheme__` (http, https), `__metrics_path__` (default /metrics) and
+`__param_<name>` (URL query parameters) shape the URL and are not carried on; other `__` labels
+are dropped as Prometheus drops them after relabelling. `rocmseat_spec: "false"` says the
+replica does not speculate (its /ready is not held at 503 spec_blind; "true" says it does);
+it is consumed, not carried. The replica's name is its `replica` label, else its `instance`
+label, else the address; `instance` defaults to the address, as in Prometheus. The rest of the
+labels ride on the replica's alerts and exporter series. rocmseat's own labels (alertname,
+severity, source, seat on alerts; alert, position on the exporter's series) are refused.
+
+Stricter than Prometheus, on purpose (docs/watch.md, "Targets file"): a label value must be valid
+UTF-8 (a JSON `\ud800` is a lone surrogate; Go replaces it with U+FFFD, the exporter could not
+encode it), hold no control character and at most 1,024 characters; URL credentials in a value
+are carried redacted; a target is `host:port`.
 
 The file is read with rocmseat/safeio.py (a regular file, at most 1 MiB) and checked whole: a
-bad file is one line naming the file and the entry. `TargetsFile.poll()` re-reads it when its
-size, mtime or inode changes; a bad re-read keeps the last good set and says why once.
+bad file is one line naming the file and the entry (credentials in it redacted). `TargetsFile`
+re-reads it when its size, mtime or inode changes, and applies a changed file only once two
+reads one poll apart agree (a writer caught half-way never removes targets); a bad re-read, or
+one that lists no targets (a file truncated for rewriting), keeps the last good set and says
+why once.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import re
@@ -29,12 +51,17 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from rocmseat.errors import ConfigError, ReadError
+from rocmseat.redact import redact_text, redact_url
 from rocmseat.safeio import read_regular_text
 from rocmseat.watch.alerts import RESERVED_LABELS
 from rocmseat.watch.scrape import Target, check_http_url
 
 MAX_TARGETS = 100_000
 MAX_LABEL_VALUE = 1024
+# YAML nodes visited: a 1 MiB file has fewer; aliases are converted once (shared, as PyYAML's
+# own constructor shares them), so this only stops a pathological document.
+MAX_NODES = 2_000_000
+SPEC_LABEL = "rocmseat_spec"
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # host:port (Prometheus refuses a scheme or a path in a target); [v6]:port allowed.
 _ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?$")
@@ -43,6 +70,81 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # rocmseat's own labels: on alerts (alertname, severity, source, seat) and on the exporter's
 # series (alert, position); `replica` names the target.
 OWN_LABELS = (RESERVED_LABELS | {"alert", "position"}) - {"replica"}
+_YAML = "tag:yaml.org,2002:"
+# The YAML 1.1 tags yaml.v2 knows; any other tag (`!!python/object`) is not a targets file.
+_SCALAR_TAGS = frozenset(_YAML + t for t in ("str", "int", "float", "bool", "null",
+                                             "timestamp", "binary", "merge", "value"))
+
+
+class _Mapping(dict[str, Any]):
+    """A YAML mapping with the keys it gave twice (yaml.v2's strict decoding refuses them)."""
+
+    twice: tuple[str, ...] = ()
+
+
+class _Yaml:
+    """A composed YAML document as yaml.v2 decodes it into Prometheus's target groups: every
+    scalar is its text, a null scalar is None, aliases are converted once and shared."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.nodes = 0
+        self.done: dict[int, Any] = {}
+
+    def convert(self, node: Any) -> Any:
+        import yaml
+
+        known = self.done.get(id(node))
+        if known is not None:
+            return known
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise ConfigError(f"{self.path}: more than {MAX_NODES:,} YAML nodes")
+        out: Any
+        if isinstance(node, yaml.ScalarNode):
+            out = self._scalar(node)
+        elif isinstance(node, yaml.SequenceNode):
+            self._tag(node, _YAML + "seq")
+            out = []
+            self.done[id(node)] = out
+            out.extend(self.convert(item) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            self._tag(node, _YAML + "map")
+            out = _Mapping()
+            self.done[id(node)] = out
+            twice = []
+            for key_node, value_node in node.value:
+                key = self.convert(key_node)
+                if not isinstance(key, str):
+                    key = "" if key is None else str(key)
+                if key in out:
+                    twice.append(key)
+                out[key] = self.convert(value_node)
+            out.twice = tuple(twice)
+        else:  # pragma: no cover - compose yields only these three
+            raise ConfigError(f"{self.path}: not YAML (a {type(node).__name__})")
+        self.done[id(node)] = out
+        return out
+
+    def _tag(self, node: Any, plain: str) -> None:
+        if node.tag not in (plain, _YAML + "omap", _YAML + "set"):
+            raise ConfigError(f"{self.path}: not YAML for a targets file (line "
+                              f"{node.start_mark.line + 1}: tag {node.tag[:60]!r})")
+
+    def _scalar(self, node: Any) -> str | None:
+        if node.tag not in _SCALAR_TAGS:
+            raise ConfigError(f"{self.path}: not YAML for a targets file (line "
+                              f"{node.start_mark.line + 1}: tag {node.tag[:60]!r})")
+        if node.tag == _YAML + "null":
+            return None
+        if node.tag == _YAML + "binary":
+            try:
+                raw = base64.b64decode("".join(node.value.split()), validate=True)
+                return raw.decode("utf-8")
+            except (binascii.Error, ValueError):
+                raise ConfigError(f"{self.path}: line {node.start_mark.line + 1}: a !!binary "
+                                  "value that is not base64 of UTF-8 text") from None
+        return str(node.value)
 
 
 def _load(text: str, path: Path) -> Any:
@@ -53,9 +155,12 @@ def _load(text: str, path: Path) -> Any:
         if suffix in (".yml", ".yaml"):
             import yaml
 
-            return yaml.safe_load(text)
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            return None if node is None else _Yaml(path).convert(node)
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply") from None
+    except ConfigError:
+        raise
     except ValueError as exc:  # json.JSONDecodeError
         raise ConfigError(f"{path}: not JSON ({exc})") from None
     except Exception as exc:  # yaml.YAMLError and its marks
@@ -66,7 +171,15 @@ def _load(text: str, path: Path) -> Any:
 
 
 def parse_targets_file(text: str, path: Path) -> list[Target]:
-    """The targets of a file_sd document, or a ConfigError naming the file and the entry."""
+    """The targets of a file_sd document, or a ConfigError naming the file and the entry (an
+    empty document is no targets: the caller decides what none means)."""
+    try:
+        return _parse(text, path)
+    except ConfigError as exc:  # a value quoted in the message may hold a URL's credentials
+        raise ConfigError(redact_text(exc.message), hint=exc.hint) from None
+
+
+def _parse(text: str, path: Path) -> list[Target]:
     doc = _load(text, path)
     if doc is None:
         return []
@@ -90,10 +203,15 @@ def parse_targets_file(text: str, path: Path) -> list[Target]:
 def _group(group: Any, where: str) -> list[Target]:
     if not isinstance(group, dict):
         raise ConfigError(f"{where}: expected a mapping with 'targets' and 'labels'")
+    twice: tuple[str, ...] = getattr(group, "twice", ())
+    if twice:
+        raise ConfigError(f"{where}: key {twice[0][:40]!r} is given twice")
     unknown = sorted(str(k) for k in group if k not in ("targets", "labels"))
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0][:40]!r} (only 'targets', 'labels')")
     addresses = group.get("targets")
+    if addresses is None:
+        addresses = []
     if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
         raise ConfigError(f"{where}: key 'targets' must be a list of \"host:port\" strings")
     raw_labels = group.get("labels")
@@ -101,6 +219,9 @@ def _group(group: Any, where: str) -> list[Target]:
         raw_labels = {}
     if not isinstance(raw_labels, dict):
         raise ConfigError(f"{where}: key 'labels' must be a mapping of strings")
+    twice = getattr(raw_labels, "twice", ())
+    if twice:
+        raise ConfigError(f"{where}: key 'labels.{twice[0][:40]}' is given twice")
     labels = _labels(raw_labels, where)
     scheme = labels.pop("__scheme__", "http")
     if scheme not in ("http", "https"):
@@ -109,22 +230,24 @@ def _group(group: Any, where: str) -> list[Target]:
     metrics_path = labels.pop("__metrics_path__", "/metrics")
     if not metrics_path.startswith("/"):
         raise ConfigError(f"{where}: key 'labels.__metrics_path__' must start with '/'")
+    expect_spec = _spec(labels.pop(SPEC_LABEL, None), where)
     params = {k[len("__param_"):]: v for k, v in labels.items() if k.startswith("__param_")}
-    carried = {k: v for k, v in labels.items() if not k.startswith("__")}
+    carried = {k: redact_text(v) for k, v in labels.items() if not k.startswith("__")}
     query = f"?{urlencode(params)}" if params else ""
     out = []
     for address in addresses:
+        shown = redact_url(address)[:80]
         if len(address) > 300 or not _ADDRESS.match(address):
-            raise ConfigError(f"{where}: target {address[:80]!r} is not host:port")
+            raise ConfigError(f"{where}: target {shown!r} is not host:port")
         url = f"{scheme}://{address}{quote(metrics_path, safe='/:@!$&()*+,;=-._~')}{query}"
-        check_http_url(url, f"{where}: target {address!r}")
+        check_http_url(url, f"{where}: target {shown!r}")
         own = {"instance": address, **carried}
         name = own.get("replica") or own["instance"]
         if not _NAME.match(name) or len(name) > 200:
             raise ConfigError(f"{where}: replica name {name[:80]!r} must match "
                               "[A-Za-z0-9[][A-Za-z0-9._:[]-]*")
         pairs = tuple(sorted((k, v) for k, v in own.items() if k != "replica"))
-        out.append(Target(name, url, labels=pairs))
+        out.append(Target(name, url, labels=pairs, expect_spec=expect_spec))
     return out
 
 
@@ -134,16 +257,33 @@ def _labels(raw: dict[Any, Any], where: str) -> dict[str, str]:
         if not isinstance(key, str) or not _LABEL_NAME.match(key):
             raise ConfigError(f"{where}: label name {str(key)[:40]!r} must match "
                               "[A-Za-z_][A-Za-z0-9_]*")
+        if value is None:
+            continue  # JSON null, YAML null/~/empty: an empty value, an absent label
         if not isinstance(value, str):
             raise ConfigError(f"{where}: key 'labels.{key}': the value must be a string, not "
                               f"{type(value).__name__}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(f"{where}: key 'labels.{key}': the value is not valid UTF-8 (a "
+                              "lone surrogate such as \\ud800)") from None
         if _CONTROL.search(value) or len(value) > MAX_LABEL_VALUE:
             raise ConfigError(f"{where}: key 'labels.{key}': control characters or more than "
                               f"{MAX_LABEL_VALUE} characters")
         if key in OWN_LABELS:
             raise ConfigError(f"{where}: key 'labels.{key}': rocmseat sets this label itself")
-        labels[key] = value
+        if value:  # an empty label is an absent one (Prometheus drops it)
+            labels[key] = value
     return labels
+
+
+def _spec(value: str | None, where: str) -> bool | None:
+    if value is None:
+        return None
+    if value.lower() not in ("true", "false"):
+        raise ConfigError(f"{where}: key 'labels.{SPEC_LABEL}': {value[:40]!r} is not true or "
+                          "false")
+    return value.lower() == "true"
 
 
 def read_targets_file(path: Path) -> list[Target]:
@@ -153,18 +293,26 @@ def read_targets_file(path: Path) -> list[Target]:
 
 @dataclass(frozen=True, slots=True)
 class Reload:
-    targets: list[Target] | None  # None: unchanged, or a bad re-read (kept the last good set)
+    targets: list[Target] | None  # None: unchanged, settling, or kept the last good set
     error: str | None = None
 
 
 class TargetsFile:
-    """A targets file watched for changes. `poll()` is cheap (one stat) when nothing changed."""
+    """A targets file watched for changes. `poll()` is cheap (one stat) when nothing changed.
+
+    A changed file is applied when two reads, one poll apart, give the same text: a writer
+    caught half-way (a shell `>` truncates first, then writes) never removes targets and
+    resolves their alerts. A re-read that is bad, or lists no targets at all (an empty or
+    truncated file looks exactly like that), keeps the last good set and is said once. Write
+    the file atomically anyway (a temporary file, then rename), as any config a daemon re-reads.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._seen: tuple[int, int, int, int] | None = None
         self._last_text: str | None = None
         self._last_error: str | None = None
+        self._settling: str | None = None  # a changed text read once, not yet applied
 
     def _stamp(self) -> tuple[int, int, int, int] | None:
         try:
@@ -183,18 +331,33 @@ class TargetsFile:
 
     def poll(self) -> Reload:
         stamp = self._stamp()
-        if stamp == self._seen:
+        if stamp == self._seen and self._settling is None:
             return Reload(None)
         self._seen = stamp
         try:
             text = read_regular_text(self.path)
-            if text == self._last_text:
-                return Reload(None)
-            targets = parse_targets_file(text, self.path)
-        except (ConfigError, ReadError) as exc:
-            if exc.message == self._last_error:
-                return Reload(None)
-            self._last_error = exc.message
-            return Reload(None, exc.message)
+        except ReadError as exc:
+            return self._bad(exc.message)
+        if text == self._last_text:
+            self._settling = None
+            return Reload(None)
+        if text != self._settling:
+            self._settling = text  # wait for the next poll to read the same
+            return Reload(None)
+        self._settling = None
+        try:
+            targets = parse_targets_file(text, self.path) if text.strip() else []
+        except ConfigError as exc:
+            return self._bad(exc.message)
+        if not targets:
+            return self._bad(f"{self.path}: the file lists no targets (empty, or being "
+                             "rewritten in place: write it atomically, a temporary file then "
+                             "rename)")
         self._last_text, self._last_error = text, None
         return Reload(targets)
+
+    def _bad(self, message: str) -> Reload:
+        if message == self._last_error:
+            return Reload(None)
+        self._last_error = message
+        return Reload(None, message)

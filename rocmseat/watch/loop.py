@@ -2,14 +2,19 @@
 
 Everything nondeterministic is injected (the scraper or a fetch callable, the clock): tests
 drive `step()` against a real local HTTP server or canned pages. The scrapes of one evaluation
-share one deadline (`timeout_s` after it starts) and run with bounded concurrency on one event
-loop (rocmseat/watch/fetch.py), so one hung replica can neither hold the others nor the
-evaluation past the deadline; sinks get transitions through `on_transition`, which must not
-block (sinks.BackgroundSender).
+share one deadline (`timeout_s` after it starts), all start at once on one event loop and each
+page is parsed as it arrives (rocmseat/watch/fetch.py), so hung replicas can neither hold the
+others nor the evaluation past the deadline; sinks get transitions through `on_transition`,
+which must not block (sinks.BackgroundSender).
+
+An engine restart (a counter reset, or `_created` stamps that moved) clears the speculation
+verdicts of the old process (`_engine_restarted`): `/ready` is not latched at 503 by a dead
+drafter that, out of rotation, can never draft again (docs/watch.md, "Sinks", readiness).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import queue
 import threading
@@ -30,8 +35,8 @@ from rocmseat.watch.baseline import (
     save_baseline,
 )
 from rocmseat.watch.detector import DetectorParams, SpecDetector, SpecVerdict
-from rocmseat.watch.fetch import AsyncScraper, CallableScraper, Fetch, Result, Stopped
-from rocmseat.watch.metrics import PageError, Reading, read_page
+from rocmseat.watch.fetch import AsyncScraper, CallableScraper, Fetch, NewSink, Result, Stopped
+from rocmseat.watch.metrics import PageError, PageReader, Reading, read_page
 from rocmseat.watch.scrape import Target
 from rocmseat.watch.status import ReplicaStatus
 from rocmseat.watch.uevents import GpuPath, node_events
@@ -51,7 +56,7 @@ LIMITS: dict[str, tuple[float, float]] = {
 class Scraper(Protocol):
     def fetch_many(
         self, urls: Sequence[str], timeout_s: float, stop: threading.Event | None = None, *,
-        parse: Callable[[str], Reading] | None = None,
+        new_sink: NewSink = ...,
     ) -> list[Result]: ...
 
     def close(self) -> None: ...
@@ -152,7 +157,8 @@ class Watcher:
         replicas = list(self._replicas)
         scraped_at = self._clock()
         results = self._scraper.fetch_many([r.target.url for r in replicas],
-                                           self.config.timeout_s, self._stop, parse=read_page)
+                                           self.config.timeout_s, self._stop,
+                                           new_sink=PageReader)
         if any(isinstance(r, Stopped) for r in results):
             return self.statuses  # stopping: no verdict from a cut evaluation
         now = self._clock()
@@ -242,11 +248,12 @@ class Watcher:
             return self._failed(rep, problem, now)
         rep.failures = 0
         self._set(rep, A.REPLICA_DOWN, False, now)
-        blind = self.config.expect_spec and not reading.spec_present
+        blind = self._expects_spec(rep) and not reading.spec_present
         self._set(rep, A.SPEC_BLIND, blind, now)
         if restarted:
             rep.restarts += 1
             rep.stall_since = None
+            self._engine_restarted(rep, now)
         elif window is not None:
             rep.restarts = 0
         self._set(rep, A.METRICS_UNSTABLE, rep.restarts >= self.config.unstable_after, now,
@@ -256,6 +263,21 @@ class Watcher:
             self._judge(rep, window, now)
             self._judge_stall(rep, window, snapshot, now)
         return self._status(rep, window, None, restarted=restarted, blind=blind, now=now)
+
+    def _expects_spec(self, rep: _Replica) -> bool:
+        own = rep.target.expect_spec
+        return self.config.expect_spec if own is None else own
+
+    def _engine_restarted(self, rep: _Replica, now: float) -> None:
+        """A new engine process (its counters reset, or its `_created` stamps moved): what the
+        old process's drafts said no longer holds. The speculation verdicts resolve and the
+        detector judges the new process afresh (the baseline, a property of the config key,
+        stays); a drafter still dead shows again on the new process's own drafts. Without this
+        a dead drafter latched `/ready` at 503: out of rotation the replica drafts nothing, so
+        nothing could ever clear it (docs/watch.md, "Readiness")."""
+        rep.detector.restart()
+        for alert in (A.SPEC_DRAFTER_DEAD, A.SPEC_ACCEPTANCE_DROP):
+            self._set(rep, alert, False, now, reason="engine-restarted")
 
     def _failed(self, rep: _Replica, error: str, now: float) -> ReplicaStatus:
         rep.failures += 1
@@ -318,8 +340,8 @@ class Watcher:
 
     def _baseline_file(self, rep: _Replica) -> Path:
         assert self.config.state_dir is not None
-        prefix = f"{self.config.key_prefix}." if self.config.key_prefix else ""
-        return baseline_path(self.config.state_dir, prefix + rep.target.name)
+        return baseline_path(self.config.state_dir,
+                             baseline_key(rep.target, self.config.key_prefix))
 
     def _drain_node_events(self, now: float) -> None:
         by_name = {r.target.name: r for r in self._replicas}
@@ -388,6 +410,16 @@ class Watcher:
             now = time.monotonic()
             next_at = max(next_at, now)  # a step overran (timeouts): skip, do not burst
             stop.wait(next_at - now)
+
+
+def baseline_key(target: Target, seat: str = "") -> str:
+    """Whose baseline a file holds: `<seat>.<replica>` in seat mode (a seat's replica names are
+    its own); a `--target` or file_sd replica by its name and a digest of its (redacted) URL,
+    so two watchers that give one name to two replicas never share a baseline."""
+    if seat:
+        return f"{seat}.{target.name}"
+    digest = hashlib.sha256(target.shown_url.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{target.name}.{digest[:12]}"
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:

@@ -59,6 +59,10 @@ MAX_VALUE: Final = float(2**53)
 # multi-process registry, which reads each process's counters one after the other.
 SLACK_RATIO: Final = 0.01
 _LABEL_PAIR = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+# A vLLM line is well under 1 KiB; a longer one is not a page the watcher can use, and the cap
+# bounds what a scrape holds while the page arrives.
+MAX_LINE_CHARS: Final = 64 << 10
+_HEAD_CHARS: Final = 512
 
 
 class PageError(RocmseatError):
@@ -136,7 +140,8 @@ def _label(labels: str, name: str) -> str | None:
 
 
 def _label_key(labels: str) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(_LABEL_PAIR.findall(labels)))
+    # An empty label is an absent one (Prometheus drops it): `x=""` does not make a new series.
+    return tuple(sorted(pair for pair in _LABEL_PAIR.findall(labels) if pair[1]))
 
 
 def _check_value(name: str, value: float, where: str) -> None:
@@ -155,65 +160,134 @@ def _slack(total: float) -> float:
     return 1.0 + SLACK_RATIO * total
 
 
-def check_page_shape(text: str) -> None:
-    """Refuse what is not an exposition page: empty, HTML, truncated (no final newline)."""
-    head = text.lstrip()[:512].lower()
+def _check_head(head: str) -> None:
+    """Refuse what is not an exposition page by its start: empty, HTML."""
+    head = head.lstrip()[:_HEAD_CHARS].lower()
     if not head:
         raise PageError("empty page")
     if head.startswith("<") or "<html" in head or "<!doctype" in head:
         raise PageError("an HTML page, not Prometheus metrics (wrong URL or a proxy error page?)")
+
+
+def check_page_shape(text: str) -> None:
+    """Refuse what is not an exposition page: empty, HTML, truncated (no final newline)."""
+    _check_head(text)
     if not text.endswith("\n"):
         # generate_latest() ends every page with a newline (and OpenMetrics with "# EOF\n").
         raise PageError("truncated page (no final newline)")
 
 
+class PageReader:
+    """The targeted reader, fed the page as it arrives (`feed` per chunk, then `finish`).
+
+    One pass, and only lines that start with `vllm:` (or `vllm_`) are split. The scraper feeds
+    each chunk as it is read off the socket, so a page is never held whole: the reader keeps its
+    sums and one partial line (at most `MAX_LINE_CHARS`), and its work is spread over the reads
+    (a 16 MiB page never holds the event loop for long). `read_page(text)` is the same reader fed
+    once.
+    """
+
+    __slots__ = ("_content", "_created", "_engines", "_head", "_maxima", "_number", "_partial",
+                 "_per_pos", "_saw_vllm", "_seen", "_started", "_sums")
+
+    def __init__(self) -> None:
+        self._sums: dict[str, float] = {}
+        self._maxima: dict[str, float] = {}
+        self._per_pos: dict[int, float] = {}
+        self._engines: set[str] = set()
+        self._created: float | None = None
+        self._saw_vllm = False
+        self._content = False  # a line that is not empty was read
+        self._seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+        self._number = 0  # lines read
+        self._partial = ""  # the line not yet ended
+        self._head: list[str] | None = []  # the start of the page until its shape is checked
+        self._started = 0  # characters in _head
+
+    def feed(self, text: str) -> None:
+        if self._head is not None:
+            self._head.append(text)
+            self._started += len(text)
+            if self._started < MAX_LINE_CHARS and len("".join(self._head).lstrip()) < _HEAD_CHARS:
+                return
+            text, self._head = "".join(self._head), None
+            if text.strip():
+                _check_head(text)
+        buffer = self._partial + text if self._partial else text
+        lines = buffer.split("\n")
+        self._partial = lines.pop()
+        self._read(lines)
+        if len(self._partial) > MAX_LINE_CHARS:
+            raise PageError(f"line {self._number + 1} is longer than {MAX_LINE_CHARS:,} "
+                            "characters")
+
+    def finish(self) -> Reading:
+        if self._head is not None:  # a short page: checked whole, as check_page_shape does
+            text, self._head = "".join(self._head), None
+            check_page_shape(text)
+            lines = text.split("\n")
+            self._partial = lines.pop()
+            self._read(lines)
+        if self._partial:
+            raise PageError("truncated page (no final newline)")
+        if not self._saw_vllm:
+            if not self._content:
+                raise PageError("empty page")
+            raise PageError("no vllm: series on the page (not a vLLM /metrics endpoint?)")
+        return _assemble(self._sums, self._maxima, self._per_pos, self._created,
+                         len(self._engines))
+
+    def _read(self, lines: list[str]) -> None:
+        sums, maxima, per_pos, seen = self._sums, self._maxima, self._per_pos, self._seen
+        number = self._number
+        content = False
+        for line in lines:
+            number += 1
+            if not line:
+                continue
+            content = True
+            if line[0] not in _SAMPLE_START:
+                raise PageError(f"line {number} is not exposition format: {line[:80]!r}")
+            if not line.startswith(("vllm:", "vllm_")):
+                continue
+            self._saw_vllm = True
+            cut = line.find("{")
+            name = line[:cut] if cut != -1 else line.split(" ", 1)[0]
+            if name[4] == "_":
+                name = _unescape(name)
+            if name not in _WANTED:
+                continue
+            labels, value = _labels_value(line, number)
+            _check_value(name, value, f"line {number}")
+            series = (name, _label_key(labels))
+            if series in seen:
+                raise PageError(f"line {number}: duplicate series {name}{{{labels[:80]}}}")
+            seen.add(series)
+            if name == PER_POS:
+                position = _label(labels, "position")
+                if position is None or not position.isdigit():
+                    raise PageError(f"line {number}: per-position series without a position "
+                                    "label")
+                per_pos[int(position)] = per_pos.get(int(position), 0.0) + value
+            elif name in _CREATED:
+                self._created = value if self._created is None else min(self._created, value)
+            elif (field := _SUMMED.get(name)) is not None:
+                sums[field] = sums.get(field, 0.0) + value
+                if name == DRAFTS:
+                    self._engines.add(f"{_label(labels, 'model_name')}/{_label(labels, 'engine')}")
+            else:
+                field = _MAXED[name]
+                maxima[field] = max(maxima.get(field, value), value)
+        self._number = number
+        if content:
+            self._content = True
+
+
 def read_page(text: str) -> Reading:
-    """The targeted reader: one pass, and only lines that start with `vllm:` are split."""
-    check_page_shape(text)
-    sums: dict[str, float] = {}
-    maxima: dict[str, float] = {}
-    per_pos: dict[int, float] = {}
-    engines: set[str] = set()
-    created: float | None = None
-    saw_vllm = False
-    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line:
-            continue
-        if line[0] not in _SAMPLE_START:
-            raise PageError(f"line {number} is not exposition format: {line[:80]!r}")
-        if not line.startswith(("vllm:", "vllm_")):
-            continue
-        saw_vllm = True
-        cut = line.find("{")
-        name = line[:cut] if cut != -1 else line.split(" ", 1)[0]
-        if name[4] == "_":
-            name = _unescape(name)
-        if name not in _WANTED:
-            continue
-        labels, value = _labels_value(line, number)
-        _check_value(name, value, f"line {number}")
-        series = (name, _label_key(labels))
-        if series in seen:
-            raise PageError(f"line {number}: duplicate series {name}{{{labels[:80]}}}")
-        seen.add(series)
-        if name == PER_POS:
-            position = _label(labels, "position")
-            if position is None or not position.isdigit():
-                raise PageError(f"line {number}: per-position series without a position label")
-            per_pos[int(position)] = per_pos.get(int(position), 0.0) + value
-        elif name in _CREATED:
-            created = value if created is None else min(created, value)
-        elif (field := _SUMMED.get(name)) is not None:
-            sums[field] = sums.get(field, 0.0) + value
-            if name == DRAFTS:
-                engines.add(f"{_label(labels, 'model_name')}/{_label(labels, 'engine')}")
-        else:
-            field = _MAXED[name]
-            maxima[field] = max(maxima.get(field, value), value)
-    if not saw_vllm:
-        raise PageError("no vllm: series on the page (not a vLLM /metrics endpoint?)")
-    return _assemble(sums, maxima, per_pos, created, len(engines))
+    """The targeted reader on a whole page (the scraper feeds `PageReader` chunk by chunk)."""
+    reader = PageReader()
+    reader.feed(text)
+    return reader.finish()
 
 
 def _assemble(
@@ -326,7 +400,7 @@ def read_page_reference(text: str) -> Reading:
                 if name not in _WANTED:
                     continue
                 _check_value(name, value, "sample")
-                series = (name, tuple(sorted(labels.items())))
+                series = (name, tuple(sorted((k, v) for k, v in labels.items() if v)))
                 if series in seen:
                     raise PageError(f"duplicate series {name}")
                 seen.add(series)

@@ -3,8 +3,13 @@
 vLLM's `/health` stays 200 on a hung engine and on a drafter that no longer matches its target
 (vllm/entrypoints/serve/instrumentator/health.py answers 200 unless EngineDeadError): every
 serving stack that probes only `/health` keeps routing to such a replica. `/ready/<replica>`
-answers from the watchdog's last verdict instead (docs/watch.md, "Readiness"). Pure functions:
+answers from the watchdog's last verdict instead (docs/watch.md, "Sinks"). Pure functions:
 statuses and clock readings in, (ready, one-line reason) out.
+
+A dead drafter takes the replica out (503) until the engine restarts: the restart clears the
+verdict (rocmseat.watch.loop), so the replica comes back and is judged again on its own drafts
+(503 again after 50 of them if the drafter is still dead). Out of rotation a replica drafts
+nothing, so evidence alone could never clear it.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ class Target:
     cache_dir: Path | None = None  # <seat cache root>/<replica>: its manifest holds the key
     gpus: tuple[str, ...] = ()  # PCI addresses (node events)
     labels: tuple[tuple[str, str], ...] = ()  # carried onto alerts and exporter series
+    expect_spec: bool | None = None  # None: as the watcher is configured (a seat's drafter)
 
     @property
     def shown_url(self) -> str:
@@ -60,9 +61,21 @@ def parse_target(spec: str, index: int) -> Target:
 def check_http_url(url: str, what: str) -> None:
     """An http(s) URL with a host and, if given, a port in 1..65535; else a ConfigError naming
     `what` (a malformed --target or --webhook is a usage error at start, not a scrape error).
-    `what` must already be redacted: it is shown as given."""
+    `what` must already be redacted: it is shown as given (rocmseat.redact.redact_text hides
+    everything up to the last `@` after the scheme).
+
+    An `@` after the authority is refused: a password holding `/`, `?` or `#` ends the
+    authority early for every URL parser (RFC 3986, 3.2), so `http://u:12/pw@host/` would go to
+    host `u`, port 12, with the rest of the password in its path."""
     if _BAD_URL_CHARS.search(url):
-        raise ConfigError(f"{what}: control characters or spaces in the URL")
+        raise ConfigError(f"{what}: control characters or spaces in the URL (percent-encode "
+                          "them in a user name or password)")
+    _, sep, rest = url.partition("://")
+    end = re.search(r"[/?#]", rest)
+    authority, after = (rest[:end.start()], rest[end.start():]) if end else (rest, "")
+    if sep and ("@" in after or authority.count("@") > 1):
+        raise ConfigError(f"{what}: an '@' that does not end the user name and password: "
+                          "percent-encode '/', '?', '#' and '@' in them (%2F, %3F, %23, %40)")
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -7,7 +7,6 @@ the evaluation in flight is cut, and the listener and sinks close within a secon
 
 from __future__ import annotations
 
-import resource
 import socket
 import threading
 import time
@@ -18,6 +17,7 @@ from rocmseat import exitcodes
 from rocmseat.errors import ConfigError
 from rocmseat.watch import alerts as A
 from rocmseat.watch.exporter import ExportState, start_exporter
+from rocmseat.watch.fetch import FD_RESERVE, ensure_descriptors
 from rocmseat.watch.filesd import TargetsFile
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.scrape import Target
@@ -62,16 +62,24 @@ def once_exit_code(statuses: list[ReplicaStatus]) -> int:
     return exitcodes.OK
 
 
-def raise_fd_limit(targets: int) -> None:
-    """One kept-alive connection per target: lift the soft descriptor limit toward the hard
-    one when the target count needs it (a 1,024 soft limit is common)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = targets + 256
-    if soft == resource.RLIM_INFINITY or soft >= want:
-        return
-    new = want if hard == resource.RLIM_INFINITY else min(want, hard)
-    if new > soft:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+def check_targets(targets: list[Target], where: str = "") -> None:
+    """A watcher needs something to watch, and one descriptor per target (its kept-alive
+    connection; every scrape of an evaluation starts at once): a ConfigError (exit 2) if not."""
+    if not targets:
+        raise ConfigError(f"{where or 'rocmseat watch'}: no targets to watch",
+                          hint="give --target URLs, a --targets-file that lists targets, or a "
+                          "seat")
+    enough, limit = ensure_descriptors(len(targets))
+    if not enough:
+        raise ConfigError(
+            f"{len(targets):,} targets need {len(targets) + FD_RESERVE:,} file descriptors; "
+            f"the limit is {limit:,}",
+            hint="raise it (LimitNOFILE= in the unit, ulimit -n) or split the targets file")
+
+
+def raise_fd_limit(targets: int) -> bool:
+    """Lift the soft descriptor limit toward the hard one for `targets`; True if enough."""
+    return ensure_descriptors(targets)[0]
 
 
 def run_service(
@@ -161,7 +169,11 @@ def _reload(
         log(f"rocmseat-watch targets-file-error keeping={len(watcher.targets)} "
             f"error={source.path}:_replica_{clash!r}_is_also_a_--target")
         return
-    raise_fd_limit(len(extra) + len(reload.targets))
+    if not raise_fd_limit(len(extra) + len(reload.targets)):
+        log(f"rocmseat-watch targets-file-error keeping={len(watcher.targets)} "
+            f"error={source.path}:_{len(extra) + len(reload.targets)}_targets_need_more_file_"
+            "descriptors_than_the_limit")
+        return
     added, removed, relabelled = watcher.set_targets([*extra, *reload.targets])
     log(f"rocmseat-watch targets-file-reloaded path={source.path} "
         f"targets={len(extra) + len(reload.targets)} added={added} removed={removed} "

@@ -192,8 +192,10 @@ def _bomb(cap: int) -> bytes:
     return gzip.compress(b"#" * (cap + (1 << 20)), compresslevel=9)
 
 
-def cases(seed: int, count: int, *, cap: int) -> Iterator[tuple[str, str, Reply, Reply]]:
-    """`count` seeded cases: (kind, expectation, reply to scrape 1, reply to scrape 2)."""
+def cases(seed: int, count: int, *, cap: int,
+          only: frozenset[str] | None = None) -> Iterator[tuple[str, str, Reply, Reply]]:
+    """`count` seeded cases: (kind, expectation, reply to scrape 1, reply to scrape 2); `only`:
+    draw from these kinds alone."""
     rng = random.Random(seed)
     pairs = base_pages()
     bomb = _bomb(cap)
@@ -284,8 +286,15 @@ def cases(seed: int, count: int, *, cap: int) -> Iterator[tuple[str, str, Reply,
         raw_case("not-utf8", "unreadable",
                  lambda b: http(b.replace(b'model_name="tiny"', b'model_name="t\xffny"', 1))),
     ]
+    if only is not None:
+        kinds = [k for k in kinds if k()[0] in only]  # builds one case per kind to name it
     for _ in range(count):
         yield rng.choice(kinds)()
+
+
+# The answers that hold a scrape until its deadline or make it big: the ones that used to hold
+# every scrape slot and starve a healthy target (issue 11, review 2).
+SLOW_KINDS = frozenset({"hang", "drip", "too-big", "gzip-bomb", "header-bomb", "short-body"})
 
 
 def _noise(page: str, rng: random.Random) -> str:
@@ -342,6 +351,66 @@ def run_case(watcher_factory: Callable[[str], object], kind: str, expect: str, f
         server.close()
     return Outcome(kind, expect, status.up, status.window is not None, status.restarted,
                    status.error, time.monotonic() - started)
+
+
+@dataclass
+class Round:
+    """One multi-target evaluation: hostile answers and blackholed ports next to a healthy
+    replica, all in one Watcher (one scraper, one deadline)."""
+
+    outcomes: list[Outcome]
+    healthy: Outcome
+    blackholes: int
+    seconds: float
+
+
+def run_round(watcher_factory: Callable[[list[tuple[str, str]]], object],
+              picks: list[tuple[str, str, Reply, Reply]], blackholes: int) -> Round:
+    """Two evaluations of one Watcher over `picks` (each its own server), `blackholes` ports
+    that accept a connection and never answer, and a healthy replica (real pages), last."""
+    servers = [HostileServer(lambda n, a=(first, second): a[min(n, 1)])
+               for _, _, first, second in picks]
+    first, second = base_pages()[0]
+    healthy = HostileServer(lambda n: (http(first.encode()), http(second.encode()))[min(n, 1)])
+    holes = []
+    for _ in range(blackholes):
+        hole = socket.socket()
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)  # never accepted: the kernel completes the handshake, nobody answers
+        holes.append(hole)
+    named = [(f"x{i}", s.url) for i, s in enumerate(servers)]
+    named += [(f"bh{i}", f"http://127.0.0.1:{h.getsockname()[1]}/metrics")
+              for i, h in enumerate(holes)]
+    named.append(("healthy", healthy.url))
+    watcher = watcher_factory(named)
+    started = time.monotonic()
+    try:
+        try:
+            watcher.step()  # type: ignore[attr-defined]
+            statuses = watcher.step()  # type: ignore[attr-defined]
+        except Exception as exc:
+            crashed = f"{type(exc).__name__}: {exc}"
+            spent = time.monotonic() - started
+            return Round([Outcome(k, e, False, False, False, None, spent, crashed)
+                          for k, e, _, _ in picks],
+                         Outcome("healthy", "readable", False, False, False, None, spent,
+                                 crashed), blackholes, spent)
+    finally:
+        watcher.close()  # type: ignore[attr-defined]
+        for server in [*servers, healthy]:
+            server.close()
+        for hole in holes:
+            hole.close()
+    spent = time.monotonic() - started
+    outs = [Outcome(kind, expect, st.up, st.window is not None, st.restarted, st.error, spent)
+            for (kind, expect, _, _), st in zip(picks, statuses, strict=False)]
+    holes_out = statuses[len(picks):len(picks) + blackholes]
+    outs += [Outcome("blackhole", "unreadable", st.up, st.window is not None, st.restarted,
+                     st.error, spent) for st in holes_out]
+    last = statuses[-1]
+    good = Outcome("healthy", "readable", last.up, last.window is not None, last.restarted,
+                   last.error, spent)
+    return Round(outs, good, blackholes, spent)
 
 
 def write_pages(tmp: Path) -> None:  # pragma: no cover - a helper for manual runs

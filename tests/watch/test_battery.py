@@ -46,6 +46,47 @@ def test_hostile_battery_no_crash_no_hang_no_verdict_on_unreadable(tmp_path):
     assert expects["unreadable"] > 80 and expects["readable"] >= 5
 
 
+ROUNDS = 10
+PER_ROUND = 6  # hostile answers in one evaluation, next to blackholes and a healthy replica
+BLACKHOLES = 3
+
+
+def test_multi_target_rounds_always_judge_the_healthy_replica(tmp_path):
+    """Rounds of one evaluation each: a few hung, dripping, huge or bombing answers (most of a
+    round) and blackholed ports next to a healthy replica. The healthy one is always judged (up,
+    a window), every hostile one is an error or a correct verdict, and no round outlasts its
+    deadlines (a hung target used to hold one of 64 scrape slots until the deadline)."""
+    from tests.watch.hostile import SLOW_KINDS, run_round
+
+    scraper = AsyncScraper()
+    rounds = []
+    try:
+        def factory(named):
+            cfg = WatchConfig(interval_s=1.0, timeout_s=TIMEOUT_S, down_after=1,
+                              state_dir=tmp_path, pinned_al=2.9)
+            return Watcher([Target(n, u) for n, u in named], cfg, scraper=scraper)
+
+        slow = list(cases(SEED + 2, ROUNDS * (PER_ROUND - 2), cap=MAX_BODY_BYTES,
+                          only=SLOW_KINDS))
+        mixed = list(cases(SEED + 3, ROUNDS * 2, cap=MAX_BODY_BYTES))
+        for i in range(ROUNDS):
+            picks = slow[i * (PER_ROUND - 2):(i + 1) * (PER_ROUND - 2)] + mixed[i * 2:i * 2 + 2]
+            rounds.append(run_round(factory, picks, BLACKHOLES))
+    finally:
+        scraper.close()
+    outcomes = [o for r in rounds for o in r.outcomes]
+    judged = sum(r.healthy.healthy for r in rounds)
+    wrong = [(o.kind, o.wrong) for o in outcomes if o.wrong]
+    slowest = max(r.seconds for r in rounds)
+    print(f"multi-target rounds: {len(rounds)} rounds of {PER_ROUND} hostile answers + "
+          f"{BLACKHOLES} blackholes + 1 healthy; healthy judged {judged}/{len(rounds)}; "
+          f"{len(wrong)} wrong verdicts; slowest round {slowest:.2f} s")
+    assert judged == len(rounds), [r.healthy.error for r in rounds if not r.healthy.healthy]
+    assert not wrong, wrong[:5]
+    assert slowest < 2 * TIMEOUT_S + HANG_SLACK_S
+    assert {o.kind for o in outcomes} >= {"hang", "drip", "blackhole"}
+
+
 def test_battery_server_plays_what_it_is_told():
     # the instrument itself: a control page goes through, a reset is an error
     from rocmseat.watch.fetch import fetch_once

@@ -282,7 +282,9 @@ def test_seat_with_a_bad_webhook_url_is_refused(rocmseat_cli, page_server, tmp_p
     seat.write_text(seat.read_text() + 'webhook_url = "alertmanager:9093"\n')
     result = rocmseat_cli("watch", str(seat))
     assert result.exit_code == 2
-    assert "--webhook 'alertmanager:9093': not an http(s) URL" in result.stderr
+    # the error names where the URL came from: the seat file and its key
+    assert f"{seat}: key 'watch.webhook_url' 'alertmanager:9093': not an http(s) URL" in (
+        result.stderr)
 
 
 def test_seat_without_a_drafter_is_not_blind(rocmseat_cli, page_server, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.watch import alerts as A
-from rocmseat.watch.filesd import TargetsFile, parse_targets_file, read_targets_file
+from rocmseat.watch.filesd import Reload, TargetsFile, parse_targets_file, read_targets_file
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.scrape import Target
 from tests.conftest import REPO
@@ -128,6 +128,7 @@ def test_reload_keeps_unchanged_targets_state_and_resolves_removed(tmp_path, pag
     assert source.poll().targets is None  # unchanged: one stat
     time.sleep(0.01)
     write(tmp_path, "t.json", [{"targets": ["a:1", "c:1"], "labels": {"zone": "z1"}}])
+    assert source.poll().targets is None  # read once: applied when the next read agrees
     reload = source.poll()
     assert reload.targets is not None and reload.error is None
     assert w.set_targets(reload.targets) == (1, 1, 0)
@@ -153,11 +154,13 @@ def test_a_bad_reload_keeps_the_last_good_set_and_says_so_once(tmp_path):
     assert [t.name for t in source.load()] == ["a:1"]
     time.sleep(0.01)
     path.write_text('[{"targets": ["a:1"], "labels": {"zone": 7}}]')
+    assert source.poll() == Reload(None)  # read once: judged when the next read agrees
     first = source.poll()
     assert first.targets is None and "entry 1: key 'labels.zone'" in (first.error or "")
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
-    assert source.poll() == type(first)(None)  # the same error is said once
+    assert [source.poll(), source.poll()] == [Reload(None)] * 2  # the same error is said once
     path.write_text('[{"targets": ["a:1", "b:1"]}]')
+    assert source.poll() == Reload(None)
     assert [t.name for t in source.poll().targets or []] == ["a:1", "b:1"]
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocmseat.watch.metrics import PageError, read_page, read_page_reference
+from rocmseat.watch.metrics import PageError, PageReader, read_page, read_page_reference
 from tests.watch.conftest import METRICS, SEQ
 
 PAGES = sorted(p for p in METRICS.glob("*.txt") if "openmetrics" not in p.name)
@@ -207,3 +207,36 @@ def test_arbitrary_text_never_crashes_the_reader(text):
         read_page(text)
     except PageError:
         pass
+
+
+# ----- the page fed as it arrives (the scraper feeds each chunk read off the socket) ---------
+def _fed(text, cuts):
+    reader = PageReader()
+    for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True):
+        reader.feed(text[a:b])
+    return reader.finish()
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.data())
+def test_a_page_fed_in_pieces_reads_as_the_whole_page(data):
+    text = data.draw(st.sampled_from(PAGES + SEQ_PAGES)).read_text()
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=24)))
+    assert _fed(text, cuts) == read_page(text)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_bad_page_fed_in_pieces_is_still_refused(data):
+    _name, text, _why = data.draw(st.sampled_from(MALFORMED))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=12)))
+    with pytest.raises(PageError):
+        _fed(text, cuts)
+
+
+def test_a_line_longer_than_the_cap_is_refused_as_it_arrives():
+    reader = PageReader()
+    reader.feed(GOOD[:1000])
+    with pytest.raises(PageError, match="longer than 65,536 characters"):
+        for _ in range(3):
+            reader.feed("# " + "x" * 40_000)  # one comment line that never ends

@@ -273,3 +273,48 @@ def test_amtool_accepts_the_shipped_routes():
                           text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert " - 3 inhibit rules" in done.stdout and " - 2 receivers" in done.stdout
+
+
+@pytest.mark.fleet
+def test_targets_files_read_as_prometheus_reads_them(tmp_path: Path) -> None:
+    """The same file_sd files through Debian's Prometheus (its /api/v1/targets discovered
+    labels) and through rocmseat.watch.filesd: the same labels for every target (issue 13,
+    review 2: `rack: 12` in YAML is the label "12", a null or empty value is no label)."""
+    from rocmseat.watch.filesd import parse_targets_file
+    from tests.watch.test_review2 import SCALARS_YAML
+
+    prometheus = _binary("prometheus")
+    files = {"scalars.yml": SCALARS_YAML,
+             "nulls.json": json.dumps([{"targets": ["127.0.0.1:2"], "labels": {
+                 "instance": "", "replica": None, "zone": "z", "node": "gpu-07"}}])}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    port = _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1h}\nscrape_configs:\n  - job_name: sd\n"
+        f"    file_sd_configs: [{{files: ['{tmp_path}/*.yml', '{tmp_path}/*.json']}}]\n")
+    prom = Daemon([prometheus, f"--config.file={config}",
+                   f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                   f"--web.listen-address=127.0.0.1:{port}"], tmp_path / "prom.log")
+    try:
+        def discovered() -> list[dict[str, str]] | None:
+            with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+                data = httpx.get(f"http://127.0.0.1:{port}/api/v1/targets?state=any",
+                                 timeout=2).json()["data"]
+                found = [t["discoveredLabels"] for t in data["activeTargets"]]
+                return found if len(found) == len(files) else None
+            return None
+
+        seen = wait_for("Prometheus discovers both files", discovered, 60, prom.tail)
+    finally:
+        prom.stop()
+    for labels in seen:
+        path = Path(labels["__meta_filepath"])
+        (target,) = parse_targets_file(path.read_text(), path)
+        theirs = {k: v for k, v in labels.items() if not k.startswith("__") and k != "job"}
+        theirs.setdefault("instance", labels["__address__"])  # Prometheus sets it after relabel
+        ours = dict(target.labels)
+        if "replica" in theirs:
+            ours["replica"] = target.name
+        assert ours == theirs, (path.name, ours, theirs)
