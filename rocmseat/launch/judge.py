@@ -4,6 +4,9 @@
   a warm cache the invalidation did not reach, the no-op failure of docs/architecture.md incident 3.
 - A KV pool more than 10 % smaller than the previous start of the same seat and replica is
   reported with both figures: enabling a drafter cut it 17.5 % and ~70 % in the field (incident 4).
+- The memory plan (rocmseat.launch.memplan): model memory per rank against the checkpoint's
+  bytes / TP; far below means weights in a paged or host fallback (incident 4 of
+  docs/architecture.md: 9.5 GB pinned instead of 180.6, nothing logged).
 - The seat's `[[expect_log]]` rules: a line that must appear (e.g. "experts resident") or must
   not (a paged-fallback warning), at warn or fail.
 """
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmseat.findings import Finding, Severity
+from rocmseat.launch.memplan import judge_memory_plan
 from rocmseat.launch.startuplog import CompileOutcome, StartupSummary
 
 KV_SHRINK_LIMIT = 0.10
@@ -45,6 +49,8 @@ class JudgeContext:
     expect: Sequence[ExpectRule] = ()
     complete: bool = True  # False when the engine died or timed out before ready
     key_digest: str | None = None  # this start's config key (None: not known)
+    checkpoint_bytes: int | None = None  # target + drafter weights on disk (None: not known)
+    tp: int = 1
 
 
 def judge_startup(summary: StartupSummary, ctx: JudgeContext) -> list[Finding]:
@@ -53,6 +59,9 @@ def judge_startup(summary: StartupSummary, ctx: JudgeContext) -> list[Finding]:
     findings += _judge_kv(summary, ctx)
     findings += _judge_drafter(summary, ctx)
     findings += _judge_expect(summary, ctx)
+    if ctx.complete:  # a start that died before ready has not loaded everything it would
+        findings.append(judge_memory_plan(summary.model_memory_gib_ranks, ctx.checkpoint_bytes,
+                                          ctx.tp, subject=ctx.replica))
     for fatal in summary.fatal:
         findings.append(Finding(
             "launch.log.fatal", Severity.FAIL, ctx.replica,

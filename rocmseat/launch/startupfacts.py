@@ -77,6 +77,12 @@ class StartupSummary:
     warnings: tuple[LogEvent, ...]  # non-fatal trouble (shm broadcast stalls ...)
     expect_hits: Mapping[int, str]  # index of a seat expect_log pattern -> first matching line
     lines_read: int
+    # Every "Model loading took X GiB" figure in log order (one per TP rank): the memory plan
+    # (rocmseat.launch.memplan) judges the smallest against the checkpoint's share.
+    model_memory_gib_ranks: tuple[float, ...] = ()
+    # "Checkpoint size: X GiB" (vllm/model_executor/model_loader/weight_utils.py), one per
+    # checkpoint loaded (target, then drafter): what the engine itself read from disk.
+    checkpoint_gib: tuple[float, ...] = ()
 
     def component(self, name: str) -> ComponentCompile | None:
         return next((c for c in self.components if c.component == name), None)

@@ -69,20 +69,30 @@ _COMPILE_OFF = re.compile(
     r"|Cudagraph is disabled under eager mode"
 )
 
+# Numbers are bounded in the patterns: "1.2.3" or 400 digits never reach float()/int() (a
+# ValueError or an inf); such a line simply does not match and the figure stays unknown.
+_TOKENS = r"\d{1,3}(?:,?\d{3}){0,5}|\d{1,18}"
+_NUM = r"\d{1,12}(?:\.\d{1,12})?"
 _KV_SIZE = re.compile(
-    r"(?:(?P<device>GPU \+ host|GPU|CPU|XPU|TPU|NPU|HPU) )?KV cache size: (?P<tokens>[\d,]+) tokens"
+    r"(?:(?P<device>GPU \+ host|GPU|CPU|XPU|TPU|NPU|HPU) )?KV cache size: "
+    r"(?P<tokens>" + _TOKENS + r") tokens"
 )
 _MAX_CONC = re.compile(
-    r"Maximum concurrency for (?P<per_req>[\d,]+) tokens per request: (?P<conc>[\d.]+)x"
+    r"Maximum concurrency for (?P<per_req>" + _TOKENS + r") tokens per request: "
+    r"(?P<conc>\d{1,12}(?:\.\d{1,12})?)x"
 )
-_AVAILABLE_KV = re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")
+_AVAILABLE_KV = re.compile(r"Available KV cache memory: (?P<gib>\d{1,12}(?:\.\d{1,12})?) GiB")
 _MODEL_MEM = re.compile(
-    r"Model loading took (?P<gib>[\d.]+) GiB(?: memory)? and (?P<s>[\d.]+) s(?:econds)?"
+    r"Model loading took (?P<gib>" + _NUM + r") GiB(?: memory)? and (?P<s>" + _NUM
+    + r") s(?:econds)?"
 )
-_GRAPH = re.compile(r"Graph capturing finished in (?P<s>[\d.]+) secs?, took (?P<gib>[\d.]+) GiB")
+_CHECKPOINT = re.compile(r"Checkpoint size: (?P<gib>\d{1,12}(?:\.\d{1,12})?) GiB")
+_GRAPH = re.compile(
+    r"Graph capturing finished in (?P<s>" + _NUM + r") secs?, took (?P<gib>" + _NUM + r") GiB"
+)
 _INIT = re.compile(
-    r"init engine \(profile, create kv cache, warmup model\) took (?P<s>[\d.]+) s"
-    r"(?: \(compilation: (?P<c>[\d.]+) s\))?"
+    r"init engine \(profile, create kv cache, warmup model\) took (?P<s>\d{1,12}(?:\.\d{1,12})?) s"
+    r"(?: \(compilation: (?P<c>\d{1,12}(?:\.\d{1,12})?) s\))?"
 )
 _SPEC = re.compile(r"speculative_config=(?P<repr>SpeculativeConfig\([^)]*\)|None)")
 _DRAFTER = re.compile(
@@ -131,6 +141,8 @@ class StartupLogReader:
         self._max_conc_tokens: int | None = None
         self._available_kv: float | None = None
         self._model_mem: float | None = None
+        self._model_mem_ranks: list[float] = []
+        self._checkpoint_gib: list[float] = []
         self._model_load_s: float | None = None
         self._graph_gib: float | None = None
         self._init_s: float | None = None
@@ -218,8 +230,11 @@ class StartupLogReader:
             gib = float(m.group("gib"))
             # Every TP rank prints its own share; the largest is the one that limits the pool.
             self._model_mem = gib if self._model_mem is None else max(self._model_mem, gib)
+            self._model_mem_ranks.append(gib)
             self._model_load_s = float(m.group("s"))
             events.append(LogEvent("model_memory_gib", value=gib, line=line))
+        if (m := _CHECKPOINT.search(line)) is not None:
+            self._checkpoint_gib.append(float(m.group("gib")))
         if (m := _GRAPH.search(line)) is not None:
             self._graph_gib = float(m.group("gib"))
         if (m := _INIT.search(line)) is not None:
@@ -258,6 +273,8 @@ class StartupLogReader:
             warnings=tuple(self._warnings),
             expect_hits=dict(self._expect_hits),
             lines_read=self._lines,
+            model_memory_gib_ranks=tuple(self._model_mem_ranks),
+            checkpoint_gib=tuple(self._checkpoint_gib),
         )
 
 

@@ -406,6 +406,51 @@ class Watch(_Section):
         return value
 
 
+def _concurrency_list(value: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    if value is not None and (not value or list(value) != sorted(set(value))):
+        raise ValueError("concurrencies must be increasing, without repeats, at least one")
+    return value
+
+
+GateRatio = Annotated[FiniteFloat, BeforeValidator(_as_float), Field(ge=0.01, le=10)]
+
+
+class Gate(_Section):
+    """`[gate]`: thresholds and battery size of `rocmseat spec gate` when this seat is the
+    candidate (docs/spec.md). Absent keys take the field's defaults (rocmseat.spec.gates
+    GateConfig, rocmseat.spec.gateconf Battery); launch ignores the table, and it is not part
+    of the config key (it changes no compiled graph)."""
+
+    aggregate_min_ratio: GateRatio | None = None
+    cold_ttft_max_ratio: (
+        Annotated[FiniteFloat, BeforeValidator(_as_float), Field(ge=1, le=1000)] | None
+    ) = None
+    prefix_hit_max_drop: (
+        Annotated[FiniteFloat, BeforeValidator(_as_float), Field(ge=0, le=1)] | None
+    ) = None
+    kv_pool_min_ratio: GateRatio | None = None
+    max_failed_requests: Annotated[int, Field(ge=0, le=1_000_000, strict=True)] | None = None
+    noise_floor: Annotated[FiniteFloat, BeforeValidator(_as_float), Field(ge=0, le=0.5)] | None = (
+        None
+    )
+    drift: Annotated[FiniteFloat, BeforeValidator(_as_float), Field(ge=0, le=0.5)] | None = None
+    concurrency: Annotated[
+        tuple[Annotated[int, Field(ge=1, le=65_536, strict=True)], ...] | None,
+        AfterValidator(_concurrency_list),
+    ] = None
+    repeats: Annotated[int, Field(ge=1, le=50, strict=True)] | None = None
+    prompts: Annotated[int, Field(ge=1, le=100_000, strict=True)] | None = None
+    output_tokens: Annotated[int, Field(ge=1, le=1_000_000, strict=True)] | None = None
+    long_prompt_tokens: Annotated[int, Field(ge=1, le=10_000_000, strict=True)] | None = None
+    warm_ttft_samples: Annotated[int, Field(ge=2, le=1000, strict=True)] | None = None
+    stall_after_s: (
+        Annotated[FiniteFloat, BeforeValidator(_as_float), Field(ge=1, le=86_400)] | None
+    ) = None
+    run_timeout_s: (
+        Annotated[FiniteFloat, BeforeValidator(_as_float), Field(ge=10, le=604_800)] | None
+    ) = None
+
+
 class Seat(_Section):
     name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=SEAT_NAME_MAX)]
     backend: Literal["rocm", "cpu"]
@@ -423,6 +468,7 @@ class Seat(_Section):
     readiness: Readiness = Field(default_factory=Readiness)
     expect_log: tuple[ExpectLog, ...] = ()
     watch: Watch = Field(default_factory=Watch)
+    gate: Gate = Field(default_factory=Gate)
 
     _source_path: Path | None = PrivateAttr(default=None)
     _source_text: str | None = PrivateAttr(default=None)

@@ -157,3 +157,93 @@ def test_real_builder(rocmseat_cli, tmp_path):
                          "--json")
     assert again.exit_code == 0, again.stderr
     assert json.loads(again.stdout) == doc
+
+
+# ----- the speculation demo models (rocmseat demo spec-models) -------------------------------
+def _spec_report(dest: Path, eps: tuple[float, ...]) -> str:
+    from rocmseat.demo import spec_target_name
+
+    models = {"spec-drafter": {"path": str(dest / "spec-drafter"), "layers": 1,
+                               "files": {"model.safetensors": {"size_bytes": 13, "sha256": "a"}}}}
+    for e in eps:
+        models[spec_target_name(e)] = {
+            "path": str(dest / spec_target_name(e)), "eps": e, "offline_agreement": 1.0 - e,
+            "layers": 12, "files": {"model.safetensors": {"size_bytes": 145, "sha256": "b"}}}
+    return json.dumps({"schema": "rocmseat.demo-spec-models/v1", "models": models})
+
+
+def test_spec_models_run_the_shipped_builder(tmp_path, python):
+    from rocmseat.demo import SPEC_BUILDER, build_spec_models
+
+    class Runner(FakeRunner):
+        def __call__(self, argv, **kwargs):
+            self.calls.append(tuple(argv))
+            return Completed(tuple(argv), 0, _spec_report(tmp_path, (0.02, 0.05)), "")
+
+    runner = Runner()
+    built = build_spec_models(tmp_path, python, eps=(0.02, 0.05), prompts=tmp_path / "p.jsonl",
+                              runner=runner)
+    assert runner.calls == [(str(python), str(SPEC_BUILDER), str(tmp_path), "--eps",
+                             "0.02,0.05", "--prompts", str(tmp_path / "p.jsonl"))]
+    assert [m.name for m in built] == ["spec-drafter", "spec-target-e0200", "spec-target-e0500"]
+    assert built[0].eps is None and built[2].offline_agreement == 0.95
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({}, "nothing to build"), ({"eps": (1.5,)}, "must lie in 0..1"),
+     ({"acceptance": (float("nan"),)}, "must lie in 0..1")],
+)
+def test_spec_models_refuse_bad_values(tmp_path, python, kwargs, message):
+    from rocmseat.demo import build_spec_models
+
+    with pytest.raises(RocmseatError, match=message):
+        build_spec_models(tmp_path, python, runner=FakeRunner(), **kwargs)
+
+
+def test_spec_models_keep_existing_folders(tmp_path, python):
+    from rocmseat.demo import build_spec_models
+
+    (tmp_path / "spec-drafter").mkdir()
+    with pytest.raises(RocmseatError, match="already exists"):
+        build_spec_models(tmp_path, python, eps=(0.02,), runner=FakeRunner())
+
+
+def test_cli_spec_models_bad_list(rocmseat_cli, tmp_path):
+    result = rocmseat_cli("demo", "spec-models", str(tmp_path), "--eps", "0.1,x")
+    assert result.exit_code == 2 and "--eps" in result.stderr
+
+
+def _tensors(path: Path) -> dict[str, bytes]:
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    body = data[8 + length :]
+    return {name: body[t["data_offsets"][0] : t["data_offsets"][1]]
+            for name, t in header.items() if name != "__metadata__"}
+
+
+@pytest.mark.engine
+def test_real_spec_builder(rocmseat_cli, tmp_path):
+    """The drafter is the target's first layer with its embeddings, norm and lm_head; eps 0
+    zeroes the extra layers' contribution (acceptance 1), eps > 0 does not."""
+    python = engine_python_or_skip()
+    result = rocmseat_cli("demo", "spec-models", str(tmp_path), "--eps", "0,0.05", "--python",
+                          str(python), "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    agreement = {m["name"]: m["offline_agreement"] for m in doc["models"]}
+    assert agreement["spec-target-e0000"] == 1.0
+    assert agreement["spec-target-e0500"] < 1.0
+    drafter = _tensors(tmp_path / "spec-drafter" / "model.safetensors")
+    config = json.loads((tmp_path / "spec-drafter" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 1 and config["hidden_size"] == 768
+    for eps in ("e0000", "e0500"):
+        target = _tensors(tmp_path / f"spec-target-{eps}" / "model.safetensors")
+        assert json.loads((tmp_path / f"spec-target-{eps}" / "config.json").read_text())[
+            "num_hidden_layers"] == 12
+        for name, raw in drafter.items():
+            assert target[name] == raw, name  # layer 0, embeddings, final norm, lm_head
+        extra = target["model.layers.5.mlp.down_proj.weight"]
+        bf16 = struct.unpack(f"<{len(extra) // 2}H", extra)
+        assert all(v & 0x7FFF == 0 for v in bf16) == (eps == "e0000")  # +-0.0 only

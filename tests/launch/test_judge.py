@@ -146,3 +146,40 @@ def test_kv_shrink_says_the_key_changed_only_when_it_did(previous_key, current_k
     expected = None if previous_key is None or current_key is None else (
         previous_key != current_key)
     assert f.data["key_changed"] is expected
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("checkpoint_gib", "tp", "severity", "words"),
+    [
+        (26.0, 2, Severity.OK, "14.07 GiB on the smallest of 1 rank(s)"),  # 13 GiB share
+        (180.6, 2, Severity.WARN, "far below the checkpoint's share"),  # incident 4's figures
+        (None, 2, Severity.UNKNOWN, "checkpoint's size is not known"),
+    ],
+)
+def test_memory_plan_of_a_recorded_rocm_start(checkpoint_gib, tp, severity, words):
+    """The recorded ROCm log states 14.07 GiB on rank 0; against a 180.6 GiB checkpoint over
+    TP2 (90.3 GiB a rank) that is the paged fallback of incident 4, and launch says so."""
+    s = classify_text((LOGS / "rocm-0.33-fresh-dflash.log").read_text())
+    assert s.model_memory_gib_ranks == (14.07,)
+    size = None if checkpoint_gib is None else int(checkpoint_gib * GIB)
+    [f] = by_id(judge_startup(s, ctx(checkpoint_bytes=size, tp=tp)), "launch.memory.plan")
+    assert f.severity is severity
+    assert words in f.message
+
+
+def test_memory_plan_on_the_cpu_build_is_unknown_never_ok():
+    """vLLM's CPU build states no model memory: the plan is unknown and says why."""
+    s = classify_text((RECORDED / "startup-fresh-compile.log").read_text())
+    assert s.server_started and s.model_memory_gib_ranks == ()
+    [f] = by_id(judge_startup(s, ctx(checkpoint_bytes=GIB)), "launch.memory.plan")
+    assert f.severity is Severity.UNKNOWN
+    assert "stated no model memory" in f.message
+
+
+def test_no_memory_plan_for_a_start_that_never_became_ready():
+    s = classify_text((LOGS / "rocm-0.33-fresh-dflash.log").read_text())
+    assert by_id(judge_startup(s, ctx(checkpoint_bytes=GIB, complete=False)),
+                 "launch.memory.plan") == []

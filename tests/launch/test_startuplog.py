@@ -1,9 +1,16 @@
 from __future__ import annotations
 
+import json
+import math
+import struct
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rocmseat.cache.fingerprint import fingerprint_model
+from rocmseat.findings import Severity
+from rocmseat.launch.memplan import GIB, checkpoint_bytes, judge_memory_plan
 from rocmseat.launch.startuplog import (
     UNTAGGED,
     CompileOutcome,
@@ -255,3 +262,104 @@ def test_recorded_other_drafter_fresh():
     s = _recorded("startup-drafter-other.log")
     assert [c.outcome for c in s.components] == [CompileOutcome.FRESH_COMPILE] * 2
     assert s.speculative_config is not None and "drafter-other" in s.speculative_config
+
+
+# ----- the memory plan's inputs (issue 12 item 3) ------------------------------------------
+def test_every_rank_of_the_memory_plan_is_kept():
+    s = _summary("rocm-0.33-aot-hit-eagle3.log")
+    assert s.model_memory_gib_ranks == (8.61, 8.63)  # Worker_TP0, Worker_TP1 in log order
+    assert s.model_memory_gib == max(s.model_memory_gib_ranks)
+    older = _summary("musa-nonaot-hit-two-line-kv.log")
+    assert older.model_memory_gib_ranks == (14.99,)  # "took X GiB and Y seconds"
+
+
+def test_recorded_checkpoint_sizes_target_then_drafter():
+    s = _recorded("startup-fresh-compile.log")
+    assert s.checkpoint_gib == (0.0, 0.0)  # the tiny target, then its drafter
+    assert s.model_memory_gib_ranks == ()
+
+
+@pytest.mark.parametrize(
+    ("line", "ranks", "checkpoint"),
+    [
+        ("(Worker_TP0 pid=1) INFO 11-29 08:00:40 [gpu_model_runner.py:4180] Model loading took "
+         "9.5 GiB memory and 484.6 seconds", (9.5,), ()),
+        ("(Worker pid=7958) INFO 11-29 14:30:22 [weight_utils.py:1108] Filesystem type for "
+         "checkpoints: EXT4. Checkpoint size: 180.60 GiB. Available RAM: 21.89 GiB.", (), (180.6,)),
+        ("Model loading took GiB memory and 1 seconds", (), ()),
+        ("Checkpoint size: lots GiB", (), ()),
+    ],
+)
+def test_memory_plan_lines(line, ranks, checkpoint):
+    s = classify_text(line)
+    assert s.model_memory_gib_ranks == ranks and s.checkpoint_gib == checkpoint
+
+
+# ----- the memory plan itself (rocmseat/launch/memplan.py) ------------------------------------
+def test_the_field_incident_warns():
+    # a drafter's experts pushed the model onto a paged fallback: 9.5 GB instead of 180.6
+    f = judge_memory_plan((9.5 * 1e9 / GIB,), int(180.6e9), 1, subject="r0")
+    assert f.severity is Severity.WARN and f.check_id == "launch.memory.plan"
+    assert f.data["ratio"] == pytest.approx(9.5 / 180.6, abs=1e-3)
+    assert "far below" in f.message
+
+
+def test_tp2_share_from_a_real_startup_log():
+    s = classify_text((FIXTURES / "logs" / "rocm-0.33-aot-hit-eagle3.log").read_text())
+    # 8.61 / 8.63 GiB per rank against a 17 GiB checkpoint over TP 2: about its share
+    f = judge_memory_plan(s.model_memory_gib_ranks, 17 * GIB, 2, subject="r0")
+    assert f.severity is Severity.OK
+    assert f.data["share_gib"] == 8.5 and f.data["rank_memory_gib"] == [8.61, 8.63]
+    low = judge_memory_plan((8.61, 2.0), 17 * GIB, 2, subject="r0")  # one rank fell back
+    assert low.severity is Severity.WARN
+
+
+def test_the_cpu_build_states_no_model_memory():
+    s = classify_text((FIXTURES / "recorded" / "startup-fresh-compile.log").read_text())
+    f = judge_memory_plan(s.model_memory_gib_ranks, 2_600_000, 1, subject="r0")
+    assert f.severity is Severity.UNKNOWN and "stated no model memory" in f.message
+
+
+def test_unknown_checkpoint_size_and_bad_tp():
+    assert judge_memory_plan((3.0,), None, 1, subject="r0").severity is Severity.UNKNOWN
+    with pytest.raises(ValueError):
+        judge_memory_plan((3.0,), 10, 0, subject="r0")
+
+
+def _safetensors(path, payload: int) -> None:
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [payload // 2], "data_offsets":
+                               [0, payload]}}).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * payload)
+
+
+def test_checkpoint_bytes_from_the_fingerprint_of_a_checkpoint_dir(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    _safetensors(tmp_path / "model-00001.safetensors", 1000)
+    _safetensors(tmp_path / "model-00002.safetensors", 500)
+    (tmp_path / "extra.bin").write_bytes(b"x" * 7)
+    total = checkpoint_bytes(fingerprint_model(tmp_path))
+    sizes = sum(p.stat().st_size for p in tmp_path.iterdir() if p.name != "config.json")
+    assert total == sizes
+    assert checkpoint_bytes({"config_files": {}, "safetensors": {}, "other_weights": {}}) is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Model loading took 1.2.3 GiB memory and 4.5 seconds",
+        "Model loading took 9" + "9" * 400 + " GiB memory and 4.5 seconds",
+        "Checkpoint size: 1.2.3 GiB",
+        "GPU KV cache size: " + "9" * 5000 + " tokens",
+        "Maximum concurrency for 1.2.3 tokens per request: 1.2.3x",
+        "Available KV cache memory: 1e999 GiB",
+        "init engine (profile, create kv cache, warmup model) took 1.2.3 s",
+    ],
+)
+def test_malformed_numbers_are_unknown_never_a_crash_or_inf(line):
+    """A log line whose number is not one (1.2.3, 400 digits) leaves the figure unknown: no
+    ValueError (int() refuses > 4300 digits), no inf from float()."""
+    s = classify_text(line + "\n")
+    for value in (s.model_memory_gib, s.kv_cache_tokens, s.max_concurrency,
+                  s.available_kv_cache_gib, s.init_engine_s, *s.checkpoint_gib,
+                  *s.model_memory_gib_ranks):
+        assert value is None or math.isfinite(value)

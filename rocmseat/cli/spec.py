@@ -1,0 +1,350 @@
+"""`rocmseat spec gate` and `rocmseat spec advise` (docs/spec.md)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from rocmseat import exitcodes
+from rocmseat.cli.options import json_option
+from rocmseat.errors import ConfigError
+
+
+def _int_list(value: str | None, what: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        items = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(f"{what} {value!r}: expected whole numbers such as 1,4,16,64") from None
+    if not items or any(v < 1 for v in items) or sorted(set(items)) != list(items):
+        raise ConfigError(f"{what} {value!r}: positive, increasing, without repeats")
+    return items
+
+
+DEFAULT_WINDOW_S = 30.0
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM: unwind like ^C, so every arm's children are stopped on the way out."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated()
+
+
+@click.group()
+def spec() -> None:
+    """Should this seat speculate, how deep, and up to which concurrency?"""
+
+
+@spec.command("gate")
+@click.argument("base_seat", metavar="BASE_SEAT", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("candidate_seat", metavar="CANDIDATE_SEAT",
+                type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--replica", default="r0", show_default=True,
+              help="The replica slot both arms run on, one after the other.")
+@click.option("--concurrency", default=None, metavar="C1,C2,...",
+              help="Concurrencies of the aggregate sweep [default: [gate] concurrency, else "
+                   "1,4,16,64].")
+@click.option("--repeats", type=int, default=None,
+              help="Repeats of every throughput and prefix run [default: [gate], else 3].")
+@click.option("--prompts", type=int, default=None,
+              help="Requests per single-stream run [default: [gate], else 32].")
+@click.option("--output-tokens", type=int, default=None,
+              help="Output tokens per request [default: [gate], else 256].")
+@click.option("--long-prompt-tokens", type=int, default=None,
+              help="Prompt length of the TTFT runs [default: 3/4 of max_model_len].")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Directory for every result file [default: ./rocmseat-gate-<UTC stamp>].")
+@json_option
+@click.option("--verify-schedule", is_flag=True,
+              help="Run the proposed per-batch-size schedule as a third arm.")
+@click.option("--aa", is_flag=True,
+              help="A/A run: the candidate may be the base itself (the gate's own noise).")
+@click.option("--aba", is_flag=True,
+              help="Run the base arm again after the others: the drift between arms is "
+                   "measured, not assumed (one more start).")
+@click.option("--aggregate-min-ratio", type=float, default=None,
+              help="Gate: aggregate at the highest concurrency >= this x base [0.95].")
+@click.option("--cold-ttft-max-ratio", type=float, default=None,
+              help="Gate: cold TTFT <= this x base [1.5].")
+@click.option("--prefix-hit-max-drop", type=float, default=None,
+              help="Gate: prefix-cache hit rate >= base minus this [0.05].")
+@click.option("--kv-pool-min-ratio", type=float, default=None,
+              help="Gate: KV pool >= this x base [0.85].")
+@click.option("--max-failed-requests", type=int, default=None,
+              help="Gate: failed requests allowed on the candidate [0].")
+@click.option("--noise-floor", type=float, default=None,
+              help="Relative spread of one run assumed at least [0.02].")
+@click.option("--drift", type=float, default=None,
+              help="Relative difference of two identical arms measured minutes apart [0.05].")
+@click.option("--stall-after", type=float, default=None,
+              help="Seconds of running requests without a token that fail an arm [30].")
+@click.option("--run-timeout", type=float, default=None,
+              help="Seconds one benchmark run may take [1800].")
+@click.option("--no-progress", is_flag=True, help="No progress display on stderr.")
+def gate(  # noqa: PLR0917 (click passes every option)
+    base_seat: Path, candidate_seat: Path, replica: str, concurrency: str | None,
+    repeats: int | None, prompts: int | None, output_tokens: int | None,
+    long_prompt_tokens: int | None, out: Path | None, as_json: bool, verify_schedule: bool,
+    aa: bool, aba: bool, aggregate_min_ratio: float | None, cold_ttft_max_ratio: float | None,
+    prefix_hit_max_drop: float | None, kv_pool_min_ratio: float | None,
+    max_failed_requests: int | None, noise_floor: float | None, drift: float | None,
+    stall_after: float | None,
+    run_timeout: float | None, no_progress: bool,
+) -> int:
+    """Gate CANDIDATE_SEAT (speculation on) against BASE_SEAT: ship (0), do not ship (1),
+    could not measure or decide (2)."""
+    from rocmseat.spec.gateflow import GateOptions, run_gate
+    from rocmseat.spec.gaterun import ArmError
+
+    battery = {"concurrency": _int_list(concurrency, "--concurrency"), "repeats": repeats,
+               "prompts": prompts, "output_tokens": output_tokens,
+               "long_prompt_tokens": long_prompt_tokens, "stall_after_s": stall_after,
+               "run_timeout_s": run_timeout}
+    config = {"aggregate_min_ratio": aggregate_min_ratio,
+              "cold_ttft_max_ratio": cold_ttft_max_ratio,
+              "prefix_hit_max_drop": prefix_hit_max_drop, "kv_pool_min_ratio": kv_pool_min_ratio,
+              "max_failed_requests": max_failed_requests, "noise_floor": noise_floor,
+              "drift": drift}
+    _check_gate_flags({**battery, **config})
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    options = GateOptions(
+        out=out or Path(f"rocmseat-gate-{stamp}"), replica=replica,
+        verify_schedule=verify_schedule, aa=aa, aba=aba, battery=battery, config=config)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    display = _Display(enabled=not no_progress)
+    try:
+        outcome = run_gate(base_seat, candidate_seat, options, display.update)
+    except ArmError as exc:
+        if as_json and exc.document is not None:
+            # could not measure after the gate started: the partial document (error set, the
+            # keys of a whole one) on stdout, the reason on stderr (one line), exit 2
+            display.close()
+            click.echo(json.dumps(exc.document, indent=2, sort_keys=True, allow_nan=False))
+        raise
+    finally:
+        display.close()
+        signal.signal(signal.SIGTERM, previous)
+    if as_json:
+        click.echo(json.dumps(outcome.doc, indent=2, sort_keys=True, allow_nan=False))
+    else:
+        click.echo(outcome.table, nl=False)
+        click.echo(f"results: {options.out}")
+    return outcome.exit_code
+
+
+# The flag of every `[gate]` key (docs/spec.md "The gates").
+_GATE_FLAGS = {
+    "aggregate_min_ratio": "--aggregate-min-ratio", "cold_ttft_max_ratio": "--cold-ttft-max-ratio",
+    "prefix_hit_max_drop": "--prefix-hit-max-drop", "kv_pool_min_ratio": "--kv-pool-min-ratio",
+    "max_failed_requests": "--max-failed-requests", "noise_floor": "--noise-floor",
+    "drift": "--drift", "concurrency": "--concurrency", "repeats": "--repeats",
+    "prompts": "--prompts", "output_tokens": "--output-tokens",
+    "long_prompt_tokens": "--long-prompt-tokens", "stall_after_s": "--stall-after",
+    "run_timeout_s": "--run-timeout",
+}
+
+
+def _check_gate_flags(values: dict[str, Any]) -> None:
+    """The flags obey the bounds of the `[gate]` table (rocmseat.seat.model.Gate): one rule for
+    the table and the flags (a `--kv-pool-min-ratio 0` once made its gate always PASS)."""
+    from pydantic import ValidationError
+
+    from rocmseat.seat.model import Gate
+
+    given = {k: v for k, v in values.items() if v is not None}
+    try:
+        Gate(**given)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        key = str(first["loc"][0]) if first["loc"] else ""
+        value = given.get(key)
+        shown = (",".join(str(v) for v in value) if isinstance(value, tuple)
+                 else format(value, "g") if isinstance(value, float) else str(value))
+        why = str(first["msg"]).removeprefix("Value error, ")
+        raise click.UsageError(f"{_GATE_FLAGS.get(key, key)} {shown}: {why}") from None
+
+
+class _Display:
+    """The battery's progress on stderr: a rich progress bar on a terminal, else one line per
+    phase (journald, CI logs)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._live: Any = None
+        self._task: Any = None
+        self._last = ""
+        self._tty = sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+
+    def update(self, p: Any) -> None:
+        if not self.enabled:
+            return
+        left = "?" if p.left_s is None else _duration(p.left_s)
+        text = f"{p.arm}: {p.phase} {p.message}".strip()
+        if self._tty:
+            if self._live is None:
+                from rich.console import Console
+                from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+                self._live = Progress(TextColumn("{task.description}"), BarColumn(),
+                                      TextColumn("{task.completed}/{task.total} runs"),
+                                      TimeElapsedColumn(), TextColumn("left ~{task.fields[left]}"),
+                                      console=Console(stderr=True), transient=False)
+                self._live.start()
+                self._task = self._live.add_task(text, total=p.total, left=left)
+            self._live.update(self._task, description=text, completed=p.done, total=p.total,
+                              left=left)
+            return
+        line = f"rocmseat spec gate: {text} ({p.done}/{p.total} runs, {_duration(p.elapsed_s)} " \
+               f"elapsed, ~{left} left)"
+        if text != self._last:
+            click.echo(line, err=True)
+            self._last = text
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+@spec.command("advise")
+@click.argument("seat_file", metavar="SEAT", required=False,
+                type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--target", "targets", multiple=True, metavar="URL",
+              help="A live replica's /metrics (repeatable) instead of a seat's replicas.")
+@click.option("--from-gate", "gate_dir", type=click.Path(path_type=Path, file_okay=False),
+              default=None, help="The --out directory of a `spec gate` run.")
+@click.option("--window", "window_s", type=float, default=None,
+              help="Seconds between the two scrapes of a live replica (traffic must flow) "
+                   "[default: 30].")
+@click.option("--iteration-log", "logs", multiple=True,
+              type=click.Path(path_type=Path, dir_okay=False),
+              help="An engine log with --enable-logging-iteration-details lines (repeatable).")
+@click.option("--max-num-seqs", type=click.IntRange(1, 65_536), default=None,
+              help="Largest batch size to schedule [default: the seat's, else 256].")
+@click.option("--k-limit", type=click.IntRange(1, 12), default=None,
+              help="Largest K considered [default: the measured K + 2, labelled extrapolation].")
+@json_option
+@click.option("--write", "write_seat", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, help="Write the proposed [drafter] schedule into this seat file.")
+@click.option("--picture", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="PNG path [default: advise.png in the gate directory with --from-gate].")
+@click.option("--state-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Where a seat's launched replicas are recorded [default: the seat's].")
+def advise_cmd(  # noqa: PLR0917 (click passes every option)
+    seat_file: Path | None, targets: tuple[str, ...], gate_dir: Path | None,
+    window_s: float | None,
+    logs: tuple[Path, ...], max_num_seqs: int | None, k_limit: int | None, as_json: bool,
+    write_seat: Path | None, picture: Path | None, state_dir: Path | None,
+) -> int:
+    """Best draft length per batch-size band from acceptance counters and measured step costs."""
+    from rocmseat.spec import advise as adv
+
+    sources = sum(1 for given in (seat_file is not None, bool(targets), gate_dir is not None)
+                  if given)
+    if sources != 1:
+        raise click.UsageError("give exactly one of SEAT, --target URL or --from-gate DIR")
+    live_only = [flag for flag, given in (("--iteration-log", bool(logs)),
+                                          ("--window", window_s is not None)) if given]
+    if gate_dir is not None and live_only:
+        # the gate's step costs (mean ITL of its runs) and an engine's iteration log are
+        # different clocks (docs/spec.md "Limits"): never mixed, never silently dropped
+        raise click.UsageError(
+            "--from-gate reads acceptance and step costs from the gate's records: "
+            f"{' and '.join(live_only)} belong to a live replica (SEAT or --target URL)")
+    if window_s is not None:
+        adv.check_window(window_s)
+    seat = None
+    if gate_dir is not None:
+        inputs = adv.from_gate(gate_dir)
+        picture = picture or gate_dir / "advise.png"
+    else:
+        window_s = DEFAULT_WINDOW_S if window_s is None else window_s
+        if seat_file is not None:
+            from rocmseat.cli.options import resolve_state_dir
+            from rocmseat.watch.targets import seat_targets
+
+            seat = adv.seat_for(seat_file)
+            urls = [t.url for t in seat_targets(seat, state_dir or seat.state_dir
+                                                or resolve_state_dir(None))]
+        else:
+            from rocmseat.watch.scrape import parse_target
+
+            urls = [parse_target(t, i).url for i, t in enumerate(targets)]
+        inputs = adv.from_live(urls, window_s, seat, logs, max_num_seqs)
+    if max_num_seqs is not None:
+        inputs = adv.Inputs(inputs.source, inputs.counters, inputs.cells, max_num_seqs,
+                            inputs.batches, inputs.measured, inputs.seat)
+    advice, acceptance, cost = adv.run_advise(inputs, k_limit=k_limit)
+    picture_path, picture_note = _advise_picture(picture, advice, acceptance, cost, inputs)
+    written = None
+    code = exitcodes.OK
+    if write_seat is not None:
+        written, code = _write(write_seat, advice)
+    else:
+        k_now, sched_now = adv.current_drafter(inputs.seat)
+        if k_now is not None and (advice.num_speculative_tokens, advice.schedule) != (
+                k_now, sched_now):
+            code = exitcodes.PROBLEM
+    doc = adv.advice_json(inputs, advice, acceptance, cost, picture=picture_path,
+                          picture_note=picture_note, exit_code=code, written=written)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
+    else:
+        click.echo(adv.render(doc), nl=False)
+    return code
+
+
+def _advise_picture(path: Path | None, advice: Any, acceptance: Any, cost: Any,
+                    inputs: Any) -> tuple[str | None, str]:
+    if path is None:
+        return None, "not drawn (pass --picture PATH)"
+    from rocmseat.spec.advise import predicted_for
+    from rocmseat.spec.plot import PlotUnavailable, advise_picture
+
+    pvm = [(f"{p.arm} B{p.batch}", predicted_for(p, acceptance, cost, inputs.max_num_seqs),
+            p.tokens_per_s) for p in inputs.measured]
+    stairs = {b: [(t.alpha_from, t.k) for t in steps] for b, steps in advice.staircase.items()}
+    try:
+        return str(advise_picture(path, advice.best_k, stairs, advice.alpha, pvm)), "written"
+    except PlotUnavailable as exc:
+        return None, exc.message
+
+
+def _write(path: Path, advice: Any) -> tuple[str, int]:
+    from rocmseat.atomic import atomic_write_text, exclusive_lock
+    from rocmseat.safeio import read_regular_text
+    from rocmseat.seat.load import SEAT_LIMIT_BYTES
+    from rocmseat.spec.seatedit import edit_drafter_schedule
+
+    if advice.num_speculative_tokens is None:
+        return (f"{path}: not written: no draft length pays at any batch size; removing the "
+                "[drafter] is a decision to make by hand"), exitcodes.PROBLEM
+    target = path.resolve()  # a seat file linked into place: write the file, keep the link
+    with exclusive_lock(target.parent / f".{target.name}.lock", timeout_s=30.0):
+        text = read_regular_text(target, limit_bytes=SEAT_LIMIT_BYTES)
+        edited = edit_drafter_schedule(text, str(path), advice.num_speculative_tokens,
+                                       advice.schedule)
+        mode = target.stat().st_mode & 0o7777
+        if edited != text:
+            atomic_write_text(target, edited, mode=mode)
+    schedule = ([list(e) for e in advice.schedule] if advice.schedule else "removed")
+    return (f"{path}: [drafter] num_speculative_tokens = {advice.num_speculative_tokens}, "
+            f"num_speculative_tokens_per_batch_size = {schedule}; the config key changes with "
+            "it (the speculative config is a key factor): the next launch moves the replica's "
+            "compile cache aside and compiles afresh"), exitcodes.OK

@@ -1,0 +1,111 @@
+"""The gate judged again from a recorded --out directory (a real CPU run): the table (golden),
+the document, the picture, and the same verdicts as when it ran."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from rocmseat.spec.gateflow import rejudge
+from tests.conftest import FIXTURES
+
+GATE = FIXTURES / "spec" / "gate-cpu-deep"
+
+
+@pytest.fixture
+def out(tmp_path):
+    copy = tmp_path / "gate"
+    shutil.copytree(GATE, copy)
+    return copy
+
+
+def test_the_table(out, golden):
+    outcome = rejudge(out)
+    golden("spec-gate-cpu-deep.txt", outcome.table)
+    assert (out / "gate.txt").read_text() == outcome.table
+
+
+def test_the_same_verdicts_as_when_it_ran(out):
+    recorded = json.loads((GATE / "gate.json").read_text())
+    doc = rejudge(out).doc
+    assert doc["schema"] == "rocmseat.gate/v1"
+    assert doc["exit_code"] == recorded["exit_code"] == 2
+    for now, then in zip(doc["comparisons"][0]["gates"], recorded["comparisons"][0]["gates"],
+                         strict=True):
+        assert (now["gate"], now["verdict"], now["value"]) == (
+            then["gate"], then["verdict"], then["value"])
+    arms = {a["name"]: a for a in doc["arms"]}
+    cand = arms["candidate"]["figures"]
+    assert cand["acceptance"]["acceptance_length"] == pytest.approx(2.64, abs=0.01)
+    assert arms["base"]["figures"]["kv_tokens"] == 174_720
+    assert cand["kv_tokens"] == 161_280  # the drafter's KV comes out of the same CPU space
+    assert arms["base"]["memory_plan"]["severity"] == "unknown"  # the CPU build states none
+    assert doc["comparisons"][0]["crossover"]["concurrency"] is None
+    assert doc["proposed_schedule"] is None
+    json.dumps(doc, allow_nan=False)  # strict JSON
+
+
+def test_the_picture(out):
+    pytest.importorskip("matplotlib")
+    rejudge(out)
+    assert (out / "gate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_matplotlib_the_gate_says_so(out, monkeypatch):
+    import rocmseat.spec.plot as plot
+
+    def missing(name, *a, **k):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    real = plot.importlib.import_module
+    monkeypatch.setattr(plot.importlib, "import_module", missing)
+    outcome = rejudge(out)
+    assert outcome.doc["picture"] is None
+    assert "matplotlib is not installed" in outcome.doc["picture_note"]
+    assert outcome.table.splitlines()[-1].startswith("picture: no picture: matplotlib")
+
+
+SCHEDULE_GATE = FIXTURES / "spec" / "gate-cpu-schedule"
+
+
+def test_the_third_arm_and_the_schedule_it_ran(tmp_path):
+    out = tmp_path / "gate"
+    shutil.copytree(SCHEDULE_GATE, out)
+    recorded = json.loads((SCHEDULE_GATE / "gate.json").read_text())
+    outcome = rejudge(out)
+    doc = outcome.doc
+    assert [a["name"] for a in doc["arms"]] == ["base", "candidate", "schedule"]
+    assert doc["proposed_schedule"] == recorded["proposed_schedule"] == [[1, 1, 4], [2, 64, 0]]
+    assert doc["arms"][2]["schedule"] == doc["proposed_schedule"]
+    cand, sched = doc["comparisons"]
+    assert cand["arm"] == "candidate" and sched["arm"] == "schedule"
+    assert cand["crossover"]["concurrency"] == 4 and cand["crossover"]["last_winning"] == 1
+    by = {g["gate"]: g for g in cand["gates"]}
+    assert by["aggregate@64"]["verdict"] == "FAIL" and by["aggregate@64"]["high"] < 0.95
+    # the K=0 tiers of the schedule do not give the base back: the drafter still runs
+    sched_gate = {g["gate"]: g for g in sched["gates"]}["aggregate@64"]
+    assert sched_gate["verdict"] == "FAIL" and sched_gate["value"] < 0.7
+    assert outcome.exit_code == recorded["exit_code"] == 1
+    assert "gates: schedule vs base -> do not ship" in outcome.table
+
+
+def test_advice_from_the_schedule_gate_predicts_each_arm_at_its_own_k(rocmseat_cli, tmp_path):
+    out = tmp_path / "gate"
+    shutil.copytree(SCHEDULE_GATE, out)
+    result = rocmseat_cli("spec", "advise", "--from-gate", str(out), "--json")
+    doc = json.loads(result.stdout)
+    points = {(p["arm"], p["batch"]): p for p in doc["predicted_vs_measured"]}
+    assert len(points) == 18  # three arms at six concurrencies, repeats pooled
+    # the schedule drafts K=4 at batch 1 and nothing above: predicted as the base there
+    assert points[("schedule", 64)]["predicted_tok_s"] == points[("base", 64)]["predicted_tok_s"]
+    assert points[("schedule", 1)]["predicted_tok_s"] == points[("candidate", 1)][
+        "predicted_tok_s"]
+    # what the model cannot see: measured far below it at the K=0 tiers
+    assert points[("schedule", 64)]["measured_tok_s"] < 0.7 * points[("schedule", 64)][
+        "predicted_tok_s"]
+    # the step-cost cells come from the base and the candidate only (a schedule mixes K)
+    assert {c["k"] for c in doc["step_cost"]["cells"]} == {0, 4}
