@@ -212,7 +212,7 @@ def main() -> int:
     ks = list(range(args.k_max + 1))
     print()
     print(f"{'level':<20}{'alpha':>7}{'c':>4}" + "".join(f"{'K=' + str(k):>9}" for k in ks)
-          + f"{'best':>6}{'tied':>8}{'level':>7}{'ok':>4}{'pooled':>8}{'ok':>4}"
+          + f"{'best':>6}{'tied':>11}{'level':>7}{'ok':>4}{'pooled':>8}{'ok':>4}"
           + f"{'textbook':>10}{'ok':>4}")
     hits = {"level": 0, "pooled": 0, "textbook": 0}
     tied_hits = {"level": 0, "pooled": 0, "textbook": 0}
@@ -237,7 +237,7 @@ def main() -> int:
                          "tok_s_passes": passes, "best": best, "tied_with_best": tied,
                          **{f"{n}_pick": k for n, k in picks.items()}})
             print(f"{level:<20}{info['alpha']:>7.3f}{c:>4}" + "".join(f"{v:>9.1f}" for v in values)
-                  + f"{best:>6}{','.join(map(str, tied)):>8}"
+                  + f"{best:>6}{','.join(map(str, tied)):>11}"
                   + "".join(f"{picks[n]:>{w}}{'yes' if oks[n] else 'NO':>4}"
                             for n, w in (("level", 7), ("pooled", 8), ("textbook", 10))))
     points = len(rows)
