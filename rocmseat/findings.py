@@ -45,6 +45,12 @@ class Finding:
             "data": dict(self.data),
         }
 
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Finding:
+        """The inverse of `to_json` (KeyError/ValueError on a document that is not one)."""
+        return cls(doc["check_id"], Severity(doc["severity"]), doc["subject"], doc["message"],
+                   doc.get("hint", ""), dict(doc.get("data", {})))
+
 
 def worst(findings: Iterable[Finding]) -> Severity:
     return max((f.severity for f in findings), key=SEVERITY_ORDER.__getitem__, default=Severity.OK)

@@ -11,6 +11,16 @@ from rocmseat import exitcodes
 from rocmseat.cli.options import json_option
 from rocmseat.demo import PYTHON_ENV, build_models, default_engine_python
 
+# The engine's Python runs the model builders (rocmseat itself never imports torch).
+python_option = click.option(
+    "--python",
+    "python",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help=f"The engine's Python (torch + transformers) [env var: {PYTHON_ENV}; "
+    "default /opt/rocmseat/vllm-venv/bin/python].",
+)
+
 
 @click.group()
 def demo() -> None:
@@ -19,14 +29,7 @@ def demo() -> None:
 
 @demo.command("models")
 @click.argument("dest", type=click.Path(path_type=Path, file_okay=False))
-@click.option(
-    "--python",
-    "python",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help=f"The engine's Python (torch + transformers) [env var: {PYTHON_ENV}; "
-    "default /opt/rocmseat/vllm-venv/bin/python].",
-)
+@python_option
 @click.option("--force", is_flag=True, help="Rebuild model folders that already exist.")
 @json_option
 def models(dest: Path, python: Path | None, force: bool, as_json: bool) -> int:
@@ -72,14 +75,7 @@ def _floats(value: str | None, what: str) -> tuple[float, ...]:
 @click.option("--acceptance", default=None, metavar="A1,A2,...",
               help="Targets with about this per-token acceptance (eps interpolated from a "
                    "measured grid; takes a few minutes).")
-@click.option(
-    "--python",
-    "python",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help=f"The engine's Python (torch + transformers) [env var: {PYTHON_ENV}; "
-    "default /opt/rocmseat/vllm-venv/bin/python].",
-)
+@python_option
 @click.option("--force", is_flag=True, help="Rebuild model folders that already exist.")
 @json_option
 def spec_models(  # noqa: PLR0917 (click passes every option)

@@ -61,12 +61,18 @@ def build_models(
     for folder in existing:
         shutil.rmtree(folder)
     dest.mkdir(parents=True, exist_ok=True)
-    done = runner([str(python), str(BUILDER), str(dest)], timeout_s=BUILD_TIMEOUT_S)
+    return parse_build_report(_run_builder(runner, [str(python), str(BUILDER), str(dest)],
+                                           BUILDER, BUILD_TIMEOUT_S))
+
+
+def _run_builder(runner: Runner, argv: list[str], builder: Path, timeout_s: float) -> str:
+    """Run a model builder in the engine's Python; its stdout (the JSON report)."""
+    done = runner(argv, timeout_s=timeout_s)
     if done.timed_out:
-        raise RocmseatError(f"{BUILDER.name} did not finish within {BUILD_TIMEOUT_S:.0f} s")
+        raise RocmseatError(f"{builder.name} did not finish within {timeout_s:.0f} s")
     if done.returncode != 0:
         raise CommandError(done.argv, done.returncode, done.stdout, done.stderr)
-    return parse_build_report(done.stdout)
+    return done.stdout
 
 
 def parse_build_report(text: str) -> tuple[BuiltModel, ...]:
@@ -142,13 +148,7 @@ def build_spec_models(
         argv += ["--acceptance", ",".join(repr(a) for a in acceptance)]
     if prompts is not None:
         argv += ["--prompts", str(prompts)]
-    done = runner(argv, timeout_s=SPEC_BUILD_TIMEOUT_S)
-    if done.timed_out:
-        raise RocmseatError(f"{SPEC_BUILDER.name} did not finish within "
-                            f"{SPEC_BUILD_TIMEOUT_S:.0f} s")
-    if done.returncode != 0:
-        raise CommandError(done.argv, done.returncode, done.stdout, done.stderr)
-    return parse_spec_report(done.stdout)
+    return parse_spec_report(_run_builder(runner, argv, SPEC_BUILDER, SPEC_BUILD_TIMEOUT_S))
 
 
 def parse_spec_report(text: str) -> tuple[BuiltSpecModel, ...]:

@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rocmseat.atomic import atomic_write_text, exclusive_lock
-from rocmseat.cache.fingerprint import fingerprint_model
 from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.findings import Finding, Severity
-from rocmseat.launch.memplan import checkpoint_bytes, judge_memory_plan
+from rocmseat.launch.memplan import CHECK_ID as MEMORY_PLAN
 from rocmseat.launch.startuplog import StartupSummary, classify_text
 from rocmseat.redact import redact_text
 from rocmseat.runner import run
@@ -188,19 +187,17 @@ def arm_seat_text(source: SeatWithGate, *, arm_dir: Path, port_base: int,
     return dump_toml(data, header)
 
 
-def _checkpoint_total(seat: Seat) -> int | None:
-    total = 0
-    for folder in (seat.model.path, seat.drafter.path if seat.drafter else None):
-        if folder is None:
-            continue
-        try:
-            size = checkpoint_bytes(fingerprint_model(folder))
-        except RocmseatError:
-            return None
-        if size is None:
-            return None
-        total += size
-    return total
+def _memory_plan(startup_report: dict[str, Any] | None, subject: str) -> Finding:
+    """The arm's memory plan as launch judged it in its startup report (rocmseat.launch.memplan:
+    the one place that compares model memory per rank with the checkpoint's share)."""
+    for doc in (startup_report or {}).get("findings", []):
+        if isinstance(doc, dict) and doc.get("check_id") == MEMORY_PLAN:
+            try:
+                return Finding.from_json(doc)
+            except (KeyError, ValueError, TypeError):
+                break
+    return Finding(MEMORY_PLAN, Severity.UNKNOWN, subject,
+                   "the arm's startup report holds no memory plan")
 
 
 def _snapshot(url: str) -> tuple[Snapshot | None, str | None]:
@@ -291,9 +288,7 @@ class GateRun:
                 record.startup_report = json.loads(report.read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
                 record.problems.append(f"startup report {report}: {exc}")
-            record.memory = judge_memory_plan(
-                record.startup.model_memory_gib_ranks, _checkpoint_total(seat), seat.tp,
-                subject=f"{name}/{self.replica}")
+            record.memory = _memory_plan(record.startup_report, f"{name}/{self.replica}")
             try:
                 page = fetch_once(base_url + "/metrics", 10.0)
             except RocmseatError as exc:
@@ -600,8 +595,7 @@ def load_arm_record(out: Path, name: str) -> ArmRecord:
     record.ready_after_s = doc.get("ready_after_s")
     plan = doc.get("memory_plan")
     if isinstance(plan, dict):
-        record.memory = Finding(plan["check_id"], Severity(plan["severity"]), plan["subject"],
-                                plan["message"], plan.get("hint", ""), plan.get("data", {}))
+        record.memory = Finding.from_json(plan)
     record.hangs = list(doc.get("hangs", []))
     record.alerts = list(doc.get("alerts", []))
     record.problems = list(doc.get("problems", []))
