@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import tempfile
 import time
@@ -13,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rocmseat import jsonio
 from rocmseat.errors import ReadError, RocmseatError
 
 
@@ -42,7 +42,7 @@ def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
 
 
 def atomic_write_json(path: Path, value: Any, *, mode: int = 0o644) -> None:
-    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n", mode=mode)
+    atomic_write_text(path, jsonio.dumps(value) + "\n", mode=mode)
 
 
 class LockTimeout(RocmseatError):

@@ -73,3 +73,90 @@ def read_regular_text(path: Path, *, limit_bytes: int = DEFAULT_LIMIT_BYTES) -> 
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ReadError(path, f"is not UTF-8 text (byte {exc.start})") from None
+
+
+class UntrustedState(ReadError):
+    """A state file (or a directory on its way) that anyone but root or the reader could have
+    written: its contents must not decide a verdict (docs/architecture.md, "State")."""
+
+
+_GROUP_OR_OTHER_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def _trust_problem(info: os.stat_result, euid: int) -> str | None:
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symlink; state is never read through a link (someone may have planted it)"
+    if info.st_uid not in (0, euid):
+        return f"is owned by uid {info.st_uid}, not by root or uid {euid} who reads it"
+    if info.st_mode & _GROUP_OR_OTHER_WRITE:
+        return (f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o}); "
+                "anyone could have forged it")
+    return None
+
+
+def check_trusted_path(path: Path, *, trusted_root: Path | None = None) -> None:
+    """sshd's StrictModes for a state file: the file and every directory from its parent up to
+    `trusted_root` (the state dir, inclusive; only the parent when None) are no link, owned by
+    root or the reading user, not writable by group or others. UntrustedState naming the first
+    offender otherwise; FileNotFoundError when the file is absent."""
+    euid = os.geteuid()
+    info = os.lstat(path)
+    if (problem := _trust_problem(info, euid)) is not None:
+        raise UntrustedState(path, problem, hint=f"check who wrote {path}; remove it to start over")
+    if not stat.S_ISREG(info.st_mode):
+        raise UntrustedState(path, f"is {_kind(info.st_mode)}, not a regular file")
+    directory = path.parent
+    stop = trusted_root if trusted_root is not None else directory
+    while True:
+        try:
+            dir_info = os.lstat(directory)
+        except OSError as exc:
+            raise ReadError(directory, exc.strerror or type(exc).__name__) from None
+        if (problem := _trust_problem(dir_info, euid)) is not None:
+            raise UntrustedState(
+                directory, f"(directory of {path.name}) {problem}",
+                hint=f"chown root {directory} and chmod go-w {directory}")
+        if directory in (stop, directory.parent) or not _is_below(stop, directory):
+            return
+        directory = directory.parent
+
+
+def _is_below(root: Path, directory: Path) -> bool:
+    try:
+        directory.relative_to(root)
+    except ValueError:
+        return False
+    return directory != root
+
+
+def read_trusted_state(path: Path, *, trusted_root: Path | None = None,
+                       limit_bytes: int = DEFAULT_LIMIT_BYTES) -> str | None:
+    """The text of a state file that may decide a verdict (verdict, baselines, placement), or
+    None when it is absent. UntrustedState when `check_trusted_path` refuses it; ReadError
+    when it cannot be read. Opened with O_NOFOLLOW and checked again on the open descriptor,
+    so a link swapped in after the check is refused too."""
+    try:
+        check_trusted_path(path, trusted_root=trusted_root)
+    except FileNotFoundError:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UntrustedState(path, "is a symlink; state is never read through a link") from None
+        raise ReadError(path, exc.strerror or type(exc).__name__) from None
+    try:
+        info = os.fstat(fd)
+        if (problem := _trust_problem(info, os.geteuid())) is not None:
+            raise UntrustedState(path, problem)
+        if not stat.S_ISREG(info.st_mode):
+            raise UntrustedState(path, f"is {_kind(info.st_mode)}, not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    # The checks held on the descriptor; read through the capped reader (it reopens the same
+    # name, which the checks above made a non-link regular file owned by a trusted user).
+    return read_regular_text(path, limit_bytes=limit_bytes)
