@@ -1,14 +1,14 @@
-"""`rocmseat preflight`: parse -> rocmseat.preflight.run -> render. No logic lives here."""
+"""`rocmseat preflight`: options -> rocmseat.preflight.verdict.run_and_record -> render."""
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from rocmseat import exitcodes
 from rocmseat.cli.options import (
     json_option,
     resolve_state_dir,
@@ -16,15 +16,23 @@ from rocmseat.cli.options import (
     state_dir_option,
     sysfs_root_option,
 )
-from rocmseat.errors import ConfigError, ReadError, RocmseatError
+from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.findings import exit_code_for
-
-DEFAULT_MAX_AGE_S = 900.0  # three missed runs of a 5-minute timer (docs/fleet.md)
+from rocmseat.fleet.verdict_cache import DEFAULT_MAX_AGE_S
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
+    from rich.console import Console
 
     from rocmseat.preflight.run import PreflightReport
+    from rocmseat.preflight.textfile import Published
+
+EXAMPLES = """\b
+Examples:
+  rocmseat preflight --problems
+  rocmseat preflight --profile checks/x99-r9700.toml --textfile /var/lib/prometheus/node-exporter
+  rocmseat preflight --pair 05:00.0,09:00.0 --hip
+  rocmseat preflight --format npd --cached --only pcie
+"""
 
 
 def _pairs(
@@ -38,17 +46,7 @@ def _pairs(
         raise click.BadParameter(exc.message) from None
 
 
-def _write_textfile(directory: Path, registry: CollectorRegistry) -> None:
-    from rocmseat.preflight.textfile import TEXTFILE_NAME, write_textfile
-
-    try:
-        write_textfile(directory, registry)
-    except OSError as exc:
-        target = directory / TEXTFILE_NAME
-        raise ReadError(target, f"cannot write the textfile: {exc.strerror or exc}") from None
-
-
-@click.command()
+@click.command(epilog=EXAMPLES)
 @sysfs_root_option
 @state_dir_option
 @click.option(
@@ -82,11 +80,18 @@ def _write_textfile(directory: Path, registry: CollectorRegistry) -> None:
     "bytes for a node-problem-detector custom plugin.",
 )
 @click.option(
+    "--problems",
+    is_flag=True,
+    help="Only what is not ok, one line per problem cut to the terminal's width; the ok "
+    "findings folded into a count.",
+)
+@click.option(
     "--cached",
     is_flag=True,
     help="With --format npd: answer from the last full preflight's cached verdict in the state "
-    "dir (fast: no sysfs read); missing, older than --max-age, from another boot or host, or "
-    "(with --profile) judged against another profile is unknown (exit 2).",
+    "dir (fast: no sysfs read); missing, older than --max-age, from another boot or host, "
+    "untrusted (a link, another owner, group/other-writable) or (with --profile) judged "
+    "against another profile is unknown (exit 2).",
 )
 @click.option(
     "--max-age",
@@ -95,26 +100,31 @@ def _write_textfile(directory: Path, registry: CollectorRegistry) -> None:
     default=DEFAULT_MAX_AGE_S,
     show_default=True,
     metavar="SECONDS",
-    help="With --cached: the oldest verdict still trusted.",
+    help="With --cached: the oldest cached verdict still trusted.",
 )
 @click.option(
     "--textfile",
     type=click.Path(path_type=Path, file_okay=False),
-    help="Also write rocmseat_preflight.prom here (node_exporter textfile collector).",
+    metavar="DIR",
+    help="Also write DIR/rocmseat_preflight.prom for node_exporter's textfile collector "
+    "(Debian/Ubuntu read /var/lib/prometheus/node-exporter; a DIR that did not exist is a "
+    "warning).",
 )
 @click.option(
     "--sample",
     "sample_s",
     type=click.FloatRange(min=0.0, max=3600.0),
     metavar="SECONDS",
-    help="Judge AER by two readings this far apart (run a load meanwhile).",
+    help="Judge AER by two readings this far apart (run a load meanwhile; progress on a "
+    "terminal).",
 )
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @click.option(
     "--hip/--no-hip",
     default=False,
+    show_default=True,
     help="Also run the HIP IPC/P2P probe on the pairs (initialises the GPUs in child "
-    "processes and takes seconds; off by default).",
+    "processes and takes seconds).",
 )
 @click.option(
     "--hip-timeout",
@@ -122,13 +132,15 @@ def _write_textfile(directory: Path, registry: CollectorRegistry) -> None:
     type=click.FloatRange(min=0.1, max=3600),
     default=30.0,
     show_default=True,
-    help="Seconds each HIP probe stage may take before it counts as hung.",
+    metavar="SECONDS",
+    help="The longest each HIP probe stage may take before it counts as hung.",
 )
 @click.option(
     "--amdsmi/--no-amdsmi",
-    default=None,
-    help="Also cross-check with amdsmi (off by default: amdsmi is optional; when asked and it "
-    "cannot run, the finding is unknown with the reason).",
+    default=False,
+    show_default=True,
+    help="Also cross-check with amdsmi (an optional dependency; when asked and it cannot run, "
+    "the finding is unknown with the reason).",
 )
 def preflight(  # noqa: PLR0917 (click passes every option)
     sysfs_root: Path | None,
@@ -138,6 +150,7 @@ def preflight(  # noqa: PLR0917 (click passes every option)
     profile: Path | None,
     as_json: bool,
     output_format: str | None,
+    problems: bool,
     cached: bool,
     max_age_s: float,
     textfile: Path | None,
@@ -145,18 +158,16 @@ def preflight(  # noqa: PLR0917 (click passes every option)
     strict: bool,
     hip: bool,
     hip_timeout_s: float,
-    amdsmi: bool | None,
+    amdsmi: bool,
 ) -> int:
     """Check each AMD GPU's PCIe link, AER errors, NUMA locality and TP2 pairs.
 
     Exit 0 ok, 1 a problem, 2 could not check (node-problem-detector compatible). Every full
-    run (no --only, no --pair) caches its verdict for `--format npd --cached` and
+    run (no --only, no --pair) records its verdict for `--format npd --cached` and
     `rocmseat slurm health`. With --cached, --profile names the profile the cached run must
     have used.
     """
-    if as_json and output_format not in (None, "json"):
-        raise click.UsageError("--json and --format are two spellings of one option: give one")
-    fmt = "json" if as_json else output_format or "table"
+    fmt = _format(as_json, output_format, problems)
     if cached:
         given = [name for name, value in (("--pair", pairs), ("--textfile", textfile),
                                           ("--sample", sample_s), ("--hip", hip),
@@ -170,80 +181,104 @@ def preflight(  # noqa: PLR0917 (click passes every option)
         return _cached_npd(sysfs_root, state_dir, set(only) or None, max_age_s, strict,
                            profile=profile)
 
-    from rocmseat.preflight.run import preflight_report
+    from rocmseat.preflight.verdict import run_and_record
 
-    root = resolve_sysfs_root(sysfs_root)
-    state = resolve_state_dir(state_dir)
-    try:
-        report = preflight_report(
-            root,
-            state,
-            families=set(only) or None,
-            pairs=pairs or None,
-            profile=profile,
-            hip=hip,
-            hip_stage_timeout_s=hip_timeout_s,
-            amdsmi=amdsmi,
-            sample_s=sample_s,
-        )
-    except RocmseatError as exc:
-        if not only and not pairs:
-            # the fast readers must say why the last full run judged nothing, not "stale"
-            _save_verdict(root, state, None, error=exc)
-        if fmt == "npd":
-            from rocmseat.fleet.npd import unusable_line
+    run = run_and_record(
+        resolve_sysfs_root(sysfs_root),
+        resolve_state_dir(state_dir),
+        families=set(only) or None,
+        pairs=pairs or None,
+        profile=profile,
+        hip=hip,
+        hip_stage_timeout_s=hip_timeout_s,
+        amdsmi=amdsmi,
+        sample_s=sample_s,
+        sleep=_sleep_with_progress if sys.stderr.isatty() else time.sleep,
+    )
+    if run.save_problem:
+        # not fatal for this run, but the fast readers will say "unknown" until it is fixed
+        click.echo(f"rocmseat: warning: {run.save_problem}", err=True)
+    if run.report is None:
+        assert run.error is not None
+        return _could_not_check(run.error, fmt, textfile)
+    return _render(run.report, fmt, textfile, strict=strict)
 
-            # NPD reads stdout only: the condition's message says why (stderr has it too)
-            click.echo(unusable_line(exc.message)[0])
-        if textfile is not None:
-            from rocmseat.preflight.textfile import error_registry
 
-            try:
-                _write_textfile(textfile, error_registry(exc.exit_code))
-            except ReadError as write_error:
-                # both lines: why nothing was checked, and why the textfile still says otherwise
-                click.echo(f"rocmseat: error: {write_error.message}", err=True)
-        raise
-    if report.full:
-        _save_verdict(root, state, report)
+def _format(as_json: bool, output_format: str | None, problems: bool) -> str:
+    if as_json and output_format not in (None, "json"):
+        raise click.UsageError("--json and --format are two spellings of one option: give one")
+    fmt = "json" if as_json else output_format or "table"
+    if problems and fmt != "table":
+        raise click.UsageError(f"--problems is a table of the problems: it takes no --format {fmt}")
+    return "problems" if problems else fmt
+
+
+def _render(report: PreflightReport, fmt: str, textfile: Path | None, *, strict: bool) -> int:
     code = exit_code_for(report.findings, strict=strict)
+    published = None
     if fmt == "npd" and textfile is not None:
         # One line, one exit code: NPD reads both, so the line must say what the code says. The
         # textfile is written first; if it cannot be, the run could not do its job (2), unless
         # the node has a problem (1), which the line still names.
-        failed = _try_textfile(textfile, report, strict=strict)
-        if failed is not None and code != exitcodes.PROBLEM:
+        from rocmseat.preflight.textfile import exit_code_with
+
+        published = _publish_report(textfile, report, strict=strict)
+        if exit_code_with(code, published) != code:
             from rocmseat.fleet.npd import unusable_line
 
-            click.echo(unusable_line(failed.cause)[0])  # the path is on stderr: 80 bytes
-            click.echo(f"rocmseat: error: {failed.message}", err=True)
-            return exitcodes.CANNOT_CHECK
+            assert published.error is not None
+            click.echo(unusable_line(published.error.cause)[0])  # the path is on stderr
+            _tell(published)
+            return exit_code_with(code, published)
         _print_report(report, fmt, strict=strict)
-        if failed is not None:
-            click.echo(f"rocmseat: error: {failed.message}", err=True)
+    else:
+        # The report is printed before the textfile is written: the AER baseline has already
+        # moved on, so a textfile that cannot be written must not swallow what this run found.
+        _print_report(report, fmt, strict=strict)
+        if textfile is not None:
+            published = _publish_report(textfile, report, strict=strict)
+    if published is None:
         return code
-    # The report is printed before the textfile is written: the AER baseline has already moved
-    # on, so a textfile that cannot be written must not swallow what this run found.
-    _print_report(report, fmt, strict=strict)
+    from rocmseat.preflight.textfile import exit_code_with
+
+    _tell(published)
+    return exit_code_with(code, published)
+
+
+def _could_not_check(error: RocmseatError, fmt: str, textfile: Path | None) -> NoReturn:
+    """A run that judged nothing: JSON still prints a document, NPD still prints its line (NPD
+    reads stdout only), the textfile is rewritten with the exit code alone; then the error
+    itself (one line on stderr, its exit code)."""
+    if fmt == "json":
+        from rocmseat.preflight.render import render_error_json
+
+        text = render_error_json(error.message, error.exit_code, hint=error.hint or "")
+        click.echo(text, nl=False)
+    elif fmt == "npd":
+        from rocmseat.fleet.npd import unusable_line
+
+        click.echo(unusable_line(error.message)[0])
     if textfile is not None:
-        failed = _try_textfile(textfile, report, strict=strict)
-        if failed is not None:
-            # A known problem on the node (1) outranks "could not check" (2), as in
-            # exit_code_for; otherwise the unwritable textfile makes the run "could not check".
-            click.echo(f"rocmseat: error: {failed.message}", err=True)
-            return code if code == exitcodes.PROBLEM else exitcodes.CANNOT_CHECK
-    return code
+        from rocmseat.preflight.textfile import error_registry, publish
+
+        published = publish(textfile, error_registry(error.exit_code))
+        if published.error is not None:
+            # both lines: why nothing was checked, and why the textfile still says otherwise
+            click.echo(f"rocmseat: error: {published.error.message}", err=True)
+    raise error
 
 
-def _try_textfile(textfile: Path, report: PreflightReport, *, strict: bool) -> ReadError | None:
-    """Write the node_exporter textfile; the error naming the file, or None."""
-    from rocmseat.preflight.textfile import report_registry
+def _publish_report(textfile: Path, report: PreflightReport, *, strict: bool) -> Published:
+    from rocmseat.preflight.textfile import publish, report_registry
 
-    try:
-        _write_textfile(textfile, report_registry(report, strict=strict))
-    except ReadError as exc:
-        return exc
-    return None
+    return publish(textfile, report_registry(report, strict=strict))
+
+
+def _tell(published: Published) -> None:
+    if published.warning is not None:
+        click.echo(f"rocmseat: warning: {published.warning}", err=True)
+    if published.error is not None:
+        click.echo(f"rocmseat: error: {published.error.message}", err=True)
 
 
 def _print_report(report: PreflightReport, fmt: str, *, strict: bool) -> None:
@@ -256,49 +291,15 @@ def _print_report(report: PreflightReport, fmt: str, *, strict: bool) -> None:
 
         line, _code = npd_line(report.findings, gpus=len(report.inventory.gpus), strict=strict)
         click.echo(line)
+    elif fmt == "problems":
+        import shutil
+
+        width = shutil.get_terminal_size(fallback=(80, 24)).columns
+        click.echo(render.render_problems(report, strict=strict, width=width), nl=False)
     elif sys.stdout.isatty():
         _print_rich(report, strict=strict)
     else:
         click.echo(render.render_table(report, strict=strict), nl=False)
-
-
-def _save_verdict(
-    root: Path,
-    state: Path,
-    report: PreflightReport | None,
-    *,
-    error: RocmseatError | None = None,
-) -> None:
-    import time
-
-    from rocmseat.findings import Finding, Severity
-    from rocmseat.fleet.verdict_cache import make_verdict, save_verdict
-    from rocmseat.sysfs.fs import default_proc_root
-    from rocmseat.sysfs.host import read_boot_identity
-
-    if report is not None:
-        findings, families = report.findings, report.families
-        gpus, profile, digest = len(report.inventory.gpus), report.profile, report.profile_sha256
-        identity = report.identity
-    else:
-        message = error.message if error is not None else "no report"
-        findings = (Finding("preflight.error", Severity.UNKNOWN, "node", message),)
-        families, gpus, profile, digest = (), 0, None, None
-        identity = read_boot_identity(default_proc_root(root))
-    verdict = make_verdict(
-        findings,
-        sysfs_root=root,
-        families=families,
-        gpus=gpus,
-        now_unix_s=time.time(),
-        profile=profile,
-        profile_sha256=digest,
-        identity=identity,
-    )
-    problem = save_verdict(state, verdict)
-    if problem:
-        # not fatal for this run, but the fast readers will say "unknown" until it is fixed
-        click.echo(f"rocmseat: warning: {problem}", err=True)
 
 
 def _cached_npd(
@@ -310,10 +311,8 @@ def _cached_npd(
     *,
     profile: Path | None = None,
 ) -> int:
-    import time
-
-    from rocmseat.fleet.npd import missing_families, npd_line, unusable_line
-    from rocmseat.fleet.verdict_cache import ProfileId, UnusableVerdict, load_verdict
+    from rocmseat.fleet.npd import cached_line, unusable_line
+    from rocmseat.fleet.verdict_cache import ProfileId
 
     wanted: ProfileId | None = None
     if profile is not None:
@@ -326,28 +325,10 @@ def _cached_npd(
             click.echo(unusable_line(exc.message)[0])
             raise
         wanted = ProfileId(loaded.name, loaded.sha256 or "")
-    try:
-        verdict = load_verdict(
-            resolve_state_dir(state_dir),
-            resolve_sysfs_root(sysfs_root),
-            max_age_s=max_age_s,
-            now_unix_s=time.time(),
-            profile=wanted,
-        )
-    except UnusableVerdict as exc:
-        line, code = unusable_line(str(exc))
-    else:
-        absent = [] if verdict.errored else missing_families(families or (), verdict.families)
-        if absent:
-            hint = " (add --hip to the periodic run)" if "hip" in absent else ""
-            line, code = unusable_line(f"{absent[0]} was not in the cached run{hint}")
-        else:
-            line, code = npd_line(
-                verdict.findings,
-                gpus=verdict.gpus,
-                families=families,
-                strict=strict,
-            )
+    line, code = cached_line(
+        resolve_state_dir(state_dir), resolve_sysfs_root(sysfs_root), families=families,
+        max_age_s=max_age_s, now_unix_s=time.time(), strict=strict, profile=wanted,
+    )
     click.echo(line)
     return code
 
@@ -360,3 +341,17 @@ def _print_rich(report: PreflightReport, *, strict: bool) -> None:
     console = Console()
     for renderable in rich_renderables(report, strict=strict):
         console.print(renderable)
+
+
+def _sleep_with_progress(seconds: float, *, console: Console | None = None) -> None:
+    """`time.sleep(seconds)` with a progress bar on stderr (the AER sample of `--sample`)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("AER sample: run a load now"), BarColumn(), TimeRemainingColumn(),
+                  console=console or Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("sample", total=seconds)
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(0.25, left))
+            progress.update(task, completed=seconds - max(end - time.monotonic(), 0.0))

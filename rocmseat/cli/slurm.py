@@ -12,7 +12,8 @@ from rocmseat.cli.options import (
     state_dir_option,
     sysfs_root_option,
 )
-from rocmseat.fleet.slurm import DEFAULT_BUDGET_S, DEFAULT_MAX_AGE_S
+from rocmseat.fleet.slurm import DEFAULT_BUDGET_S
+from rocmseat.fleet.verdict_cache import DEFAULT_MAX_AGE_S
 
 
 @click.group()

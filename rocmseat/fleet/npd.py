@@ -15,12 +15,19 @@ the line would do that every run and defeat duration-based remediation.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from rocmseat import exitcodes
 from rocmseat.findings import SEVERITY_ORDER, Finding, Severity, exit_code_for
-from rocmseat.fleet.verdict_cache import ALWAYS_FAMILIES
+from rocmseat.fleet.verdict_cache import (
+    ALWAYS_FAMILIES,
+    ProfileId,
+    UnusableVerdict,
+    load_verdict,
+)
 
 MAX_OUTPUT_BYTES = 80
 
@@ -37,9 +44,41 @@ class _FindingLike(Protocol):
 
 
 def fit(text: str, limit: int = MAX_OUTPUT_BYTES) -> str:
-    """One line of printable ASCII of at most `limit` bytes (NPD cuts bytes, not characters)."""
+    """One line of printable ASCII of at most `limit` bytes (NPD cuts bytes, not characters).
+
+    The verdict word and the problem come first and stay: a reason that starts with a path
+    (`/etc/x.toml:3: key 'a': ...`) is turned around (`key 'a': ... (x.toml:3)`), and when the
+    line is too long its paths are cut to their last component before anything else is cut.
+    """
     clean = "".join(c if " " <= c <= "~" else "?" for c in text.strip())
-    return clean[:limit].rstrip()
+    clean = _problem_first(clean)
+    if len(clean) > limit:
+        clean = _PATH_RE.sub(lambda m: m.group(1) + _short_path(m.group(2)), clean)
+    if len(clean) <= limit:
+        return clean
+    cut = clean[:limit]
+    # end on a word, not inside a PCI address or a number, unless that loses most of the line
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:(")
+
+
+# a path: at the start or after a space/paren, with a slash in it
+_PATH_RE = re.compile(r"(^|[\s(])((?:\.{0,2}/)?[\w.@+-]+(?:/[\w.@+-]*)+)")
+# "VERDICT: /a/b/file[:line]: what is wrong" -> the path moves to the end
+_LEADING_PATH_RE = re.compile(r"^([A-Z]+(?: \[[a-z,]+\])?: )(\S*/\S*?)((?::\d+)?): (.+)$")
+
+
+def _short_path(path: str) -> str:
+    parts = [p for p in path.split("/") if p]
+    return path if len(parts) <= 1 else ".../" + parts[-1]
+
+
+def _problem_first(line: str) -> str:
+    match = _LEADING_PATH_RE.match(line)
+    if match is None:
+        return line
+    head, path, lineno, rest = match.groups()
+    return f"{head}{rest} ({path}{lineno})"
 
 
 def family_of(check_id: str) -> str:
@@ -103,3 +142,27 @@ def unusable_line(reason: str) -> tuple[str, int]:
 
 def missing_families(wanted: Collection[str], ran: Collection[str]) -> list[str]:
     return sorted(set(wanted) - set(ran) - ALWAYS_FAMILIES)
+
+
+def cached_line(
+    state_dir: Path,
+    sysfs_root: Path,
+    *,
+    families: Collection[str] | None,
+    max_age_s: float,
+    now_unix_s: float,
+    strict: bool = False,
+    profile: ProfileId | None = None,
+) -> tuple[str, int]:
+    """The answer of `preflight --format npd --cached`: the cached verdict's line for
+    `families`, or why there is none (unknown, exit 2). Reads the state dir only."""
+    try:
+        verdict = load_verdict(state_dir, sysfs_root, max_age_s=max_age_s,
+                               now_unix_s=now_unix_s, profile=profile)
+    except UnusableVerdict as exc:
+        return unusable_line(str(exc))
+    absent = [] if verdict.errored else missing_families(families or (), verdict.families)
+    if absent:
+        hint = " (add --hip to the periodic run)" if "hip" in absent else ""
+        return unusable_line(f"{absent[0]} was not in the cached run{hint}")
+    return npd_line(verdict.findings, gpus=verdict.gpus, families=families, strict=strict)

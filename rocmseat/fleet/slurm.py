@@ -12,9 +12,9 @@ on). So `rocmseat slurm health`, all of it within one budget (default 50 s):
    DOWN, FAIL, DRAIN, a reboot or power-save state, a maintenance reservation) is left alone:
    no drain, no resume (LBNL NHC likewise only re-onlines nodes whose note starts with "NHC:",
    helpers/node-mark-online);
-3. reads the node's last full preflight verdict (fleet/verdict_cache.py) and, when it is missing
-   or older than `--max-age`, runs one full preflight in a child process within what is left of
-   the budget;
+3. reads the node's last full preflight verdict (fleet/verdict_cache.py) and, when it is missing,
+   untrusted or older than `--max-age`, runs one full preflight in this process
+   (rocmseat.preflight.verdict, which records it) within what is left of the budget;
 4. drains on a failing finding, `Reason="rocmseat: <check> <subject> [+N more] [<families>]"`;
    resumes a node rocmseat drained only when the verdict covers every check family named in
    that reason (a drain for hip.ipc is not cleared by a run that never probed HIP: unknown, the
@@ -28,17 +28,18 @@ from __future__ import annotations
 import os
 import re
 import socket
-import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rocmseat import exitcodes
 from rocmseat.errors import RocmseatError
 from rocmseat.findings import SEVERITY_ORDER, Severity
 from rocmseat.fleet.npd import npd_line
 from rocmseat.fleet.verdict_cache import (
+    DEFAULT_MAX_AGE_S,
     CachedFinding,
     ProfileId,
     UnusableVerdict,
@@ -47,8 +48,10 @@ from rocmseat.fleet.verdict_cache import (
 )
 from rocmseat.runner import Completed, Runner, run
 
+if TYPE_CHECKING:
+    from rocmseat.preflight.verdict import RecordedRun
+
 REASON_PREFIX = "rocmseat:"
-DEFAULT_MAX_AGE_S = 600.0  # two missed runs of the 5-minute preflight timer (docs/fleet.md)
 # The whole command, scontrol calls and a preflight run included, inside Slurm's 60 s
 # HealthCheckTimeout with room for the interpreter's start (docs/fleet.md, "Slurm")
 DEFAULT_BUDGET_S = 50.0
@@ -56,6 +59,7 @@ SCONTROL_TIMEOUT_S = 10.0  # the most one scontrol call may take
 CALL_RESERVE_S = 5.0  # kept back for each scontrol call still to come
 MIN_CALL_S = 0.5
 MIN_PREFLIGHT_S = 2.0
+HIP_STAGE_SHARE = 8  # a pair's probe is a few children of a few stages each (docs/hip.md)
 MAX_REASON = 120
 # Slurm node names: hostname-like (slurm.conf NodeName); refuse anything else before it reaches
 # an argv
@@ -378,17 +382,11 @@ def apply(
     _scontrol(argv, runner=runner, deadline=deadline)
 
 
-def preflight_argv(
-    sysfs_root: Path, state_dir: Path, *, hip: bool, profile: Path | None
-) -> list[str]:
-    """The full preflight the health check runs when the cached verdict is too old."""
-    argv = [sys.executable, "-m", "rocmseat", "preflight", "--sysfs-root", str(sysfs_root),
-            "--state-dir", str(state_dir), "--format", "json"]
-    if hip:
-        argv.append("--hip")
-    if profile is not None:
-        argv += ["--profile", str(profile)]
-    return argv
+def hip_stage_timeout(budget_s: float) -> float:
+    """Each HIP probe stage's share of the run's budget: the probe's children are killed when a
+    stage makes no progress within it (rocmseat.hip.probe), so a hung GPU costs a fraction of
+    the budget, not the 30 s default."""
+    return max(MIN_CALL_S, min(30.0, budget_s / HIP_STAGE_SHARE))
 
 
 def obtain_verdict(
@@ -400,11 +398,15 @@ def obtain_verdict(
     hip: bool = False,
     profile: Path | None = None,
     profile_id: ProfileId | None = None,
-    runner: Runner = run,
+    record: Callable[..., RecordedRun] | None = None,
     clock: Callable[[], float] = time.time,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> tuple[Verdict | None, str, bool]:
     """(verdict, how it was had, whether a preflight ran) or (None, why there is none, ran).
-    A run gets `budget_s`."""
+
+    When the cached verdict is unusable, one full preflight runs in this process
+    (rocmseat.preflight.verdict.run_and_record, which records the verdict as every full run
+    does); a run that outlived `budget_s` is not acted on (Slurm may kill us any moment)."""
 
     def load() -> Verdict:
         return load_verdict(state_dir, sysfs_root, max_age_s=max_age_s, now_unix_s=clock(),
@@ -416,15 +418,20 @@ def obtain_verdict(
         first = str(exc)
     if budget_s < MIN_PREFLIGHT_S:
         return None, f"{first}; no time left for a preflight within the budget", False
-    done = runner(preflight_argv(sysfs_root, state_dir, hip=hip, profile=profile),
-                  timeout_s=budget_s)
-    if done.timed_out:
+    if record is None:
+        from rocmseat.preflight.verdict import run_and_record
+
+        record = run_and_record
+    started = monotonic()
+    run = record(sysfs_root, state_dir, profile=profile, hip=hip,
+                 hip_stage_timeout_s=hip_stage_timeout(budget_s), clock=clock)
+    if monotonic() - started > budget_s:
         return None, f"preflight did not finish within {budget_s:.3g}s", True
     try:
         return load(), "ran a full preflight", True
     except UnusableVerdict as exc:
-        said = _tail(done.stderr) if done.stderr.strip() else str(exc)
-        return None, f"{first}; preflight exited {done.returncode}: {said}", True
+        said = run.save_problem or str(exc)
+        return None, f"{first}; the preflight it ran: {said}", True
 
 
 def health(
@@ -440,6 +447,7 @@ def health(
     dry_run: bool = False,
     env: Mapping[str, str] | None = None,
     runner: Runner = run,
+    record: Callable[..., RecordedRun] | None = None,
     clock: Callable[[], float] = time.time,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> Outcome:
@@ -461,7 +469,7 @@ def health(
         budget_s=deadline.remaining() - 2 * CALL_RESERVE_S,
         # a node drained for HIP is only cleared by a run that probed HIP
         hip=hip or "hip" in (causes or ()), profile=profile, profile_id=profile_id,
-        runner=runner, clock=clock,
+        record=record, clock=clock, monotonic=monotonic,
     )
     if ran:
         # the run took a while: act on the node as it is now (an administrator may have

@@ -20,10 +20,9 @@ node-problem-detector turns every change of a message into a condition update an
 
 from __future__ import annotations
 
-import json
-import math
+import functools
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,11 +30,14 @@ from typing import Any
 from rocmseat.atomic import atomic_write_json
 from rocmseat.errors import ReadError
 from rocmseat.findings import Finding, Severity, exit_code_for
-from rocmseat.safeio import read_regular_text
+from rocmseat.safeio import UntrustedState, read_trusted_state
 from rocmseat.sysfs.fs import default_proc_root
 from rocmseat.sysfs.host import NO_PROC, BootIdentity, read_boot_identity
 
 SCHEMA = "rocmseat.verdict/v1"
+# The oldest cached verdict a fast reader trusts, for every reader (`preflight --cached`,
+# `slurm health`): three missed runs of the 5-minute preflight timer (docs/fleet.md)
+DEFAULT_MAX_AGE_S = 900.0
 LIMIT_BYTES = 4 << 20  # 16 GPUs give ~60 KiB; a larger file is not one rocmseat wrote
 MAX_FUTURE_S = 300.0  # a verdict from the future (clock stepped back) is not trusted
 # Unix seconds up to the year 2286: every number read from the file is bounded before use
@@ -212,11 +214,16 @@ def load_verdict(
     """
     path = verdict_path(state_dir)
     try:
-        text = read_regular_text(path, limit_bytes=LIMIT_BYTES)
+        # sshd's StrictModes: a verdict anyone else could have written, or one reached through
+        # a link, decides nothing (docs/architecture.md, "State")
+        text = read_trusted_state(path, trusted_root=state_dir, limit_bytes=LIMIT_BYTES)
+    except UntrustedState as exc:
+        cause = re.sub(r"^\(directory of [^)]*\) ", "", exc.cause)
+        raise UnusableVerdict(f"untrusted {_where(exc.path, state_dir)}: {cause}") from None
     except ReadError as exc:
-        if not path.exists() and not path.is_symlink():
-            raise UnusableVerdict("no cached verdict (run a full rocmseat preflight)") from None
         raise UnusableVerdict(f"cached verdict unreadable: {exc.cause}") from None
+    if text is None:
+        raise UnusableVerdict("no cached verdict (run a full rocmseat preflight)")
     verdict = parse_verdict(text)
     if verdict.sysfs_root != root_key(sysfs_root):
         raise UnusableVerdict(f"cached verdict is for another sysfs root ({verdict.sysfs_root})")
@@ -235,6 +242,15 @@ def load_verdict(
     return verdict
 
 
+def _where(path: Path, state_dir: Path) -> str:
+    """The offending file or directory, relative to the state dir (the line is 80 bytes)."""
+    try:
+        inside = path.relative_to(state_dir)
+    except ValueError:
+        return str(path)
+    return "state dir" if inside == Path() else str(inside)
+
+
 def check_identity(verdict: Verdict, here: BootIdentity) -> None:
     """UnusableVerdict unless the verdict was taken on this host, in this boot. Pure."""
     if here.error is not None:
@@ -249,39 +265,84 @@ def check_identity(verdict: Verdict, here: BootIdentity) -> None:
 
 
 def parse_verdict(text: str) -> Verdict:
-    """Pure: the text of a verdict file -> Verdict; UnusableVerdict naming what is wrong."""
+    """Pure: the text of a verdict file -> Verdict; UnusableVerdict naming what is wrong.
+
+    The document is validated by one strict pydantic model (`_Document`): exact types (no
+    "4" for 4, no 4.0 for a count, no true for a number), finite bounded numbers, printable
+    bounded strings, no unknown keys; then checked to say what a full run says."""
+    from pydantic import ValidationError
+
     try:
-        data = json.loads(text, parse_constant=_refuse_constant)
+        doc = _document_model().model_validate_json(text)
+    except ValidationError as exc:
+        raise UnusableVerdict(_why(exc)) from None
     except (ValueError, RecursionError) as exc:
         raise UnusableVerdict(f"cached verdict is not JSON ({type(exc).__name__})") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise UnusableVerdict(f"cached verdict is not a {SCHEMA} file")
-    written: Any = data.get("written_at_unix_s")
-    if not _bounded(written, 0, MAX_UNIX_S):
-        raise UnusableVerdict("cached verdict has no valid written_at_unix_s")
-    root = data.get("sysfs_root")
-    families = data.get("families")
-    gpus = data.get("gpus")
-    if not isinstance(root, str) or len(root) > 4096 or _CONTROL_RE.search(root):
-        raise UnusableVerdict("cached verdict has no valid sysfs_root")
-    if not isinstance(families, list) or len(families) > 32 or not all(
-        isinstance(f, str) and re.fullmatch(r"[a-z]{1,16}", f) for f in families
-    ):
-        raise UnusableVerdict("cached verdict has no valid families")
-    if not isinstance(gpus, int) or not _bounded(gpus, 0, MAX_GPUS):
-        raise UnusableVerdict("cached verdict has no valid gpus count")
-    profile = _optional(data, "profile", lambda v: not _CONTROL_RE.search(v))
-    digest = _optional(data, "profile_sha256", _SHA256_RE.fullmatch)
-    boot_id = _optional(data, "boot_id", _BOOT_ID_RE.fullmatch)
-    host = _optional(data, "host", _HOST_RE.fullmatch)
-    raw_findings = data.get("findings")
-    if not isinstance(raw_findings, list) or len(raw_findings) > MAX_FINDINGS:
-        raise UnusableVerdict("cached verdict has no findings list")
-    findings = tuple(_finding(item, index) for index, item in enumerate(raw_findings))
-    verdict = Verdict(float(written), root, tuple(families), gpus, findings, profile,
-                      digest, boot_id, host)
+    findings = tuple(CachedFinding(f.check_id, Severity(f.severity), f.subject, f.message)
+                     for f in doc.findings)
+    verdict = Verdict(float(doc.written_at_unix_s), doc.sysfs_root, tuple(doc.families),
+                      doc.gpus, findings, doc.profile, doc.profile_sha256, doc.boot_id, doc.host)
     _check_consistent(verdict)
+    if doc.exit_code != verdict.exit_code():
+        raise UnusableVerdict("cached verdict's exit_code disagrees with its findings")
     return verdict
+
+
+def _why(exc: Any) -> str:
+    """The first problem pydantic found, as a short stable reason (no input values)."""
+    error = exc.errors(include_url=False, include_input=False)[0]
+    loc = [str(part) for part in error["loc"]]
+    if error["type"] == "json_invalid":
+        return "cached verdict is not JSON"
+    if not loc or loc == ["schema"]:
+        return f"cached verdict is not a {SCHEMA} file"
+    if loc[0] == "findings" and len(loc) >= 3:
+        return f"cached verdict finding {loc[1]} has an invalid {loc[2]}"
+    if loc[0] == "findings" and len(loc) == 2:
+        return f"cached verdict finding {loc[1]} is not an object"
+    if error["type"] == "missing":
+        return f"cached verdict has no {loc[0]}"
+    return f"cached verdict has an invalid {loc[0]}"
+
+
+@functools.cache
+def _document_model() -> Any:
+    """The strict model of a `rocmseat.verdict/v1` document (built on first use: pydantic is
+    imported only by the readers, never on the writing path of a full run)."""
+    from typing import Annotated, Literal
+
+    from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+    printable = r"^[^\x00-\x1f\x7f-\x9f]*$"
+    text = Annotated[str, StringConstraints(max_length=_MAX_TEXT, pattern=printable)]
+
+    class _Strict(BaseModel):
+        model_config = ConfigDict(strict=True, extra="forbid", frozen=True,
+                                  allow_inf_nan=False)
+
+    class _FindingDoc(_Strict):
+        check_id: Annotated[str, StringConstraints(max_length=200,
+                                                   pattern=_CHECK_ID_RE.pattern)]
+        severity: Literal["ok", "warn", "fail", "unknown"]
+        subject: text
+        message: text
+
+    class _Document(_Strict):
+        schema_: Literal["rocmseat.verdict/v1"] = Field(alias="schema")
+        # ints stay ints (a forged 10**400 is out of range, never an OverflowError)
+        written_at_unix_s: Annotated[float | int, Field(ge=0, le=MAX_UNIX_S)]
+        sysfs_root: Annotated[str, StringConstraints(max_length=4096, pattern=printable)]
+        families: Annotated[list[Annotated[str, StringConstraints(pattern=r"^[a-z]{1,16}$")]],
+                            Field(max_length=32)]
+        gpus: Annotated[int, Field(ge=0, le=MAX_GPUS)]
+        profile: text | None = None
+        profile_sha256: Annotated[str, StringConstraints(pattern=_SHA256_RE.pattern)] | None = None
+        boot_id: Annotated[str, StringConstraints(pattern=_BOOT_ID_RE.pattern)] | None = None
+        host: Annotated[str, StringConstraints(pattern=_HOST_RE.pattern)] | None = None
+        exit_code: Annotated[int, Field(ge=0, le=3)]
+        findings: Annotated[list[_FindingDoc], Field(max_length=MAX_FINDINGS)]
+
+    return _Document
 
 
 def _check_consistent(verdict: Verdict) -> None:
@@ -301,45 +362,3 @@ def _check_consistent(verdict: Verdict) -> None:
     stray = sorted({f.family for f in verdict.findings} - verdict.covered)
     if stray:
         raise UnusableVerdict(f"cached verdict has {stray[0]} findings, yet {stray[0]} did not run")
-
-
-def _optional(data: dict[str, Any], key: str, valid: Callable[[str], object]) -> str | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > _MAX_TEXT or not valid(value):
-        raise UnusableVerdict(f"cached verdict has an invalid {key}")
-    return value
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name}")
-
-
-def _bounded(value: Any, low: float, high: float) -> bool:
-    """A finite number within [low, high]; ints are compared as ints (never converted to a
-    float, which overflows past 1e308)."""
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return low <= value <= high
-    return isinstance(value, float) and math.isfinite(value) and low <= value <= high
-
-
-def _finding(item: Any, index: int) -> CachedFinding:
-    if not isinstance(item, dict):
-        raise UnusableVerdict(f"cached verdict finding {index} is not an object")
-    check_id: Any = item.get("check_id")
-    severity: Any = item.get("severity")
-    subject: Any = item.get("subject")
-    message: Any = item.get("message")
-    if not isinstance(check_id, str) or not _CHECK_ID_RE.fullmatch(check_id):
-        raise UnusableVerdict(f"cached verdict finding {index} has a bad check_id")
-    try:
-        level = Severity(severity)
-    except ValueError:
-        raise UnusableVerdict(f"cached verdict finding {index} has a bad severity") from None
-    for value in (subject, message):
-        if not isinstance(value, str) or len(value) > _MAX_TEXT or _CONTROL_RE.search(value):
-            raise UnusableVerdict(f"cached verdict finding {index} has bad text")
-    return CachedFinding(check_id, level, subject, message)

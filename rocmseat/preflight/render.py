@@ -6,11 +6,12 @@ ExecStartPre and in a 16-GPU bench).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
 
+from rocmseat import jsonio
 from rocmseat.findings import SEVERITY_ORDER, Finding, Severity, exit_code_for, worst
+from rocmseat.fleet.verdict_cache import ERROR_CHECK
 from rocmseat.node.link import effective_link
 from rocmseat.preflight.link import endpoint_claim, link_words
 from rocmseat.preflight.pairs import Pair
@@ -88,7 +89,25 @@ def to_json(report: PreflightReport, *, strict: bool = False) -> dict[str, Any]:
 
 
 def render_json(report: PreflightReport, *, strict: bool = False) -> str:
-    return json.dumps(to_json(report, strict=strict), indent=2, sort_keys=False) + "\n"
+    return jsonio.dumps(to_json(report, strict=strict)) + "\n"
+
+
+def error_json(message: str, exit_code: int, *, hint: str = "") -> dict[str, Any]:
+    """The document of a run that could not check (no amdgpu device, a bad profile): the same
+    schema, `error` saying why, and the one `preflight.error` finding the verdict records."""
+    finding = Finding(ERROR_CHECK, Severity.UNKNOWN, "node", message, hint)
+    return {
+        "schema": SCHEMA,
+        "exit_code": exit_code,
+        "error": message,
+        "worst": Severity.UNKNOWN.value,
+        "counts": {s.value: int(s == Severity.UNKNOWN) for s in Severity},
+        "findings": [finding.to_json()],
+    }
+
+
+def render_error_json(message: str, exit_code: int, *, hint: str = "") -> str:
+    return jsonio.dumps(error_json(message, exit_code, hint=hint)) + "\n"
 
 
 # --- table ------------------------------------------------------------------------------------
@@ -166,6 +185,23 @@ def render_table(report: PreflightReport, *, strict: bool = False) -> str:
     lines += _plain_table(FINDING_HEADER, _finding_rows(report.findings))
     lines += ["", _summary(report, strict)]
     return "\n".join(lines) + "\n"
+
+
+def render_problems(report: PreflightReport, *, strict: bool = False, width: int = 80) -> str:
+    """Only what is not ok, one line per problem of at most `width` columns, the ok findings
+    folded into a count; worst first (`preflight --problems`)."""
+    problems = [row for row in _finding_rows(report.findings) if row[0] != "OK"]
+    folded = len(report.findings) - len(problems)
+    lines = [_title(report)]
+    lines += [_cut(f"{sev} {check} {subject}: {message}", width)
+              for sev, check, subject, message in problems]
+    lines.append(f"{folded} ok" if problems else f"no problems: {folded} ok")
+    lines.append(_summary(report, strict))
+    return "\n".join(_cut(line, width) for line in lines) + "\n"
+
+
+def _cut(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: max(width - 3, 1)].rstrip() + "..."
 
 
 def rich_renderables(report: PreflightReport, *, strict: bool = False) -> list[Any]:

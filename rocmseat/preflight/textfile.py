@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, write_to_textfile
@@ -19,6 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from rocmseat import exitcodes
+from rocmseat.errors import ReadError
 from rocmseat.findings import Severity, exit_code_for
 from rocmseat.node.link import effective_link
 from rocmseat.preflight.run import PreflightReport
@@ -161,3 +164,46 @@ def write_textfile(directory: Path, registry: CollectorRegistry) -> Path:
     target = directory / TEXTFILE_NAME
     write_to_textfile(str(target), registry)
     return target
+
+
+# node_exporter reads only the directory its --collector.textfile.directory names (upstream has
+# no default); Debian's and Ubuntu's prometheus-node-exporter package passes
+# /var/lib/prometheus/node-exporter (docs/preflight.md, "Output")
+CREATED_WARNING = (
+    "{directory} did not exist and was created: node_exporter reads only its "
+    "--collector.textfile.directory (Debian/Ubuntu: /var/lib/prometheus/node-exporter)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What became of one textfile write."""
+
+    path: Path
+    created_dir: bool  # the directory was not there: node_exporter may be reading another
+    error: ReadError | None  # the file could not be written (one line naming it)
+
+    @property
+    def warning(self) -> str | None:
+        return CREATED_WARNING.format(directory=self.path.parent) if self.created_dir else None
+
+
+def publish(directory: Path, registry: CollectorRegistry) -> Published:
+    """Write the textfile; never raises for an unwritable directory (the error is kept)."""
+    target = directory / TEXTFILE_NAME
+    created = not directory.is_dir()
+    try:
+        write_textfile(directory, registry)
+    except OSError as exc:
+        error = ReadError(target, f"cannot write the textfile: {exc.strerror or exc}")
+        return Published(target, created and directory.is_dir(), error)
+    return Published(target, created, None)
+
+
+def exit_code_with(code: int, published: Published | None) -> int:
+    """The run's exit code once the textfile is accounted for: a known problem on the node (1)
+    outranks "could not check" (2), as in exit_code_for; otherwise a textfile that could not be
+    written makes the run "could not check" (a stale file would go on saying "fine")."""
+    if published is None or published.error is None or code == exitcodes.PROBLEM:
+        return code
+    return exitcodes.CANNOT_CHECK

@@ -11,6 +11,7 @@ from rocmseat.errors import RocmseatError
 from rocmseat.findings import Severity
 from rocmseat.fleet import slurm
 from rocmseat.fleet.verdict_cache import CachedFinding
+from rocmseat.preflight.verdict import RecordedRun
 from rocmseat.runner import Completed
 from tests.sysfs.conftest import SYSFS_FIXTURES
 
@@ -235,21 +236,47 @@ def test_hostile_node_names_never_reach_scontrol(bad):
 
 
 def test_a_preflight_that_outlives_the_budget_is_unknown_and_drains_nothing(tmp_path):
-    def hung(argv, timeout_s):
-        # the whole command has 20 s: the run gets what is left after keeping 2 x 5 s for the
-        # two scontrol calls after it
-        assert argv[1:4] == ["-m", "rocmseat", "preflight"] and timeout_s == 10.0
-        return Completed(tuple(argv), -9, "", "", timed_out=True)
+    """The run is in-process (rocmseat.preflight.verdict): one that took longer than the budget
+    left for it is not acted on, whatever it found."""
+    from rocmseat.preflight.verdict import run_and_record
 
-    runner = FakeRunner(show=IDLE, preflight=hung)
-    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700", state_dir=tmp_path,
-                           node="vm", budget_s=20.0, runner=runner, monotonic=lambda: 0.0)
+    clock = Clock()
+    asked = {}
+
+    def slow(sysfs_root, state_dir, **kwargs):
+        # the whole command has 20 s: the run gets what is left after keeping 2 x 5 s for the
+        # two scontrol calls after it; each HIP stage an eighth of that
+        asked.update(kwargs)
+        clock.now += 11.0
+        return run_and_record(sysfs_root, state_dir, **kwargs)
+
+    runner = FakeRunner(show=IDLE)
+    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=tmp_path,
+                           node="vm", budget_s=20.0, runner=runner, record=slow,
+                           monotonic=clock)
     assert outcome.verdict_code == 2
     assert outcome.verdict_line == "UNKNOWN: preflight did not finish within 10s"
     assert outcome.action.kind == "none"
+    assert asked["hip_stage_timeout_s"] == 10.0 / slurm.HIP_STAGE_SHARE
     assert not any(argv[:2] == ["scontrol", "update"] for argv, _ in runner.calls)
     # every scontrol call is bounded too
     assert all(t is not None for _, t in runner.calls)
+
+
+def test_a_stale_verdict_is_replaced_by_an_in_process_run(tmp_path):
+    """Issue 16: `slurm health` ran `python -m rocmseat preflight` in a child to get a verdict;
+    now it calls the library, which records the verdict as every full run does."""
+    from rocmseat.fleet.verdict_cache import verdict_path
+
+    runner = FakeRunner(show=IDLE)
+    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=tmp_path,
+                           node="vm", runner=runner)
+    assert outcome.verdict_line.startswith("FAIL aer.badtlp 0000:80:02.0 +1 more (")
+    assert outcome.action.kind == "drain"
+    assert verdict_path(tmp_path).is_file()
+    # only scontrol was spawned: show, show again after the run, update
+    assert [argv[:2] for argv, _ in runner.calls] == [["scontrol", "-o"], ["scontrol", "-o"],
+                                                      ["scontrol", "update"]]
 
 
 class Clock:
@@ -283,7 +310,14 @@ def test_the_whole_command_fits_its_budget(tmp_path, rocmseat_cli, hangs):
             return Completed(tuple(argv), 0, IDLE + "\n", "")
         if kind == "update":
             return Completed(tuple(argv), 0, "", "")
-        raise AssertionError(f"no preflight should run here: {argv}")
+        raise AssertionError(f"only scontrol is spawned: {argv}")
+
+    def record(sysfs_root, state_dir, **kwargs):
+        # the in-process run that hangs: each HIP stage is killed after its share, so it costs
+        # the budget it was given (and a little more)
+        assert hangs == "preflight"
+        clock.now += kwargs["hip_stage_timeout_s"] * slurm.HIP_STAGE_SHARE + 0.5
+        return RecordedRun(None, None)
 
     if hangs in ("show", "update"):  # a fresh verdict of the degraded node: a drain is due
         rocmseat_cli("preflight", "--sysfs-root", str(SYSFS_FIXTURES / "x99-r9700-degraded"),
@@ -291,7 +325,7 @@ def test_the_whole_command_fits_its_budget(tmp_path, rocmseat_cli, hangs):
     try:
         outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded",
                                state_dir=tmp_path, node=None, env={}, runner=runner,
-                               monotonic=clock)
+                               record=record, monotonic=clock)
         said = f"{outcome.verdict_line}; {outcome.action.why}"
     except slurm.SlurmError as exc:
         said = str(exc)
@@ -347,3 +381,24 @@ def test_a_hung_scontrol_is_killed_and_named(tmp_path, rocmseat_cli, monkeypatch
     assert result.stderr == ("rocmseat: error: scontrol -o show node vm: timed out after 2s "
                              "(slurmctld not answering?)\n")
     assert elapsed < 12, elapsed  # a bound on a hang, not a speed target
+
+
+AER_DRAINED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0",
+                              "Reason=rocmseat: aer.badtlp 0000:80:02.0 [aer]")
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="chown to nobody needs root")
+@pytest.mark.parametrize("how", ["nobody-0666", "dir-0777", "symlink"])
+def test_a_forged_ok_verdict_never_resumes_a_drained_node(tmp_path, rocmseat_cli, how):
+    """Issue 18: with the state dir 0777 and a forged ok verdict.json owned by nobody, `slurm
+    health` sent `scontrol update NodeName=gpu07 State=RESUME` on a node drained for AER."""
+    from tests.fleet.test_verdict_cache import _forge_ok_verdict, _plant
+
+    state = tmp_path / "s"
+    _plant(state, _forge_ok_verdict(rocmseat_cli, state), how)
+    runner = FakeRunner(show=AER_DRAINED)
+    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=state,
+                           node="vm", runner=runner)
+    assert outcome.action.kind != "resume"
+    assert not any("State=RESUME" in argv for argv, _ in runner.calls)
+    assert outcome.verdict_code in (1, 2)

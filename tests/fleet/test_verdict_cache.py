@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 
@@ -115,32 +116,33 @@ def _finding(**changes):
         ("", "not JSON"),
         ("{half", "not JSON"),
         ("[" * 100_000, "not JSON"),
-        (_doc(written_at_unix_s=float("nan")), "not JSON"),
-        (_doc().replace('"written_at_unix_s": 1.0', '"written_at_unix_s": Infinity'), "not JSON"),
+        (_doc(written_at_unix_s=float("nan")), "invalid written_at_unix_s"),
+        (_doc().replace('"written_at_unix_s": 1.0', '"written_at_unix_s": Infinity'),
+         "invalid written_at_unix_s"),
         (_doc(schema="rocmseat.other/v1"), "not a rocmseat.verdict/v1 file"),
-        (_doc(written_at_unix_s="yesterday"), "no valid written_at_unix_s"),
-        (_doc(written_at_unix_s=True), "no valid written_at_unix_s"),
-        (_doc(written_at_unix_s=-5), "no valid written_at_unix_s"),
-        (_doc(gpus=-1), "no valid gpus"),
-        (_doc(families=["PCIE; rm"]), "no valid families"),
-        (_doc(sysfs_root="/sys\n"), "no valid sysfs_root"),
-        (_doc(findings={}), "no findings list"),
-        (_finding(severity="fine"), "bad severity"),
-        (_finding(severity=["ok"]), "bad severity"),
-        (_finding(check_id="pcie link"), "bad check_id"),
-        (_finding(message="two\nlines"), "bad text"),
-        (_finding(subject="\x1b[31mred"), "bad text"),
-        (_finding(message="x" * 5000), "bad text"),
-        (_finding(subject=None), "bad text"),
+        (_doc(written_at_unix_s="yesterday"), "invalid written_at_unix_s"),
+        (_doc(written_at_unix_s=True), "invalid written_at_unix_s"),
+        (_doc(written_at_unix_s=-5), "invalid written_at_unix_s"),
+        (_doc(gpus=-1), "invalid gpus"),
+        (_doc(families=["PCIE; rm"]), "invalid families"),
+        (_doc(sysfs_root="/sys\n"), "invalid sysfs_root"),
+        (_doc(findings={}), "invalid findings"),
+        (_finding(severity="fine"), "finding 0 has an invalid severity"),
+        (_finding(severity=["ok"]), "finding 0 has an invalid severity"),
+        (_finding(check_id="pcie link"), "finding 0 has an invalid check_id"),
+        (_finding(message="two\nlines"), "finding 0 has an invalid message"),
+        (_finding(subject="\x1b[31mred"), "finding 0 has an invalid subject"),
+        (_finding(message="x" * 5000), "finding 0 has an invalid message"),
+        (_finding(subject=None), "finding 0 has an invalid subject"),
         # every number is bounded before use: a huge integer is unusable, never an
         # OverflowError (issue 13, defect 14)
-        (_doc(written_at_unix_s=10**400), "no valid written_at_unix_s"),
-        (_doc(written_at_unix_s=10**11), "no valid written_at_unix_s"),
-        (_doc(written_at_unix_s=1e308 * 10), "not JSON"),
+        (_doc(written_at_unix_s=10**400), "invalid written_at_unix_s"),
+        (_doc(written_at_unix_s=10**11), "invalid written_at_unix_s"),
+        (_doc(written_at_unix_s=1e308 * 10), "invalid written_at_unix_s"),
         (_doc().replace('"written_at_unix_s": 1.0', '"written_at_unix_s": 1e999'),
-         "no valid written_at_unix_s"),
-        (_doc(gpus=10**400), "no valid gpus"),
-        (_doc(gpus=4.0), "no valid gpus"),
+         "invalid written_at_unix_s"),
+        (_doc(gpus=10**400), "invalid gpus"),
+        (_doc(gpus=4.0), "invalid gpus"),
         # a forged verdict that ran nothing, or less than a full run, is not "ok"
         (_doc(families=[]), "not a full run's (no aer)"),
         (_doc(families=["pcie"]), "not a full run's (no aer)"),
@@ -156,6 +158,14 @@ def _finding(**changes):
         (_doc(host=["vm"]), "invalid host"),
         (_doc(profile_sha256="abc"), "invalid profile_sha256"),
         (_doc(profile="x\x1b[31m"), "invalid profile"),
+        # the strict model: exact types, no unknown keys, no missing ones, a consistent code
+        (_doc(gpus="4"), "invalid gpus"),
+        (_doc(extra_key=1), "invalid extra_key"),
+        (_doc(exit_code=1), "exit_code disagrees with its findings"),
+        (_doc().replace('"gpus": 1, ', ""), "has no gpus"),
+        (_doc(findings=["ok"]), "finding 0 is not an object"),
+        (_finding(hint="h"), "finding 0 has an invalid hint"),
+        ("[]", "not a rocmseat.verdict/v1 file"),
     ],
 )
 def test_hostile_verdict_files_are_unusable_never_ok(text, why):
@@ -165,8 +175,13 @@ def test_hostile_verdict_files_are_unusable_never_ok(text, why):
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("kind", ["fifo", "huge", "directory", "dev-zero"])
-def test_verdict_file_that_is_not_a_small_regular_file(tmp_path, kind):
+@pytest.mark.parametrize(("kind", "said"), [
+    ("fifo", "untrusted preflight/verdict.json: is a FIFO, not a regular file"),
+    ("huge", "cached verdict unreadable: is 5,242,880 bytes; the limit is 4,194,304"),
+    ("directory", "untrusted preflight/verdict.json: is a directory, not a regular file"),
+    ("dev-zero", "untrusted preflight/verdict.json: is a symlink; state is never read through"),
+])
+def test_verdict_file_that_is_not_a_small_regular_file(tmp_path, kind, said):
     # read through rocmseat.safeio in a child with a deadline: a FIFO must not block the reader
     path = verdict_path(tmp_path)
     path.parent.mkdir(parents=True)
@@ -190,7 +205,7 @@ def test_verdict_file_that_is_not_a_small_regular_file(tmp_path, kind):
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
                           text=True, timeout=30, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("cached verdict unreadable: "), proc.stdout
+    assert proc.stdout.startswith(said), proc.stdout
 
 
 def test_a_forged_huge_number_is_unknown_exit_2_not_a_crash(rocmseat_cli, tmp_path):
@@ -206,7 +221,7 @@ def test_a_forged_huge_number_is_unknown_exit_2_not_a_crash(rocmseat_cli, tmp_pa
     result = rocmseat_cli("preflight", "--sysfs-root", str(X99), "--state-dir", str(state),
                           "--format", "npd", "--cached")
     assert (result.exit_code, result.stdout) == (
-        2, "UNKNOWN: cached verdict has no valid written_at_unix_s\n")
+        2, "UNKNOWN: cached verdict has an invalid written_at_unix_s\n")
     assert "internal error" not in result.stderr
 
 
@@ -296,3 +311,87 @@ def test_a_profile_that_cannot_be_read_is_one_line_on_both_streams(rocmseat_cli,
     assert result.stdout.startswith("UNKNOWN: ") and len(result.stdout.encode()) <= 81
     assert result.stderr.startswith(f"rocmseat: error: {tmp_path / 'nope.toml'}: cannot read the "
                                     "profile: ")
+
+
+# --- issue 18, item 2: StrictModes for the verdict ----------------------------------------
+NOBODY = 65534
+
+
+def _forge_ok_verdict(rocmseat_cli, state):
+    """A well-formed verdict saying "ok": the real verdict of the healthy tree, relabelled as
+    the degraded node's (what someone with write access to the file could leave there)."""
+    rocmseat_cli("preflight", "--sysfs-root", str(X99), "--state-dir", str(state))
+    doc = json.loads(verdict_path(state).read_text())
+    doc["sysfs_root"] = str(DEGRADED.resolve())
+    return json.dumps(doc)
+
+
+def _plant(state, forged, how):
+    path = verdict_path(state)
+    path.unlink()
+    if how == "symlink":
+        elsewhere = state.parent / "forged.json"
+        elsewhere.write_text(forged)
+        path.symlink_to(elsewhere)
+        return
+    path.write_text(forged)
+    if how in ("nobody-0666", "nobody"):
+        os.chown(path, NOBODY, NOBODY)
+    if how in ("nobody-0666", "0666"):
+        path.chmod(0o666)
+    if how == "dir-0777":
+        state.chmod(0o777)
+    if how == "subdir-0777":
+        path.parent.chmod(0o777)
+    if how == "subdir-nobody":
+        os.chown(path.parent, NOBODY, NOBODY)
+
+
+FORGERIES = ["nobody-0666", "nobody", "0666", "dir-0777", "subdir-0777", "subdir-nobody",
+             "symlink"]
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")
+
+
+@needs_root
+@pytest.mark.parametrize("how", FORGERIES)
+def test_a_forged_ok_verdict_is_untrusted_never_ok(rocmseat_cli, tmp_path, how):
+    """Issue 18: a 0666 verdict.json owned by nobody holding ok findings printed
+    `OK: 4 GPUs, 18 checks` for a node with a degraded link and 6,655 BadTLPs."""
+    state = tmp_path / "s"
+    _plant(state, _forge_ok_verdict(rocmseat_cli, state), how)
+    result = rocmseat_cli("preflight", "--sysfs-root", str(DEGRADED), "--state-dir", str(state),
+                          "--format", "npd", "--cached")
+    assert result.exit_code == 2, result.stdout
+    assert result.stdout.startswith("UNKNOWN: untrusted "), result.stdout
+    assert len(result.stdout.rstrip("\n").encode()) <= 80
+    assert "internal error" not in result.stderr
+
+
+@needs_root
+def test_untrusted_reasons_name_the_offender(rocmseat_cli, tmp_path):
+    state = tmp_path / "s"
+    forged = _forge_ok_verdict(rocmseat_cli, state)
+    said = {}
+    for how in ("nobody-0666", "dir-0777", "symlink"):
+        _plant(state, forged, how)
+        with pytest.raises(UnusableVerdict) as info:
+            _load(state)
+        said[how] = str(info.value)
+        state.chmod(0o755)
+        os.chown(verdict_path(state).parent, 0, 0)
+    assert said == {
+        "nobody-0666": "untrusted preflight/verdict.json: is owned by uid 65534, not by root or "
+                       "uid 0 who reads it",
+        "dir-0777": "untrusted state dir: is writable by group or others (mode 0777); anyone "
+                    "could have forged it",
+        "symlink": "untrusted preflight/verdict.json: is a symlink; state is never read through "
+                   "a link (someone may have planted it)",
+    }
+
+
+def test_the_verdict_a_run_writes_is_trusted(rocmseat_cli, tmp_path):
+    # the writer's own file (0644, the runner's) in a dir it made passes the reader's checks
+    state = tmp_path / "s"
+    rocmseat_cli("preflight", "--sysfs-root", str(DEGRADED), "--state-dir", str(state))
+    assert stat.S_IMODE(verdict_path(state).stat().st_mode) == 0o644
+    assert _load(state).exit_code() == 1
