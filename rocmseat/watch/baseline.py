@@ -21,7 +21,7 @@ from typing import Any
 
 from rocmseat.atomic import atomic_write_json
 from rocmseat.errors import ConfigError, ReadError
-from rocmseat.safeio import read_regular_text
+from rocmseat.safeio import read_trusted_state
 
 SCHEMA = "rocmseat.watch-baseline/v1"
 _MAX_NAME = 200  # of 255 bytes a file name may have, with ".json" and room to spare
@@ -154,7 +154,13 @@ def load_baseline(path: Path) -> Baseline | None:
     try:
         # State is hostile input too: never block on a FIFO, never read a huge file, never
         # recurse without bound (docs/architecture.md, "Hostile input").
-        data: Any = json.loads(read_regular_text(path, limit_bytes=1 << 20))
+        # A baseline decides a verdict (the acceptance-drop alarm): one anyone but root or the
+        # reader could have written, or reached through a link, is refused like sshd's
+        # StrictModes and re-learned (docs/architecture.md, "State").
+        text = read_trusted_state(path, trusted_root=path.parent, limit_bytes=1 << 20)
+        if text is None:
+            return None
+        data: Any = json.loads(text)
     except ReadError:
         return None
     except (OSError, ValueError, RecursionError):
