@@ -6,6 +6,7 @@ ExecStartPre and in a 16-GPU bench).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -193,11 +194,20 @@ def render_problems(report: PreflightReport, *, strict: bool = False, width: int
     problems = [row for row in _finding_rows(report.findings) if row[0] != "OK"]
     folded = len(report.findings) - len(problems)
     lines = [_title(report)]
-    lines += [_cut(f"{sev} {check} {subject}: {message}", width)
+    lines += [_problem_line(f"{sev} {check} {subject}: ", message, width)
               for sev, check, subject, message in problems]
-    lines.append(f"{folded} ok" if problems else f"no problems: {folded} ok")
+    lines.append(f"({folded} ok not shown)" if problems else f"no problems ({folded} ok)")
     lines.append(_summary(report, strict))
     return "\n".join(_cut(line, width) for line in lines) + "\n"
+
+
+def _problem_line(head: str, message: str, width: int) -> str:
+    """`head` + the message; too long, the message loses its asides in parentheses first (the
+    detail), then its end."""
+    line = head + message
+    if len(line) > width:
+        line = head + re.sub(r" \([^()]*\)", "", message)
+    return _cut(line, width)
 
 
 def _cut(line: str, width: int) -> str:

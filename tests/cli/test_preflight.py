@@ -666,3 +666,79 @@ def test_textfile_aer_totals_are_exact_integer_counters(preflight, copy_tree, tm
         if s.name == "rocmseat_pcie_aer_errors_total"
     }
     assert totals[("0000:80:02.0", "correctable")] == 1234567
+
+
+# --- issue 19: output that fits a terminal ------------------------------------------------
+def test_problems_fit_80_columns(preflight, golden, monkeypatch):
+    """`--problems`: only what is not ok, one line per problem at 80 columns (the full table
+    took 115 lines at 80 columns for this tree), the ok findings folded into a count."""
+    monkeypatch.setenv("COLUMNS", "80")
+    result = preflight(DEGRADED, "--problems")
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert [line.split(" ", 2)[:2] for line in lines[1:3]] == [
+        ["FAIL", "pcie.link.degraded"], ["FAIL", "aer.badtlp"]]
+    assert lines[3:] == ["(16 ok not shown)", "result: 2 fail, 0 unknown, 0 warn, 16 ok -> exit 1"]
+    golden("preflight-x99-r9700-degraded-problems.txt", result.stdout)
+
+
+def test_problems_on_a_healthy_node_and_a_wide_terminal(preflight, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert preflight(X99, "--problems").stdout.splitlines()[1:] == [
+        "no problems (18 ok)", "result: 0 fail, 0 unknown, 0 warn, 18 ok -> exit 0"]
+
+
+@pytest.mark.parametrize("fmt", [["--json"], ["--format", "npd"], ["--format", "json"]])
+def test_problems_is_a_table(preflight, fmt):
+    result = preflight(X99, "--problems", *fmt)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "--problems is a table of the problems" in result.stderr
+
+
+@pytest.mark.parametrize("case", ["no-amdgpu", "bad-profile", "missing-root"])
+def test_json_prints_a_document_when_it_could_not_check(rocmseat_cli, tmp_path, case):
+    """Issue 19: `--json` on the no-amdgpu tree printed nothing; now a document with `schema` and
+    `error` (and the one preflight.error finding), the exit code unchanged."""
+    root, extra = SYSFS_FIXTURES / "no-amdgpu", []
+    if case == "bad-profile":
+        root, extra = X99, ["--profile", str(tmp_path / "nope.toml")]
+    elif case == "missing-root":
+        root = tmp_path / "no-such-root"
+    result = rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir",
+                          str(tmp_path / "s"), "--json", *extra)
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "rocmseat.preflight/v1" and doc["exit_code"] == 2
+    assert doc["error"] and result.stderr == f"rocmseat: error: {doc['error']}\n"
+    assert [(f["check_id"], f["severity"]) for f in doc["findings"]] == [
+        ("preflight.error", "unknown")]
+
+
+def test_a_textfile_dir_that_did_not_exist_is_a_warning(preflight, tmp_path):
+    """First-day trap: `--textfile /var/lib/node_exporter/textfile` on Debian, whose
+    node_exporter reads /var/lib/prometheus/node-exporter, was created silently (exit 0)."""
+    target = tmp_path / "var/lib/node_exporter/textfile"
+    result = preflight(X99, "--textfile", str(target))
+    assert result.exit_code == 0
+    assert result.stderr == (
+        f"rocmseat: warning: {target} did not exist and was created: node_exporter reads only "
+        "its --collector.textfile.directory (Debian/Ubuntu: /var/lib/prometheus/node-exporter)\n")
+    assert (target / "rocmseat_preflight.prom").is_file()
+    again = preflight(X99, "--textfile", str(target))
+    assert (again.exit_code, again.stderr) == (0, "")
+
+
+def test_sample_progress_on_a_terminal_only():
+    import io
+    import time
+
+    from rich.console import Console
+
+    from rocmseat.cli.preflight import _sleep_with_progress
+
+    out = io.StringIO()
+    start = time.monotonic()
+    _sleep_with_progress(0.6, console=Console(file=out, force_terminal=True, width=80))
+    assert time.monotonic() - start >= 0.6
+    assert "AER sample: run a load now" in out.getvalue()

@@ -318,3 +318,39 @@ def test_npd_line_agrees_with_the_exit_code_when_the_textfile_fails(npd, tmp_pat
     assert (result.exit_code, result.stdout) == (code, line)
     assert result.stderr == (f"rocmseat: error: {blocker / 'dir' / 'rocmseat_preflight.prom'}: "
                              "cannot write the textfile: Not a directory\n")
+
+
+# --- issue 19: the line names the problem first and cuts paths, never the verdict -----------
+def test_a_reason_that_starts_with_a_path_names_the_problem_first(rocmseat_cli, tmp_path):
+    deep = tmp_path / ("d" * 40) / "etc" / "rocmseat" / "nope.toml"
+    result = rocmseat_cli("preflight", "--sysfs-root", str(X99), "--state-dir", str(tmp_path),
+                          "--format", "npd", "--cached", "--profile", str(deep))
+    assert result.exit_code == 2
+    assert result.stdout == (
+        "UNKNOWN: cannot read the profile: No such file or directory (.../nope.toml)\n")
+
+
+def test_a_long_sysfs_root_is_cut_not_the_reason(npd, copy_tree, tmp_path):
+    npd(X99)
+    other = copy_tree("x99-r9700")  # copy_tree puts it under tmp_path: a long path
+    result = npd(other, "--cached")
+    assert result.exit_code == 2
+    assert result.stdout == "UNKNOWN: cached verdict is for another sysfs root (.../x99-r9700)\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("OK: 4 GPUs, 18 checks", "OK: 4 GPUs, 18 checks"),
+        ("UNKNOWN: /a/b/c.toml:3: key 'x': not a number",
+         "UNKNOWN: key 'x': not a number (/a/b/c.toml:3)"),
+        ("UNKNOWN: no amdgpu device under /" + "p/" * 40 + "class/drm (found card0 ast)",
+         "UNKNOWN: no amdgpu device under .../drm (found card0 ast)"),
+        ("UNKNOWN: " + "word " * 30, "UNKNOWN:" + " word" * 14),
+        ("FAIL pcie.link.degraded " + "0000:89:00.0+" * 8, "FAIL pcie.link.degraded "
+         + ("0000:89:00.0+" * 5)[:56]),
+    ],
+)
+def test_fit_keeps_the_verdict_and_the_problem(text, line):
+    assert fit(text) == line
+    assert len(fit(text).encode()) <= MAX_OUTPUT_BYTES
