@@ -19,6 +19,7 @@ from rocmseat.fleet.verdict_cache import (
     verdict_path,
 )
 from tests.conftest import REPO
+from tests.fleet import verdict_battery
 from tests.sysfs.conftest import SYSFS_FIXTURES
 
 X99 = SYSFS_FIXTURES / "x99-r9700"
@@ -395,3 +396,37 @@ def test_the_verdict_a_run_writes_is_trusted(rocmseat_cli, tmp_path):
     rocmseat_cli("preflight", "--sysfs-root", str(DEGRADED), "--state-dir", str(state))
     assert stat.S_IMODE(verdict_path(state).stat().st_mode) == 0o644
     assert _load(state).exit_code() == 1
+
+
+BATTERY_ROUNDS = int(os.environ.get("ROCMSEAT_VERDICT_ROUNDS", "300"))
+BATTERY_SEED = int(os.environ.get("ROCMSEAT_VERDICT_SEED", "18"))
+
+
+def test_hostile_verdict_battery(tmp_path):
+    """Issue 18: forged and damaged verdict files (tests/fleet/verdict_battery.py), seeded and
+    bounded, in a child process with a deadline: 0 exit 3, 0 hangs, 0 healthy (or failing)
+    verdicts believed from forged input, no resume. (Before the trust checks: 36 healthy and 69
+    believed of 200 rounds, seed 18.)"""
+    progress = tmp_path / "progress"
+    argv = [sys.executable, "-m", "tests.fleet.verdict_battery", "--rounds", str(BATTERY_ROUNDS),
+            "--seed", str(BATTERY_SEED), "--workdir", str(tmp_path / "w"),
+            "--progress", str(progress)]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO,
+                              timeout=60 + BATTERY_ROUNDS)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the verdict battery hung in round {progress.read_text()}")
+    summary = json.loads(proc.stdout)
+    print(json.dumps({k: v for k, v in summary.items() if k != "violations"}))
+    assert summary["violations"] == [], summary["violations"]
+    assert proc.returncode == 0, proc.stderr
+    assert summary["rounds"] == BATTERY_ROUNDS
+    assert summary["exit_codes"] == {"2": BATTERY_ROUNDS}
+    assert summary["exit_3"] == summary["healthy"] == summary["believed"] == 0
+    # not vacuous: every kind of mutation was tried, and slurm health read some of them
+    kinds = {"trust": verdict_battery.TRUST, "kind": verdict_battery.KIND,
+             "content": verdict_battery.CONTENT}
+    tried = set(summary["mutations"])
+    allowed = {k for k in verdict_battery.TRUST if os.geteuid() == 0 or "nobody" not in k}
+    assert allowed | set(kinds["kind"]) | set(kinds["content"]) <= tried
+    assert summary["slurm_rounds"] >= BATTERY_ROUNDS // 10
