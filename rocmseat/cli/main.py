@@ -74,6 +74,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: list[str]) -> int:
+    from rocmseat.cli.options import JSON_WANTED
+
+    token = JSON_WANTED.set(None)
+    try:
+        return _boundary(args)
+    finally:
+        JSON_WANTED.reset(token)
+
+
+def _boundary(args: list[str]) -> int:
     try:
         result = cli.main(args=args, prog_name="rocmseat", standalone_mode=False)
     except click.exceptions.Abort:
@@ -89,6 +99,7 @@ def _run(args: list[str]) -> int:
         click.echo(f"rocmseat: error: {exc.format_message()}", err=True)
         return exc.exit_code
     except RocmseatError as exc:
+        _error_document(exc)
         click.echo(f"rocmseat: error: {exc.message}", err=True)
         if exc.hint:
             click.echo(f"  hint: {exc.hint}", err=True)
@@ -111,6 +122,22 @@ def _run(args: list[str]) -> int:
     if isinstance(result, int):
         return result
     return exitcodes.OK
+
+
+def _error_document(exc: RocmseatError) -> None:
+    """--json always prints a JSON document: one that could not be made is `error` under the
+    command's schema (docs/architecture.md, "JSON"), unless the error carries the document its
+    command already printed (the gate's partial gate.json)."""
+    from rocmseat.cli.options import JSON_WANTED, error_document
+
+    command = JSON_WANTED.get()
+    if command is None or getattr(exc, "document", None) is not None:
+        return
+    doc = error_document(command, exc.message, exc.exit_code, exc.hint)
+    if doc is not None:
+        from rocmseat import jsonio
+
+        click.echo(jsonio.dumps(doc))
 
 
 def _write_crash_log(args: list[str], trace: str) -> Path | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,8 +37,58 @@ def state_dir_option(func: F) -> F:
     )(func)
 
 
+# The document each command prints with --json, by command path (docs/architecture.md, "JSON
+# schemas"), as "module:CONSTANT" so that the schema string has one home and nothing is
+# imported unless a document has to be printed (or the schema itself, where no module has it).
+JSON_SCHEMAS: dict[str, str] = {
+    "rocmseat preflight": "rocmseat.preflight.render:SCHEMA",
+    "rocmseat key": "rocmseat.cache.explain:KEY_SCHEMA",
+    "rocmseat cache-audit": "rocmseat.cache.audit_render:SCHEMA",
+    "rocmseat launch": "rocmseat.launch.planview:PLAN_SCHEMA",
+    "rocmseat watch": "rocmseat.watch.status:SCHEMA",
+    "rocmseat spec gate": "rocmseat.spec.gatereport:SCHEMA",
+    "rocmseat spec advise": "rocmseat.spec.advise:SCHEMA",
+    "rocmseat demo models": "rocmseat.demo-models/v1",  # written in cli/demo.py itself
+    "rocmseat demo spec-models": "rocmseat.demo-spec-models/v1",  # likewise
+}
+# the command path of this invocation, when it asked for JSON (the error boundary reads it)
+JSON_WANTED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "rocmseat_json_wanted", default=None)
+
+
+def want_json(ctx: click.Context) -> None:
+    """This invocation prints a JSON document: one that fails prints the error document."""
+    JSON_WANTED.set(ctx.command_path)
+
+
+def _json_flag(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        want_json(ctx)
+    return value
+
+
 def json_option(func: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON (stable keys).")(func)
+    return click.option(
+        "--json", "as_json", is_flag=True, callback=_json_flag,
+        help="Print JSON (stable keys); when the command could not check, a document with "
+        "`error`.",
+    )(func)
+
+
+def error_document(command_path: str, message: str, exit_code: int,
+                   hint: str | None = None) -> dict[str, Any] | None:
+    """`{"schema", "exit_code", "error", "hint"}` for a --json command that could not produce
+    its document; None for a command path with no document."""
+    target = JSON_SCHEMAS.get(command_path)
+    if target is None:
+        return None
+    import importlib
+
+    schema = target
+    if ":" in target:
+        module, name = target.split(":")
+        schema = getattr(importlib.import_module(module), name)
+    return {"schema": schema, "exit_code": exit_code, "error": message, "hint": hint or None}
 
 
 def resolve_sysfs_root(value: Path | None) -> Path:

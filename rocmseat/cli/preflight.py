@@ -15,6 +15,7 @@ from rocmseat.cli.options import (
     resolve_sysfs_root,
     state_dir_option,
     sysfs_root_option,
+    want_json,
 )
 from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.findings import exit_code_for
@@ -208,6 +209,8 @@ def _format(as_json: bool, output_format: str | None, problems: bool) -> str:
     if as_json and output_format not in (None, "json"):
         raise click.UsageError("--json and --format are two spellings of one option: give one")
     fmt = "json" if as_json else output_format or "table"
+    if fmt == "json":
+        want_json(click.get_current_context())
     if problems and fmt != "table":
         raise click.UsageError(f"--problems is a table of the problems: it takes no --format {fmt}")
     return "problems" if problems else fmt
@@ -246,15 +249,10 @@ def _render(report: PreflightReport, fmt: str, textfile: Path | None, *, strict:
 
 
 def _could_not_check(error: RocmseatError, fmt: str, textfile: Path | None) -> NoReturn:
-    """A run that judged nothing: JSON still prints a document, NPD still prints its line (NPD
-    reads stdout only), the textfile is rewritten with the exit code alone; then the error
-    itself (one line on stderr, its exit code)."""
-    if fmt == "json":
-        from rocmseat.preflight.render import render_error_json
-
-        text = render_error_json(error.message, error.exit_code, hint=error.hint or "")
-        click.echo(text, nl=False)
-    elif fmt == "npd":
+    """A run that judged nothing: NPD still prints its line (NPD reads stdout only), the
+    textfile is rewritten with the exit code alone; then the error itself (one line on stderr,
+    its exit code; with JSON, the error boundary prints the document with `error`)."""
+    if fmt == "npd":
         from rocmseat.fleet.npd import unusable_line
 
         click.echo(unusable_line(error.message)[0])

@@ -12,7 +12,6 @@ from typing import Any
 
 from rocmseat import jsonio
 from rocmseat.findings import SEVERITY_ORDER, Finding, Severity, exit_code_for, worst
-from rocmseat.fleet.verdict_cache import ERROR_CHECK
 from rocmseat.node.link import effective_link
 from rocmseat.preflight.link import endpoint_claim, link_words
 from rocmseat.preflight.pairs import Pair
@@ -91,24 +90,6 @@ def to_json(report: PreflightReport, *, strict: bool = False) -> dict[str, Any]:
 
 def render_json(report: PreflightReport, *, strict: bool = False) -> str:
     return jsonio.dumps(to_json(report, strict=strict)) + "\n"
-
-
-def error_json(message: str, exit_code: int, *, hint: str = "") -> dict[str, Any]:
-    """The document of a run that could not check (no amdgpu device, a bad profile): the same
-    schema, `error` saying why, and the one `preflight.error` finding the verdict records."""
-    finding = Finding(ERROR_CHECK, Severity.UNKNOWN, "node", message, hint)
-    return {
-        "schema": SCHEMA,
-        "exit_code": exit_code,
-        "error": message,
-        "worst": Severity.UNKNOWN.value,
-        "counts": {s.value: int(s == Severity.UNKNOWN) for s in Severity},
-        "findings": [finding.to_json()],
-    }
-
-
-def render_error_json(message: str, exit_code: int, *, hint: str = "") -> str:
-    return jsonio.dumps(error_json(message, exit_code, hint=hint)) + "\n"
 
 
 # --- table ------------------------------------------------------------------------------------

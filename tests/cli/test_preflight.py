@@ -699,7 +699,7 @@ def test_problems_is_a_table(preflight, fmt):
 @pytest.mark.parametrize("case", ["no-amdgpu", "bad-profile", "missing-root"])
 def test_json_prints_a_document_when_it_could_not_check(rocmseat_cli, tmp_path, case):
     """Issue 19: `--json` on the no-amdgpu tree printed nothing; now a document with `schema` and
-    `error` (and the one preflight.error finding), the exit code unchanged."""
+    `error`, the exit code unchanged."""
     root, extra = SYSFS_FIXTURES / "no-amdgpu", []
     if case == "bad-profile":
         root, extra = X99, ["--profile", str(tmp_path / "nope.toml")]
@@ -710,9 +710,8 @@ def test_json_prints_a_document_when_it_could_not_check(rocmseat_cli, tmp_path, 
     assert result.exit_code == 2
     doc = json.loads(result.stdout)
     assert doc["schema"] == "rocmseat.preflight/v1" and doc["exit_code"] == 2
-    assert doc["error"] and result.stderr == f"rocmseat: error: {doc['error']}\n"
-    assert [(f["check_id"], f["severity"]) for f in doc["findings"]] == [
-        ("preflight.error", "unknown")]
+    assert doc["error"] and result.stderr.startswith(f"rocmseat: error: {doc['error']}\n")
+    assert set(doc) == {"schema", "exit_code", "error", "hint"}
 
 
 def test_a_textfile_dir_that_did_not_exist_is_a_warning(preflight, tmp_path):
