@@ -388,7 +388,7 @@ AER_DRAINED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0"
 
 
 @pytest.mark.skipif(__import__("os").geteuid() != 0, reason="chown to nobody needs root")
-@pytest.mark.parametrize("how", ["nobody-0666", "dir-0777", "symlink"])
+@pytest.mark.parametrize("how", ["file-nobody+file-0666", "dir-0777", "symlink"])
 def test_a_forged_ok_verdict_never_resumes_a_drained_node(tmp_path, rocmseat_cli, how):
     """Issue 18: with the state dir 0777 and a forged ok verdict.json owned by nobody, `slurm
     health` sent `scontrol update NodeName=gpu07 State=RESUME` on a node drained for AER."""

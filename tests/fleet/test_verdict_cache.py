@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import stat
 import subprocess
 import sys
@@ -328,28 +329,12 @@ def _forge_ok_verdict(rocmseat_cli, state):
 
 
 def _plant(state, forged, how):
-    path = verdict_path(state)
-    path.unlink()
-    if how == "symlink":
-        elsewhere = state.parent / "forged.json"
-        elsewhere.write_text(forged)
-        path.symlink_to(elsewhere)
-        return
-    path.write_text(forged)
-    if how in ("nobody-0666", "nobody"):
-        os.chown(path, NOBODY, NOBODY)
-    if how in ("nobody-0666", "0666"):
-        path.chmod(0o666)
-    if how == "dir-0777":
-        state.chmod(0o777)
-    if how == "subdir-0777":
-        path.parent.chmod(0o777)
-    if how == "subdir-nobody":
-        os.chown(path.parent, NOBODY, NOBODY)
+    verdict_path(state).unlink()
+    verdict_battery.plant(state, forged, how, random.Random(0))
 
 
-FORGERIES = ["nobody-0666", "nobody", "0666", "dir-0777", "subdir-0777", "subdir-nobody",
-             "symlink"]
+FORGERIES = ["file-nobody+file-0666", "file-nobody", "file-0666", "dir-0777", "subdir-0777",
+             "subdir-nobody", "symlink"]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")
 
 
@@ -373,7 +358,7 @@ def test_untrusted_reasons_name_the_offender(rocmseat_cli, tmp_path):
     state = tmp_path / "s"
     forged = _forge_ok_verdict(rocmseat_cli, state)
     said = {}
-    for how in ("nobody-0666", "dir-0777", "symlink"):
+    for how in ("file-nobody+file-0666", "dir-0777", "symlink"):
         _plant(state, forged, how)
         with pytest.raises(UnusableVerdict) as info:
             _load(state)
@@ -381,8 +366,8 @@ def test_untrusted_reasons_name_the_offender(rocmseat_cli, tmp_path):
         state.chmod(0o755)
         os.chown(verdict_path(state).parent, 0, 0)
     assert said == {
-        "nobody-0666": "untrusted preflight/verdict.json: is owned by uid 65534, not by root or "
-                       "uid 0 who reads it",
+        "file-nobody+file-0666": "untrusted preflight/verdict.json: is owned by uid 65534, not "
+                                 "by root or uid 0 who reads it",
         "dir-0777": "untrusted state dir: is writable by group or others (mode 0777); anyone "
                     "could have forged it",
         "symlink": "untrusted preflight/verdict.json: is a symlink; state is never read through "

@@ -97,7 +97,8 @@ def mutate_content(text: str, how: str, rng: random.Random) -> str:
 
 
 def plant(state: Path, text: str, kind: str, rng: random.Random) -> None:
-    """Write the verdict file into `state` and apply one trust or kind mutation (or none)."""
+    """Write the verdict file into `state` and apply one trust or kind mutation (or none, or
+    several trust mutations joined by "+")."""
     from rocmseat.fleet.verdict_cache import verdict_path
 
     path = verdict_path(state)
@@ -117,6 +118,11 @@ def plant(state: Path, text: str, kind: str, rng: random.Random) -> None:
         path.symlink_to("/dev/zero")
         return
     path.write_text(text + (" " * (5 << 20) if kind == "huge" else ""))
+    for one in kind.split("+"):  # "file-nobody+file-0666": both
+        _apply(one, path, state)
+
+
+def _apply(kind: str, path: Path, state: Path) -> None:
     modes = {"file-0666": 0o666, "file-0620": 0o620, "file-0602": 0o602}
     if kind in modes:
         path.chmod(modes[kind])
