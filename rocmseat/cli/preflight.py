@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from rocmseat.preflight.run import PreflightReport
     from rocmseat.preflight.textfile import Published
 
+WIDE_COLUMNS = 100  # the full table's rows fit from here on (docs/preflight.md, "Output")
 EXAMPLES = """\b
 Examples:
   rocmseat preflight --problems
@@ -77,7 +78,8 @@ def _pairs(
     "output_format",
     type=click.Choice(["table", "json", "npd"]),
     default=None,
-    help="Output: a table (default), JSON (same as --json), or npd: one line of at most 80 "
+    help="Output: the full table (the default, except on a terminal narrower than 100 "
+    "columns, which gets --problems), JSON (same as --json), or npd: one line of at most 80 "
     "bytes for a node-problem-detector custom plugin.",
 )
 @click.option(
@@ -208,10 +210,10 @@ def preflight(  # noqa: PLR0917 (click passes every option)
 def _format(as_json: bool, output_format: str | None, problems: bool) -> str:
     if as_json and output_format not in (None, "json"):
         raise click.UsageError("--json and --format are two spellings of one option: give one")
-    fmt = "json" if as_json else output_format or "table"
+    fmt = "json" if as_json else output_format or "default"
     if fmt == "json":
         want_json(click.get_current_context())
-    if problems and fmt != "table":
+    if problems and fmt not in ("table", "default"):
         raise click.UsageError(f"--problems is a table of the problems: it takes no --format {fmt}")
     return "problems" if problems else fmt
 
@@ -289,15 +291,23 @@ def _print_report(report: PreflightReport, fmt: str, *, strict: bool) -> None:
 
         line, _code = npd_line(report.findings, gpus=len(report.inventory.gpus), strict=strict)
         click.echo(line)
-    elif fmt == "problems":
-        import shutil
-
-        width = shutil.get_terminal_size(fallback=(80, 24)).columns
-        click.echo(render.render_problems(report, strict=strict, width=width), nl=False)
+    elif fmt == "problems" or (fmt == "default" and sys.stdout.isatty() and _columns() <
+                               WIDE_COLUMNS):
+        # a narrow terminal wraps every row of the full table over 2-5 lines (115 lines at 80
+        # columns for 4 GPUs): it gets the problems, and is told how to see the rest
+        click.echo(render.render_problems(report, strict=strict, width=_columns()), nl=False)
+        if fmt == "default":
+            click.echo("(a narrow terminal: --format table for the full table)")
     elif sys.stdout.isatty():
         _print_rich(report, strict=strict)
     else:
         click.echo(render.render_table(report, strict=strict), nl=False)
+
+
+def _columns() -> int:
+    import shutil
+
+    return shutil.get_terminal_size(fallback=(80, 24)).columns
 
 
 def _cached_npd(

@@ -741,3 +741,40 @@ def test_sample_progress_on_a_terminal_only():
     _sleep_with_progress(0.6, console=Console(file=out, force_terminal=True, width=80))
     assert time.monotonic() - start >= 0.6
     assert "AER sample: run a load now" in out.getvalue()
+
+
+def _on_a_terminal(args, columns, tmp_path):
+    """`rocmseat preflight ARGS` as its own process with stdout on a pseudo-terminal of
+    `columns` columns; what it printed."""
+    import pty
+
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns), "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "rocmseat", "preflight", *args,
+                             "--state-dir", str(tmp_path / "s")], stdout=secondary,
+                            stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+    os.close(secondary)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(primary)
+    assert proc.wait(timeout=60) == 1
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", b"".join(chunks).decode().replace("\r\n", "\n"))
+
+
+def test_a_narrow_terminal_gets_the_problems_a_wide_one_the_table(tmp_path):
+    narrow = _on_a_terminal(["--sysfs-root", str(DEGRADED)], 80, tmp_path)
+    assert narrow.splitlines()[-1] == "(a narrow terminal: --format table for the full table)"
+    assert len(narrow.splitlines()) == 6
+    wide = _on_a_terminal(["--sysfs-root", str(DEGRADED)], 200, tmp_path)
+    assert "ENDPOINT" in wide and "narrow terminal" not in wide
+    forced = _on_a_terminal(["--sysfs-root", str(DEGRADED), "--format", "table"], 80, tmp_path)
+    assert "ENDPOINT" in forced
