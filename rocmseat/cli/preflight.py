@@ -31,7 +31,7 @@ WIDE_COLUMNS = 100  # the full table's rows fit from here on (docs/preflight.md,
 EXAMPLES = """\b
 Examples:
   rocmseat preflight --problems
-  rocmseat preflight --profile checks/x99-r9700.toml --textfile /var/lib/prometheus/node-exporter
+  rocmseat preflight --profile checks/x99-r9700.toml --sample 60
   rocmseat preflight --pair 05:00.0,09:00.0 --hip
   rocmseat preflight --format npd --cached --only pcie
 """

@@ -15,21 +15,34 @@ from rocmseat.cli.options import (
 from rocmseat.fleet.slurm import DEFAULT_BUDGET_S
 from rocmseat.fleet.verdict_cache import DEFAULT_MAX_AGE_S
 
+SLURM_EXAMPLES = """\b
+Examples:
+  rocmseat slurm health --dry-run
+  rocmseat slurm health --max-age 600 --budget 50
+"""
+HEALTH_EXAMPLES = """\b
+Examples:
+  rocmseat slurm health --dry-run
+  rocmseat slurm health --max-age 600 --budget 50
+  rocmseat slurm health --hip --profile checks/x99-r9700.toml
+  rocmseat slurm health --node gpu07 --drain-on-unknown
+"""
 
-@click.group()
+
+@click.group(epilog=SLURM_EXAMPLES)
 def slurm() -> None:
     """Hooks for Slurm: HealthCheckProgram (and LBNL NHC, see deploy/nhc/)."""
 
 
-@slurm.command()
+@slurm.command(epilog=HEALTH_EXAMPLES)
 @sysfs_root_option
 @state_dir_option
 @click.option(
     "--node",
     default=None,
     metavar="NAME",
-    help="Slurm node name (default: $SLURMD_NODENAME, else the node scontrol lists for this "
-    "host).",
+    help="Slurm node name [default: $SLURMD_NODENAME, else the node scontrol lists for this "
+    "host]",
 )
 @click.option(
     "--max-age",
@@ -38,8 +51,8 @@ def slurm() -> None:
     default=DEFAULT_MAX_AGE_S,
     show_default=True,
     metavar="SECONDS",
-    help="Judge from the cached verdict of the last full preflight if it is at most this old; "
-    "else run one.",
+    help="Judge from the cached verdict of the last full preflight if it is at most this old "
+    "(as preflight --cached --max-age); else run one.",
 )
 @click.option(
     "--budget",
@@ -54,7 +67,8 @@ def slurm() -> None:
 @click.option(
     "--drain-on-unknown",
     is_flag=True,
-    help="Also drain when the node could not be checked (default: leave it as it is).",
+    help="Also drain when the node could not be checked (without it, such a node is left as "
+    "it is).",
 )
 @click.option(
     "--hip/--no-hip",
