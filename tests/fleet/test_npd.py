@@ -11,6 +11,8 @@ import time
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocmseat.findings import Finding, Severity
 from rocmseat.fleet.npd import MAX_OUTPUT_BYTES, fit, npd_line
@@ -354,3 +356,13 @@ def test_a_long_sysfs_root_is_cut_not_the_reason(npd, copy_tree, tmp_path):
 def test_fit_keeps_the_verdict_and_the_problem(text, line):
     assert fit(text) == line
     assert len(fit(text).encode()) <= MAX_OUTPUT_BYTES
+
+
+@settings(max_examples=300, deadline=None)
+@given(word=st.sampled_from(["OK", "FAIL", "UNKNOWN"]),
+       rest=st.text(alphabet=st.characters(codec="utf-8"), max_size=400))
+def test_fit_is_80_printable_bytes_and_keeps_the_verdict_word(word, rest):
+    line = fit(f"{word}: {rest}")
+    assert len(line.encode()) <= MAX_OUTPUT_BYTES
+    assert line.isascii() and line.isprintable()
+    assert line.startswith(word)
