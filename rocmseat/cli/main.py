@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 
 from rocmseat import __version__, exitcodes
+from rocmseat.cli import examples
 from rocmseat.errors import RocmseatError
 
 # Commands are imported when used, so `rocmseat preflight` does not pay for pydantic, httpx or
@@ -51,6 +52,7 @@ class LazyGroup(click.Group):
         module = importlib.import_module(module_name)
         command = getattr(module, attr)
         assert isinstance(command, click.Command)
+        examples.attach(command, f"rocmseat {cmd_name}")
         return command
 
     @staticmethod
@@ -59,7 +61,8 @@ class LazyGroup(click.Group):
         return importlib.util.find_spec(module_name) is not None
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=examples.epilog("rocmseat"))
 @click.version_option(__version__, prog_name="rocmseat")
 def cli() -> None:
     """Make the silent failures of vLLM seats on AMD ROCm nodes loud."""

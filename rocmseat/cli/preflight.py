@@ -28,13 +28,6 @@ if TYPE_CHECKING:
     from rocmseat.preflight.textfile import Published
 
 WIDE_COLUMNS = 100  # the full table's rows fit from here on (docs/preflight.md, "Output")
-EXAMPLES = """\b
-Examples:
-  rocmseat preflight --problems
-  rocmseat preflight --profile checks/x99-r9700.toml --sample 60
-  rocmseat preflight --pair 05:00.0,09:00.0 --hip
-  rocmseat preflight --format npd --cached --only pcie
-"""
 
 
 def _pairs(
@@ -48,7 +41,7 @@ def _pairs(
         raise click.BadParameter(exc.message) from None
 
 
-@click.command(epilog=EXAMPLES)
+@click.command()
 @sysfs_root_option
 @state_dir_option
 @click.option(

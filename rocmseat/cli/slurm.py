@@ -15,26 +15,13 @@ from rocmseat.cli.options import (
 from rocmseat.fleet.slurm import DEFAULT_BUDGET_S
 from rocmseat.fleet.verdict_cache import DEFAULT_MAX_AGE_S
 
-SLURM_EXAMPLES = """\b
-Examples:
-  rocmseat slurm health --dry-run
-  rocmseat slurm health --max-age 600 --budget 50
-"""
-HEALTH_EXAMPLES = """\b
-Examples:
-  rocmseat slurm health --dry-run
-  rocmseat slurm health --max-age 600 --budget 50
-  rocmseat slurm health --hip --profile checks/x99-r9700.toml
-  rocmseat slurm health --node gpu07 --drain-on-unknown
-"""
 
-
-@click.group(epilog=SLURM_EXAMPLES)
+@click.group()
 def slurm() -> None:
     """Hooks for Slurm: HealthCheckProgram (and LBNL NHC, see deploy/nhc/)."""
 
 
-@slurm.command(epilog=HEALTH_EXAMPLES)
+@slurm.command()
 @sysfs_root_option
 @state_dir_option
 @click.option(
