@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import click
 import pytest
 
+from rocmseat.cli.examples import EXAMPLES
 from rocmseat.cli.main import COMMANDS, cli
 from rocmseat.cli.options import JSON_SCHEMAS
 from tests.conftest import REPO
@@ -261,3 +262,15 @@ def test_every_flag_in_docs_exists():
     ours = {flag for _path, command in walk() for flag in _flags(command)} | {"--version"}
     strays = sorted(set(FLAG_RE.findall(_docs_text())) - ours - set(FOREIGN_FLAGS))
     assert strays == []
+
+
+@pytest.mark.parametrize("example", sorted({e for lines in EXAMPLES.values() for e in lines}))
+def test_every_example_parses(example):
+    """An example is a real invocation: click's own parser of its command takes it (types,
+    ranges and callbacks such as --pair's), it is only not run."""
+    path, rest = _resolve(shlex.split(example))
+    command = _command(path)
+    if isinstance(command, click.Group):
+        pytest.skip("a group's example is its subcommand's")
+    with command.make_context(path, rest) as ctx:
+        assert ctx.params is not None
