@@ -213,32 +213,28 @@ def _format(as_json: bool, output_format: str | None, problems: bool) -> str:
 
 def _render(report: PreflightReport, fmt: str, textfile: Path | None, *, strict: bool) -> int:
     code = exit_code_for(report.findings, strict=strict)
-    published = None
-    if fmt == "npd" and textfile is not None:
+    if textfile is None:
+        _print_report(report, fmt, strict=strict)
+        return code
+    # prometheus_client only when a textfile is asked for (import time: ExecStartPre)
+    from rocmseat.preflight.textfile import exit_code_with
+
+    if fmt == "npd":
         # One line, one exit code: NPD reads both, so the line must say what the code says. The
         # textfile is written first; if it cannot be, the run could not do its job (2), unless
         # the node has a problem (1), which the line still names.
-        from rocmseat.preflight.textfile import exit_code_with
-
         published = _publish_report(textfile, report, strict=strict)
-        if exit_code_with(code, published) != code:
+        if published.error is not None and exit_code_with(code, published) != code:
             from rocmseat.fleet.npd import unusable_line
 
-            assert published.error is not None
             click.echo(unusable_line(published.error.cause)[0])  # the path is on stderr
-            _tell(published)
-            return exit_code_with(code, published)
-        _print_report(report, fmt, strict=strict)
+        else:
+            _print_report(report, fmt, strict=strict)
     else:
         # The report is printed before the textfile is written: the AER baseline has already
         # moved on, so a textfile that cannot be written must not swallow what this run found.
         _print_report(report, fmt, strict=strict)
-        if textfile is not None:
-            published = _publish_report(textfile, report, strict=strict)
-    if published is None:
-        return code
-    from rocmseat.preflight.textfile import exit_code_with
-
+        published = _publish_report(textfile, report, strict=strict)
     _tell(published)
     return exit_code_with(code, published)
 
@@ -254,10 +250,9 @@ def _could_not_check(error: RocmseatError, fmt: str, textfile: Path | None) -> N
     if textfile is not None:
         from rocmseat.preflight.textfile import error_registry, publish
 
-        published = publish(textfile, error_registry(error.exit_code))
-        if published.error is not None:
-            # both lines: why nothing was checked, and why the textfile still says otherwise
-            click.echo(f"rocmseat: error: {published.error.message}", err=True)
+        # both lines when it cannot be written: why nothing was checked, and why the textfile
+        # still says otherwise
+        _tell(publish(textfile, error_registry(error.exit_code)))
     raise error
 
 
