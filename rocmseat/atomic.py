@@ -6,6 +6,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -16,13 +17,30 @@ from rocmseat import jsonio
 from rocmseat.errors import ReadError, RocmseatError
 
 
+def make_dirs(directory: Path) -> None:
+    """`mkdir -p`, and the dirs it creates are not writable by group or others whatever the
+    umask (a stricter umask is kept): under a umask of 002 they would be 0775, and every state
+    file written there untrusted by its own readers (rocmseat.safeio.read_trusted_state)."""
+    missing = []
+    probe = directory
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    for created in missing:
+        with contextlib.suppress(OSError):  # made meanwhile by someone else: theirs to keep
+            info = os.lstat(created)
+            if info.st_uid == os.geteuid() and stat.S_ISDIR(info.st_mode):
+                os.chmod(created, stat.S_IMODE(info.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+
+
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     """Write `data` to `path` so that a reader sees the old file or the new one, never a part.
 
     The temp file lives in the destination directory so os.replace is a rename on one
     filesystem; it is fsynced before the rename so a crash cannot publish an empty file.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -52,7 +70,7 @@ class LockTimeout(RocmseatError):
 @contextlib.contextmanager
 def exclusive_lock(lock_path: Path, *, timeout_s: float | None = None) -> Iterator[None]:
     """Hold an flock on `lock_path` (created if needed). The kernel drops it if we die."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(lock_path.parent)
     # Never through a symlink someone planted at the lock's name (docs/architecture.md,
     # "Hostile input"): O_NOFOLLOW makes that an ELOOP error instead of locking their file.
     try:

@@ -415,3 +415,16 @@ def test_hostile_verdict_battery(tmp_path):
     allowed = {k for k in verdict_battery.TRUST if os.geteuid() == 0 or "nobody" not in k}
     assert allowed | set(kinds["kind"]) | set(kinds["content"]) <= tried
     assert summary["slurm_rounds"] >= BATTERY_ROUNDS // 10
+
+
+def test_a_group_writable_umask_does_not_make_the_run_distrust_itself(rocmseat_cli, tmp_path):
+    """With umask 002 (user-private groups) the dirs the run creates would be 0775, and its own
+    readers would refuse every verdict it writes."""
+    state = tmp_path / "fresh" / "s"
+    old = os.umask(0o002)
+    try:
+        rocmseat_cli("preflight", "--sysfs-root", str(DEGRADED), "--state-dir", str(state))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(verdict_path(state).parent.stat().st_mode) == 0o755
+    assert _load(state).exit_code() == 1
