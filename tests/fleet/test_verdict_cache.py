@@ -428,3 +428,13 @@ def test_a_group_writable_umask_does_not_make_the_run_distrust_itself(rocmseat_c
         os.umask(old)
     assert stat.S_IMODE(verdict_path(state).parent.stat().st_mode) == 0o755
     assert _load(state).exit_code() == 1
+
+
+def test_a_state_dir_reached_through_a_link_is_untrusted(rocmseat_cli, tmp_path):
+    real = tmp_path / "real"
+    rocmseat_cli("preflight", "--sysfs-root", str(DEGRADED), "--state-dir", str(real))
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with pytest.raises(UnusableVerdict, match=r"^untrusted state dir: is a symlink"):
+        _load(link)
+    assert _load(real).exit_code() == 1
