@@ -6,6 +6,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from typing import Any
 
 from rocmseat import jsonio
 from rocmseat.errors import ReadError, RocmseatError
+from rocmseat.safeio import _kind
+from rocmseat.seat.locate import printable
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
@@ -35,6 +38,49 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+class WriteRefused(RocmseatError):
+    """A file rocmseat was to write into a directory it was handed could not be written (a link
+    or a non-regular file at the name, or the OS refused): one line naming the file."""
+
+    exit_code = 2
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{printable(str(path), 4096)}: not written: {why}")
+        self.path = path
+
+
+def write_into(directory: Path, name: str, data: bytes, *, mode: int = 0o644) -> Path:
+    """Write `data` as `directory/name`: a temp file in `directory`, fsynced, renamed over the
+    name. A symlink, FIFO, directory or device at the name is refused (never written through,
+    never replaced), and every OS failure (a read-only or immutable directory, a full disk) is
+    one WriteRefused naming the file (docs/architecture.md "Hostile input")."""
+    if not name or "/" in name or name in (".", ".."):
+        raise WriteRefused(directory / name, "not a file name")
+    path = directory / name
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise WriteRefused(path, exc.strerror or type(exc).__name__) from None
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        raise WriteRefused(path, "is a symlink; rocmseat never writes through a link "
+                           "(someone else may have planted it)")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise WriteRefused(path, f"is {_kind(info.st_mode)}, not a regular file")
+    try:
+        dir_info = os.stat(directory)
+    except OSError as exc:
+        raise WriteRefused(path, f"directory: {exc.strerror or type(exc).__name__}") from None
+    if not stat.S_ISDIR(dir_info.st_mode):
+        raise WriteRefused(path, f"{printable(str(directory))} is not a directory")
+    try:
+        atomic_write_bytes(path, data, mode=mode)
+    except OSError as exc:
+        raise WriteRefused(path, exc.strerror or type(exc).__name__) from None
+    return path
 
 
 def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
