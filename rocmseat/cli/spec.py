@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -16,15 +17,21 @@ import click
 from rocmseat import exitcodes
 from rocmseat.cli.options import json_option
 from rocmseat.errors import ConfigError
+from rocmseat.seat.locate import printable
+
+
+_INT_LIST = re.compile(r"[0-9]{1,9}(?:,[0-9]{1,9})*")
 
 
 def _int_list(value: str | None, what: str) -> tuple[int, ...] | None:
+    """ASCII digits separated by single commas: int() alone takes `١٢` (Arabic-Indic digits),
+    `1_000`, and splitting `1,,4` dropped the empty item."""
     if value is None:
         return None
-    try:
-        items = tuple(int(v) for v in value.split(",") if v.strip())
-    except ValueError:
-        raise ConfigError(f"{what} {value!r}: expected whole numbers such as 1,4,16,64") from None
+    if not _INT_LIST.fullmatch(value.replace(" ", "")):
+        raise ConfigError(f"{what} {printable(value)!r}: expected whole numbers (ASCII digits) "
+                          "separated by single commas, such as 1,4,16,64")
+    items = tuple(int(v) for v in value.replace(" ", "").split(","))
     if not items or any(v < 1 for v in items) or sorted(set(items)) != list(items):
         raise ConfigError(f"{what} {value!r}: positive, increasing, without repeats")
     return items
@@ -242,6 +249,9 @@ def _duration(seconds: float) -> str:
 @json_option
 @click.option("--write", "write_seat", type=click.Path(path_type=Path, dir_okay=False),
               default=None, help="Write the proposed [drafter] schedule into this seat file.")
+@click.option("--write-read-only", is_flag=True,
+              help="With --write: write a seat file that has no write permission (its mode "
+                   "stays).")
 @click.option("--picture", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="PNG path [default: advise.png in the gate directory with --from-gate].")
 @click.option("--state-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
@@ -250,7 +260,8 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
     seat_file: Path | None, targets: tuple[str, ...], gate_dir: Path | None,
     window_s: float | None,
     logs: tuple[Path, ...], max_num_seqs: int | None, k_limit: int | None, as_json: bool,
-    write_seat: Path | None, picture: Path | None, state_dir: Path | None,
+    write_seat: Path | None, write_read_only: bool, picture: Path | None,
+    state_dir: Path | None,
 ) -> int:
     """Best draft length per batch-size band from acceptance counters and measured step costs."""
     from rocmseat.spec import advise as adv
@@ -295,7 +306,7 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
     written = None
     code = exitcodes.OK
     if write_seat is not None:
-        written, code = _write(write_seat, advice)
+        written, code = _write(write_seat, advice, inputs, write_read_only)
     else:
         k_now, sched_now = adv.current_drafter(inputs.seat)
         if k_now is not None and (advice.num_speculative_tokens, advice.schedule) != (
@@ -315,6 +326,7 @@ def _advise_picture(path: Path | None, advice: Any, acceptance: Any, cost: Any,
     if path is None:
         return None, "not drawn (pass --picture PATH)"
     from rocmseat.spec.advise import predicted_for
+    from rocmseat.atomic import WriteRefused
     from rocmseat.spec.plot import PlotUnavailable, advise_picture
 
     pvm = [(f"{p.arm} B{p.batch}", predicted_for(p, acceptance, cost, inputs.max_num_seqs),
@@ -322,29 +334,23 @@ def _advise_picture(path: Path | None, advice: Any, acceptance: Any, cost: Any,
     stairs = {b: [(t.alpha_from, t.k) for t in steps] for b, steps in advice.staircase.items()}
     try:
         return str(advise_picture(path, advice.best_k, stairs, advice.alpha, pvm)), "written"
-    except PlotUnavailable as exc:
+    except (PlotUnavailable, WriteRefused) as exc:
+        # a picture that cannot be written is a note: the advice is still printed
         return None, exc.message
 
 
-def _write(path: Path, advice: Any) -> tuple[str, int]:
-    from rocmseat.atomic import atomic_write_text, exclusive_lock
-    from rocmseat.safeio import read_regular_text
-    from rocmseat.seat.load import SEAT_LIMIT_BYTES
-    from rocmseat.spec.seatedit import edit_drafter_schedule
+def _write(path: Path, advice: Any, inputs: Any, read_only_ok: bool) -> tuple[str, int]:
+    from rocmseat.spec.seatedit import write_drafter_schedule
 
     if advice.num_speculative_tokens is None:
         return (f"{path}: not written: no draft length pays at any batch size; removing the "
                 "[drafter] is a decision to make by hand"), exitcodes.PROBLEM
-    target = path.resolve()  # a seat file linked into place: write the file, keep the link
-    with exclusive_lock(target.parent / f".{target.name}.lock", timeout_s=30.0):
-        text = read_regular_text(target, limit_bytes=SEAT_LIMIT_BYTES)
-        edited = edit_drafter_schedule(text, str(path), advice.num_speculative_tokens,
-                                       advice.schedule)
-        mode = target.stat().st_mode & 0o7777
-        if edited != text:
-            atomic_write_text(target, edited, mode=mode)
+    edit = write_drafter_schedule(path, advice.num_speculative_tokens, advice.schedule,
+                                  advised_up_to=inputs.max_num_seqs, read_only_ok=read_only_ok)
     schedule = ([list(e) for e in advice.schedule] if advice.schedule else "removed")
+    if not edit.changed:
+        return f"{path}: already holds this advice: not rewritten", exitcodes.OK
     return (f"{path}: [drafter] num_speculative_tokens = {advice.num_speculative_tokens}, "
             f"num_speculative_tokens_per_batch_size = {schedule}; the config key changes with "
             "it (the speculative config is a key factor): the next launch moves the replica's "
-            "compile cache aside and compiles afresh"), exitcodes.OK
+            "compile cache aside and compiles afresh\n" + edit.diff.rstrip("\n")), exitcodes.OK

@@ -14,7 +14,7 @@ Step cost (rocmseat.spec.stepcost):
 
 from __future__ import annotations
 
-import json
+import errno
 import math
 import random
 import re
@@ -25,13 +25,22 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat.errors import ConfigError, ReadError, RocmseatError
+from rocmseat.redact import redact_text, redact_url
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.load import load_seat
 from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
-from rocmseat.spec.acceptance import MAX_SHORTFALL, Acceptance, Counters, CountersError, estimate
+from rocmseat.spec.acceptance import (
+    MAX_SHORTFALL,
+    Acceptance,
+    Counters,
+    CountersError,
+    check_counters,
+    estimate,
+)
 from rocmseat.spec.benchresult import parse_bench_result
 from rocmseat.spec.decide import Advice, advise, throughput
+from rocmseat.spec.documents import DocumentError, load_document
 from rocmseat.spec.iterlog import parse_iteration_log
 from rocmseat.spec.schedule import Schedule, ScheduleError, as_lists, lookup, validate
 from rocmseat.spec.stepcost import (
@@ -88,10 +97,10 @@ def _pooled(points: Sequence[MeasuredPoint]) -> list[MeasuredPoint]:
 
 def _read_json(path: Path, limit: int = GATE_LIMIT_BYTES) -> Any:
     try:
-        return json.loads(read_regular_text(path, limit_bytes=limit))
+        return load_document(read_regular_text(path, limit_bytes=limit))
     except ReadError as exc:
         raise CannotAdvise(exc.message) from None
-    except (ValueError, RecursionError) as exc:
+    except DocumentError as exc:
         raise CannotAdvise(f"{printable(str(path))}: not JSON ({exc})") from None
 
 
@@ -102,6 +111,7 @@ def _read_json(path: Path, limit: int = GATE_LIMIT_BYTES) -> Any:
 _ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 MAX_CONCURRENCY = 65_536  # the [gate] schema's bound (rocmseat.seat.model Gate.concurrency)
 MAX_DRAFT_TOKENS = 64
+MAX_COUNT = float(2**53)  # a float counts exactly up to here (rocmseat.watch.metrics MAX_VALUE)
 
 
 def _kind(value: Any) -> str:
@@ -144,6 +154,13 @@ class _Doc:
             raise self.fail(key, "expected a finite number >= 0")
         return float(value)
 
+    def count(self, value: Any, key: str) -> float:
+        """A counter delta: a whole number >= 0 (a counter counts drafts and tokens)."""
+        number = self.number(value, key)
+        if number != math.floor(number) or number > MAX_COUNT:
+            raise self.fail(key, f"expected a whole count from 0 to {MAX_COUNT:.0f}")
+        return number
+
     def text(self, value: Any, key: str) -> str:
         if not isinstance(value, str):
             raise self.fail(key, f"expected a string, not {_kind(value)}")
@@ -154,13 +171,23 @@ def _inside(directory: Path, path: Path, *, shown: str | None = None,
             doc: _Doc | None = None, key: str = "") -> Path:
     """`path` resolved, refused unless it lies inside `directory` (symlinks followed)."""
     root = directory.resolve()
+    what: str | None = None
+    real: Path | None = None
     try:
         real = path.resolve(strict=True)
-    except (OSError, RuntimeError):  # missing, or a symlink loop
-        real = None
+    except FileNotFoundError:
+        what = "does not exist"
+    except RuntimeError:  # Python < 3.13 reports a loop so
+        what = "is a symlink loop"
+    except OSError as exc:
+        what = ("is a symlink loop" if exc.errno == errno.ELOOP
+                else f"cannot be read ({exc.strerror or type(exc).__name__})")
+    except ValueError:  # an embedded NUL: no path at all
+        what = "is not a path (it holds a NUL character)"
     if real is not None and real.is_relative_to(root):
         return real
-    what = "does not exist" if real is None else f"is outside the gate directory {directory}"
+    if real is not None:
+        what = f"is outside the gate directory {directory}"
     if doc is not None:
         raise doc.fail(key, f"{shown} {what}")
     if real is None:
@@ -169,18 +196,31 @@ def _inside(directory: Path, path: Path, *, shown: str | None = None,
                        f"{printable(str(directory))}")
 
 
-def _counters_of(window: Any, doc: _Doc, key: str) -> Counters | None:
+def _counters_of(window: Any, doc: _Doc, key: str, k: int) -> Counters | None:
+    """The counters of one recorded window, checked as the watchdog checks a window (one rule,
+    rocmseat.watch.metrics) and against the arm's K: a window of other than K positions
+    (counters of another K mixed in) is refused, never padded."""
     if window is None:
         return None
     window = doc.obj(window, key)
     if window.get("spec_present") is not True:
         return None
-    per_pos = tuple(doc.number(v, f"{key}.accepted_per_position[{i}]") for i, v in enumerate(
+    per_pos = tuple(doc.count(v, f"{key}.accepted_per_position[{i}]") for i, v in enumerate(
         doc.items(window.get("accepted_per_position"), f"{key}.accepted_per_position")))
-    c = Counters(doc.number(window.get("drafts"), f"{key}.drafts"),
-                 doc.number(window.get("draft_tokens"), f"{key}.draft_tokens"),
-                 doc.number(window.get("accepted_tokens"), f"{key}.accepted_tokens"), per_pos)
-    return c if c.drafts > 0 else None
+    c = Counters(doc.count(window.get("drafts"), f"{key}.drafts"),
+                 doc.count(window.get("draft_tokens"), f"{key}.draft_tokens"),
+                 doc.count(window.get("accepted_tokens"), f"{key}.accepted_tokens"), per_pos)
+    if c.drafts <= 0:
+        return None
+    if len(per_pos) != k:
+        raise doc.fail(f"{key}.accepted_per_position",
+                       f"{len(per_pos)} positions, but the arm drafts num_speculative_tokens = "
+                       f"{k}: counters of another K (a proposal from mixed K is no advice)")
+    try:
+        check_counters(c)
+    except CountersError as exc:
+        raise doc.fail(key, f"impossible counters: {exc}") from None
+    return c
 
 
 def from_gate(directory: Path) -> Inputs:
@@ -213,8 +253,9 @@ def from_gate(directory: Path) -> Inputs:
         arm_dir = directory / "arms" / name
         doc = _Doc(arm_dir / "arm.json")
         arm_doc = doc.obj(_read_json(_inside(directory, arm_dir / "arm.json")), "(document)")
-        k = doc.whole(arm_doc.get("num_speculative_tokens") or 0, "num_speculative_tokens", 0,
-                      MAX_DRAFT_TOKENS)
+        k_raw = arm_doc.get("num_speculative_tokens")
+        k = 0 if k_raw is None else doc.whole(k_raw, "num_speculative_tokens", 0,
+                                              MAX_DRAFT_TOKENS)
         schedule_raw = arm_doc.get("schedule")
         try:
             schedule = validate(schedule_raw) if schedule_raw else None
@@ -237,12 +278,16 @@ def from_gate(directory: Path) -> Inputs:
             except ReadError as exc:
                 raise CannotAdvise(exc.message) from None
             result = parse_bench_result(text, str(directory / relative))
+            if result.max_concurrency is not None and result.max_concurrency != c:
+                raise doc.fail(f"{key}.concurrency",
+                               f"{c}, but its result file ran max_concurrency "
+                               f"{result.max_concurrency}: the record and the run disagree")
             batches.add(c)
             measured.append(MeasuredPoint(name, c, k, schedule, result.output_tokens_per_s))
             if schedule is None and result.mean_itl_ms is not None:
                 samples.append((c, k, result.mean_itl_ms))
             if name == "candidate":
-                more = _counters_of(run.get("metrics_window"), doc, f"{key}.metrics_window")
+                more = _counters_of(run.get("metrics_window"), doc, f"{key}.metrics_window", k)
                 if more is not None:
                     counters = more if counters is None else counters + more
     measured = _pooled(measured)
@@ -257,31 +302,33 @@ def from_gate(directory: Path) -> Inputs:
 
 def from_live(urls: Sequence[str], window_s: float, seat: Seat | None,
               logs: Sequence[Path], max_num_seqs: int | None) -> Inputs:
+    # every URL reaches output redacted (a --target may carry a password or a token)
+    shown = [redact_url(url) for url in urls]
     first = []
-    for url in urls:
+    for url, name in zip(urls, shown, strict=True):
         try:
             first.append(Snapshot(time.monotonic(), read_page(fetch_once(url, 10.0))))
         except RocmseatError as exc:
-            raise CannotAdvise(f"{url}: {exc.message}") from None
+            raise CannotAdvise(f"{name}: {redact_text(exc.message)}") from None
     time.sleep(window_s)
     counters: Counters | None = None
-    for url, before in zip(urls, first, strict=True):
+    for url, name, before in zip(urls, shown, first, strict=True):
         try:
             after = Snapshot(time.monotonic(), read_page(fetch_once(url, 10.0)))
         except RocmseatError as exc:
-            raise CannotAdvise(f"{url}: {exc.message}") from None
+            raise CannotAdvise(f"{name}: {redact_text(exc.message)}") from None
         window = window_between(before, after)
         if window is None:
-            raise CannotAdvise(f"{url}: the replica restarted during the window")
+            raise CannotAdvise(f"{name}: the replica restarted during the window")
         if not window.spec_present:
-            raise CannotAdvise(f"{url}: blind: no spec-decode series on /metrics (no drafter, "
+            raise CannotAdvise(f"{name}: blind: no spec-decode series on /metrics (no drafter, "
                                "or --disable-log-stats)")
         if window.drafts > 0:
             more = Counters(window.drafts, window.draft_tokens, window.accepted_tokens,
                             window.accepted_per_pos)
             counters = more if counters is None else counters + more
     if counters is None:
-        raise CannotAdvise(f"no drafts in {window_s:g} s on {', '.join(urls)}: send traffic "
+        raise CannotAdvise(f"no drafts in {window_s:g} s on {', '.join(shown)}: send traffic "
                            "during the window (or widen --window)")
     cells: list[Cell] = []
     for log in logs:
@@ -292,7 +339,7 @@ def from_live(urls: Sequence[str], window_s: float, seat: Seat | None,
         cells += cells_from_steps(parse_iteration_log(text).steps)
     seqs = max_num_seqs or (seat.serve.max_num_seqs if seat else DEFAULT_MAX_NUM_SEQS)
     batches = tuple(sorted({c.batch for c in cells} | {1}))
-    return Inputs({"kind": "seat" if seat else "target", "where": ", ".join(urls)}, counters,
+    return Inputs({"kind": "seat" if seat else "target", "where": ", ".join(shown)}, counters,
                   tuple(cells), seqs, batches, (), seat)
 
 

@@ -81,10 +81,16 @@ def test_advise_table(rocmseat_cli, gate_dir):
     assert any(line.startswith("proposal: num_speculative_tokens = ") for line in lines)
 
 
-def test_write_the_advice_into_a_seat(rocmseat_cli, gate_dir, tmp_path):
+def _seat_of_the_gate(tmp_path):
+    """The demo spec seat at the gate's max_num_seqs (16): the advice covers all of it."""
     seat = tmp_path / "seats" / "spec.toml"
-    seat.parent.mkdir()
-    shutil.copy(SPEC_SEAT, seat)
+    seat.parent.mkdir(exist_ok=True)
+    seat.write_text(SPEC_SEAT.read_text().replace("max_num_seqs = 64", "max_num_seqs = 16"))
+    return seat
+
+
+def test_write_the_advice_into_a_seat(rocmseat_cli, gate_dir, tmp_path):
+    seat = _seat_of_the_gate(tmp_path)
     os.chmod(seat, 0o640)
     link = tmp_path / "linked.toml"
     link.symlink_to(seat)
@@ -220,8 +226,8 @@ def test_advise_a_seat_reads_its_replicas(rocmseat_cli, pages, tmp_path):
 
 
 def test_write_keeps_a_crlf_seat_crlf(rocmseat_cli, gate_dir, tmp_path):
-    seat = tmp_path / "spec.toml"
-    before = SPEC_SEAT.read_bytes().replace(b"\n", b"\r\n")
+    seat = _seat_of_the_gate(tmp_path)
+    before = seat.read_bytes().replace(b"\n", b"\r\n")
     seat.write_bytes(before)
     result = rocmseat_cli("spec", "advise", "--from-gate", str(gate_dir), "--write", str(seat))
     assert result.exit_code == 0, result.stderr

@@ -48,7 +48,8 @@ def test_write_keeps_trailing_comments_and_replaces_a_multiline_schedule():
         "  [9, 64, 3],\n]  # busy\n# a comment after\n[serve]\nport_base = 8000\n"
     )
     edited = edit_drafter_schedule(text, "s.toml", 4, [(1, 4, 4), (5, 64, 0)])
-    assert edited.splitlines()[5] == "num_speculative_tokens = 4  # deepest K"
+    # the replaced line keeps its comment and the spacing before it (tomlkit's trivia)
+    assert edited.splitlines()[5] == "num_speculative_tokens = 4   # deepest K"
     assert edited.splitlines()[6] == (
         "num_speculative_tokens_per_batch_size = [[1, 4, 4], [5, 64, 0]]  # busy")
     assert "# a comment after" in edited and "[drafter]  # the drafter" in edited
