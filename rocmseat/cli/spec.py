@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import signal
@@ -14,11 +13,10 @@ from typing import Any
 
 import click
 
-from rocmseat import exitcodes
+from rocmseat import exitcodes, jsonio
 from rocmseat.cli.options import json_option
 from rocmseat.errors import ConfigError
 from rocmseat.seat.locate import printable
-
 
 _INT_LIST = re.compile(r"[0-9]{1,9}(?:,[0-9]{1,9})*")
 
@@ -70,8 +68,9 @@ def spec() -> None:
               help="Output tokens per request [default: [gate], else 256].")
 @click.option("--long-prompt-tokens", type=int, default=None,
               help="Prompt length of the TTFT runs [default: 3/4 of max_model_len].")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Directory for every result file [default: ./rocmseat-gate-<UTC stamp>].")
+@click.option("--out", default=None, metavar="DIR",
+              help="Directory for every result file, new or empty, or a finished gate of the "
+                   "same seats [default: ./rocmseat-gate-<UTC stamp>].")
 @json_option
 @click.option("--verify-schedule", is_flag=True,
               help="Run the proposed per-batch-size schedule as a third arm.")
@@ -102,7 +101,7 @@ def spec() -> None:
 def gate(  # noqa: PLR0917 (click passes every option)
     base_seat: Path, candidate_seat: Path, replica: str, concurrency: str | None,
     repeats: int | None, prompts: int | None, output_tokens: int | None,
-    long_prompt_tokens: int | None, out: Path | None, as_json: bool, verify_schedule: bool,
+    long_prompt_tokens: int | None, out: str | None, as_json: bool, verify_schedule: bool,
     aa: bool, aba: bool, aggregate_min_ratio: float | None, cold_ttft_max_ratio: float | None,
     prefix_hit_max_drop: float | None, kv_pool_min_ratio: float | None,
     max_failed_requests: int | None, noise_floor: float | None, drift: float | None,
@@ -124,9 +123,13 @@ def gate(  # noqa: PLR0917 (click passes every option)
               "max_failed_requests": max_failed_requests, "noise_floor": noise_floor,
               "drift": drift}
     _check_gate_flags({**battery, **config})
+    if out is not None and not out.strip():
+        # click's Path turned "" into ".": the lock and the documents landed in the working
+        # directory
+        raise click.UsageError("--out '': an empty path names no directory")
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     options = GateOptions(
-        out=out or Path(f"rocmseat-gate-{stamp}"), replica=replica,
+        out=Path(out) if out is not None else Path(f"rocmseat-gate-{stamp}"), replica=replica,
         verify_schedule=verify_schedule, aa=aa, aba=aba, battery=battery, config=config)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     display = _Display(enabled=not no_progress)
@@ -137,16 +140,18 @@ def gate(  # noqa: PLR0917 (click passes every option)
             # could not measure after the gate started: the partial document (error set, the
             # keys of a whole one) on stdout, the reason on stderr (one line), exit 2
             display.close()
-            click.echo(json.dumps(exc.document, indent=2, sort_keys=True, allow_nan=False))
+            click.echo(jsonio.dumps(exc.document))
         raise
     finally:
         display.close()
         signal.signal(signal.SIGTERM, previous)
     if as_json:
-        click.echo(json.dumps(outcome.doc, indent=2, sort_keys=True, allow_nan=False))
+        click.echo(jsonio.dumps(outcome.doc))
     else:
         click.echo(outcome.table, nl=False)
         click.echo(f"results: {options.out}")
+    for note in outcome.notes:
+        click.echo(f"rocmseat spec gate: note: {note}", err=True)
     return outcome.exit_code
 
 
@@ -315,7 +320,7 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
     doc = adv.advice_json(inputs, advice, acceptance, cost, picture=picture_path,
                           picture_note=picture_note, exit_code=code, written=written)
     if as_json:
-        click.echo(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
+        click.echo(jsonio.dumps(doc))
     else:
         click.echo(adv.render(doc), nl=False)
     return code
@@ -325,8 +330,8 @@ def _advise_picture(path: Path | None, advice: Any, acceptance: Any, cost: Any,
                     inputs: Any) -> tuple[str | None, str]:
     if path is None:
         return None, "not drawn (pass --picture PATH)"
-    from rocmseat.spec.advise import predicted_for
     from rocmseat.atomic import WriteRefused
+    from rocmseat.spec.advise import predicted_for
     from rocmseat.spec.plot import PlotUnavailable, advise_picture
 
     pvm = [(f"{p.arm} B{p.batch}", predicted_for(p, acceptance, cost, inputs.max_num_seqs),

@@ -253,6 +253,12 @@ def from_gate(directory: Path) -> Inputs:
         arm_dir = directory / "arms" / name
         doc = _Doc(arm_dir / "arm.json")
         arm_doc = doc.obj(_read_json(_inside(directory, arm_dir / "arm.json")), "(document)")
+        if arm_doc.get("run_id") != gate.get("run_id"):
+            # an arm record left by another run (documents carry the run's identity; gates
+            # written before it had none, in gate.json and arm.json alike)
+            raise doc.fail("run_id", f"{printable(str(arm_doc.get('run_id')), 80)} is not the "
+                           f"run of gate.json ({printable(str(gate.get('run_id')), 80)}): the "
+                           "arm record belongs to another gate run")
         k_raw = arm_doc.get("num_speculative_tokens")
         k = 0 if k_raw is None else doc.whole(k_raw, "num_speculative_tokens", 0,
                                               MAX_DRAFT_TOKENS)

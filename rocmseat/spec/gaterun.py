@@ -14,13 +14,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from rocmseat.atomic import atomic_write_text, exclusive_lock
+from rocmseat import jsonio
+from rocmseat.atomic import WriteRefused, exclusive_lock, write_into
 from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.launch.memplan import CHECK_ID as MEMORY_PLAN
@@ -219,6 +221,7 @@ class GateRun:
     port_base: int
     on_progress: Callable[[Progress], None]
     arms_planned: int
+    run_id: str | None = None  # the run's identity, in every arm.json (rocmseat.spec.gateout)
     started: float = field(default_factory=time.monotonic)
     arm_seconds: list[float] = field(default_factory=list)
 
@@ -238,9 +241,12 @@ class GateRun:
         arm_dir.mkdir(parents=True, exist_ok=True)
         seat_file = arm_dir / "seat.toml"
         # 0600: the seat may hold an --api-key or a token in [env] (it stays the seat's own)
-        atomic_write_text(seat_file, arm_seat_text(source, arm_dir=arm_dir,
-                                                   port_base=self.port_base, schedule=schedule,
-                                                   k=k), mode=0o600)
+        text = arm_seat_text(source, arm_dir=arm_dir, port_base=self.port_base,
+                             schedule=schedule, k=k)
+        try:
+            write_into(arm_dir, seat_file.name, text.encode("utf-8"), mode=0o600)
+        except WriteRefused as exc:
+            raise ArmError(f"arm {name}: {exc.message}") from None
         seat = load_seat(seat_file)
         k = seat.drafter.num_speculative_tokens if seat.drafter else 0
         record = ArmRecord(name, seat_file, Path(str(source.seat.source_path)), k,
@@ -329,7 +335,7 @@ class GateRun:
                 launch.stop(STOP_GRACE_S + 30.0)
             notify.close()
             self.arm_seconds.append(time.monotonic() - arm_started)
-            _save_arm(record, self.out)
+            _save_arm(record, self.out, self.run_id)
         return record
 
     def _battery(self, record: ArmRecord, runs: Sequence[battery_mod.RunSpec], *,
@@ -494,10 +500,20 @@ def figures(record: ArmRecord) -> ArmFigures:
     )
 
 
-def _save_arm(record: ArmRecord, out: Path) -> None:
-    atomic_write_text(out / "arms" / record.name / "arm.json",
-                      json.dumps(arm_json(record, out), indent=2, sort_keys=True,
-                                 allow_nan=False) + "\n")
+def _save_arm(record: ArmRecord, out: Path, run_id: str | None) -> None:
+    """arm.json of the arm, written into its directory (a link or a FIFO planted at the name
+    is refused); a write that fails is one of the arm's problems, and the gate goes on."""
+    doc = {**arm_json(record, out), "run_id": run_id}
+    try:
+        write_into(out / "arms" / record.name, "arm.json",
+                   (jsonio.dumps(doc, indent=2) + "\n").encode())
+    except WriteRefused as exc:
+        record.problems.append(exc.message)
+
+
+def new_run_id() -> str:
+    """A gate run's identity: when it started and 48 random bits."""
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(6)
 
 
 def _finite(value: float | None) -> float | None:
