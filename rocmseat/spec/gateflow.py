@@ -268,23 +268,24 @@ def rejudge(out: Path) -> GateOutcome:
     """Judge a finished gate again from what it saved under --out (no engine is started)."""
     from rocmseat.safeio import read_regular_text
     from rocmseat.seat.load import load_seat
+    from rocmseat.spec.documents import GateDoc, parse
     from rocmseat.spec.gaterun import load_arm_record
 
     out = out.absolute()
-    doc = load_document(read_regular_text(out / "gate.json", limit_bytes=64 << 20))
-    records = [load_arm_record(out, arm["name"]) for arm in doc["arms"]]
-    saved: dict[str, Any] = {k: tuple(v) if k == "concurrency" else v
-                             for k, v in doc["battery"].items()}
-    battery = replace(Battery(), **saved)
-    config = GateConfig(**doc["config"])
+    doc = parse(GateDoc, load_document(read_regular_text(out / "gate.json",
+                                                         limit_bytes=64 << 20)),
+                str(out / "gate.json"))
+    records = [load_arm_record(out, arm.name) for arm in doc.arms]
+    saved = doc.battery.model_dump()
+    battery = replace(Battery(), **{**saved, "concurrency": tuple(saved["concurrency"])})
+    config = GateConfig(**doc.config.model_dump(exclude_none=True))
     names = {r.name for r in records}
-    options = GateOptions(out=out, replica=doc.get("replica", "r0"),
-                          verify_schedule="schedule" in names, aa=bool(doc.get("aa")),
-                          aba=SECOND_BASE in names)
+    options = GateOptions(out=out, replica=doc.replica, verify_schedule="schedule" in names,
+                          aa=doc.aa, aba=SECOND_BASE in names)
     seats = load_seat(out / "arms" / "candidate" / "seat.toml")
-    return assemble(out, Path(doc["base_seat"]), Path(doc["candidate_seat"]), records,
+    return assemble(out, Path(doc.base_seat), Path(doc.candidate_seat), records,
                     battery=battery, config=config, options=options,
-                    max_num_seqs=seats.serve.max_num_seqs, run_id=doc.get("run_id"))
+                    max_num_seqs=seats.serve.max_num_seqs, run_id=doc.run_id)
 
 
 def _compare(base: ArmFigures, cand: ArmFigures, config: GateConfig, aa: bool) -> Comparison:

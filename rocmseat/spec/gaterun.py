@@ -48,7 +48,7 @@ from rocmseat.spec.procs import (
     start_launch,
     wait_ready,
 )
-from rocmseat.spec.schedule import Schedule, as_lists, validate
+from rocmseat.spec.schedule import Schedule, as_lists
 from rocmseat.spec.seatedit import dump_toml
 from rocmseat.watch.fetch import fetch_once
 from rocmseat.watch.metrics import read_page
@@ -595,42 +595,49 @@ def engine_pythons(*seats: Seat) -> list[Path]:
 
 
 def load_arm_record(out: Path, name: str) -> ArmRecord:
-    """An arm's record read back from --out (arm.json, its seat and its result files): the gate
-    judged from what it saved, without running anything."""
+    """An arm's record read back from --out (arm.json through its strict model, its seat and
+    its result files): the gate judged from what it saved, without running anything.
+    ConfigError naming the file and the key for a record that is not one."""
     from rocmseat.safeio import read_regular_text
+    from rocmseat.spec.documents import ArmDoc, DocumentError, DocumentInvalid, load_document, parse
 
     arm_dir = out / "arms" / name
-    doc = json.loads(read_regular_text(arm_dir / "arm.json", limit_bytes=64 << 20))
-    schedule = doc.get("schedule")
-    record = ArmRecord(name, arm_dir / "seat.toml", Path(doc["source_seat"]),
-                       int(doc["num_speculative_tokens"]),
-                       validate(schedule) if schedule else None)
+    shown = str(arm_dir / "arm.json")
+    try:
+        doc = parse(ArmDoc, load_document(read_regular_text(arm_dir / "arm.json",
+                                                            limit_bytes=64 << 20)), shown)
+    except (DocumentError, DocumentInvalid) as exc:
+        raise ConfigError(f"{shown}: {exc}" if isinstance(exc, DocumentError) else str(exc)
+                          ) from None
+    record = ArmRecord(name, arm_dir / "seat.toml", Path(doc.source_seat), doc.k, doc.schedule)
     launch_log = arm_dir / "launch.log"
     if launch_log.exists():
         record.startup = classify_text(launch_log.read_text(errors="replace"))
-    record.ready_after_s = doc.get("ready_after_s")
-    plan = doc.get("memory_plan")
-    if isinstance(plan, dict):
-        record.memory = Finding.from_json(plan)
-    record.hangs = list(doc.get("hangs", []))
-    record.alerts = list(doc.get("alerts", []))
-    record.problems = list(doc.get("problems", []))
-    record.watch_gaps = [str(g) for g in doc.get("watch_gaps", [])]  # absent in older gates
-    for entry in doc["runs"]:
+    record.ready_after_s = doc.ready_after_s
+    if doc.memory_plan is not None:
+        try:
+            record.memory = Finding.from_json(doc.memory_plan)
+        except (KeyError, ValueError, TypeError):
+            raise ConfigError(f"{shown}: key 'memory_plan': not a finding") from None
+    record.hangs = list(doc.hangs)
+    record.alerts = list(doc.alerts)
+    record.problems = list(doc.problems)
+    record.watch_gaps = list(doc.watch_gaps)  # absent in older gates
+    for entry in doc.runs:
         result = None
-        if entry.get("result_file"):
-            path = out / entry["result_file"]
+        if entry.result_file:
+            path = out / entry.result_file
             result = parse_bench_result(read_regular_text(path, limit_bytes=64 << 20), str(path))
-        w = entry.get("metrics_window")
+        w = entry.metrics_window
         window = None if w is None else Window(
-            duration_s=w["duration_s"], drafts=w["drafts"], draft_tokens=w["draft_tokens"],
-            accepted_tokens=w["accepted_tokens"],
-            accepted_per_pos=tuple(w["accepted_per_position"]),
-            generation_tokens=w["generation_tokens"], prompt_tokens=w["prompt_tokens"],
-            preemptions=w["preemptions"], prefix_queries=w["prefix_queries"],
-            prefix_hits=w["prefix_hits"], running=None, waiting=None, kv_usage=None,
-            spec_present=w["spec_present"])
-        record.runs.append(RunRecord(entry["name"], entry["phase"], entry["concurrency"],
-                                     entry["repeat"], entry.get("result_file"), result, window,
-                                     entry["seconds"], entry.get("error")))
+            duration_s=w.duration_s, drafts=w.drafts, draft_tokens=w.draft_tokens,
+            accepted_tokens=w.accepted_tokens,
+            accepted_per_pos=tuple(w.accepted_per_position),
+            generation_tokens=w.generation_tokens, prompt_tokens=w.prompt_tokens,
+            preemptions=w.preemptions, prefix_queries=w.prefix_queries,
+            prefix_hits=w.prefix_hits, running=None, waiting=None, kv_usage=None,
+            spec_present=w.spec_present)
+        record.runs.append(RunRecord(entry.name, entry.phase, entry.concurrency, entry.repeat,
+                                     entry.result_file, result, window, entry.seconds,
+                                     entry.error))
     return record

@@ -291,15 +291,23 @@ HOSTILE_GATE = [
     ("arms/candidate/arm.json", _set_run("result_file", 5),
      "key 'runs[2].result_file': expected a string"),
     ("arms/candidate/arm.json", _set_run("metrics_window", {
-        "spec_present": True, "drafts": 5, "draft_tokens": 15, "accepted_tokens": 3,
-        "accepted_per_position": "123"}),
+        "duration_s": 1.0, "spec_present": True, "drafts": 5, "draft_tokens": 15,
+        "accepted_tokens": 3, "accepted_per_position": "123"}),
      "key 'runs[2].metrics_window.accepted_per_position': expected a list"),
     ("arms/candidate/arm.json", _set_run("metrics_window", {
-        "spec_present": True, "drafts": "many", "draft_tokens": 15, "accepted_tokens": 3,
-        "accepted_per_position": [1, 1, 1]}),
+        "duration_s": 1.0, "spec_present": True, "drafts": "many", "draft_tokens": 15,
+        "accepted_tokens": 3, "accepted_per_position": [1, 1, 1]}),
      "key 'runs[2].metrics_window.drafts': expected a finite number >= 0"),
-    ("arms/candidate/arm.json", lambda d: d.clear() or d.update(runs=[]),
+    ("arms/candidate/arm.json", lambda d: d.update(runs=[]),
      "the candidate arm recorded no spec-decode counters"),
+    # the documents' models (rocmseat/spec/documents.py): the keys the writer always writes
+    ("arms/candidate/arm.json", lambda d: d.pop("source_seat"), "key 'source_seat': missing"),
+    ("arms/candidate/arm.json", lambda d: _decode_run(d)["metrics_window"].pop("duration_s"),
+     "key 'runs[2].metrics_window.duration_s': missing"),
+    ("arms/candidate/arm.json", lambda d: d.update(name="base"),
+     "key 'name': 'base', but gate.json lists this record as arm 'candidate'"),
+    ("gate.json", lambda d: d.update(schema="rocmseat.gate/v2"),
+     "not a rocmseat.gate/v1 document"),
 ]
 
 
