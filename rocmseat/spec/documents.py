@@ -277,3 +277,14 @@ def parse(model: type[M], value: Any, shown: str) -> M:
         else:
             why = str(first["msg"])
         raise DocumentInvalid(shown, _key(loc), printable(why, 300)) from None
+
+
+class WatchAlertDoc(_Doc):
+    """One `rocmseat.watch-alert/v1` document (rocmseat/watch/alerts.py Transition.to_json),
+    as the watchdog's command hook hands it to the gate."""
+
+    schema_: Literal["rocmseat.watch-alert/v1"] = Field(alias="schema")
+    replica: str
+    alert: str
+    state: Literal["firing", "resolved"]
+    details: dict[str, str] = Field(default_factory=dict)

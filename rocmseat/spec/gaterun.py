@@ -327,6 +327,11 @@ class GateRun:
             self._battery(record, runs, client=client, watch=watch, seat=seat,
                           base_url=base_url, spec_expected=spec_expected, progress=progress)
             record.alerts = [e.line for e in watch.alerts()]
+            if watch.bad_alerts:
+                # an alert the gate could not read may have been a hang: the `hang` gate
+                # cannot PASS on this arm
+                record.watch_gaps.append(f"{len(watch.bad_alerts)} alert documents unreadable: "
+                                         f"{watch.bad_alerts[0]}")
         finally:
             for child in (client, watch):
                 if child is not None:
