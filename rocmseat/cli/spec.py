@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from rocmseat import exitcodes, jsonio
+from rocmseat import jsonio
 from rocmseat.cli.options import json_option
 from rocmseat.errors import ConfigError
 from rocmseat.seat.locate import printable
@@ -34,8 +34,6 @@ def _int_list(value: str | None, what: str) -> tuple[int, ...] | None:
         raise ConfigError(f"{what} {value!r}: positive, increasing, without repeats")
     return items
 
-
-DEFAULT_WINDOW_S = 30.0
 
 
 class _Terminated(KeyboardInterrupt):
@@ -269,7 +267,8 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
     state_dir: Path | None,
 ) -> int:
     """Best draft length per batch-size band from acceptance counters and measured step costs."""
-    from rocmseat.spec import advise as adv
+    from rocmseat.spec.advise import render
+    from rocmseat.spec.advising import AdviseRequest, advise_flow
 
     sources = sum(1 for given in (seat_file is not None, bool(targets), gate_dir is not None)
                   if given)
@@ -283,79 +282,14 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
         raise click.UsageError(
             "--from-gate reads acceptance and step costs from the gate's records: "
             f"{' and '.join(live_only)} belong to a live replica (SEAT or --target URL)")
-    if window_s is not None:
-        adv.check_window(window_s)
-    seat = None
-    if gate_dir is not None:
-        inputs = adv.from_gate(gate_dir)
-        picture = picture or gate_dir / "advise.png"
-    else:
-        window_s = DEFAULT_WINDOW_S if window_s is None else window_s
-        if seat_file is not None:
-            from rocmseat.cli.options import resolve_state_dir
-            from rocmseat.watch.targets import seat_targets
-
-            seat = adv.seat_for(seat_file)
-            urls = [t.url for t in seat_targets(seat, state_dir or seat.state_dir
-                                                or resolve_state_dir(None))]
-        else:
-            from rocmseat.watch.scrape import parse_target
-
-            urls = [parse_target(t, i).url for i, t in enumerate(targets)]
-        inputs = adv.from_live(urls, window_s, seat, logs, max_num_seqs)
-    if max_num_seqs is not None:
-        inputs = adv.Inputs(inputs.source, inputs.counters, inputs.cells, max_num_seqs,
-                            inputs.batches, inputs.measured, inputs.seat)
-    advice, acceptance, cost = adv.run_advise(inputs, k_limit=k_limit)
-    picture_path, picture_note = _advise_picture(picture, advice, acceptance, cost, inputs)
-    written = None
-    code = exitcodes.OK
-    if write_seat is not None:
-        written, code = _write(write_seat, advice, inputs, write_read_only)
-    else:
-        k_now, sched_now = adv.current_drafter(inputs.seat)
-        if k_now is not None and (advice.num_speculative_tokens, advice.schedule) != (
-                k_now, sched_now):
-            code = exitcodes.PROBLEM
-    doc = adv.advice_json(inputs, advice, acceptance, cost, picture=picture_path,
-                          picture_note=picture_note, exit_code=code, written=written)
-    if as_json:
-        click.echo(jsonio.dumps(doc))
-    else:
-        click.echo(adv.render(doc), nl=False)
-    return code
-
-
-def _advise_picture(path: Path | None, advice: Any, acceptance: Any, cost: Any,
-                    inputs: Any) -> tuple[str | None, str]:
-    if path is None:
-        return None, "not drawn (pass --picture PATH)"
-    from rocmseat.atomic import WriteRefused
-    from rocmseat.spec.advise import predicted_for
-    from rocmseat.spec.plot import PlotUnavailable, advise_picture
-
-    pvm = [(f"{p.arm} B{p.batch}", predicted_for(p, acceptance, cost, inputs.max_num_seqs),
-            p.tokens_per_s) for p in inputs.measured]
-    stairs = {b: [(t.alpha_from, t.k) for t in steps] for b, steps in advice.staircase.items()}
-    try:
-        return str(advise_picture(path, advice.best_k, stairs, advice.alpha, pvm)), "written"
-    except (PlotUnavailable, WriteRefused) as exc:
-        # a picture that cannot be written is a note: the advice is still printed
-        return None, exc.message
-
-
-def _write(path: Path, advice: Any, inputs: Any, read_only_ok: bool) -> tuple[str, int]:
-    from rocmseat.spec.seatedit import write_drafter_schedule
-
-    if advice.num_speculative_tokens is None:
-        return (f"{path}: not written: no draft length pays at any batch size; removing the "
-                "[drafter] is a decision to make by hand"), exitcodes.PROBLEM
-    edit = write_drafter_schedule(path, advice.num_speculative_tokens, advice.schedule,
-                                  advised_up_to=inputs.max_num_seqs, read_only_ok=read_only_ok)
-    schedule = ([list(e) for e in advice.schedule] if advice.schedule else "removed")
-    if not edit.changed:
-        return f"{path}: already holds this advice: not rewritten", exitcodes.OK
-    return (f"{path}: [drafter] num_speculative_tokens = {advice.num_speculative_tokens}, "
-            f"num_speculative_tokens_per_batch_size = {schedule}; the config key changes with "
-            "it (the speculative config is a key factor): the next launch moves the replica's "
-            "compile cache aside and compiles afresh\n" + edit.diff.rstrip("\n")), exitcodes.OK
+    if write_read_only and write_seat is None:
+        raise click.UsageError("--write-read-only goes with --write SEAT")
+    outcome = advise_flow(AdviseRequest(
+        seat_file=seat_file, targets=targets, gate_dir=gate_dir, window_s=window_s, logs=logs,
+        max_num_seqs=max_num_seqs, k_limit=k_limit, write_seat=write_seat,
+        write_read_only=write_read_only, picture=picture, state_dir=state_dir))
+    click.echo(jsonio.dumps(outcome.doc) if as_json else render(outcome.doc),
+               nl=as_json)
+    if outcome.write_error is not None:
+        raise outcome.write_error  # after the advice: a refused seat edit loses nothing
+    return outcome.exit_code
