@@ -1,0 +1,74 @@
+"""The long hostile batteries of the speculation room (issue 18): mutated gate directories
+through `spec advise --from-gate` and seat edits through `write_drafter_schedule`, as the
+unit-tier test tests/spec/test_hostile_spec_battery.py does with a few dozen.
+
+Prints each battery's counts and failures (exit 3, a traceback, a hang past the per-call
+deadline, a write outside the directory, a byte of a file outside in the output, a seat edit
+that does not load or changes more than the schedule) and the cost of one mutated gate against
+the named baseline measured in the same run: `spec advise --from-gate` of the unmutated
+recorded gate. Exit 1 when any failure was found.
+
+    python bench/bench_hostile_spec.py [--rounds 500] [--seed 20261201] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=20261201)
+    parser.add_argument("--keep", type=Path, help="work in DIR and keep it")
+    args = parser.parse_args()
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="rocmseat-hostile-spec-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.environ.update({
+        "ROCMSEAT_STATE_DIR": str(workdir / "state-env"),
+        "ROCMSEAT_ERROR_LOG": str(workdir / "rocmseat-error.log"),
+        "XDG_CACHE_HOME": str(workdir / "xdg-cache"),
+        "XDG_STATE_HOME": str(workdir / "xdg-state"),
+        "MPLCONFIGDIR": str(workdir / "mpl"),
+        "NO_COLOR": "1",
+    })
+    sys.path.insert(0, str(REPO))
+    from tests.seat.test_hostile_battery import cli_runner
+    from tests.spec.test_hostile_spec_battery import GATE, GateBattery, SeatEditBattery
+
+    cli = cli_runner()
+    clean = workdir / "clean"
+    shutil.copytree(GATE, clean, dirs_exist_ok=True)
+    start = time.perf_counter()
+    for _ in range(3):
+        cli("spec", "advise", "--from-gate", str(clean), "--json")
+    baseline_s = (time.perf_counter() - start) / 3
+
+    gates = GateBattery(workdir / "gates", cli, seed=args.seed)
+    start = time.perf_counter()
+    gates.run(args.rounds)
+    per_gate_s = (time.perf_counter() - start) / max(args.rounds, 1)
+    seats = SeatEditBattery(workdir / "seats", cli, seed=args.seed)
+    seats.run(args.rounds)
+    print(gates.summary())
+    print(seats.summary())
+    print(f"baseline spec advise of the recorded gate: {baseline_s * 1e3:.0f} ms; one mutated "
+          f"gate: {per_gate_s * 1e3:.0f} ms ({per_gate_s / baseline_s:.2f}x the baseline)")
+    failures = gates.failures + seats.failures
+    for line in failures[:50]:
+        print("FAIL", line)
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
