@@ -141,12 +141,17 @@ def exclusive_lock(lock_path: Path, *, timeout_s: float | None = None) -> Iterat
     # Never through a symlink someone planted at the lock's name (docs/architecture.md,
     # "Hostile input"): O_NOFOLLOW makes that an ELOOP error instead of locking their file.
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ReadError(lock_path, "is a symlink; rocmseat never locks through a link "
                             "(someone else may have planted it)") from None
         raise ReadError(lock_path, exc.strerror or type(exc).__name__) from None
+    kind = os.fstat(fd).st_mode
+    if not stat.S_ISREG(kind):  # a FIFO or a device planted at the lock's name
+        os.close(fd)
+        raise ReadError(lock_path, f"is {_kind(kind)}, not a lock file")
     try:
         if timeout_s is None:
             fcntl.flock(fd, fcntl.LOCK_EX)

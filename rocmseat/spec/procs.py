@@ -12,6 +12,7 @@ child runs (psutil), so a launch that died first does not hide its engine.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import queue
@@ -19,6 +20,7 @@ import re
 import shlex
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -80,13 +82,31 @@ def _tail(path: Path, lines: int = 3) -> str:
     return redact_text(" | ".join(shown)[-400:]) if shown else "(no output)"
 
 
+def open_log(path: Path) -> IO[bytes]:
+    """A child's log under --out, opened for appending: never through a link planted at its
+    name, never a FIFO or a device (docs/architecture.md "Hostile input"); ChildError else."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        why = ("is a symlink; rocmseat never writes through a link" if exc.errno == errno.ELOOP
+               else "not a regular file: a log is not written there" if exc.errno == errno.ENXIO
+               else exc.strerror or type(exc).__name__)  # ENXIO: a FIFO without a reader
+        raise ChildError(f"{path}: {why}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ChildError(f"{path}: not a regular file: a log is not written there")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab")
+
+
 class Child:
     def __init__(self, argv: Sequence[str], log: Path, *, env: Mapping[str, str] | None = None,
                  stdin: bool = False, stdout_pipe: bool = False) -> None:
         self.argv = tuple(str(a) for a in argv)
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(log, "ab")  # noqa: SIM115 (closed in stop())
+        self._log_file = open_log(log)
         self._groups: set[int] = set()
         try:
             self.proc = subprocess.Popen(

@@ -296,3 +296,31 @@ def test_an_empty_out_is_refused(rocmseat_cli, tmp_path, monkeypatch):
     assert result.exit_code == 2
     assert "--out '': an empty path names no directory" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_fifo_at_the_gate_lock_is_refused(rocmseat_cli, tmp_path):
+    # a FIFO planted at --out/.gate.lock: opened and flocked before (a lock on a FIFO), now
+    # refused by name
+    base = _seat(tmp_path, "base", drafter=False)
+    cand = _seat(tmp_path, "cand")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / ".gate.lock")
+    first = _one_line_error(rocmseat_cli("spec", "gate", base, cand, "--out", str(out)))
+    assert first == f"rocmseat: error: {out / '.gate.lock'}: is a FIFO, not a lock file"
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_childs_log_is_never_written_through_a_link(tmp_path, kind):
+    from rocmseat.spec.procs import ChildError, open_log
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine\n")
+    log = tmp_path / "launch.log"
+    if kind == "link":
+        log.symlink_to(outside)
+    else:
+        os.mkfifo(log)
+    with pytest.raises(ChildError, match="symlink|not a regular file"):
+        open_log(log)
+    assert outside.read_text() == "mine\n"
