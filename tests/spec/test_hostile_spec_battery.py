@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rocmseat.errors import ConfigError
 from rocmseat.seat.load import parse_seat
 from rocmseat.spec.seatedit import write_drafter_schedule
@@ -84,18 +86,33 @@ def _remove(doc: Any, path: tuple[Any, ...]) -> None:
 
 
 @dataclass
-class GateBattery:
-    """Mutated gate directories against `spec advise --from-gate`."""
+class _Rounds:
+    """What both batteries keep: where they work, their random source, the counts of
+    outcomes and of what was done, and the failures (each with its round, to reproduce it)."""
 
     workdir: Path
     cli: Callable[..., CliResult]
     seed: int = SEED
-    exits: Counter[str] = field(default_factory=Counter)
+    counts: Counter[str] = field(default_factory=Counter)
     kinds: Counter[str] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+
+    def run(self, rounds: int) -> None:
+        raise NotImplementedError
+
+    def summary(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass
+class GateBattery(_Rounds):
+    """Mutated gate directories against `spec advise --from-gate`."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self.outside = self.workdir / "outside"
         self.outside.mkdir(parents=True, exist_ok=True)
         self.sentinel = self.outside / "notes.txt"
@@ -189,7 +206,7 @@ class GateBattery:
                 self.failures.append(f"round {index} [{what}]: raised {type(exc).__name__}: "
                                      f"{exc!s:.200}")
                 continue
-            self.exits[f"exit {result.exit_code}"] += 1
+            self.counts[f"exit {result.exit_code}"] += 1
             out = result.stdout + result.stderr
             if result.exit_code not in (0, 1, 2) or "Traceback" in out:
                 self.failures.append(f"round {index} [{what}]: exit {result.exit_code}: "
@@ -203,11 +220,11 @@ class GateBattery:
                     p.name for p in self.outside.iterdir()) != outside_before:
                 self.failures.append(f"round {index} [{what}]: wrote outside the gate dir")
                 self.sentinel.write_text(SECRET + "\n")
-        self.exits["rounds"] = rounds
+        self.counts["rounds"] = rounds
 
     def summary(self) -> str:
-        return (f"gate directories, seed {self.seed}: {self.exits['rounds']} rounds, "
-                + ", ".join(f"{k} {v}" for k, v in sorted(self.exits.items()) if k != "rounds")
+        return (f"gate directories, seed {self.seed}: {self.counts['rounds']} rounds, "
+                + ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()) if k != "rounds")
                 + f"; mutations {dict(sorted(self.kinds.items()))}; "
                   f"{len(self.failures)} failures")
 
@@ -217,18 +234,11 @@ FORMS = ["plain", "plain", "crlf", "no-final-newline", "read-only", "hard-link",
 
 
 @dataclass
-class SeatEditBattery:
+class SeatEditBattery(_Rounds):
     """The seat battery's mutants, in hostile file forms, against write_drafter_schedule."""
 
-    workdir: Path
-    cli: Callable[..., CliResult]
-    seed: int = SEED
-    counts: Counter[str] = field(default_factory=Counter)
-    forms: Counter[str] = field(default_factory=Counter)
-    failures: list[str] = field(default_factory=list)
-
     def __post_init__(self) -> None:
-        self.rng = random.Random(self.seed)
+        super().__post_init__()
         self.seats = SeatBattery(self.workdir / "seat-battery", self.cli, seed=self.seed)
 
     def _schedule(self) -> tuple[int, tuple[tuple[int, int, int], ...] | None]:
@@ -247,7 +257,7 @@ class SeatEditBattery:
             directory = self.workdir / f"s{index}"
             directory.mkdir()
             form = self.rng.choice(FORMS)
-            self.forms[form] += 1
+            self.kinds[form] += 1
             seat = directory / "seat.toml"
             data = text.encode("utf-8", errors="surrogatepass")
             if form == "crlf":
@@ -323,26 +333,26 @@ class SeatEditBattery:
         c = self.counts
         return (f"seat edits, seed {self.seed}: {c['rounds']} rounds, {c['edited']} edited, "
                 f"{c['unchanged']} unchanged, {c['refused']} refused; forms "
-                f"{dict(sorted(self.forms.items()))}; {len(self.failures)} failures")
+                f"{dict(sorted(self.kinds.items()))}; {len(self.failures)} failures")
+
+
+def _run(battery: _Rounds, capsys: pytest.CaptureFixture[str]) -> Counter[str]:
+    battery.run(ROUNDS)
+    with capsys.disabled():
+        print("\n" + battery.summary())
+    assert battery.failures == [], "\n".join(battery.failures[:20])
+    return battery.counts
 
 
 def test_hostile_gate_directory_battery(tmp_path, rocmseat_cli, capsys):
-    battery = GateBattery(tmp_path, rocmseat_cli)
-    battery.run(ROUNDS)
-    with capsys.disabled():
-        print("\n" + battery.summary())
-    assert battery.failures == [], "\n".join(battery.failures[:20])
+    counts = _run(GateBattery(tmp_path, rocmseat_cli), capsys)
     # the battery reached both ends: refusals and advice
-    assert battery.exits["exit 2"] > 0 and battery.exits["exit 1"] + battery.exits["exit 0"] > 0
+    assert counts["exit 2"] > 0 and counts["exit 1"] + counts["exit 0"] > 0
 
 
 def test_hostile_seat_edit_battery(tmp_path, rocmseat_cli, capsys):
-    battery = SeatEditBattery(tmp_path, rocmseat_cli)
-    battery.run(ROUNDS)
-    with capsys.disabled():
-        print("\n" + battery.summary())
-    assert battery.failures == [], "\n".join(battery.failures[:20])
-    assert battery.counts["refused"] > 0 and battery.counts["edited"] > 0
+    counts = _run(SeatEditBattery(tmp_path, rocmseat_cli), capsys)
+    assert counts["refused"] > 0 and counts["edited"] > 0
 
 
 def test_the_batteries_are_reproducible(tmp_path, rocmseat_cli):
