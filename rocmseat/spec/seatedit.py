@@ -22,7 +22,6 @@ import math
 import os
 import re
 import stat
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +33,8 @@ import tomlkit.exceptions
 from rocmseat.atomic import WriteRefused, exclusive_lock, file_identity, write_into
 from rocmseat.errors import ConfigError
 from rocmseat.safeio import _kind, read_regular_text
-from rocmseat.seat.load import SEAT_LIMIT_BYTES, parse_seat
-from rocmseat.seat.locate import printable, toml_lines, too_deep_line
+from rocmseat.seat.load import SEAT_LIMIT_BYTES, _parse_toml, parse_seat
+from rocmseat.seat.locate import printable
 from rocmseat.spec.schedule import Schedule
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -93,36 +92,10 @@ def dump_toml(data: Mapping[str, Any], header: str = "") -> str:
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
-_TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
-# Deeper than any seat nests (rocmseat.seat.rules MAX_NESTING is the loader's own limit):
-# tomllib parses nested values by recursion.
-_MAX_NESTING = 64
-
-
 def _loads(text: str, where: str) -> dict[str, Any]:
-    """tomllib.loads with every failure as one located ConfigError (a seat file handed to
-    `--write` is hostile input like any other: docs/architecture.md "Hostile input")."""
-    deep = too_deep_line(text, _MAX_NESTING)
-    if deep is not None:
-        raise ConfigError(f"{where}:{deep}: invalid TOML: arrays and inline tables nested more "
-                          f"than {_MAX_NESTING} levels deep")
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        m = _TOML_POSITION.search(message)
-        if m is None:
-            raise ConfigError(f"{where}: invalid TOML: {printable(message)}") from None
-        raise ConfigError(f"{where}:{m.group(1)}: invalid TOML: "
-                          f"{printable(message[: m.start()].strip())} (column {m.group(2)})"
-                          ) from None
-    except RecursionError:
-        raise ConfigError(f"{where}: invalid TOML: values nested too deeply") from None
-    except ValueError:  # int() of more digits than sys.get_int_max_str_digits() (4300)
-        line = next((i for i, text_line in enumerate(toml_lines(text), 1)
-                     if re.search(r"\d{4000}", text_line)), None)
-        raise ConfigError(f"{where}{'' if line is None else f':{line}'}: invalid TOML: a number "
-                          "with thousands of digits (TOML integers are 64-bit)") from None
+    """The seat loader's TOML parse (one rule: every failure one located ConfigError; a seat
+    handed to `--write` is hostile input like any other, docs/architecture.md)."""
+    return _parse_toml(text, where)
 
 
 def edit_drafter_schedule(text: str, where: str, k: int,
