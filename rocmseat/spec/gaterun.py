@@ -23,18 +23,20 @@ from typing import Any, Protocol
 
 from rocmseat import jsonio
 from rocmseat.atomic import WriteRefused, exclusive_lock, write_into
-from rocmseat.errors import ConfigError, RocmseatError
+from rocmseat.errors import ConfigError, ReadError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.launch.memplan import CHECK_ID as MEMORY_PLAN
 from rocmseat.launch.startuplog import StartupSummary, classify_text
 from rocmseat.redact import redact_text
 from rocmseat.runner import run
+from rocmseat.safeio import read_regular_text
 from rocmseat.seat.load import load_seat
 from rocmseat.seat.model import Seat
 from rocmseat.seat.placement import http_base, replica_port, replica_state_dir
 from rocmseat.spec import battery as battery_mod
 from rocmseat.spec.acceptance import Counters
 from rocmseat.spec.benchresult import BenchResult, parse_bench_result
+from rocmseat.spec.documents import DocumentError, load_document
 from rocmseat.spec.gateconf import Battery, SeatWithGate
 from rocmseat.spec.gates import ArmFigures, GateConfig, Series
 from rocmseat.spec.procs import (
@@ -45,6 +47,7 @@ from rocmseat.spec.procs import (
     NotifyListener,
     WatchChild,
     port_in_use,
+    read_log,
     start_launch,
     wait_ready,
 )
@@ -58,6 +61,7 @@ WATCH_INTERVAL_S = 2.0
 WATCH_START_S = 60.0  # the watchdog's start (a Python start and rocmseat's imports)
 WATCH_SCRAPE_TIMEOUT_S = 5.0  # `rocmseat watch --timeout` (its default)
 STOP_GRACE_S = 20.0
+RESULT_LIMIT_BYTES = 64 << 20  # a --save-detailed result of thousands of requests fits
 
 
 class ArmError(RocmseatError):
@@ -288,11 +292,14 @@ class GateRun:
                     raise ArmError(f"arm {name}: {gone}") from None
                 raise ArmError(f"arm {name}: the replica never became ready: {exc.message}",
                                hint=f"see {arm_dir / 'launch.log'}") from None
-            record.startup = classify_text((arm_dir / "launch.log").read_text(errors="replace"))
+            record.startup = _startup_summary(arm_dir / "launch.log", record)
             report = replica_state_dir(state_dir, seat.name, self.replica) / "startup.json"
             try:
-                record.startup_report = json.loads(report.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
+                value = load_document(read_regular_text(report, limit_bytes=16 << 20))
+                record.startup_report = value if isinstance(value, dict) else None
+                if record.startup_report is None:
+                    record.problems.append(f"startup report {report}: not a JSON object")
+            except (ReadError, DocumentError) as exc:
                 record.problems.append(f"startup report {report}: {exc}")
             record.memory = _memory_plan(record.startup_report, f"{name}/{self.replica}")
             try:
@@ -385,11 +392,12 @@ class GateRun:
                                f"{redact_text(str(reply.get('error')))}",
                                hint=f"see {self.out / 'arms' / record.name / 'bench.log'}")
             try:
-                result = parse_bench_result(result_path.read_text(encoding="utf-8"),
+                result = parse_bench_result(read_regular_text(result_path,
+                                                              limit_bytes=RESULT_LIMIT_BYTES),
                                             str(result_path))
-            except OSError as exc:
+            except ReadError as exc:
                 raise ArmError(f"arm {record.name}: {spec.name}: vllm bench serve wrote no "
-                               f"result file {result_path}: {exc.strerror}") from None
+                               f"result file {result_path}: {exc.cause}") from None
             record.runs.append(RunRecord(
                 spec.name, spec.phase, spec.concurrency, spec.repeat,
                 str(result_path.relative_to(self.out)), result, window, seconds,
@@ -505,6 +513,16 @@ def figures(record: ArmRecord) -> ArmFigures:
     )
 
 
+def _startup_summary(launch_log: Path, record: ArmRecord) -> StartupSummary | None:
+    """The startup summary from the arm's launch log (capped, never through a link or a FIFO);
+    None, and a problem of the arm, when it cannot be read."""
+    try:
+        return classify_text(read_log(launch_log))
+    except OSError as exc:
+        record.problems.append(f"{launch_log}: {exc.strerror or exc}")
+        return None
+
+
 def _save_arm(record: ArmRecord, out: Path, run_id: str | None) -> None:
     """arm.json of the arm, written into its directory (a link or a FIFO planted at the name
     is refused); a write that fails is one of the arm's problems, and the gate goes on."""
@@ -603,8 +621,7 @@ def load_arm_record(out: Path, name: str) -> ArmRecord:
     """An arm's record read back from --out (arm.json through its strict model, its seat and
     its result files): the gate judged from what it saved, without running anything.
     ConfigError naming the file and the key for a record that is not one."""
-    from rocmseat.safeio import read_regular_text
-    from rocmseat.spec.documents import ArmDoc, DocumentError, DocumentInvalid, load_document, parse
+    from rocmseat.spec.documents import ArmDoc, DocumentInvalid, parse
 
     arm_dir = out / "arms" / name
     shown = str(arm_dir / "arm.json")
@@ -617,7 +634,7 @@ def load_arm_record(out: Path, name: str) -> ArmRecord:
     record = ArmRecord(name, arm_dir / "seat.toml", Path(doc.source_seat), doc.k, doc.schedule)
     launch_log = arm_dir / "launch.log"
     if launch_log.exists():
-        record.startup = classify_text(launch_log.read_text(errors="replace"))
+        record.startup = _startup_summary(launch_log, record)
     record.ready_after_s = doc.ready_after_s
     if doc.memory_plan is not None:
         try:

@@ -73,9 +73,33 @@ class ChildError(RocmseatError):
     """A child did not do what the gate needs (not ready, no benchmark client, a hang)."""
 
 
+LOG_LIMIT_BYTES = 64 << 20
+
+
+def read_log(path: Path, *, tail_bytes: int | None = None) -> str:
+    """A child's log under --out as text: the first LOG_LIMIT_BYTES, or with `tail_bytes` the
+    last ones; never through a link, never a FIFO (a planted one would block the read).
+    OSError when it cannot be read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if tail_bytes is not None and info.st_size > tail_bytes:
+            os.lseek(fd, info.st_size - tail_bytes, os.SEEK_SET)
+        chunks: list[bytes] = []
+        left = tail_bytes or LOG_LIMIT_BYTES
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+
+
 def _tail(path: Path, lines: int = 3) -> str:
     try:
-        text = path.read_text(errors="replace").strip().splitlines()
+        text = read_log(path, tail_bytes=64 << 10).strip().splitlines()
     except OSError:
         return "(no output)"
     shown = [line.strip() for line in text[-lines:] if line.strip()]

@@ -321,3 +321,19 @@ def test_the_gate_sees_whether_the_watchdog_scrapes(tmp_path):
         server.shutdown()
         server.server_close()
     assert not watch.hangs()
+
+
+def test_a_childs_log_is_read_capped_and_never_through_a_fifo(tmp_path):
+    from rocmseat.spec.procs import read_log
+
+    log = tmp_path / "launch.log"
+    log.write_bytes(b"a" * 100 + b"\nlast line\n")
+    assert read_log(log, tail_bytes=10) == "ast line\n"
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        read_log(fifo)  # blocked forever before (Path.read_text on a FIFO without a writer)
+    link = tmp_path / "link.log"
+    link.symlink_to(log)
+    with pytest.raises(OSError):
+        read_log(link)
