@@ -328,7 +328,7 @@ def test_a_childs_log_is_read_capped_and_never_through_a_fifo(tmp_path):
 
     log = tmp_path / "launch.log"
     log.write_bytes(b"a" * 100 + b"\nlast line\n")
-    assert read_log(log, tail_bytes=10) == "ast line\n"
+    assert read_log(log, tail_bytes=10) == "last line\n"
     fifo = tmp_path / "fifo.log"
     os.mkfifo(fifo)
     with pytest.raises(OSError, match="not a regular file"):
