@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import errno
 import json
@@ -244,12 +245,13 @@ def _seat_target(path: Path, shown: str) -> Path:
 
 def _check_only_schedule_changed(before: dict[str, Any], after: dict[str, Any], k: int,
                                  schedule: Sequence[Sequence[int]] | None, where: str) -> None:
-    expected = json.loads(json.dumps(before))
+    # compared as tomllib values (dates and times included: a JSON round trip raised on them)
+    expected = copy.deepcopy(before)
     expected["drafter"]["num_speculative_tokens"] = k
     if schedule is None:
         expected["drafter"].pop("num_speculative_tokens_per_batch_size", None)
     else:
         expected["drafter"]["num_speculative_tokens_per_batch_size"] = [list(e) for e in schedule]
-    if json.loads(json.dumps(after)) != expected:
+    if after != expected:
         raise ConfigError(f"{where}: editing the [drafter] schedule would change other keys; "
                           "edit the seat by hand")

@@ -178,3 +178,11 @@ def test_write_refuses_a_seat_that_is_not_toml(text, message):
     # a traceback (TOMLDecodeError, ValueError, RecursionError: exit 3) before
     with pytest.raises(ConfigError, match=message):
         edit_drafter_schedule(text, "s.toml", 2, None)
+
+
+def test_a_seat_with_a_date_is_edited():
+    # TOML dates are values of a seat too: the check of the edit raised TypeError (exit 3)
+    text = "stamp = 1979-05-27T07:32:00Z\n[drafter]\nnum_speculative_tokens = 3\n"
+    edited = edit_drafter_schedule(text, "s.toml", 2, [(1, 4, 2), (5, 8, 0)])
+    assert tomllib.loads(edited)["drafter"]["num_speculative_tokens"] == 2
+    assert edited.startswith("stamp = 1979-05-27T07:32:00Z\n")
