@@ -274,6 +274,12 @@ def from_live(urls: Sequence[str], window_s: float, seat: Seat | None,
         if window.drafts > 0:
             more = Counters(window.drafts, window.draft_tokens, window.accepted_tokens,
                             window.accepted_per_pos)
+            if counters is not None and more.k != counters.k:
+                # replicas of other K: their per-position counters do not add up to a window
+                # of one K (a proposal from mixed K is no advice)
+                raise CannotAdvise(f"{name}: {more.k} per-position counters, the replicas "
+                                   f"before it {counters.k}: a window of mixed K",
+                                   hint="advise one replica (--target URL) at a time")
             counters = more if counters is None else counters + more
     if counters is None:
         raise CannotAdvise(f"no drafts in {window_s:g} s on {', '.join(shown)}: send traffic "

@@ -324,3 +324,28 @@ def test_a_childs_log_is_never_written_through_a_link(tmp_path, kind):
     with pytest.raises(ChildError, match=r"symlink|not a regular file"):
         open_log(log)
     assert outside.read_text() == "mine\n"
+
+
+def _k2(page: str) -> str:
+    """A replica of the same traffic at K=2: no position 2, draft and accepted tokens to match."""
+    lines = [line for line in page.splitlines() if 'position="2"' not in line]
+    page = "\n".join(lines) + "\n"
+    return (page.replace('model_name="demo"} 1068.0', 'model_name="demo"} 712.0')
+            .replace('model_name="demo"} 668.0', 'model_name="demo"} 495.0'))
+
+
+def test_live_replicas_of_other_k_are_not_mixed(rocmseat_cli):
+    # before: the counters of a K=3 and a K=2 replica were added (the K=2 one padded with a
+    # zero position 2): an advice from mixed K, without a word
+    before = (FIXTURES / "spec" / "metrics-window-before.txt").read_text()
+    after = (FIXTURES / "spec" / "metrics-window-after.txt").read_text()
+    k3, k2 = Pages([before, after]), Pages([_k2(before), _k2(after)])
+    try:
+        result = rocmseat_cli("spec", "advise", "--target", k3.url, "--target", k2.url,
+                              "--window", "0.2")
+    finally:
+        k3.close()
+        k2.close()
+    first = _one_line_error(result)
+    assert first == (f"rocmseat: error: {k2.url}: 2 per-position counters, the replicas before "
+                     "it 3: a window of mixed K")
