@@ -243,7 +243,7 @@ def from_gate(directory: Path) -> Inputs:
         raise CannotAdvise(f"{directory}: the gate has no candidate arm")
     if counters is None:
         raise CannotAdvise(f"{directory}: the candidate arm recorded no spec-decode counters")
-    return Inputs({"kind": "gate", "where": str(directory)}, counters,
+    return Inputs({"kind": "gate", "where": str(directory), "run_id": gate.run_id}, counters,
                   tuple(cells_from_runs(samples)), seat.serve.max_num_seqs,
                   tuple(sorted(batches)), tuple(measured), seat)
 

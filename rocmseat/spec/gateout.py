@@ -72,7 +72,19 @@ def _not_a_finished_gate(out: Path, base_seat: Path, candidate_seat: Path) -> st
         return f"and its gate.json is not a {GATE_SCHEMA} document"
     if doc.get("error") is not None:
         return "and the gate there did not finish"
-    if (doc.get("base_seat"), doc.get("candidate_seat")) != (str(base_seat),
-                                                               str(candidate_seat)):
+    if not (_same(doc.get("base_seat"), base_seat)
+            and _same(doc.get("candidate_seat"), candidate_seat)):
         return "a gate of other seats"
     return None
+
+
+def _same(recorded: object, given: Path) -> bool:
+    """The seat a gate recorded is the one given (as written, or the same file)."""
+    if not isinstance(recorded, str):
+        return False
+    if recorded == str(given):
+        return True
+    try:
+        return Path(recorded).resolve() == given.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False

@@ -349,3 +349,17 @@ def test_live_replicas_of_other_k_are_not_mixed(rocmseat_cli):
     first = _one_line_error(result)
     assert first == (f"rocmseat: error: {k2.url}: 2 per-position counters, the replicas before "
                      "it 3: a window of mixed K")
+
+
+def test_the_advice_names_the_gate_run_it_came_from(rocmseat_cli, gate_dir):
+    run = "20261201T091500Z-a1b2c3d4e5f6"
+    for name in ("gate.json", "arms/base/arm.json", CAND_ARM):
+        _edit(gate_dir / name, lambda d: d.update(run_id=run))
+    result = _advise(rocmseat_cli, gate_dir, "--json")
+    assert result.exit_code == 1, result.stderr
+    assert json.loads(result.stdout)["source"] == {"kind": "gate", "where": str(gate_dir),
+                                                   "run_id": run}
+    # one arm of another run is refused (the run was the same for all three before)
+    _edit(gate_dir / "arms/base/arm.json", lambda d: d.update(run_id=run[:-1] + "0"))
+    first = _one_line_error(_advise(rocmseat_cli, gate_dir))
+    assert "arms/base/arm.json: key 'run_id': 20261201T091500Z-a1b2c3d4e5f0 is not the run" in first
