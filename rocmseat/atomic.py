@@ -84,7 +84,12 @@ def write_into(directory: Path, name: str, data: bytes, *, mode: int = 0o644,
             handle.write(data)
             handle.flush()
             if owner is not None:
-                os.fchown(handle.fileno(), *owner)
+                try:
+                    os.fchown(handle.fileno(), *owner)
+                except PermissionError:
+                    raise WriteRefused(path, f"cannot keep its owner (uid {owner[0]}, gid "
+                                       f"{owner[1]}) as uid {os.geteuid()}: edit it as its "
+                                       "owner or as root") from None
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
         if unchanged is not None:

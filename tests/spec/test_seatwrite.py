@@ -182,3 +182,27 @@ def test_an_edit_that_would_not_load_is_not_written(seat):
     with pytest.raises(ConfigError, match="the edited seat would not load"):
         write_drafter_schedule(seat, 0, None)
     assert seat.read_text() == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(),
+                    reason="switching to nobody needs root (and a Python nobody may run)")
+def test_an_owner_that_cannot_be_kept_is_refused():
+    # not root and not the owner: fchown to the seat's owner fails; the edit is refused
+    # rather than leaving a seat owned by whoever ran --write
+    import subprocess
+    import tempfile
+
+    # pytest's own base directory is 0700: nobody works in a directory of its own in /tmp
+    holder = tempfile.TemporaryDirectory(prefix="rocmseat-owner-")
+    shared = Path(holder.name)
+    os.chmod(shared, 0o777)
+    code = ("import sys; from pathlib import Path; from rocmseat.atomic import WriteRefused, "
+            "write_into\ntry:\n    write_into(Path(sys.argv[1]), 'seat.toml', b'x', owner=(0, 0))"
+            "\nexcept WriteRefused as exc:\n    print(exc.message)")
+    done = subprocess.run(["/usr/bin/python3", "-c", code, str(shared)], capture_output=True,
+                          text=True, timeout=60, user=NOBODY, group=NOBODY,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert "cannot keep its owner (uid 0, gid 0) as uid 65534" in done.stdout
+    assert list(shared.iterdir()) == []  # the temp file is gone too
+    holder.cleanup()
