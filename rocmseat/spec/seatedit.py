@@ -167,6 +167,17 @@ def write_drafter_schedule(path: Path, k: int, schedule: Schedule | None, *,
     """Write K and the schedule into the seat at `path` (module docstring). ConfigError naming
     the file on every refusal; the seat is left as it was."""
     shown = printable(str(path), 4096)
+    try:
+        return _write_schedule(path, shown, k, schedule, advised_up_to=advised_up_to,
+                               read_only_ok=read_only_ok, lock_timeout_s=lock_timeout_s)
+    except OSError as exc:  # the seat vanished or its directory went away meanwhile
+        raise ConfigError(f"{shown}: {exc.strerror or type(exc).__name__}: not written"
+                          ) from None
+
+
+def _write_schedule(path: Path, shown: str, k: int, schedule: Schedule | None, *,
+                    advised_up_to: int | None, read_only_ok: bool,
+                    lock_timeout_s: float) -> SeatEdit:
     target = _seat_target(path, shown)
     info = os.stat(target)
     if info.st_nlink > 1:
@@ -213,9 +224,11 @@ def write_drafter_schedule(path: Path, k: int, schedule: Schedule | None, *,
                        unchanged=file_identity(before))
         except WriteRefused as exc:
             raise ConfigError(exc.message) from None
+    # no context lines: the lines around [drafter] may be [env] values (tokens, keys), and only
+    # the changed lines, which are the schedule's, reach output
     diff = "".join(difflib.unified_diff(text.splitlines(keepends=True),
                                         edited.splitlines(keepends=True),
-                                        fromfile=f"{shown} (before)", tofile=shown))
+                                        fromfile=f"{shown} (before)", tofile=shown, n=0))
     return SeatEdit(target, True, diff, k_before, sched_before)
 
 

@@ -206,3 +206,15 @@ def test_an_owner_that_cannot_be_kept_is_refused():
     assert "cannot keep its owner (uid 0, gid 0) as uid 65534" in done.stdout
     assert list(shared.iterdir()) == []  # the temp file is gone too
     holder.cleanup()
+
+
+def test_the_diff_shows_only_the_changed_lines(seat):
+    # a token in [env] right after [drafter] never reaches output through the diff's context
+    text = seat.read_text()
+    rest, drafter = text[:text.index("[drafter]")], text[text.index("[drafter]"):]
+    seat.write_text(rest.replace("[env]\n", drafter + '\n[env]\nHF_TOKEN = "hunter2"\n', 1))
+    edit = write_drafter_schedule(seat, 2, ((1, 4, 2), (5, 16, 0)))
+    assert edit.changed and "hunter2" not in edit.diff
+    changed = [line for line in edit.diff.splitlines()
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert changed and all("num_speculative_tokens" in line for line in changed)
