@@ -19,6 +19,7 @@ from rocmseat.spec.documents import (
     parse,
 )
 from tests.conftest import FIXTURES
+from tests.spec.test_hostile_spec_battery import json_paths
 
 GATE = FIXTURES / "spec" / "gate-cpu-deep"
 ARM = json.loads((GATE / "arms" / "candidate" / "arm.json").read_text())
@@ -31,21 +32,6 @@ values = st.recursive(scalars, lambda inner: st.one_of(
     max_leaves=20)
 
 
-def _paths(value, prefix=()):
-    out = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value[:6]):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
-ARM_PATHS = _paths(ARM)
-GATE_PATHS = _paths(GATE_DOC)
-
-
 def _replaced(doc, path, value):
     doc = json.loads(json.dumps(doc))
     target = doc
@@ -55,22 +41,19 @@ def _replaced(doc, path, value):
     return doc
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(ARM_PATHS), values)
-def test_any_value_anywhere_in_an_arm_record(path, value):
-    try:
-        parse(ArmDoc, _replaced(ARM, path, value), "arm.json")
-    except DocumentInvalid as exc:
-        assert str(exc).startswith("arm.json: ") and "\n" not in str(exc)
+DOCS = {"arm.json": (ArmDoc, ARM), "gate.json": (GateDoc, GATE_DOC)}
+PLACES = [(name, path) for name, (_, doc) in DOCS.items() for path in json_paths(doc)]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(GATE_PATHS), values)
-def test_any_value_anywhere_in_a_gate_document(path, value):
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(PLACES), values)
+def test_any_value_anywhere_in_a_record(place, value):
+    name, path = place
+    model, doc = DOCS[name]
     try:
-        parse(GateDoc, _replaced(GATE_DOC, path, value), "gate.json")
+        parse(model, _replaced(doc, path, value), name)
     except DocumentInvalid as exc:
-        assert str(exc).startswith("gate.json: ") and "\n" not in str(exc)
+        assert str(exc).startswith(f"{name}: ") and "\n" not in str(exc)
 
 
 @settings(max_examples=200, deadline=None)

@@ -59,14 +59,15 @@ HOSTILE_VALUES: list[Any] = [
 ]
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def json_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key path of a JSON value (lists: their first 20 items)."""
     out = [prefix] if prefix else []
     if isinstance(value, dict):
         for k, v in value.items():
-            out += _paths(v, (*prefix, k))
+            out += json_paths(v, (*prefix, k))
     elif isinstance(value, list):
         for i, v in enumerate(value[:20]):
-            out += _paths(v, (*prefix, i))
+            out += json_paths(v, (*prefix, i))
     return out
 
 
@@ -133,7 +134,7 @@ class GateBattery(_Rounds):
             rel = target.relative_to(gate)
             if how in ("value", "remove"):
                 doc = json.loads(target.read_text())
-                paths = _paths(doc)
+                paths = json_paths(doc)
                 if not paths:
                     continue
                 path = self.rng.choice(paths)
