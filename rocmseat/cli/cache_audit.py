@@ -30,7 +30,9 @@ from rocmseat.seat.load import load_seat
 @click.argument("seat_files", nargs=-1, type=click.Path(path_type=Path, dir_okay=False))
 @json_option
 @click.option("--prune", is_flag=True, help="Remove old moved-aside caches no process uses.")
-@click.option("--older-than", metavar="AGE", help="With --prune: moved aside longer ago (14d).")
+@click.option("--older-than", metavar="AGE",
+              help="With --prune: moved aside longer ago than AGE, e.g. 14d (required "
+              "with --prune; no default).")
 @click.option("--yes", is_flag=True, help="With --prune: act (without it, print the plan only).")
 @sysfs_root_option
 @state_dir_option

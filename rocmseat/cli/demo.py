@@ -18,7 +18,7 @@ python_option = click.option(
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
     help=f"The engine's Python (torch + transformers) [env var: {PYTHON_ENV}; "
-    "default /opt/rocmseat/vllm-venv/bin/python].",
+    "default: /opt/rocmseat/vllm-venv/bin/python]",
 )
 
 

@@ -33,7 +33,8 @@ def state_dir_option(func: F) -> F:
         type=click.Path(path_type=Path, file_okay=False),
         envvar=STATE_ENV,
         default=None,
-        help=f"State directory (default /var/lib/rocmseat as root) [env var: {STATE_ENV}].",
+        help=f"State directory [env var: {STATE_ENV}; default: a seat's state_dir, else "
+        "/var/lib/rocmseat as root, else $XDG_STATE_HOME/rocmseat]",
     )(func)
 
 

@@ -78,23 +78,27 @@ def spec() -> None:
               help="Run the base arm again after the others: the drift between arms is "
                    "measured, not assumed (one more start).")
 @click.option("--aggregate-min-ratio", type=float, default=None,
-              help="Gate: aggregate at the highest concurrency >= this x base [0.95].")
+              help="Gate: aggregate at the highest concurrency >= this x base "
+                   "[default: [gate], else 0.95].")
 @click.option("--cold-ttft-max-ratio", type=float, default=None,
-              help="Gate: cold TTFT <= this x base [1.5].")
+              help="Gate: cold TTFT <= this x base [default: [gate], else 1.5].")
 @click.option("--prefix-hit-max-drop", type=float, default=None,
-              help="Gate: prefix-cache hit rate >= base minus this [0.05].")
+              help="Gate: prefix-cache hit rate >= base minus this "
+                   "[default: [gate], else 0.05].")
 @click.option("--kv-pool-min-ratio", type=float, default=None,
-              help="Gate: KV pool >= this x base [0.85].")
+              help="Gate: KV pool >= this x base [default: [gate], else 0.85].")
 @click.option("--max-failed-requests", type=int, default=None,
-              help="Gate: failed requests allowed on the candidate [0].")
+              help="Gate: failed requests allowed on the candidate [default: [gate], else 0].")
 @click.option("--noise-floor", type=float, default=None,
-              help="Relative spread of one run assumed at least [0.02].")
+              help="Relative spread of one run assumed at least [default: [gate], else 0.02].")
 @click.option("--drift", type=float, default=None,
-              help="Relative difference of two identical arms measured minutes apart [0.05].")
+              help="Relative difference of two identical arms measured minutes apart "
+                   "[default: [gate], else 0.05].")
 @click.option("--stall-after", type=float, default=None,
-              help="Seconds of running requests without a token that fail an arm [30].")
+              help="Seconds of running requests with no generated token that fail an arm (the "
+                   "arm's `watch --stall-after`) [default: [gate], else 60].")
 @click.option("--run-timeout", type=float, default=None,
-              help="Seconds one benchmark run may take [1800].")
+              help="Seconds one benchmark run may take [default: [gate], else 1800].")
 @click.option("--no-progress", is_flag=True, help="No progress display on stderr.")
 def gate(  # noqa: PLR0917 (click passes every option)
     base_seat: Path, candidate_seat: Path, replica: str, concurrency: str | None,
@@ -233,7 +237,7 @@ def _duration(seconds: float) -> str:
 
 
 @spec.command("advise")
-@click.argument("seat_file", metavar="SEAT", required=False,
+@click.argument("seat_file", metavar="[SEAT]", required=False,
                 type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--target", "targets", multiple=True, metavar="URL",
               help="A live replica's /metrics (repeatable) instead of a seat's replicas.")
@@ -258,7 +262,9 @@ def _duration(seconds: float) -> str:
 @click.option("--picture", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="PNG path [default: advise.png in the gate directory with --from-gate].")
 @click.option("--state-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Where a seat's launched replicas are recorded [default: the seat's].")
+              help="Where a seat's launched replicas are recorded "
+                   "[default: the seat's state_dir, else /var/lib/rocmseat as root, else "
+                   "$XDG_STATE_HOME/rocmseat]")
 def advise_cmd(  # noqa: PLR0917 (click passes every option)
     seat_file: Path | None, targets: tuple[str, ...], gate_dir: Path | None,
     window_s: float | None,

@@ -158,10 +158,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _common(func: F) -> F:
-    func = click.option("--user", help="Run the units as this user (default root).")(func)
+    func = click.option("--user", help="Run the units as this user [default: root]")(func)
     func = click.option("--rocmseat-bin", type=click.Path(path_type=Path, dir_okay=False),
                         help="Absolute path of the rocmseat script the units run "
-                        "(default: the one running now).")(func)
+                        "[default: the one running now]")(func)
     func = state_dir_option(func)
     func = sysfs_root_option(func)
     return click.argument("seat_file", metavar="SEAT",

@@ -62,7 +62,7 @@ class Finite(click.ParamType[float]):
 
 
 @click.command("watch")
-@click.argument("seat_file", metavar="SEAT", required=False,
+@click.argument("seat_file", metavar="[SEAT]", required=False,
                 type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--target", "targets", multiple=True, metavar="[NAME=]URL",
               help="Watch this /metrics URL (repeatable) instead of a seat's replicas.")

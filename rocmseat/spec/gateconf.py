@@ -29,7 +29,7 @@ class Battery:
     output_tokens: int = 256
     long_prompt_tokens: int | None = None  # None: 3/4 of the seat's max_model_len
     warm_ttft_samples: int = 5
-    stall_after_s: float = 30.0
+    stall_after_s: float = 60.0  # as `rocmseat watch --stall-after`: one flag, one default
     run_timeout_s: float = 1800.0
     # Which phases run (the advisor benchmark runs decode only); not a [gate] key.
     phases: tuple[str, ...] = ("cold_ttft", "warm_ttft", "decode", "prefix")
