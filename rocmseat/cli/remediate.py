@@ -15,7 +15,6 @@ from rocmseat import exitcodes
 from rocmseat.cli.options import json_option, resolve_state_dir, state_dir_option
 from rocmseat.errors import ConfigError
 
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 
