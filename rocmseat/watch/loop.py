@@ -204,8 +204,12 @@ class Watcher:
         """An alert raised outside the detector (remediation, rocmseat/watch/remediate): the
         same book, transitions and sinks as the watcher's own."""
         rep = next((r for r in self._replicas if r.target.name == replica), None)
-        if rep is not None:
-            self._set(rep, alert, on, self._clock(), **details)
+        if rep is None:
+            return
+        transition = self.book.set(replica, alert, on, self._clock(), details,
+                                   labels=rep.target.labels)
+        if transition is not None:
+            self._emit(transition)
 
     def _resolve_all(self, rep: _Replica, now: float, why: str) -> None:
         for alert in self.book.for_replica(rep.target.name):

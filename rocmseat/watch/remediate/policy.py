@@ -345,8 +345,11 @@ def _bound(run: _Run, obs: Observation, ladder_start: bool) -> Halt | None:
 
 
 def _start(run: _Run, obs: Observation, ladder: Ladder, step: int, action: str, mode: str,  # noqa: PLR0917
-           why: dict[str, Any], *, collapsed_tps: float | None = None) -> None:
-    ladder_start = step != 2 or ladder.cache_tried_key != obs.key
+           why: dict[str, Any], *, collapsed_tps: float | None = None,
+           continuation: bool = False) -> None:
+    """Start a step (bounds permitting). `continuation`: step 2 right after step 1's verdict,
+    the same ladder; every other start is a new remediation for the per-day bound."""
+    ladder_start = not continuation
     halt = _bound(run, obs, ladder_start)
     if halt is not None:
         text = f"halted: {halt.bound}: {halt.text}"
@@ -434,8 +437,8 @@ def _verify(run: _Run, obs: Observation, ladder: Ladder, pending: Pending) -> No
         after = run.ladders[obs.replica]
         why = dict(pending.why) | {"step1": "collapsed again after a fresh compile"}
         _start(run, dataclasses.replace(obs, key=pending.key), after, 2, RESTART_NO_DRAFTER,
-               "no-drafter", why, collapsed_tps=pending.collapsed_tps
-               or _tps(pending))
+               "no-drafter", why, collapsed_tps=pending.collapsed_tps or _tps(pending),
+               continuation=True)
         return
     if pending.step == 2:
         if pending.generation_s < s.verify_s:
