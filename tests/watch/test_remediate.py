@@ -517,3 +517,22 @@ def test_launch_no_drafter_drops_the_drafter_from_the_plan(rocmseat_cli, tmp_pat
     without = rocmseat_cli("launch", str(seat), "--dry-run", "--json", "--no-drafter", *roots)
     assert "--speculative-config" in with_drafter.stdout
     assert "--speculative-config" not in without.stdout and without.stdout.strip()
+
+
+def test_the_exporter_serves_the_remediation_series(tmp_path):
+    from rocmseat.watch.exporter import ExportState, render
+
+    world = World(tmp_path, replicas=2, extra="max_fraction = 1.0")
+    world.step(3)
+    collapse(world, "r0", "r1")
+    world.step(4)
+    state = ExportState(
+        statuses=tuple(world.watcher.statuses), evaluated_at_s=world.watcher.evaluated_at_s,
+        remediations=tuple((*k, n) for k, n in sorted(world.remediator.counts.items())),
+        remediation_halted=tuple(world.remediator.halted_scopes()))
+    text = render(lambda: state)
+    assert ('rocmseat_remediations_total{action="move-cache-aside-restart",outcome="recovered",'
+            'replica="r0"} 1.0') in text
+    assert 'rocmseat_remediation_halted{scope="replica:r0"} 0.0' in text
+    assert 'rocmseat_remediation_halted{scope="fleet"} 0.0' in text
+    assert 'rocmseat_alert_active{alert="remediation_halted",replica="r0"} 0.0' in text
