@@ -7,7 +7,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -158,13 +157,13 @@ def test_relative_bin_is_refused(rocmseat_cli, tmp_path):
 
 
 def installed_rocmseat() -> Path:
-    beside = Path(sys.executable).parent / "rocmseat"
-    if beside.is_file():
-        return beside
-    found = shutil.which("rocmseat")
-    if found is None:
+    from rocmseat.errors import RocmseatError
+    from rocmseat.launch.install import default_bin
+
+    try:
+        return default_bin()
+    except RocmseatError:
         pytest.skip("the rocmseat console script is not installed (pip install -e .)")
-    return Path(found)
 
 
 @pytest.mark.tools

@@ -101,50 +101,27 @@ class Engine:
 
 def cpu_seat(tmp_path: Path) -> Path:
     """The seat as a cpu seat (one replica, no GPU to read): for the CLI's own paths."""
-    path = seat_text(tmp_path)
-    text = path.read_text().replace('backend = "rocm"\ntp = 2', 'backend = "cpu"\ntp = 1')
-    text = re.sub(r'mode = "explicit"\npairs = .*\nnames = .*\n', 'mode = "auto"\n', text)
+    return seat_text(tmp_path, backend="cpu")
+
+
+def seat_text(tmp_path: Path, *, replicas: int = 1, mode: str = "on", extra: str = "",
+              backend: str = "rocm") -> Path:
+    """The watch tests' seat (tests/watch/test_cli.py) as a seat of `replicas` GPU pairs with
+    `[remediate]` on, restarting through a real command."""
+    from tests.watch.test_cli import write_seat
+
+    path = write_seat(tmp_path, 8100, KEY.digest)
+    text = path.read_text().replace('name = "w6-test"', 'name = "heal"')
+    if backend == "rocm":
+        pairs = ", ".join(f'["0000:{0x10 + 2 * i:02x}:00.0", "0000:{0x11 + 2 * i:02x}:00.0"]'
+                          for i in range(replicas))
+        names = ", ".join(f'"r{i}"' for i in range(replicas))
+        text = text.replace('backend = "cpu"\ntp = 1', 'backend = "rocm"\ntp = 2')
+        text += f'[replicas]\nmode = "explicit"\npairs = [{pairs}]\nnames = [{names}]\n'
+    command = json.dumps([sys.executable, "-c", RECORDER, str(tmp_path / "restarts.log")])
+    text += (f'[remediate]\nmode = "{mode}"\nrestart_command = {command}\n'
+             f'verify_drafts = 200\nverify_s = 30\n{extra}\n')
     path.write_text(text)
-    return path
-
-
-def seat_text(tmp_path: Path, *, replicas: int = 1, mode: str = "on", extra: str = "") -> Path:
-    pairs = ", ".join(f'["0000:{0x10 + 2 * i:02x}:00.0", "0000:{0x11 + 2 * i:02x}:00.0"]'
-                      for i in range(replicas))
-    names = ", ".join(f'"r{i}"' for i in range(replicas))
-    log = tmp_path / "restarts.log"
-    command = json.dumps([sys.executable, "-c", RECORDER, str(log)])
-    path = tmp_path / "seat.toml"
-    path.write_text(f'''name = "heal"
-backend = "rocm"
-tp = 2
-cache_root = "{tmp_path / 'cache'}"
-state_dir = "{tmp_path / 'state'}"
-[engine]
-command = ["python", "-m", "vllm.entrypoints.openai.api_server"]
-model_flag = "--model"
-python = "{sys.executable}"
-[model]
-path = "{tmp_path}"
-[drafter]
-method = "draft_model"
-path = "{tmp_path}"
-num_speculative_tokens = 3
-[serve]
-port_base = 8100
-max_model_len = 256
-max_num_seqs = 4
-[replicas]
-mode = "explicit"
-pairs = [{pairs}]
-names = [{names}]
-[remediate]
-mode = "{mode}"
-restart_command = {command}
-verify_drafts = 200
-verify_s = 30
-{extra}
-''')
     return path
 
 
