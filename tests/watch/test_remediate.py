@@ -325,6 +325,18 @@ def test_dry_run_acts_on_nothing(tmp_path):
     assert A.SPEC_DRAFTER_DEAD in world.status().alerts
 
 
+@pytest.mark.parametrize(("log", "read"), [
+    ("rocm-0.33-aot-hit-eagle3.log", True), ("cpu-0.32-restart-load-failure.log", True),
+    ("rocm-0.33-fresh-dflash.log", False), ("cpu-0.32-fresh-draft-model.log", False)])
+def test_step1_applies_when_the_last_start_read_its_caches(tmp_path, log, read):
+    """The CPU build restarts on its cache with a load failure (found, not loadable, compiled
+    again): that start read the cache too, so moving it aside is step 1 there as well."""
+    from rocmseat.watch.remediate.service import startup_facts
+
+    world = World(tmp_path, log_text=(LOGS / log).read_text())
+    assert startup_facts(world.state, "heal", "r0") == (read, "2026-12-01T08:00:00Z")
+
+
 def test_a_replica_rocmseat_did_not_launch_is_never_acted_on(tmp_path):
     world = World(tmp_path, recorded=False)
     world.step(3)

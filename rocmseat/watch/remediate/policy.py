@@ -294,7 +294,8 @@ def _consider(run: _Run, obs: Observation, ladder: Ladder, view_fresh: bool,
         return
     step1 = obs.cache_loaded is True and ladder.cache_tried_key != obs.key
     if step1:
-        _start(run, obs, ladder, 1, MOVE_CACHE_RESTART, "drafter", why)
+        _start(run, obs, ladder, 1, MOVE_CACHE_RESTART, "drafter", why,
+               collapsed_tps=obs.generation_tokens_per_s)
     else:
         why["step1"] = ("not applicable: the last start did not load its compile caches"
                         if obs.cache_loaded is not True else
@@ -437,7 +438,7 @@ def _verify(run: _Run, obs: Observation, ladder: Ladder, pending: Pending) -> No
         after = run.ladders[obs.replica]
         why = dict(pending.why) | {"step1": "collapsed again after a fresh compile"}
         _start(run, dataclasses.replace(obs, key=pending.key), after, 2, RESTART_NO_DRAFTER,
-               "no-drafter", why, collapsed_tps=pending.collapsed_tps or _tps(pending),
+               "no-drafter", why, collapsed_tps=_tps(pending) or pending.collapsed_tps,
                continuation=True)
         return
     if pending.step == 2:

@@ -62,8 +62,11 @@ def settings_of(seat: Seat, mode: str) -> P.Settings:
 
 
 def startup_facts(state_dir: Path, seat: str, replica: str) -> tuple[bool | None, str | None]:
-    """(its last start loaded its compile caches, that start's time) from the startup report;
-    (None, None) when there is none or it cannot be trusted."""
+    """(its last start read its compile caches, that start's time) from the startup report;
+    (None, None) when there is none or it cannot be trusted. Read: a component found its
+    artifacts (`cache_load`, or `load_failure`: found, failed to load, compiled again, which is
+    how vLLM's CPU build restarts on its cache, docs/demo.md); only fresh compiles mean the
+    start began from an empty cache (rocmseat.launch.startupfacts)."""
     from rocmseat.safeio import read_trusted_state
 
     path = replica_state_dir(state_dir, seat, replica) / "startup.json"
@@ -76,8 +79,10 @@ def startup_facts(state_dir: Path, seat: str, replica: str) -> tuple[bool | None
         return None, None
     if not isinstance(components, dict) or not components:
         return None, started if isinstance(started, str) else None
-    outcomes = [c.get("outcome") if isinstance(c, dict) else None for c in components.values()]
-    loaded = all(o == "cache_load" for o in outcomes)
+    found = {"cache_load", "load_failure"}
+    loaded = any(isinstance(c, dict) and isinstance(c.get("outcomes"), list)
+                 and found.intersection(o for o in c["outcomes"] if isinstance(o, str))
+                 for c in components.values())
     return loaded, started if isinstance(started, str) else None
 
 
@@ -220,8 +225,8 @@ class Remediator:
                 watcher.set_alert(status.replica, alert, alert in wanted, details or {})
         # a replica without its drafter drafts nothing: spec_blind must not take it out
         targets = watcher.targets
-        want = [dataclasses.replace(t, expect_spec=False if state.ladder(t.name).mode ==
-                                    "no-drafter" else None) for t in targets]
+        want = [dataclasses.replace(t, expect_spec=False if _without_drafter(
+            state.ladder(t.name)) else None) for t in targets]
         if want != targets:
             watcher.set_targets(want)
 
@@ -234,6 +239,12 @@ class Remediator:
         if self._thread is not None:
             self._jobs.put(None)
             self._thread.join(timeout=1.0)
+
+
+def _without_drafter(ladder: P.Ladder) -> bool:
+    """The replica runs (or is being verified) without its drafter."""
+    return ladder.mode == "no-drafter" or (ladder.pending is not None
+                                           and ladder.pending.step == 2)
 
 
 def reset(state_dir: Path, seat: str, replica: str | None, now_s: float
