@@ -525,3 +525,49 @@ def test_the_exporter_serves_the_remediation_series(tmp_path):
     assert 'rocmseat_remediation_halted{scope="replica:r0"} 0.0' in text
     assert 'rocmseat_remediation_halted{scope="fleet"} 0.0' in text
     assert 'rocmseat_alert_active{alert="remediation_halted",replica="r0"} 0.0' in text
+
+
+def test_systemd_restarts_write_and_remove_the_no_drafter_dropin(rocmseat_cli, tmp_path):
+    """Without a restart_command the edge drives systemd: the drop-in beside the unit rocmseat
+    rendered, daemon-reload, restart; back to the drafter: the drop-in goes. systemctl itself
+    is not run here (tests never touch the host's systemd): the runner records the argv."""
+    from rocmseat.runner import Completed
+
+    units = tmp_path / "units"
+    seat_file = cpu_seat(tmp_path)
+    seat_file.write_text(seat_file.read_text().replace(
+        "restart_command = ", f'unit_dir = "{units}"\n# restart_command = '))
+    result = rocmseat_cli("systemd", "render", str(seat_file), "--out", str(units),
+                          "--rocmseat-bin", "/usr/local/bin/rocmseat", "--state-dir",
+                          str(tmp_path / "state"))
+    assert result.exit_code == 0, result.stderr
+    seat = load_seat(seat_file)
+    assert seat.remediate.restart_command is None
+    records = {r.replica: r for r in resolve(seat, None, state_root=tmp_path / "state")}
+    calls = []
+
+    def systemctl(argv, **kw):
+        calls.append(list(argv))
+        return Completed(tuple(argv), 0, "", "")
+
+    edge = SeatEdge(seat, records, runner=systemctl)
+    edge.restart("r0", "no-drafter", why="step 2")
+    dropin = units / "rocmseat-heal-r0.service.d" / "50-rocmseat-no-drafter.conf"
+    assert "--no-drafter" in dropin.read_text()
+    assert calls == [["systemctl", "daemon-reload"],
+                     ["systemctl", "restart", "rocmseat-heal-r0.service"]]
+    edge.restart("r0", "drafter", why="reset")
+    assert not dropin.exists()
+    assert calls[2:] == [["systemctl", "daemon-reload"],
+                         ["systemctl", "restart", "rocmseat-heal-r0.service"]]
+    edge.restart("r0", "drafter", why="again")  # nothing to remove: no reload
+    assert calls[4:] == [["systemctl", "restart", "rocmseat-heal-r0.service"]]
+
+    def failing(argv, **kw):
+        return Completed(tuple(argv), 1, "", "Job for x failed.\nSee journalctl -xe\n")
+
+    from rocmseat.watch.remediate.actions import ActionFailed
+
+    with pytest.raises(ActionFailed, match=r"systemctl restart rocmseat-heal-r0.service failed "
+                                           r"\(1\): See journalctl -xe"):
+        SeatEdge(seat, records, runner=failing).restart("r0", "drafter", why="x")
