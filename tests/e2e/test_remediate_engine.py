@@ -186,8 +186,11 @@ def test_remediate_ladder(heal_world: World) -> None:
     assert "r0 runs without its drafter since" in step2["diagnosis"]
     no_drafter_ready = until(world, supervisor, "/ready/r0 200 without the drafter",
                              lambda: ready_line(world), 60)
-    assert gauge(world.exporter(), "rocmseat_alert_active", replica=REPLICA,
-                 alert="replica_no_drafter") == 1.0
+    # the alert is raised after the evaluation that verified step 2: on the exporter from the
+    # next one
+    until(world, supervisor, "replica_no_drafter on the exporter",
+          lambda: gauge(world.exporter(), "rocmseat_alert_active", replica=REPLICA,
+                        alert="replica_no_drafter") == 1.0, 30)
 
     # the good weights back; the operator resets: the drafter returns
     use_drafter(world, "good.safetensors")

@@ -612,7 +612,7 @@ def alerts_for(state: State, replica: str, node: str) -> dict[str, dict[str, str
     if ladder.pending is not None:
         out[A.REMEDIATION_RUNNING] = {"step": str(ladder.pending.step),
                                       "action": ladder.pending.action,
-                                      "alert": str(ladder.pending.why.get("alert", "-"))}
+                                      "trigger": str(ladder.pending.why.get("alert", "-"))}
     if ladder.mode == "no-drafter":
         since = _iso(ladder.since_s) if ladder.since_s is not None else "-"
         out[A.REPLICA_NO_DRAFTER] = {
