@@ -151,9 +151,9 @@ def journal_line(meta: Meta, record: StepRecord) -> str:
              f"action={token(record.action)}", f"outcome={token(record.outcome)}"]
     if record.dry_run:
         parts.append("dry_run=1")
-    for key, value in (*record.why.items(), *record.figures.items()):
-        if value is not None and not isinstance(value, (dict, list)):
-            parts.append(f"{key}={token(value)}")
+    for prefix, items in (("why.", record.why), ("", record.figures)):
+        parts += [f"{prefix}{key}={token(value)}" for key, value in items.items()
+                  if value is not None and not isinstance(value, (dict, list))]
     if record.diagnosis:
         parts.append(f"diagnosis={token(record.diagnosis)}")
     return redact_text("rocmseat-remediate " + " ".join(parts))
