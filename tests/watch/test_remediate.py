@@ -571,3 +571,14 @@ def test_systemd_restarts_write_and_remove_the_no_drafter_dropin(rocmseat_cli, t
     with pytest.raises(ActionFailed, match=r"systemctl restart rocmseat-heal-r0.service failed "
                                            r"\(1\): See journalctl -xe"):
         SeatEdge(seat, records, runner=failing).restart("r0", "drafter", why="x")
+
+
+def test_remediate_goes_with_the_service_not_once(rocmseat_cli, tmp_path):
+    seat = cpu_seat(tmp_path)
+    result = rocmseat_cli("watch", str(seat), "--once", "--remediate=dry-run", "--state-dir",
+                          str(tmp_path / "state"))
+    assert result.exit_code == 2
+    assert "--remediate goes with the service, not --once" in result.stderr
+    off = rocmseat_cli("watch", str(seat), "--once", "--remediate=off", "--interval", "0.05",
+                       "--state-dir", str(tmp_path / "state"))
+    assert "--remediate" not in off.stderr  # off: the seat's [remediate] mode is not used
