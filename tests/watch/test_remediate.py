@@ -582,3 +582,24 @@ def test_remediate_goes_with_the_service_not_once(rocmseat_cli, tmp_path):
     off = rocmseat_cli("watch", str(seat), "--once", "--remediate=off", "--interval", "0.05",
                        "--state-dir", str(tmp_path / "state"))
     assert "--remediate" not in off.stderr  # off: the seat's [remediate] mode is not used
+
+
+def test_move_aside_never_follows_a_link_and_leaves_a_move_in_progress(tmp_path):
+    from rocmseat.cache.store import move_aside
+    from rocmseat.errors import ConfigError
+
+    root = tmp_path / "cache"
+    root.mkdir()
+    assert move_aside(root / "r0", reason={"why": "x"}) is None  # no live cache: nothing moved
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "r0").symlink_to(elsewhere)
+    with pytest.raises(ConfigError, match="is a symlink"):
+        move_aside(root / "r0", reason={"why": "x"})
+    assert (root / "r0").is_symlink() and elsewhere.is_dir()
+    (root / "r0").unlink()
+    prepare(root / "r0", KEY, seat_name="heal")
+    (root / ".r0.intent.json").write_text("{}")
+    with pytest.raises(ConfigError, match="a move aside is in progress"):
+        move_aside(root / "r0", reason={"why": "x"})
+    assert (root / "r0").is_dir()
