@@ -162,7 +162,8 @@ class World:
         self.remediator = Remediator(
             self.seat, seat_file=self.seat_file, state_dir=self.state, mode=mode, node="gpu07",
             records=by_name, edge=self.edge, log=self.lines.append, clock=self.clock,
-            background=False, max_age_s=3 * INTERVAL)
+            background=False, max_age_s=3 * INTERVAL,
+            reread=lambda: {r.replica: r for r in read_recorded(self.seat, self.state).records})
 
     def write_startup(self, replica: str, log_text: str) -> None:
         directory = replica_state_dir(self.state, "heal", replica)
@@ -346,6 +347,11 @@ def test_a_replica_rocmseat_did_not_launch_is_never_acted_on(tmp_path):
     assert [r["outcome"] for r in world.journal()] == [
         "refused: r0 has no placement record (not launched by rocmseat with this state dir): "
         "never acted on"]
+    # launched now (its record written): the records are read again, the ladder acts
+    for record in resolve(world.seat, None, state_root=world.state):
+        write_recorded(record)
+    world.step(1)
+    assert world.restarts == [("r0", "drafter")]
 
 
 def test_a_stale_view_starts_nothing(tmp_path):

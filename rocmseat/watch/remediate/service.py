@@ -36,6 +36,8 @@ VERDICT_MAX_AGE_S = 86_400.0  # the node preflight unit runs at boot; its verdic
 
 
 class Edge(Protocol):
+    records: dict[str, ReplicaPlacement]
+
     def move_cache_aside(self, replica: str, reason: Mapping[str, Any]) -> Path | None: ...
 
     def restart(self, replica: str, mode: str, *, why: str) -> None: ...
@@ -91,12 +93,14 @@ class Remediator:
                  records: Mapping[str, ReplicaPlacement], edge: Edge,
                  log: Callable[[str], None], clock: Callable[[], float] = time.time,
                  node_refusal: Callable[[], str | None] = lambda: None,
-                 background: bool = True, max_age_s: float = 60.0) -> None:
+                 background: bool = True, max_age_s: float = 60.0,
+                 reread: Callable[[], Mapping[str, ReplicaPlacement]] | None = None) -> None:
         self.seat = seat
         self.meta = journal.Meta(seat.name, str(seat_file.absolute()), node, mode)
         self.state_dir = state_dir
         self.settings = settings_of(seat, mode)
         self.records = dict(records)
+        self._reread = reread  # the records again (a replica launched after the watcher)
         self.edge = edge
         self.log = log
         self.clock = clock
@@ -180,6 +184,9 @@ class Remediator:
         if ladder.pending is not None or not wants:
             return obs  # the edge is read only where the ladder may start a step
         refusal: str | None = None
+        if status.replica not in self.records and self._reread is not None:
+            self.records = dict(self._reread())
+            self.edge.records = dict(self.records)
         if status.replica not in self.records:
             refusal = (f"{status.replica} has no placement record (not launched by rocmseat "
                        "with this state dir): never acted on")

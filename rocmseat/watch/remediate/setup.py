@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rocmseat.seat.model import Seat
+from rocmseat.seat.placement import ReplicaPlacement
 from rocmseat.watch.remediate.actions import SeatEdge
 from rocmseat.watch.remediate.service import VERDICT_MAX_AGE_S, Remediator
 
@@ -40,13 +41,15 @@ def remediator_factory(seat: Seat, seat_file: Path, state_dir: Path, mode: str, 
                        sysfs_root: Path | None) -> Callable[[Callable[[str], None]], Remediator]:
     from rocmseat.launch.placed import read_recorded
 
+    def launched() -> dict[str, ReplicaPlacement]:
+        return {r.replica: r for r in read_recorded(seat, state_dir).records}
+
     def make(log: Callable[[str], None]) -> Remediator:
-        recorded = read_recorded(seat, state_dir)
-        records = {r.replica: r for r in recorded.records}
-        log(f"rocmseat-remediate start mode={mode} replicas={','.join(sorted(records)) or '-'} "
+        records_now = launched()
+        log(f"rocmseat-remediate start mode={mode} replicas={','.join(sorted(records_now)) or '-'} "
             f"restart={'command' if seat.remediate.restart_command else 'systemd'}")
         return Remediator(seat, seat_file=seat_file, state_dir=state_dir, mode=mode, node=node,
-                          records=records, edge=SeatEdge(seat, records), log=log,
-                          node_refusal=node_refusal(state_dir, sysfs_root))
+                          records=records_now, edge=SeatEdge(seat, records_now), log=log,
+                          node_refusal=node_refusal(state_dir, sysfs_root), reread=launched)
 
     return make
