@@ -15,18 +15,19 @@ step 2 without the drafter, the reset: five, one at a time.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.e2e.harness import Traffic, cli, gauge, note, wait_for
+from tests.e2e.test_ready_engine import (  # ready_world: the fixture, shared
+    ready,
+    ready_world,  # noqa: F401
+    use_drafter,
+)
 from tests.e2e.world import REPLICA, SERVED, World, dump_toml
 
 pytestmark = pytest.mark.engine
@@ -49,26 +50,6 @@ while not os.path.exists(done):
     time.sleep(0.2)
 sys.exit(int(open(done).read() or 0))
 """
-
-
-@pytest.fixture(scope="module")
-def heal_world(engine_python: Path, demo_models: Path,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    root = tmp_path_factory.mktemp("remediate")
-    models = root / "models"
-    models.mkdir()
-    shutil.copytree(demo_models / "target", models / "target")
-    shutil.copytree(demo_models / "target", models / "drafter")  # the target's own weights
-    shutil.copyfile(demo_models / "target" / "model.safetensors", root / "good.safetensors")
-    shutil.copyfile(demo_models / "drafter-other" / "model.safetensors", root / "bad.safetensors")
-    sock_dir = Path(tempfile.mkdtemp(prefix="rocmseat-heal-"))
-    world = World(root=root, engine_python=engine_python, models=models,
-                  notify_path=sock_dir / "notify")
-    try:
-        yield world
-    finally:
-        world.close()
-        sock_dir.rmdir()
 
 
 class Supervisor:
@@ -98,22 +79,10 @@ class Supervisor:
         (self.control / f"done-{n}").write_text("0")
 
 
-def use_drafter(world: World, weights: str) -> None:
-    shutil.copyfile(world.root / weights, world.models / "drafter" / "model.safetensors")
-
-
 def journal(world: World) -> list[dict]:
     folder = world.state_dir / "remediation" / "e2e-cpu" / "journal"
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] \
         if folder.is_dir() else []
-
-
-def ready(world: World) -> tuple[int, str]:
-    try:
-        r = httpx.get(f"http://127.0.0.1:{world.exporter_port}/ready/{REPLICA}", timeout=5)
-    except httpx.HTTPError as exc:
-        return 0, f"(no answer: {exc})"
-    return r.status_code, r.text.strip()
 
 
 def ready_line(world: World, min_al: float | None = None) -> str | None:
@@ -148,8 +117,9 @@ def outcome(world: World, step: int, text: str):
     return check
 
 
-def test_remediate_ladder(heal_world: World) -> None:
-    world = heal_world
+def test_remediate_ladder(ready_world: World) -> None:  # noqa: F811 (the fixture)
+    """The ready test's world (its own copy of the models, good and bad drafter weights)."""
+    world = ready_world
     use_drafter(world, "good.safetensors")
     seat = world.root / "seat.toml"
     supervisor = Supervisor(world, seat)
