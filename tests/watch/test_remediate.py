@@ -131,7 +131,7 @@ class World:
 
     def __init__(self, tmp_path: Path, *, replicas: int = 1, mode: str = "on",
                  log_text: str = HIT_LOG, recorded: bool = True, extra: str = "",
-                 after_restart: dict | None = None) -> None:
+                 after_restart: dict | None = None, node_refusal=lambda: None) -> None:
         self.tmp = tmp_path
         self.seat_file = seat_text(tmp_path, replicas=replicas, mode=mode, extra=extra)
         self.seat = load_seat(self.seat_file)
@@ -162,7 +162,7 @@ class World:
         self.remediator = Remediator(
             self.seat, seat_file=self.seat_file, state_dir=self.state, mode=mode, node="gpu07",
             records=by_name, edge=self.edge, log=self.lines.append, clock=self.clock,
-            background=False, max_age_s=3 * INTERVAL,
+            background=False, max_age_s=3 * INTERVAL, node_refusal=node_refusal,
             reread=lambda: {r.replica: r for r in read_recorded(self.seat, self.state).records})
 
     def write_startup(self, replica: str, log_text: str) -> None:
@@ -609,3 +609,26 @@ def test_move_aside_never_follows_a_link_and_leaves_a_move_in_progress(tmp_path)
     with pytest.raises(ConfigError, match="a move aside is in progress"):
         move_aside(root / "r0", reason={"why": "x"})
     assert (root / "r0").is_dir()
+
+
+@pytest.mark.parametrize(("tree", "acts"), [("x99-r9700-degraded", False), ("x99-r9700", True)])
+def test_never_on_a_node_whose_preflight_fails(rocmseat_cli, tmp_path, tree, acts):
+    """The node's verdict is the one a real `rocmseat preflight` run cached in the state dir
+    (a degraded link fails it): a node problem is not a drafter problem."""
+    from rocmseat.watch.remediate.setup import node_refusal
+
+    sysfs = FIXTURES / "sysfs" / tree
+    state = tmp_path / "state"
+    ran = rocmseat_cli("preflight", "--sysfs-root", str(sysfs), "--state-dir", str(state),
+                       "--no-hip")
+    assert ran.exit_code == (0 if acts else 1), ran.stderr
+    world = World(tmp_path, node_refusal=node_refusal(state, sysfs))
+    world.step(3)
+    collapse(world)
+    world.step(2)
+    if acts:
+        assert world.restarts == [("r0", "drafter")]
+        return
+    assert world.restarts == []
+    assert world.journal()[0]["outcome"] == (
+        "refused: the node's preflight: it fails (a node problem is not a drafter problem)")
