@@ -632,3 +632,34 @@ def test_never_on_a_node_whose_preflight_fails(rocmseat_cli, tmp_path, tree, act
     assert world.restarts == []
     assert world.journal()[0]["outcome"] == (
         "refused: the node's preflight: it fails (a node problem is not a drafter problem)")
+
+
+@pytest.mark.tools
+def test_systemd_analyze_verifies_the_unit_with_its_no_drafter_dropin(rocmseat_cli, tmp_path):
+    import shutil
+    import subprocess
+
+    from rocmseat.runner import Completed
+    from tests.cli.test_systemd import installed_rocmseat
+
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (Debian package systemd)")
+    units = tmp_path / "units"
+    seat_file = cpu_seat(tmp_path)
+    seat_file.write_text(seat_file.read_text().replace(
+        "restart_command = ", f'unit_dir = "{units}"\n# restart_command = '))
+    result = rocmseat_cli("systemd", "render", str(seat_file), "--out", str(units),
+                          "--rocmseat-bin", str(installed_rocmseat()), "--state-dir",
+                          str(tmp_path / "state"))
+    assert result.exit_code == 0, result.stderr
+    seat = load_seat(seat_file)
+    records = {r.replica: r for r in resolve(seat, None, state_root=tmp_path / "state")}
+    edge = SeatEdge(seat, records, runner=lambda argv, **kw: Completed(tuple(argv), 0, "", ""))
+    edge.restart("r0", "no-drafter", why="step 2")
+    unit = units / "rocmseat-heal-r0.service"
+    proc = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == "", proc.stderr  # the drop-in was read: a bad key would show
+    assert (units / "rocmseat-heal-r0.service.d" / "50-rocmseat-no-drafter.conf").is_file()
