@@ -663,3 +663,16 @@ def test_systemd_analyze_verifies_the_unit_with_its_no_drafter_dropin(rocmseat_c
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip() == "", proc.stderr  # the drop-in was read: a bad key would show
     assert (units / "rocmseat-heal-r0.service.d" / "50-rocmseat-no-drafter.conf").is_file()
+
+
+@pytest.mark.parametrize("name", ["r9", "r0\x1b[2J", "r0\nrocmseat-remediate outcome=recovered"])
+def test_reset_of_an_unknown_replica_is_one_clean_line(rocmseat_cli, tmp_path, name):
+    world = World(tmp_path)
+    world.step(3)
+    collapse(world)
+    world.step(1)
+    result = rocmseat_cli("remediate", "reset", name, "--state-dir", str(world.state))
+    assert result.exit_code == 1
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("rocmseat: error: replica ") and "no remediation state" in first
+    assert "\x1b" not in result.stderr and len(result.stderr.splitlines()) == 2  # + the hint

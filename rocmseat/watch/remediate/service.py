@@ -262,7 +262,10 @@ def reset(state_dir: Path, seat: str, replica: str | None, now_s: float
         state, meta = journal.load_state(state_dir, seat)
         if replica is not None and replica not in state.ladders and not any(
                 h.scope == P.replica_scope(replica) for h in state.halts.values()):
-            raise RocmseatError(f"replica {replica}: no remediation state in seat {seat}",
+            from rocmseat.seat.locate import printable
+
+            raise RocmseatError(f"replica {printable(replica, 80)!r}: no remediation state in "
+                                f"seat {seat}",
                                 hint="`rocmseat remediate status` lists what there is")
         new, back = P.reset(state, replica)
         journal.save_state(state_dir, meta, new, now_s)
