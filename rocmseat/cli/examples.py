@@ -84,6 +84,18 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "rocmseat demo spec-models /tmp/rocmseat-models --eps 0,0.5,1",
         "rocmseat demo spec-models /tmp/rocmseat-models --acceptance 0.6,0.8",
     ),
+    "rocmseat remediate": (
+        f"rocmseat remediate status --seat {SEAT}",
+        f"rocmseat remediate reset r1 --seat {SEAT}",
+    ),
+    "rocmseat remediate status": (
+        f"rocmseat remediate status --seat {SEAT}",
+        "rocmseat remediate status --json --last 20",
+    ),
+    "rocmseat remediate reset": (
+        f"rocmseat remediate reset r1 --seat {SEAT}",
+        "rocmseat remediate reset",
+    ),
     "rocmseat slurm": (
         "rocmseat slurm health --dry-run",
         "rocmseat slurm health --max-age 600 --budget 50",

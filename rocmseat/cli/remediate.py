@@ -20,8 +20,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _seat_option(func: F) -> F:
     return click.option("--seat", "seat_file", type=click.Path(path_type=Path, dir_okay=False),
-                        default=None, help="The seat file (default: the one seat with "
-                        "remediation state in the state dir).")(func)
+                        default=None, help="The seat file [default: the one seat with "
+                        "remediation state in the state dir]")(func)
 
 
 def _where(seat_file: Path | None, state_dir: Path | None) -> tuple[Path, str]:

@@ -64,6 +64,8 @@ def test_every_command_with_json_has_its_schema():
         (["spec", "gate", "{missing}", "{missing}", "--json"], "rocmseat.gate/v1"),
         (["demo", "models", "{dest}", "--python", "{missing}", "--json"],
          "rocmseat.demo-models/v1"),
+        (["remediate", "status", "--seat", "{missing}", "--json"],
+         "rocmseat.remediation-status/v1"),
     ],
     ids=lambda v: v if isinstance(v, str) else " ".join(v[:2]),
 )
