@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import json
 import os
 import signal
@@ -241,7 +242,10 @@ def _duration(seconds: float) -> str:
               help="Largest K considered [default: the measured K + 2, labelled extrapolation].")
 @json_option
 @click.option("--write", "write_seat", type=click.Path(path_type=Path, dir_okay=False),
-              default=None, help="Write the proposed [drafter] schedule into this seat file.")
+              default=None, help="Write the proposal's measured tiers into this seat file's "
+                                 "[drafter] (the other batch sizes keep its K).")
+@click.option("--accept-model", is_flag=True,
+              help="With --write: write the model's and extrapolated tiers too.")
 @click.option("--picture", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="PNG path [default: advise.png in the gate directory with --from-gate].")
 @click.option("--state-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
@@ -250,7 +254,7 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
     seat_file: Path | None, targets: tuple[str, ...], gate_dir: Path | None,
     window_s: float | None,
     logs: tuple[Path, ...], max_num_seqs: int | None, k_limit: int | None, as_json: bool,
-    write_seat: Path | None, picture: Path | None, state_dir: Path | None,
+    write_seat: Path | None, accept_model: bool, picture: Path | None, state_dir: Path | None,
 ) -> int:
     """Best draft length per batch-size band from acceptance counters and measured step costs."""
     from rocmseat.spec import advise as adv
@@ -290,18 +294,22 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
     if max_num_seqs is not None:
         inputs = adv.Inputs(inputs.source, inputs.counters, inputs.cells, max_num_seqs,
                             inputs.batches, inputs.measured, inputs.seat)
-    advice, acceptance, cost = adv.run_advise(inputs, k_limit=k_limit)
-    picture_path, picture_note = _advise_picture(picture, advice, acceptance, cost, inputs)
+    if accept_model and write_seat is None:
+        raise click.UsageError("--accept-model says what --write may write: give --write SEAT")
+    decision, acceptance, cost = adv.run_advise(inputs, k_limit=k_limit)
+    advice = decision.advice
+    picture_path, picture_note = _advise_picture(picture, decision, inputs)
     written = None
     code = exitcodes.OK
     if write_seat is not None:
-        written, code = _write(write_seat, advice)
+        written, code = _write_decision(write_seat, decision, inputs.max_num_seqs,
+                                        accept_model)
     else:
         k_now, sched_now = adv.current_drafter(inputs.seat)
         if k_now is not None and (advice.num_speculative_tokens, advice.schedule) != (
                 k_now, sched_now):
             code = exitcodes.PROBLEM
-    doc = adv.advice_json(inputs, advice, acceptance, cost, picture=picture_path,
+    doc = adv.advice_json(inputs, decision, acceptance, cost, picture=picture_path,
                           picture_note=picture_note, exit_code=code, written=written)
     if as_json:
         click.echo(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
@@ -310,20 +318,53 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
     return code
 
 
-def _advise_picture(path: Path | None, advice: Any, acceptance: Any, cost: Any,
-                    inputs: Any) -> tuple[str | None, str]:
+def _advise_picture(path: Path | None, decision: Any, inputs: Any) -> tuple[str | None, str]:
     if path is None:
         return None, "not drawn (pass --picture PATH)"
-    from rocmseat.spec.advise import predicted_for
     from rocmseat.spec.plot import PlotUnavailable, advise_picture
 
-    pvm = [(f"{p.arm} B{p.batch}", predicted_for(p, acceptance, cost, inputs.max_num_seqs),
-            p.tokens_per_s) for p in inputs.measured]
-    stairs = {b: [(t.alpha_from, t.k) for t in steps] for b, steps in advice.staircase.items()}
     try:
-        return str(advise_picture(path, advice.best_k, stairs, advice.alpha, pvm)), "written"
+        return str(advise_picture(path, decision, inputs.source["kind"])), "written"
     except PlotUnavailable as exc:
         return None, exc.message
+
+
+def _write_decision(path: Path, decision: Any, max_num_seqs: int,
+                    accept_model: bool) -> tuple[str, int]:
+    """--write: the measured tiers (all tiers with --accept-model), the diff and the basis."""
+    from dataclasses import replace
+
+    from rocmseat.seat.load import load_seat
+    from rocmseat.spec.basis import MEASURED, writable
+    from rocmseat.spec.decide import proposal_of
+    from rocmseat.spec.schedule import lookup
+
+    seat = load_seat(path)
+    k_now = seat.drafter.num_speculative_tokens if seat.drafter else 0
+    sched_now = seat.drafter.num_speculative_tokens_per_batch_size if seat.drafter else None
+    current = (lookup(sched_now, max_num_seqs, k_now) if sched_now and k_now
+               else (k_now,) * max_num_seqs)
+    table = writable(decision, current, accept_model=accept_model)
+    held = [t for t in decision.tiers if t.basis != MEASURED]
+    basis = "\n".join(f"  batch {t.start}-{t.end} K={t.k}: {t.basis}"
+                      + ("" if t.basis == MEASURED or accept_model
+                         else f" (not written: batch sizes {t.start}-{t.end} keep K="
+                              f"{_ks(current, t.start, t.end)})")
+                      for t in decision.tiers)
+    if tuple(table) == tuple(current):
+        why = (" only the model's tiers would change it: --accept-model writes them, after "
+               "measuring them (next:)" if held else " it is the proposal already")
+        return (f"{path}: not written: the seat's [drafter] stays as it is;{why}\n{basis}",
+                exitcodes.PROBLEM if held else exitcodes.OK)
+    k, schedule = proposal_of(table)
+    message, code = _write(path, replace(decision.advice, num_speculative_tokens=k,
+                                         schedule=schedule))
+    return f"{message}\nbasis of what was proposed:\n{basis}", code
+
+
+def _ks(table: Any, start: int, end: int) -> str:
+    ks = sorted(set(table[start - 1:end]))
+    return ",".join(str(k) for k in ks)
 
 
 def _write(path: Path, advice: Any) -> tuple[str, int]:
@@ -344,7 +385,10 @@ def _write(path: Path, advice: Any) -> tuple[str, int]:
         if edited != text:
             atomic_write_text(target, edited, mode=mode)
     schedule = ([list(e) for e in advice.schedule] if advice.schedule else "removed")
+    diff = "".join(difflib.unified_diff(text.splitlines(keepends=True),
+                                        edited.splitlines(keepends=True),
+                                        fromfile=f"{path} (before)", tofile=f"{path} (written)"))
     return (f"{path}: [drafter] num_speculative_tokens = {advice.num_speculative_tokens}, "
             f"num_speculative_tokens_per_batch_size = {schedule}; the config key changes with "
             "it (the speculative config is a key factor): the next launch moves the replica's "
-            "compile cache aside and compiles afresh"), exitcodes.OK
+            f"compile cache aside and compiles afresh\n{diff.rstrip()}"), exitcodes.OK

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rocmseat import exitcodes
 from rocmseat.spec.acceptance import CountersError, estimate
 from rocmseat.spec.gates import ArmFigures, Crossover, GateResult, Series, Verdict, ratio_gate
+from rocmseat.spec.plot import RatioSeries, gate_picture
 from rocmseat.spec.schedule import Schedule, as_lists
 
 SCHEMA = "rocmseat.gate/v1"
@@ -180,3 +182,19 @@ def render_table(arms: Sequence[ArmFigures], memory: Mapping[str, str], *,
     lines.append(proposal_note)
     lines.append(f"picture: {picture}")
     return "\n".join(lines) + "\n"
+
+
+def ratio_series(comparisons: Sequence[Comparison]) -> list[RatioSeries]:
+    """What gate.png's upper panel draws: each compared arm's ratio to the base with its 95 %
+    band, its crossover and its verdict."""
+    return [RatioSeries(c.arm.name, VERDICT_WORDS[exit_code(c.gates)],
+                        dict(c.crossover.ratios) if c.crossover else {},
+                        c.crossover.concurrency if c.crossover else None)
+            for c in comparisons]
+
+
+def draw(path: Path, arms: Sequence[ArmFigures], comparisons: Sequence[Comparison],
+         threshold: float) -> Path:
+    """gate.png: the ratio to the base (does it pay, up to which load) and the tokens/s."""
+    series = [(a.name, {c: list(s.values) for c, s in a.throughput.items()}) for a in arms]
+    return gate_picture(path, series, ratio_series(comparisons), threshold)
