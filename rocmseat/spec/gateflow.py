@@ -305,11 +305,13 @@ def _proposal_note(cross: int | None, last: int | None, schedule: Schedule | Non
 
 def _picture(out: Path, arms: list[ArmFigures], comparisons: list[Comparison],
              threshold: float) -> tuple[str | None, str]:
+    """gate.png in --out, named relative to it (gate.json and gate.txt lie beside it; an
+    absolute path would name wherever the gate ran, not where the directory is now)."""
     try:
         path = draw(out / "gate.png", arms, comparisons, threshold)
     except PlotUnavailable as exc:
         return None, exc.message
-    return str(path), "written"
+    return path.name, "written"
 
 
 def _battery_json(battery: Battery) -> dict[str, Any]:

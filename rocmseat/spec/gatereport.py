@@ -187,10 +187,19 @@ def render_table(arms: Sequence[ArmFigures], memory: Mapping[str, str], *,
 def ratio_series(comparisons: Sequence[Comparison]) -> list[RatioSeries]:
     """What gate.png's upper panel draws: each compared arm's ratio to the base with its 95 %
     band, its crossover and its verdict."""
-    return [RatioSeries(c.arm.name, VERDICT_WORDS[exit_code(c.gates)],
+    return [RatioSeries(c.arm.name, _verdict_words(c),
                         dict(c.crossover.ratios) if c.crossover else {},
                         c.crossover.concurrency if c.crossover else None)
             for c in comparisons]
+
+
+def _verdict_words(c: Comparison) -> str:
+    """'do not ship (FAIL aggregate@64 0.536x)': the verdict and the gates that are not PASS."""
+    shown = [f"{g.verdict.value} {g.gate}" + (f" {g.value:.3g}x" if g.value is not None
+                                               and g.gate.startswith("aggregate") else "")
+             for g in c.gates if g.verdict is not Verdict.PASS]
+    words = VERDICT_WORDS[exit_code(c.gates)]
+    return f"{words} ({', '.join(shown)})" if shown else words
 
 
 def draw(path: Path, arms: Sequence[ArmFigures], comparisons: Sequence[Comparison],

@@ -58,24 +58,31 @@ def gate_picture(path: Path, arms: Sequence[tuple[str, Mapping[int, Sequence[flo
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colour = {name: colours[i % len(colours)] for i, (name, _) in enumerate(arms)}
     levels_all = sorted({c for _, series in arms for c, v in series.items() if v})
+    crossings: dict[int, list[str]] = {}
     for r in ratios:
         levels = sorted(r.points)
         if not levels:
             continue
         c = colour.get(r.arm, "black")
-        mid = [r.points[x][0] for x in levels]
-        top.plot(levels, mid, marker="o", color=c, label=f"{r.arm} / base: {r.verdict}")
+        top.plot(levels, [r.points[x][0] for x in levels], marker="o", color=c,
+                 label=f"{r.arm} / base")
         top.fill_between(levels, [r.points[x][1] for x in levels],
                          [r.points[x][2] for x in levels], color=c, alpha=0.18)
         if r.crossover is not None:
-            top.axvline(r.crossover, color=c, linestyle=":", linewidth=1.2)
-            top.annotate(f"{r.arm} crossover @{r.crossover}", (r.crossover, 1.0),
-                         textcoords="offset points", xytext=(4, 6), fontsize=7, color=c)
+            crossings.setdefault(r.crossover, []).append(r.arm)
+    for at, names in sorted(crossings.items()):  # one line and one legend entry per level
+        top.axvline(at, color="grey", linestyle=":", linewidth=1.4,
+                    label=f"crossover @{at}: {', '.join(names)}")
     top.axhline(1.0, color="black", linewidth=1)
     top.axhline(threshold, color="tab:red", linestyle="--", linewidth=1,
                 label=f"gate: aggregate >= {threshold:g}x base")
     top.set_ylabel("candidate / base (output tokens/s)")
-    top.set_title("does the candidate pay, up to which load? (band: 95 %)", fontsize=10)
+    verdicts = "\n".join(
+        f"{r.arm}: {r.verdict}; " + (f"crossover @{r.crossover}" if r.crossover is not None
+                                     else f"no crossover up to {max(r.points, default='-')}")
+        for r in ratios)
+    top.set_title(f"does the candidate pay, up to which load? (band: 95 %)\n{verdicts}",
+                  fontsize=9)
     top.grid(True, alpha=0.3)
     top.legend(fontsize=7, loc="best")
     for name, series in arms:
@@ -134,8 +141,14 @@ def advise_picture(path: Path, decision: Decision, source: str) -> Path:
         shown.add(t.basis)
     if decision.free.best_k != advice.best_k:
         batches = list(range(1, len(decision.free.best_k) + 1))
-        ax.step(batches, decision.free.best_k, where="mid", color="grey", linewidth=1,
-                label="the model alone (not proposed)")
+        ax.step(batches, decision.free.best_k, where="mid", color="tab:red", linewidth=1.6,
+                linestyle="--", label="the model alone (not proposed)")
+    ran = sorted({(o.batch, o.k) for o in obs if o.drafter and o.batch <= len(advice.best_k)})
+    if ran:
+        ax.scatter([b for b, _ in ran], [k for _, k in ran], marker="o", color="black", s=18,
+                   zorder=3, label="a gate arm ran (batch, K)")
+    top_k = max([*advice.best_k, *decision.free.best_k, *(k for _, k in ran), 1])
+    ax.set_ylim(-0.2, top_k + 0.8)
     ax.set_xlim(0.5, len(advice.best_k) + 0.5)
     ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
@@ -143,7 +156,7 @@ def advise_picture(path: Path, decision: Decision, source: str) -> Path:
     ax.set_ylabel("proposed K")
     ax.set_title("proposal per batch size, by basis", fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper right")
     ax = axes[1]
     for batch, steps in sorted(advice.staircase.items()):
         xs: list[float] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 
 import pytest
 
@@ -49,8 +50,31 @@ def test_the_same_verdicts_as_when_it_ran(out):
 
 def test_the_picture(out):
     pytest.importorskip("matplotlib")
-    rejudge(out)
+    outcome = rejudge(out)
     assert (out / "gate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # named inside the gate directory, not where the gate ran (/tmp/specx/g2/gate.png before)
+    assert outcome.doc["picture"] == "gate.png"
+    assert json.loads((out / "gate.json").read_text())["picture"] == "gate.png"
+    assert outcome.table.splitlines()[-1] == "picture: gate.png"
+    # two panels: the ratio to the base over the tokens/s (7.5 x 7.2 inches at 120 dpi)
+    assert struct.unpack(">II", (out / "gate.png").read_bytes()[16:24]) == (900, 864)
+
+
+def test_the_picture_shows_each_comparison_its_verdict_and_crossover(tmp_path, monkeypatch):
+    import rocmseat.spec.gatereport as report
+
+    drawn = []
+    monkeypatch.setattr(report, "gate_picture", lambda path, arms, ratios, threshold: drawn.append(
+        (ratios, threshold)) or path)
+    out = tmp_path / "gate"
+    shutil.copytree(SCHEDULE_GATE, out)
+    rejudge(out)
+    [(series, threshold)] = drawn
+    assert threshold == 0.95
+    assert [(r.arm, r.verdict, r.crossover) for r in series] == [
+        ("candidate", "do not ship (FAIL aggregate@64 0.536x, INCONCLUSIVE cold_ttft)", 4),
+        ("schedule", "do not ship (FAIL aggregate@64 0.614x, INCONCLUSIVE cold_ttft)", 4)]
+    assert series[0].points[64] == pytest.approx((0.536, 0.459, 0.627), abs=1e-3)
 
 
 def test_without_matplotlib_the_gate_says_so(out, monkeypatch):
@@ -109,3 +133,29 @@ def test_advice_from_the_schedule_gate_predicts_each_arm_at_its_own_k(rocmseat_c
         "predicted_tok_s"]
     # the step-cost cells come from the base and the candidate only (a schedule mixes K)
     assert {c["k"] for c in doc["step_cost"]["cells"]} == {0, 4}
+
+
+@pytest.mark.parametrize(("method", "above"), [("draft_model", 0), ("dflash", 1), ("eagle3", 1)])
+def test_the_gate_floors_a_hidden_state_drafter_at_k1(tmp_path, method, above):
+    """The schedule gate as if run without --verify-schedule, with the candidate's drafter
+    changed: above the crossover a hidden-state drafter keeps K=1 (the K=0 trap)."""
+    out = tmp_path / "gate"
+    shutil.copytree(SCHEDULE_GATE, out)
+    doc = json.loads((out / "gate.json").read_text())
+    doc["arms"] = [a for a in doc["arms"] if a["name"] != "schedule"]
+    (out / "gate.json").write_text(json.dumps(doc))
+    seat = out / "arms" / "candidate" / "seat.toml"
+    seat.write_text(seat.read_text().replace('method = "draft_model"', f'method = "{method}"'))
+    outcome = rejudge(out)
+    assert outcome.doc["proposed_schedule"] == [[1, 1, 4], [2, 64, above]]
+    trap = "Above 1 requests the tier is K=1, not 0: the"
+    assert (trap in outcome.table) == bool(above)
+
+
+@pytest.mark.parametrize("gate", [GATE, SCHEDULE_GATE], ids=lambda p: p.name)
+def test_the_shipped_gates_carry_their_pictures_and_their_current_table(tmp_path, gate):
+    for name in ("gate.png", "advise.png"):
+        assert (gate / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    out = tmp_path / "gate"
+    shutil.copytree(gate, out)
+    assert (gate / "gate.txt").read_text() == rejudge(out).table
