@@ -21,7 +21,7 @@ import re
 import shlex
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from rocmseat.seat.load import load_seat
 from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
 from rocmseat.spec.acceptance import MAX_SHORTFALL, Acceptance, Counters, CountersError, estimate
-from rocmseat.spec.basis import Decision, Observation, decide, noise_of
+from rocmseat.spec.basis import Decision, Observation, decide, noise_of, seat_k0_trap
 from rocmseat.spec.benchresult import parse_bench_result
 from rocmseat.spec.decide import Advice, Allowed, advise, throughput
 from rocmseat.spec.iterlog import parse_iteration_log
@@ -338,6 +338,9 @@ def run_advise(inputs: Inputs, *, k_limit: int | None = None) -> tuple[Decision,
     method = inputs.seat.drafter.method if inputs.seat and inputs.seat.drafter else None
     decision = decide(run, observations(inputs, acceptance, cost), method,
                       lambda b, k: throughput(acceptance, cost, b, k))
+    trap = seat_k0_trap(method, current_drafter(inputs.seat)[1])
+    if trap:
+        decision = replace(decision, notes=(*decision.notes, trap))
     return decision, acceptance, cost
 
 

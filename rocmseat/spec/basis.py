@@ -150,6 +150,19 @@ def _model_error(obs: Sequence[Observation]) -> float | None:
     return math.sqrt(sum(m * m for m in misses) / len(misses))
 
 
+def seat_k0_trap(method: str | None, schedule: Sequence[Sequence[int]] | None) -> str:
+    """The K=0 trap in a seat's own schedule: '' or what is wrong with it."""
+    if not keeps_hidden_state(method) or not schedule:
+        return ""
+    zero = [f"{start}-{end}" for start, end, k in schedule if k == 0]
+    if not zero:
+        return ""
+    return (f"the seat's schedule {[list(e) for e in schedule]} turns the {method} drafter off "
+            f"(K=0) at batch sizes {', '.join(zero)}: the K=0 trap (its hidden state goes stale "
+            "and acceptance collapses when K comes back, vllm#53426, TensorRT-LLM#16888); use "
+            "K=1 there unless a gate arm measured that K=0 tier paying")
+
+
 def k0_rule(obs: Sequence[Observation], method: str | None) -> tuple[bool, str]:
     """(K=0 tiers may be proposed, why not). A K=0 tier with the drafter loaded pays when it
     held against the base measured at the same batch size."""

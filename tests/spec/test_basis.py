@@ -204,3 +204,30 @@ def test_the_advise_picture_has_a_model_check_panel_only_with_measured_arms(
 
     picture = advise_picture(tmp_path / "live.png", decision, "target")
     assert _png_size(picture)[0] == round(4.6 * 2 * 110)  # two panels, no empty third
+
+
+def test_the_shipped_r9700_seat_has_no_k0_trap():
+    """Its [5, 1024, 0] tier turned a DFlash drafter off above 4 requests (never measured)."""
+    from rocmseat.seat.load import load_seat
+    from rocmseat.spec.basis import seat_k0_trap
+
+    seat = load_seat(REPO / "launchers" / "r9700-mxfp4-dflash.toml")
+    drafter = seat.drafter
+    assert drafter is not None and drafter.method == "dflash"
+    assert seat_k0_trap(drafter.method, drafter.num_speculative_tokens_per_batch_size) == ""
+    assert min(k for _, _, k in drafter.num_speculative_tokens_per_batch_size) == 1
+    old = ((1, 2, 7), (3, 4, 3), (5, 1024, 0))
+    assert "at batch sizes 5-1024: the K=0 trap" in seat_k0_trap("dflash", old)
+    assert seat_k0_trap("draft_model", old) == ""
+
+
+def test_the_advisor_names_the_k0_trap_in_the_seat_it_advises(rocmseat_cli, tmp_path):
+    gate = without_the_schedule_arm(copy(tmp_path, SCHEDULE))
+    seat = gate / "arms" / "candidate" / "seat.toml"
+    seat.write_text(seat.read_text().replace('method = "draft_model"', 'method = "eagle3"')
+                    .replace("num_speculative_tokens = 4\n", "num_speculative_tokens = 4\n"
+                             "num_speculative_tokens_per_batch_size = [[1, 1, 4], [2, 64, 0]]\n"))
+    _, doc = advise_json(rocmseat_cli, "--from-gate", str(gate))
+    assert any(n.startswith("the seat's schedule [[1, 1, 4], [2, 64, 0]] turns the eagle3 "
+                            "drafter off (K=0) at batch sizes 2-64: the K=0 trap")
+               for n in doc["notes"])
