@@ -324,9 +324,12 @@ def _advise_picture(path: Path | None, decision: Any, inputs: Any) -> tuple[str 
     from rocmseat.spec.plot import PlotUnavailable, advise_picture
 
     try:
-        return str(advise_picture(path, decision, inputs.source["kind"])), "written"
+        drawn = str(advise_picture(path, decision, inputs.source["kind"]))
     except PlotUnavailable as exc:
         return None, exc.message
+    return drawn, ("written" if decision.observations else
+                   "written without the model-check panel: no measured arms to check the "
+                   "model against (a gate directory has them)")
 
 
 def _write_decision(path: Path, decision: Any, max_num_seqs: int,

@@ -337,7 +337,7 @@ def run_advise(inputs: Inputs, *, k_limit: int | None = None) -> tuple[Decision,
 
     method = inputs.seat.drafter.method if inputs.seat and inputs.seat.drafter else None
     decision = decide(run, observations(inputs, acceptance, cost), method,
-                      lambda b, k: throughput(acceptance, cost, b, k))
+                      lambda b, k: throughput(acceptance, cost, b, k), cost.rms_relative)
     trap = seat_k0_trap(method, current_drafter(inputs.seat)[1])
     if trap:
         decision = replace(decision, notes=(*decision.notes, trap))
@@ -371,10 +371,10 @@ def verify_command(inputs: Inputs, decision: Decision) -> str | None:
     if not decision.unmeasured or decision.advice.num_speculative_tokens is None:
         return None
     if inputs.source["kind"] != "gate":
-        seat = "SEAT.toml" if inputs.seat is None else "<the seat file>"
-        return (f"cp {seat} proposal.toml && rocmseat spec advise ... --write proposal.toml "
-                "--accept-model && rocmseat spec gate <the seat without [drafter]> "
-                "proposal.toml --verify-schedule")
+        # no gate directory: the seat files are the operator's (placeholders in capitals)
+        return ("cp SEAT.toml PROPOSAL.toml && rocmseat spec advise SEAT.toml --write "
+                "PROPOSAL.toml --accept-model && rocmseat spec gate BASE_SEAT.toml PROPOSAL.toml "
+                f"--concurrency {','.join(str(b) for b in inputs.batches)}")
     where = Path(inputs.source["where"])
     proposal = shlex.quote(f"{where}-proposal.toml")
     gate = shlex.quote(str(where))
@@ -467,6 +467,7 @@ def advice_json(inputs: Inputs, decision: Decision, acceptance: Acceptance, cost
         "model_proposal": _proposal_json(decision.free),
         "model_check": {
             "rms_relative_miss": _r(decision.model_error),
+            "from": decision.model_error_from,
             "misses": [f"{o.arm}@{o.batch}" for o in decision.observations if o.misses],
         },
         "notes": list(decision.notes),
@@ -516,6 +517,12 @@ def render(doc: dict[str, Any]) -> str:
                      f"agreement {b['bootstrap_agreement']:.0%}")
         lines.append(f"    {b['evidence']}")
     mc = doc["model_check"]
+    if mc["rms_relative_miss"] is not None:
+        lines.append(f"model error: {mc['rms_relative_miss']:.1%} RMS, from {mc['from']}: the "
+                     "confidence adds it to the bootstrap's spread")
+    else:
+        lines.append("model error: unknown (no measured arms, no step-cost fit): the confidence "
+                     "is the bootstrap's alone and overstates what is known")
     if doc["predicted_vs_measured"]:
         rms = "-" if mc["rms_relative_miss"] is None else f"{mc['rms_relative_miss']:.0%}"
         lines.append(f"model check: {len(mc['misses'])} of {len(doc['predicted_vs_measured'])} "

@@ -101,7 +101,8 @@ class Decision:
     free: Advice  # the model's unconstrained staircase
     tiers: tuple[Tier, ...]
     observations: tuple[Observation, ...]
-    model_error: float | None  # RMS of the relative misses over the observations
+    model_error: float | None  # RMS of the relative misses over the observations, else the fit's
+    model_error_from: str  # which of the two
     k0_allowed: bool
     notes: tuple[str, ...]
 
@@ -131,8 +132,9 @@ def _tier(band: Band, obs: Sequence[Observation], drafter: bool,
                    f"{_ranges([o.batch for o in here])} and held"
     else:
         basis = MODEL
-        evidence = (f"no arm ran K={band.k} at batch sizes {band.start}-{band.end}: "
-                    "interpolated between the measured K") if not here else contradicted
+        evidence = (f"no gate arm ran K={band.k} at batch sizes {band.start}-{band.end}: "
+                    "predicted from the measured acceptance and step costs") if not here \
+            else contradicted
     sd = math.hypot(band.margin_sd, model_error or 0.0)
     if band.runner_up is None or math.isinf(band.margin):
         confidence = 1.0
@@ -190,11 +192,16 @@ def k0_rule(obs: Sequence[Observation], method: str | None) -> tuple[bool, str]:
 
 
 def decide(run: Callable[[Allowed | None], Advice], obs: Sequence[Observation],
-           method: str | None, predict: Callable[[int, int], float]) -> Decision:
+           method: str | None, predict: Callable[[int, int], float],
+           fit_error: float | None = None) -> Decision:
     """The staircase, then again without what the measurements rule out, until nothing
-    proposed is contradicted."""
+    proposed is contradicted. Without measured arms the model's error is the step-cost fit's
+    (`fit_error`, relative RMS over the measured cells)."""
     free = run(None)
     error = _model_error(obs)
+    error_from = "the measured arms"
+    if error is None:
+        error, error_from = fit_error, "the step-cost fit (no measured arms)"
     notes: list[str] = []
     speculates = max(free.best_k) > 0
     k0_ok, why = k0_rule(obs, method) if speculates else (True, "")
@@ -229,7 +236,7 @@ def decide(run: Callable[[Allowed | None], Advice], obs: Sequence[Observation],
                 f"a schedule does not deliver here; K={k_now} is predicted {loss:.0%} below a "
                 "seat without a drafter at "
                 f"{at}: whether to speculate at all is the gate's verdict")
-    return Decision(advice, free, tiers, tuple(obs), error, k0_ok, tuple(notes))
+    return Decision(advice, free, tiers, tuple(obs), error, error_from, k0_ok, tuple(notes))
 
 
 def writable(decision: Decision, current: Sequence[int], *, accept_model: bool

@@ -173,6 +173,29 @@ def test_advise_a_live_replica_with_iteration_logs(rocmseat_cli, pages):
     assert {c["source"] for c in doc["step_cost"]["cells"]} == {"iteration-log"}
     assert len(doc["best_k"]) == 8
     assert doc["predicted_vs_measured"] == []
+    # K=5, two beyond the measured K=3: extrapolated, and its confidence carries the step-cost
+    # fit's error (before: "100 % of bootstrap draws agree" and nothing else)
+    first = doc["bands"][0]
+    assert (first["k"], first["basis"]) == (5, "extrapolated")
+    assert first["bootstrap_agreement"] == 1.0 and first["confidence"] < 0.75
+    assert doc["model_check"]["from"] == "the step-cost fit (no measured arms)"
+    assert doc["model_check"]["rms_relative_miss"] == doc["step_cost"]["rms_relative"]
+    assert doc["next"].startswith("cp SEAT.toml PROPOSAL.toml && rocmseat spec advise SEAT.toml")
+    assert doc["picture"] is None and doc["picture_note"] == "not drawn (pass --picture PATH)"
+
+
+def test_a_live_picture_says_why_it_has_no_model_check_panel(rocmseat_cli, pages, tmp_path):
+    pytest.importorskip("matplotlib")
+    p = pages("spec/metrics-window-before.txt", "spec/metrics-window-after.txt")
+    result = rocmseat_cli(
+        "spec", "advise", "--target", p.url, "--window", "0.2", "--json", "--max-num-seqs", "8",
+        "--iteration-log", str(FIXTURES / "spec" / "iteration-deep-k3.log"),
+        "--iteration-log", str(FIXTURES / "spec" / "iteration-deep-base.log"),
+        "--picture", str(tmp_path / "live.png"))
+    doc = json.loads(result.stdout)
+    assert doc["picture"] == str(tmp_path / "live.png")
+    assert doc["picture_note"].startswith("written without the model-check panel: no measured "
+                                          "arms")
 
 
 def test_a_blind_replica(rocmseat_cli, pages):

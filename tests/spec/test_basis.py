@@ -193,7 +193,7 @@ def test_the_advise_picture_has_a_model_check_panel_only_with_measured_arms(
     pytest.importorskip("matplotlib")
     gate = copy(tmp_path, DEEP)
     _, doc = advise_json(rocmseat_cli, "--from-gate", str(gate))
-    assert doc["picture"] == str(gate / "advise.png")
+    assert doc["picture"] == str(gate / "advise.png") and doc["picture_note"] == "written"
     assert _png_size(gate / "advise.png")[0] == round(4.6 * 3 * 110)
     inputs = adv.from_gate(gate)
     live = adv.Inputs({"kind": "target", "where": "http://127.0.0.1:1/metrics"},
