@@ -32,6 +32,7 @@ from rocmseat.spec.gatereport import (
     figures_json,
     render_table,
     single_stream,
+    verify_schedule_command,
 )
 from rocmseat.spec.gaterun import (
     ArmError,
@@ -240,7 +241,9 @@ def assemble(out: Path, base_path: Path, cand_path: Path, records: list[ArmRecor
     memory = {r.name: _memory_cell(r) for r in records}
     shown = Path(picture).name if picture else picture_note  # beside the table in --out
     table = render_table(arms, memory, comparisons=comparisons, proposal=schedule,
-                         proposal_note=note, picture=shown)
+                         proposal_note=note, picture=shown,
+                         verify=verify_schedule_command(base_path, cand_path, battery.concurrency,
+                                               battery.repeats, out))
     atomic_write_text(out / "gate.json", json.dumps(doc, indent=2, sort_keys=True,
                                                     allow_nan=False) + "\n")
     atomic_write_text(out / "gate.txt", table)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,9 +129,18 @@ def _mean_sd(series: Mapping[int, Series], c: int, spec: str) -> str:
     return _fmt(s.mean, spec) + ("" if s.sd is None else f"±{s.sd:{spec}}")
 
 
+def verify_schedule_command(base_seat: Path, candidate_seat: Path, concurrency: Sequence[int],
+                   repeats: int, out: Path) -> str:
+    """The gate again with the proposal as a third arm (a runnable command line)."""
+    levels = ",".join(str(c) for c in concurrency)
+    return (f"rocmseat spec gate {shlex.quote(str(base_seat))} "
+            f"{shlex.quote(str(candidate_seat))} --verify-schedule --concurrency {levels} "
+            f"--repeats {repeats} --out {shlex.quote(f'{out}-verify')}")
+
+
 def render_table(arms: Sequence[ArmFigures], memory: Mapping[str, str], *,
                  comparisons: Sequence[Comparison], proposal: Schedule | None,
-                 proposal_note: str, picture: str) -> str:
+                 proposal_note: str, picture: str, verify: str | None = None) -> str:
     levels = sorted({c for a in arms for c in a.throughput})
     lines = []
     head = f"{'':<22}" + "".join(f"{a.name:>22}" for a in arms)
@@ -180,6 +190,10 @@ def render_table(arms: Sequence[ArmFigures], memory: Mapping[str, str], *,
     if proposal is not None:
         lines.append(f"proposed num_speculative_tokens_per_batch_size = {as_lists(proposal)}")
     lines.append(proposal_note)
+    if proposal is not None and verify is not None and not any(a.schedule for a in arms):
+        lines.append("next: the proposal is interpolated from the crossover, not measured; run "
+                     "it as a third arm before it serves:")
+        lines.append(f"  {verify}")
     lines.append(f"picture: {picture}")
     return "\n".join(lines) + "\n"
 

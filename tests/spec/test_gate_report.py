@@ -150,6 +150,13 @@ def test_the_gate_floors_a_hidden_state_drafter_at_k1(tmp_path, method, above):
     assert outcome.doc["proposed_schedule"] == [[1, 1, 4], [2, 64, above]]
     trap = "Above 1 requests the tier is K=1, not 0: the"
     assert (trap in outcome.table) == bool(above)
+    # not verified (no third arm): the table ends with the command that verifies it
+    lines = outcome.table.splitlines()
+    assert lines[-3] == ("next: the proposal is interpolated from the crossover, not measured; "
+                         "run it as a third arm before it serves:")
+    assert lines[-2] == (f"  rocmseat spec gate launchers/demo-cpu-base.toml "
+                         f"launchers/demo-cpu-spec.toml --verify-schedule --concurrency "
+                         f"1,4,8,16,32,64 --repeats 3 --out {out}-verify")
 
 
 @pytest.mark.parametrize("gate", [GATE, SCHEDULE_GATE], ids=lambda p: p.name)
