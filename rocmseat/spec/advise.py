@@ -524,10 +524,8 @@ def render(doc: dict[str, Any]) -> str:
         lines.append("model error: unknown (no measured arms, no step-cost fit): the confidence "
                      "is the bootstrap's alone and overstates what is known")
     if doc["predicted_vs_measured"]:
-        rms = "-" if mc["rms_relative_miss"] is None else f"{mc['rms_relative_miss']:.0%}"
         lines.append(f"model check: {len(mc['misses'])} of {len(doc['predicted_vs_measured'])} "
-                     f"measured points miss the prediction by more than their noise (RMS miss "
-                     f"{rms}):")
+                     "measured points miss the prediction by more than their noise:")
         for m in doc["predicted_vs_measured"]:
             k = f"{m['k']}" + (f" (schedule, max {m['k_max']})" if m["schedule"] else "")
             miss = "-" if m["miss"] is None else f"{m['miss']:+.1%}"
