@@ -480,6 +480,11 @@ def advice_json(inputs: Inputs, decision: Decision, acceptance: Acceptance, cost
     }
 
 
+def _shown(value: float | None, spec: str) -> str:
+    """A figure of the document, '-' where it is not a finite number (JSON null)."""
+    return "-" if value is None else format(value, spec)
+
+
 def _measured_in_order(inputs: Inputs) -> list[MeasuredPoint]:
     """inputs.measured in the order of `observations` (base first, then per arm and batch)."""
     return sorted(inputs.measured, key=lambda p: (p.arm != "base", p.arm, p.batch))
@@ -512,9 +517,10 @@ def render(doc: dict[str, Any]) -> str:
     for b in doc["bands"]:
         over = (f" over K={b['runner_up_k']}" if b["runner_up_k"] is not None else "")
         lines.append(f"  batch {b['start']}-{b['end']}: K={b['k']} [{b['basis']}], predicted gain "
-                     f"{b['gain']:.3f}x (90 % {b['gain_low']:.3f}..{b['gain_high']:.3f}); "
-                     f"confidence {b['confidence']:.0%}{over} with the model's error; bootstrap "
-                     f"agreement {b['bootstrap_agreement']:.0%}")
+                     f"{_shown(b['gain'], '.3f')}x (90 % {_shown(b['gain_low'], '.3f')}.."
+                     f"{_shown(b['gain_high'], '.3f')}); confidence "
+                     f"{_shown(b['confidence'], '.0%')}{over} with the model's error; bootstrap "
+                     f"agreement {_shown(b['bootstrap_agreement'], '.0%')}")
         lines.append(f"    {b['evidence']}")
     mc = doc["model_check"]
     if mc["rms_relative_miss"] is not None:
@@ -528,10 +534,11 @@ def render(doc: dict[str, Any]) -> str:
                      "measured points miss the prediction by more than their noise:")
         for m in doc["predicted_vs_measured"]:
             k = f"{m['k']}" + (f" (schedule, max {m['k_max']})" if m["schedule"] else "")
-            miss = "-" if m["miss"] is None else f"{m['miss']:+.1%}"
+            miss = _shown(m["miss"], "+.1%")
             lines.append(f"  {m['arm']:<10} B={m['batch']:<4} K={k:<18} predicted "
-                         f"{m['predicted_tok_s']:>9} measured {m['measured_tok_s']:>9} "
-                         f"{miss:>7} (noise ±{m['noise']:.0%})"
+                         f"{_shown(m['predicted_tok_s'], '.2f'):>9} measured "
+                         f"{_shown(m['measured_tok_s'], '.2f'):>9} {miss:>7} (noise "
+                         f"±{_shown(m['noise'], '.0%')})"
                          + ("  MISS" if m["misses"] else ""))
     for note in doc["notes"]:
         lines.append(f"note: {note}")

@@ -231,3 +231,18 @@ def test_the_advisor_names_the_k0_trap_in_the_seat_it_advises(rocmseat_cli, tmp_
     assert any(n.startswith("the seat's schedule [[1, 1, 4], [2, 64, 0]] turns the eagle3 "
                             "drafter off (K=0) at batch sizes 2-64: the K=0 trap")
                for n in doc["notes"])
+
+
+@pytest.mark.parametrize("arm", ["base", "candidate"])
+def test_an_arm_that_measured_nothing_is_a_miss_not_a_crash(rocmseat_cli, tmp_path, arm):
+    """vLLM's result files of one concurrency saying 0 output tokens/s (a run that produced
+    nothing): the advice still renders, that point misses by -100 %, no traceback."""
+    gate = copy(tmp_path, DEEP)
+    for result in (gate / "arms" / arm / "results").glob("decode-c4-r*.json"):
+        doc = json.loads(result.read_text())
+        doc["output_throughput"] = 0.0
+        result.write_text(json.dumps(doc))
+    result = rocmseat_cli("spec", "advise", "--from-gate", str(gate))
+    assert result.exit_code in (0, 1), result.stderr
+    line = next(li for li in result.stdout.splitlines() if li.startswith(f"  {arm:<10} B=4 "))
+    assert "measured      0.00 -100.0%" in line and line.endswith("MISS")
