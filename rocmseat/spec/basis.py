@@ -93,6 +93,7 @@ class Tier:
     contradicted: str  # '' or which measurement lost
     confidence: float  # P(K beats the runner-up) with the model's error added
     band: Band
+    lost_at: tuple[int, ...] = ()  # batch sizes where an arm ran this K and lost
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +143,8 @@ def _tier(band: Band, obs: Sequence[Observation], drafter: bool,
         confidence = 1.0 if band.margin > 0 else 0.5
     else:
         confidence = 0.5 * (1.0 + math.erf(band.margin / (sd * math.sqrt(2.0))))
-    return Tier(band.start, band.end, band.k, basis, evidence, contradicted, confidence, band)
+    return Tier(band.start, band.end, band.k, basis, evidence, contradicted, confidence, band,
+                tuple(sorted({o.batch for o, _ in lost})))
 
 
 def _model_error(obs: Sequence[Observation]) -> float | None:
@@ -215,16 +217,23 @@ def decide(run: Callable[[Allowed | None], Advice], obs: Sequence[Observation],
     advice = free if k0_ok else run(allowed)
     if why:
         notes.append(why)
-    for _ in range(MAX_K + 2):
+    def judged(advice: Advice) -> tuple[Tier, ...]:
         drafter = advice.num_speculative_tokens is not None
-        tiers = tuple(_tier(b, obs, drafter, error) for b in advice.bands)
+        return tuple(_tier(b, obs, drafter, error) for b in advice.bands)
+
+    # each round rules out at least one (range, K) of at most MAX_K + 1 per batch size; a
+    # contradiction left after the last round stays in the tier's evidence
+    tiers = judged(advice)
+    for _ in range(MAX_K + 2):
         bad = [t for t in tiers if t.contradicted]
         if not bad:
             break
         for t in bad:
-            notes.append(f"batch {t.start}-{t.end} K={t.k} not proposed: {t.contradicted}")
-            excluded.add((t.start, t.end, t.k))
+            lo, hi = _spoken_for(t, obs)  # t.lost_at is not empty: t is contradicted
+            notes.append(f"batch {lo}-{hi} K={t.k} not proposed: {t.contradicted}")
+            excluded.add((lo, hi, t.k))
         advice = run(allowed)
+        tiers = judged(advice)
     if not k0_ok:
         zero = [b + 1 for b, k in enumerate(free.best_k) if k == 0]
         if zero:
@@ -237,6 +246,16 @@ def decide(run: Callable[[Allowed | None], Advice], obs: Sequence[Observation],
                 "seat without a drafter at "
                 f"{at}: whether to speculate at all is the gate's verdict")
     return Decision(advice, free, tiers, tuple(obs), error, error_from, k0_ok, tuple(notes))
+
+
+def _spoken_for(tier: Tier, obs: Sequence[Observation]) -> tuple[int, int]:
+    """The batch sizes of `tier` that its losing measurements speak for: from just above the
+    measured batch size below the first loss to just below the one above the last."""
+    measured = sorted({o.batch for o in obs})
+    below = [b for b in measured if b < tier.lost_at[0]]
+    above = [b for b in measured if b > tier.lost_at[-1]]
+    return (max(tier.start, below[-1] + 1 if below else tier.start),
+            min(tier.end, above[0] - 1 if above else tier.end))
 
 
 def writable(decision: Decision, current: Sequence[int], *, accept_model: bool

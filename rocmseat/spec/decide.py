@@ -86,8 +86,9 @@ Allowed = Callable[[int, int], bool]
 
 
 def _allowed_ks(batch: int, k_limit: int, allowed: Allowed | None) -> list[int]:
-    ks = [k for k in range(k_limit + 1) if allowed is None or allowed(batch, k)]
-    return ks or [k_limit]  # nothing allowed: the deepest K (the caller's rules never do this)
+    every = list(range(k_limit + 1))
+    # nothing allowed (every K measured and ruled out): the model's choice among all of them
+    return [k for k in every if allowed is None or allowed(batch, k)] or every
 
 
 def best_k(acceptance: Acceptance, cost: StepCost, batch: int, k_limit: int,

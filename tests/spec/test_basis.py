@@ -246,3 +246,23 @@ def test_an_arm_that_measured_nothing_is_a_miss_not_a_crash(rocmseat_cli, tmp_pa
     assert result.exit_code in (0, 1), result.stderr
     line = next(li for li in result.stdout.splitlines() if li.startswith(f"  {arm:<10} B=4 "))
     assert "measured      0.00 -100.0%" in line and line.endswith("MISS")
+
+
+def test_no_tier_a_measured_arm_contradicts(rocmseat_cli, tmp_path):
+    """The deep gate with the candidate's runs at concurrency 8 slower than the base's: the model
+    (fitted on the ITL, unchanged) still prefers K=3 there, the measurement says K=3 lost at 8,
+    so K=3 is not proposed at the batch sizes that measurement speaks for (5-9; 4 held)."""
+    gate = copy(tmp_path, DEEP)
+    for result in (gate / "arms" / "candidate" / "results").glob("decode-c8-r*.json"):
+        doc = json.loads(result.read_text())
+        doc["output_throughput"] = 150.0  # the base ran 215.8
+        result.write_text(json.dumps(doc))
+    _, doc = advise_json(rocmseat_cli, "--from-gate", str(gate))
+    assert doc["model_proposal"]["num_speculative_tokens_per_batch_size"] == [
+        [1, 2, 4], [3, 9, 3], [10, 16, 2]]
+    assert [n for n in doc["notes"] if n.startswith("batch 5-9 K=3 not proposed: candidate ran "
+                                                    "K=3 at 8: 150.0 tok/s against base's")]
+    table = doc["best_k"]
+    assert table[3] == 3 and all(k != 3 for k in table[4:9])
+    tiers = {(b["start"], b["end"]): (b["k"], b["basis"]) for b in doc["bands"]}
+    assert tiers[(3, 4)] == (3, "measured")
