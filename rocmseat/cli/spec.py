@@ -338,36 +338,23 @@ def _write_decision(path: Path, decision: Any, max_num_seqs: int,
     from dataclasses import replace
 
     from rocmseat.seat.load import load_seat
-    from rocmseat.spec.basis import MEASURED, writable
+    from rocmseat.spec.basis import current_table, write_plan
     from rocmseat.spec.decide import proposal_of
-    from rocmseat.spec.schedule import lookup
 
-    seat = load_seat(path)
-    k_now = seat.drafter.num_speculative_tokens if seat.drafter else 0
-    sched_now = seat.drafter.num_speculative_tokens_per_batch_size if seat.drafter else None
-    current = (lookup(sched_now, max_num_seqs, k_now) if sched_now and k_now
-               else (k_now,) * max_num_seqs)
-    table = writable(decision, current, accept_model=accept_model)
-    held = [t for t in decision.tiers if t.basis != MEASURED]
-    basis = "\n".join(f"  batch {t.start}-{t.end} K={t.k}: {t.basis}"
-                      + ("" if t.basis == MEASURED or accept_model
-                         else f" (not written: batch sizes {t.start}-{t.end} keep K="
-                              f"{_ks(current, t.start, t.end)})")
-                      for t in decision.tiers)
-    if tuple(table) == tuple(current):
+    drafter = load_seat(path).drafter
+    current = current_table(drafter.num_speculative_tokens if drafter else None,
+                            drafter.num_speculative_tokens_per_batch_size if drafter else None,
+                            max_num_seqs)
+    plan = write_plan(decision, current, accept_model=accept_model)
+    if not plan.changes:
         why = (" only the model's tiers would change it: --accept-model writes them, after "
-               "measuring them (next:)" if held else " it is the proposal already")
-        return (f"{path}: not written: the seat's [drafter] stays as it is;{why}\n{basis}",
-                exitcodes.PROBLEM if held else exitcodes.OK)
-    k, schedule = proposal_of(table)
+               "measuring them (next:)" if plan.held_back else " it is the proposal already")
+        return (f"{path}: not written: the seat's [drafter] stays as it is;{why}\n{plan.basis}",
+                exitcodes.PROBLEM if plan.held_back else exitcodes.OK)
+    k, schedule = proposal_of(plan.table)
     message, code = _write(path, replace(decision.advice, num_speculative_tokens=k,
                                          schedule=schedule))
-    return f"{message}\nbasis of what was proposed:\n{basis}", code
-
-
-def _ks(table: Any, start: int, end: int) -> str:
-    ks = sorted(set(table[start - 1:end]))
-    return ",".join(str(k) for k in ks)
+    return f"{message}\nbasis of what was proposed:\n{plan.basis}", code
 
 
 def _write(path: Path, advice: Any) -> tuple[str, int]:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rocmseat.spec.decide import MAX_K, Advice, Allowed, Band
+from rocmseat.spec.schedule import lookup
 
 NOISE_FLOOR = 0.02  # the gate's --noise-floor default: one run's spread is at least this
 ARM_DRIFT = 0.05  # the gate's --drift default: two arms measured minutes apart differ this much
@@ -256,6 +257,40 @@ def _spoken_for(tier: Tier, obs: Sequence[Observation]) -> tuple[int, int]:
     above = [b for b in measured if b > tier.lost_at[-1]]
     return (max(tier.start, below[-1] + 1 if below else tier.start),
             min(tier.end, above[0] - 1 if above else tier.end))
+
+
+def current_table(k_now: int | None, schedule: Sequence[Sequence[int]] | None,
+                  max_num_seqs: int) -> tuple[int, ...]:
+    """The K a seat's [drafter] drafts at batch sizes 1..max_num_seqs (0: no drafter)."""
+    if not k_now:
+        return (0,) * max_num_seqs
+    if schedule:
+        return lookup(schedule, max_num_seqs, k_now)
+    return (k_now,) * max_num_seqs
+
+
+@dataclass(frozen=True, slots=True)
+class WritePlan:
+    """What `--write` writes into a seat whose [drafter] drafts `current` now."""
+
+    table: tuple[int, ...]  # K per batch size to write (index 0 = batch size 1)
+    changes: bool  # the table differs from the seat's
+    held_back: bool  # a model or extrapolated tier was not written (no --accept-model)
+    basis: str  # one line per tier: its basis, and the K kept where it was not written
+
+
+def write_plan(decision: Decision, current: Sequence[int], *, accept_model: bool) -> WritePlan:
+    table = writable(decision, current, accept_model=accept_model)
+    held = not accept_model and any(t.basis != MEASURED for t in decision.tiers)
+
+    def kept(t: Tier) -> str:
+        ks = ",".join(str(k) for k in sorted(set(table[t.start - 1:t.end])))
+        return f" (not written: batch sizes {t.start}-{t.end} keep K={ks})"
+
+    basis = "\n".join(f"  batch {t.start}-{t.end} K={t.k}: {t.basis}"
+                      + ("" if t.basis == MEASURED or accept_model else kept(t))
+                      for t in decision.tiers)
+    return WritePlan(table, tuple(table) != tuple(current[:len(table)]), held, basis)
 
 
 def writable(decision: Decision, current: Sequence[int], *, accept_model: bool
