@@ -19,7 +19,6 @@ from tests.conftest import FIXTURES, REPO
 
 DEEP = FIXTURES / "spec" / "gate-cpu-deep"
 SCHEDULE = FIXTURES / "spec" / "gate-cpu-schedule"
-SPEC_SEAT = REPO / "launchers" / "demo-cpu-spec.toml"
 
 
 def copy(tmp_path, source, name="gate"):
@@ -130,7 +129,7 @@ def test_write_writes_only_measured_tiers(rocmseat_cli, tmp_path):
     """Before: --write wrote num_speculative_tokens = 4 (an extrapolated tier) without asking."""
     gate = copy(tmp_path, DEEP)
     seat = tmp_path / "spec.toml"
-    shutil.copy(SPEC_SEAT, seat)
+    shutil.copy(gate / "arms" / "candidate" / "seat.toml", seat)  # the seat the gate ran
     before = seat.read_text()
     result = rocmseat_cli("spec", "advise", "--from-gate", str(gate), "--write", str(seat))
     assert seat.read_text() == before  # the measured tier (K=3 at 3-9) is what the seat runs
@@ -153,7 +152,7 @@ def test_write_writes_only_measured_tiers(rocmseat_cli, tmp_path):
 def test_accept_model_writes_every_tier_and_shows_the_diff(rocmseat_cli, tmp_path):
     gate = copy(tmp_path, DEEP)
     seat = tmp_path / "spec.toml"
-    shutil.copy(SPEC_SEAT, seat)
+    shutil.copy(gate / "arms" / "candidate" / "seat.toml", seat)
     result = rocmseat_cli("spec", "advise", "--from-gate", str(gate), "--write", str(seat),
                           "--accept-model")
     assert result.exit_code == 0, result.stderr
