@@ -53,11 +53,43 @@ def gate_picture(path: Path, arms: Sequence[tuple[str, Mapping[int, Sequence[flo
     threshold, the crossover and each comparison's verdict in the legend. Bottom: output
     tokens/s per arm (the repeats' mean, their range as a band, each repeat a dot)."""
     plt = _pyplot()
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 7.2), dpi=120, sharex=True,
-                                      gridspec_kw={"height_ratios": [3, 2]})
+    verdicts = "\n".join(
+        f"{r.arm}: {r.verdict}" + (f"; crossover @{r.crossover}" if r.crossover is not None
+                                   else f"; no crossover up to {max(r.points)}" if r.points
+                                   else "")
+        for r in ratios)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colour = {name: colours[i % len(colours)] for i, (name, _) in enumerate(arms)}
     levels_all = sorted({c for _, series in arms for c, v in series.items() if v})
+    if any(r.points for r in ratios):
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 7.2), dpi=120, sharex=True,
+                                          gridspec_kw={"height_ratios": [3, 2]})
+        _ratio_panel(top, ratios, colour, threshold, verdicts)
+    else:  # an A/A run judges no crossover: no ratio to draw, and no empty panel
+        fig, bottom = plt.subplots(figsize=(7.5, 4.8), dpi=120)
+        bottom.set_title(f"output tokens/s per arm (no ratio panel: an A/A run judges no "
+                         f"crossover)\n{verdicts}", fontsize=9)
+    for name, series in arms:
+        levels = sorted(c for c, v in series.items() if v)
+        if not levels:
+            continue
+        means = [sum(series[c]) / len(series[c]) for c in levels]
+        (line,) = bottom.plot(levels, means, marker="o", label=name, color=colour[name])
+        bottom.fill_between(levels, [min(series[c]) for c in levels],
+                            [max(series[c]) for c in levels], alpha=0.2, color=line.get_color())
+        for c in levels:
+            bottom.scatter([c] * len(series[c]), series[c], s=8, color=line.get_color(),
+                           alpha=0.6)
+    _log2_ticks(bottom, levels_all)
+    bottom.set_xlabel("concurrency (requests in flight)")
+    bottom.set_ylabel("output tokens/s")
+    bottom.grid(True, alpha=0.3)
+    bottom.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _ratio_panel(top: Any, ratios: Sequence[RatioSeries], colour: Mapping[str, str],
+                 threshold: float, verdicts: str) -> None:
     crossings: dict[int, list[str]] = {}
     for r in ratios:
         levels = sorted(r.points)
@@ -77,31 +109,10 @@ def gate_picture(path: Path, arms: Sequence[tuple[str, Mapping[int, Sequence[flo
     top.axhline(threshold, color="tab:red", linestyle="--", linewidth=1,
                 label=f"gate: aggregate >= {threshold:g}x base")
     top.set_ylabel("candidate / base (output tokens/s)")
-    verdicts = "\n".join(
-        f"{r.arm}: {r.verdict}; " + (f"crossover @{r.crossover}" if r.crossover is not None
-                                     else f"no crossover up to {max(r.points, default='-')}")
-        for r in ratios)
     top.set_title(f"does the candidate pay, up to which load? (band: 95 %)\n{verdicts}",
                   fontsize=9)
     top.grid(True, alpha=0.3)
     top.legend(fontsize=7, loc="best")
-    for name, series in arms:
-        levels = sorted(c for c, v in series.items() if v)
-        if not levels:
-            continue
-        means = [sum(series[c]) / len(series[c]) for c in levels]
-        (line,) = bottom.plot(levels, means, marker="o", label=name, color=colour[name])
-        bottom.fill_between(levels, [min(series[c]) for c in levels],
-                            [max(series[c]) for c in levels], alpha=0.2, color=line.get_color())
-        for c in levels:
-            bottom.scatter([c] * len(series[c]), series[c], s=8, color=line.get_color(),
-                           alpha=0.6)
-    _log2_ticks(bottom, levels_all)
-    bottom.set_xlabel("concurrency (requests in flight)")
-    bottom.set_ylabel("output tokens/s")
-    bottom.grid(True, alpha=0.3)
-    bottom.legend(fontsize=7)
-    return _save(fig, path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,3 +166,15 @@ def test_the_shipped_gates_carry_their_pictures_and_their_current_table(tmp_path
     out = tmp_path / "gate"
     shutil.copytree(gate, out)
     assert (gate / "gate.txt").read_text() == rejudge(out).table
+
+
+def test_an_a_a_gate_draws_no_empty_ratio_panel(out):
+    """An A/A run judges no crossover: gate.png is the tokens/s panel alone (7.5 x 4.8 inches
+    at 120 dpi), not a blank ratio panel above it."""
+    pytest.importorskip("matplotlib")
+    doc = json.loads((out / "gate.json").read_text())
+    doc["aa"] = True
+    (out / "gate.json").write_text(json.dumps(doc))
+    outcome = rejudge(out)
+    assert outcome.doc["comparisons"][0]["crossover"] is None
+    assert struct.unpack(">II", (out / "gate.png").read_bytes()[16:24]) == (900, 576)
