@@ -535,7 +535,7 @@ def render(doc: dict[str, Any]) -> str:
         for m in doc["predicted_vs_measured"]:
             k = f"{m['k']}" + (f" (schedule, max {m['k_max']})" if m["schedule"] else "")
             miss = _shown(m["miss"], "+.1%")
-            lines.append(f"  {m['arm']:<10} B={m['batch']:<4} K={k:<18} predicted "
+            lines.append(f"  {m['arm']:<10} B={m['batch']:<4} K={k:<19} predicted "
                          f"{_shown(m['predicted_tok_s'], '.2f'):>9} measured "
                          f"{_shown(m['measured_tok_s'], '.2f'):>9} {miss:>7} (noise "
                          f"±{_shown(m['noise'], '.0%')})"

@@ -265,3 +265,12 @@ def test_no_tier_a_measured_arm_contradicts(rocmseat_cli, tmp_path):
     assert table[3] == 3 and all(k != 3 for k in table[4:9])
     tiers = {(b["start"], b["end"]): (b["k"], b["basis"]) for b in doc["bands"]}
     assert tiers[(3, 4)] == (3, "measured")
+
+
+@pytest.mark.parametrize("source", [SCHEDULE, DEEP], ids=lambda p: p.name)
+def test_the_advice_text(rocmseat_cli, tmp_path, golden, source):
+    """The whole text on the shipped gates (the gate directory's path shown as GATE)."""
+    gate = copy(tmp_path, source)
+    result = rocmseat_cli("spec", "advise", "--from-gate", str(gate))
+    assert result.exit_code == 1, result.stderr
+    golden(f"spec-advise-{source.name}.txt", result.stdout.replace(str(gate), "GATE"))
