@@ -195,7 +195,7 @@ def _proposal(records: list[ArmRecord], config: GateConfig, aa: bool,
     method = _drafter_method(judged[0])
     schedule = proposed_schedule(cx, figures(judged[0]).k, max_num_seqs, method)
     return schedule, comparisons, _proposal_note(cx.concurrency, cx.last_winning, schedule) \
-        + k0_note(method, schedule)
+        + k0_note(method, schedule, figures(judged[0]).schedule)
 
 
 def _drafter_method(record: ArmRecord) -> str | None:

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rocmseat.spec.acceptance import Counters
-from rocmseat.spec.basis import keeps_hidden_state
+from rocmseat.spec.basis import keeps_hidden_state, seat_k0_trap
 from rocmseat.spec.schedule import Schedule, from_crossover
 from rocmseat.spec.stats import Z975, mean, sample_sd, t975
 
@@ -293,11 +293,15 @@ def proposed_schedule(cross: Crossover, k: int, max_num_seqs: int,
                           above=1 if keeps_hidden_state(method) else 0)
 
 
-def k0_note(method: str | None, schedule: Schedule | None) -> str:
-    """What the gate says about the tier above the crossover for a hidden-state drafter."""
-    if schedule is None or len(schedule) < 2 or not keeps_hidden_state(method):
-        return ""
-    return (f" Above {schedule[0][1]} requests the tier is K=1, not 0: the {method} drafter "
-            "keeps hidden state that only its forward pass refreshes; skipping it at K=0 leaves "
-            "it stale and acceptance collapses when K comes back (vllm#53426, "
-            "TensorRT-LLM#16888). Measure a K=0 tier before preferring it.")
+def k0_note(method: str | None, schedule: Schedule | None,
+            candidate: Schedule | None = None) -> str:
+    """What the gate says about K=0 tiers for a hidden-state drafter: the proposal's tier above
+    the crossover, and the candidate seat's own schedule (rocmseat.spec.basis.seat_k0_trap)."""
+    note = ""
+    if schedule is not None and len(schedule) >= 2 and keeps_hidden_state(method):
+        note = (f" Above {schedule[0][1]} requests the tier is K=1, not 0: the {method} drafter "
+                "keeps hidden state that only its forward pass refreshes; skipping it at K=0 "
+                "leaves it stale and acceptance collapses when K comes back (vllm#53426, "
+                "TensorRT-LLM#16888). Measure a K=0 tier before preferring it.")
+    trap = seat_k0_trap(method, candidate)
+    return note + (f" The candidate: {trap}." if trap else "")

@@ -178,3 +178,23 @@ def test_an_a_a_gate_draws_no_empty_ratio_panel(out):
     outcome = rejudge(out)
     assert outcome.doc["comparisons"][0]["crossover"] is None
     assert struct.unpack(">II", (out / "gate.png").read_bytes()[16:24]) == (900, 576)
+
+
+def test_the_gate_names_the_k0_trap_in_the_candidates_own_schedule(tmp_path):
+    """A gate of an eagle3 candidate that carries [[1, 1, 4], [2, 64, 0]] itself (its seat and
+    its arm record, as a gate run of such a seat writes them)."""
+    out = tmp_path / "gate"
+    shutil.copytree(SCHEDULE_GATE, out)
+    doc = json.loads((out / "gate.json").read_text())
+    doc["arms"] = [a for a in doc["arms"] if a["name"] != "schedule"]
+    (out / "gate.json").write_text(json.dumps(doc))
+    arm = out / "arms" / "candidate" / "arm.json"
+    record = json.loads(arm.read_text())
+    record["schedule"] = [[1, 1, 4], [2, 64, 0]]
+    arm.write_text(json.dumps(record))
+    seat = out / "arms" / "candidate" / "seat.toml"
+    seat.write_text(seat.read_text().replace('method = "draft_model"', 'method = "eagle3"')
+                    + "num_speculative_tokens_per_batch_size = [[1, 1, 4], [2, 64, 0]]\n")
+    outcome = rejudge(out)
+    assert ("The candidate: the seat's schedule [[1, 1, 4], [2, 64, 0]] turns the eagle3 drafter "
+            "off (K=0) at batch sizes 2-64: the K=0 trap") in outcome.table
