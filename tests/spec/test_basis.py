@@ -274,3 +274,17 @@ def test_the_advice_text(rocmseat_cli, tmp_path, golden, source):
     result = rocmseat_cli("spec", "advise", "--from-gate", str(gate))
     assert result.exit_code == 1, result.stderr
     golden(f"spec-advise-{source.name}.txt", result.stdout.replace(str(gate), "GATE"))
+
+
+def test_the_json_keys_docs_spec_md_names(rocmseat_cli, tmp_path):
+    _, doc = advise_json(rocmseat_cli, "--from-gate", str(copy(tmp_path, SCHEDULE)))
+    assert set(doc["bands"][0]) == {
+        "start", "end", "k", "basis", "evidence", "confidence", "runner_up_k",
+        "bootstrap_agreement", "gain", "gain_low", "gain_high", "extrapolated",
+        "extrapolated_why"}
+    assert {"measured_only", "k0_tiers_allowed"} <= set(doc["proposal"])
+    assert set(doc["model_check"]) == {"rms_relative_miss", "from", "misses"}
+    assert set(doc["predicted_vs_measured"][0]) == {
+        "arm", "batch", "k", "k_max", "schedule", "predicted_tok_s", "measured_tok_s", "miss",
+        "noise", "misses"}
+    assert {"model_proposal", "notes", "next"} <= set(doc)
