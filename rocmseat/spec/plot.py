@@ -7,12 +7,14 @@ reports it; nothing else depends on a picture.
 from __future__ import annotations
 
 import importlib
+import io
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rocmseat.atomic import write_into
 from rocmseat.errors import RocmseatError
 
 if TYPE_CHECKING:
@@ -40,11 +42,17 @@ def _log2_ticks(ax: Any, levels: Sequence[int]) -> None:
 
 
 def _save(fig: Any, path: Path) -> Path:
+    """The figure as PNG bytes, written by the one writer into a handed directory (a link or
+    a FIFO at the name is refused; savefig itself would follow the link or block on the FIFO).
+    WriteRefused when it cannot be written."""
     plt = _pyplot()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png")
+    finally:
+        plt.close(fig)
+    return write_into(path.parent, path.name, buffer.getvalue())
 
 
 def gate_picture(path: Path, arms: Sequence[tuple[str, Mapping[int, Sequence[float]]]],
