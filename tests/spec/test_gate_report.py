@@ -11,6 +11,7 @@ import pytest
 
 from rocmseat.spec.gateflow import rejudge
 from tests.conftest import FIXTURES
+from tests.spec.test_basis import copy, with_method, without_the_schedule_arm
 
 GATE = FIXTURES / "spec" / "gate-cpu-deep"
 
@@ -139,13 +140,7 @@ def test_advice_from_the_schedule_gate_predicts_each_arm_at_its_own_k(rocmseat_c
 def test_the_gate_floors_a_hidden_state_drafter_at_k1(tmp_path, method, above):
     """The schedule gate as if run without --verify-schedule, with the candidate's drafter
     changed: above the crossover a hidden-state drafter keeps K=1 (the K=0 trap)."""
-    out = tmp_path / "gate"
-    shutil.copytree(SCHEDULE_GATE, out)
-    doc = json.loads((out / "gate.json").read_text())
-    doc["arms"] = [a for a in doc["arms"] if a["name"] != "schedule"]
-    (out / "gate.json").write_text(json.dumps(doc))
-    seat = out / "arms" / "candidate" / "seat.toml"
-    seat.write_text(seat.read_text().replace('method = "draft_model"', f'method = "{method}"'))
+    out = with_method(without_the_schedule_arm(copy(tmp_path, SCHEDULE_GATE)), method)
     outcome = rejudge(out)
     assert outcome.doc["proposed_schedule"] == [[1, 1, 4], [2, 64, above]]
     trap = "Above 1 requests the tier is K=1, not 0: the"
@@ -183,17 +178,13 @@ def test_an_a_a_gate_draws_no_empty_ratio_panel(out):
 def test_the_gate_names_the_k0_trap_in_the_candidates_own_schedule(tmp_path):
     """A gate of an eagle3 candidate that carries [[1, 1, 4], [2, 64, 0]] itself (its seat and
     its arm record, as a gate run of such a seat writes them)."""
-    out = tmp_path / "gate"
-    shutil.copytree(SCHEDULE_GATE, out)
-    doc = json.loads((out / "gate.json").read_text())
-    doc["arms"] = [a for a in doc["arms"] if a["name"] != "schedule"]
-    (out / "gate.json").write_text(json.dumps(doc))
+    out = with_method(without_the_schedule_arm(copy(tmp_path, SCHEDULE_GATE)), "eagle3")
     arm = out / "arms" / "candidate" / "arm.json"
     record = json.loads(arm.read_text())
     record["schedule"] = [[1, 1, 4], [2, 64, 0]]
     arm.write_text(json.dumps(record))
     seat = out / "arms" / "candidate" / "seat.toml"
-    seat.write_text(seat.read_text().replace('method = "draft_model"', 'method = "eagle3"')
+    seat.write_text(seat.read_text()
                     + "num_speculative_tokens_per_batch_size = [[1, 1, 4], [2, 64, 0]]\n")
     outcome = rejudge(out)
     assert ("The candidate: the seat's schedule [[1, 1, 4], [2, 64, 0]] turns the eagle3 drafter "
