@@ -8,10 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rocmseat.errors import ParseError
-from rocmseat.sysfs.fs import Unreadable, Unsupported, read_attr
+from rocmseat.sysfs.fs import (
+    AttrBytes,
+    AttrValue,
+    Unreadable,
+    Unsupported,
+    read_attr,
+    read_attr_bytes,
+)
 from rocmseat.sysfs.parse import parse_free_text
 
 T = TypeVar("T")
@@ -19,7 +26,19 @@ T = TypeVar("T")
 
 def read_parsed(path: Path, parser: Callable[[str, str], T]) -> tuple[T | None, str | None]:
     """(value, None) on success; (None, None) when the file is absent; (None, reason) otherwise."""
-    raw = read_attr(path)
+    return _parsed(path, read_attr(path), parser)
+
+
+def read_parsed_bytes(
+    path: Path, parser: Callable[[bytes, str], T]
+) -> tuple[T | None, str | None]:
+    """read_parsed for a binary attribute (gpu_metrics): the parser takes the bytes."""
+    return _parsed(path, read_attr_bytes(path), parser)
+
+
+def _parsed(
+    path: Path, raw: AttrValue | AttrBytes, parser: Callable[[Any, str], T]
+) -> tuple[T | None, str | None]:
     if raw is None:
         return None, None
     if isinstance(raw, Unsupported):
@@ -78,6 +97,12 @@ class Collector:
 
     def get(self, name: str, parser: Callable[[str, str], T]) -> T | None:
         value, error = read_parsed(self.directory / name, parser)
+        if error:
+            self.errors.append(error)
+        return value
+
+    def get_bytes(self, name: str, parser: Callable[[bytes, str], T]) -> T | None:
+        value, error = read_parsed_bytes(self.directory / name, parser)
         if error:
             self.errors.append(error)
         return value

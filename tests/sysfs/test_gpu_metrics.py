@@ -1,0 +1,140 @@
+"""gpu_metrics decoded natively: the layouts are C's (checked against gcc), the fixture tables
+(tests/fixtures/gpu_metrics, built by build_sysfs_fixtures.py) decode to their fields, and every
+shape the kernel never writes is a ParseError with the reason."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from rocmseat.errors import ParseError
+from rocmseat.sysfs.amdgpu import read_amdgpu
+from rocmseat.sysfs.gpu_metrics import LAYOUTS, layout, parse_gpu_metrics
+from tests.conftest import FIXTURES
+
+TABLES = FIXTURES / "gpu_metrics"
+_C_TYPES = {"B": "uint8_t", "H": "uint16_t", "I": "uint32_t", "Q": "uint64_t"}
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+def test_offsets_and_sizes_are_what_gcc_lays_out(tmp_path):
+    lines = ["#include <stdio.h>", "#include <stdint.h>", "#include <stddef.h>"]
+    for (frev, crev), fields in LAYOUTS.items():
+        members = "".join(
+            f"  {_C_TYPES[code]} {name}{f'[{count}]' if count > 1 else ''};\n"
+            for name, code, count in fields
+        )
+        lines.append(f"struct m{frev}_{crev} {{\n{members}}};")
+    body = []
+    for (frev, crev), fields in LAYOUTS.items():
+        body.append(f'  printf("{frev}.{crev} size %zu\\n", sizeof(struct m{frev}_{crev}));')
+        for name, _code, _count in fields:
+            body.append(
+                f'  printf("{frev}.{crev} {name} %zu\\n", offsetof(struct m{frev}_{crev}, {name}));'
+            )
+    lines.append("int main(void) {\n" + "\n".join(body) + "\n  return 0;\n}")
+    source = tmp_path / "layouts.c"
+    source.write_text("\n".join(lines) + "\n")
+    subprocess.run(["gcc", "-o", str(tmp_path / "layouts"), str(source)], check=True)
+    out = subprocess.run([str(tmp_path / "layouts")], check=True, capture_output=True, text=True)
+    expected = []
+    for (frev, crev), fields in LAYOUTS.items():
+        offsets, size = layout(fields)
+        expected.append(f"{frev}.{crev} size {size}")
+        expected += [f"{frev}.{crev} {name} {offsets[name][0]}" for name, _c, _n in fields]
+    assert out.stdout.splitlines() == expected
+
+
+def test_known_sizes():
+    # sizeof of the kernel's structs as amdgpu_top and amdsmi see them on x86_64
+    sizes = {rev: layout(fields)[1] for rev, fields in LAYOUTS.items()}
+    assert sizes[(1, 3)] == 120
+    assert sizes[(1, 0)] == 80
+
+
+def test_rdna4_v1_3_link():
+    metrics = parse_gpu_metrics((TABLES / "v1_3-rdna4.bin").read_bytes())
+    assert metrics.revision == "v1.3"
+    assert metrics.structure_size_bytes == 120
+    assert (metrics.pcie_link_speed_gts, metrics.pcie_link_width) == (16.0, 16)
+    assert metrics.pcie_counters == ()  # v1.3 has no PCIe counters
+    assert metrics.link_problem is None
+
+
+def test_mi300x_v1_5_counters():
+    metrics = parse_gpu_metrics((TABLES / "v1_5-mi300x.bin").read_bytes())
+    assert (metrics.pcie_link_speed_gts, metrics.pcie_link_width) == (32.0, 16)
+    assert dict(metrics.pcie_counters) == {
+        "replay": 12, "replay_rollover": 1, "l0_to_recovery": 3, "nak_sent": 2, "nak_received": 5,
+    }
+
+
+def test_v1_4_has_no_nak_counters_and_all_ones_is_not_provided():
+    metrics = parse_gpu_metrics((TABLES / "v1_4-mi300x.bin").read_bytes())
+    # the builder left rollover and L0-to-recovery all-ones: not provided, never 2**64-1
+    assert dict(metrics.pcie_counters) == {"replay": 7}
+
+
+@pytest.mark.parametrize("name", ["v2_4-apu.bin", "v3_0-apu.bin"])
+def test_apu_layouts_have_no_pcie_fields(name):
+    metrics = parse_gpu_metrics((TABLES / name).read_bytes())
+    assert not metrics.has_pcie_link
+    assert (metrics.pcie_link_speed_gts, metrics.pcie_link_width) == (None, None)
+    assert metrics.pcie_counters == ()
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("v1_3-truncated.bin", "gpu_metrics v1.3 is 120 bytes, the file holds 64"),
+        ("v1_3-size-mismatch.bin", "gpu_metrics v1.3 is 120 bytes, the header says 128"),
+        ("v1_9-future.bin", "gpu_metrics v1.9 is a layout rocmseat does not know"),
+    ],
+)
+def test_refused_tables(name, reason):
+    with pytest.raises(ParseError) as caught:
+        parse_gpu_metrics((TABLES / name).read_bytes(), name)
+    assert reason in caught.value.message
+    assert caught.value.message.startswith(name)
+
+
+@pytest.mark.parametrize("data", [b"", b"\x78", b"\x78\x00\x01"])
+def test_shorter_than_a_header(data):
+    with pytest.raises(ParseError, match="shorter than the gpu_metrics header"):
+        parse_gpu_metrics(data)
+
+
+def test_a_generation_index_is_not_a_speed():
+    metrics = parse_gpu_metrics((TABLES / "v1_3-gen-index.bin").read_bytes())
+    assert metrics.pcie_link_speed_gts is None
+    assert "generation index" in (metrics.link_problem or "")
+
+
+def test_read_through_the_attribute_reader(tmp_path):
+    device = tmp_path / "0000:00:05.0"
+    device.mkdir()
+    (device / "gpu_metrics").write_bytes((TABLES / "v1_3-rdna4.bin").read_bytes())
+    reading = read_amdgpu(device)
+    assert reading.gpu_metrics is not None
+    assert reading.gpu_metrics.pcie_link_speed_gts == 16.0
+    (device / "gpu_metrics").unlink()
+    (device / "gpu_metrics").write_bytes((TABLES / "v1_3-truncated.bin").read_bytes())
+    reading = read_amdgpu(device)
+    assert reading.gpu_metrics is None
+    assert any("the file holds 64" in e for e in reading.errors)
+
+
+def test_a_fifo_or_a_huge_file_is_unreadable_not_a_hang(tmp_path):
+    import os
+
+    device = tmp_path / "d"
+    device.mkdir()
+    os.mkfifo(device / "gpu_metrics")
+    reading = read_amdgpu(device)
+    assert reading.gpu_metrics is None
+    assert any("FIFO" in e for e in reading.errors)
+    (device / "gpu_metrics").unlink()
+    (device / "gpu_metrics").write_bytes(b"\xff" * (1 << 17))
+    assert any("larger than" in e for e in read_amdgpu(device).errors)
