@@ -18,6 +18,7 @@ from pathlib import Path
 from rocmseat.sysfs.attrs import Collector, read_text
 from rocmseat.sysfs.gpu_metrics import GpuMetrics, parse_gpu_metrics
 from rocmseat.sysfs.parse import DpmLevel, parse_int, parse_pp_dpm_pcie
+from rocmseat.sysfs.ras import RasReading, read_ras
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class AmdgpuReading:
     errors: tuple[str, ...] = ()
     gpu_metrics: GpuMetrics | None = None  # None: absent or unreadable (the reason in errors)
     runtime_status: str | None = None  # power/runtime_status: "active", "suspended" ...
+    ras: RasReading | None = None  # None: no ras/ directory (Radeon parts): not applicable
 
 
 def read_amdgpu(device_dir: Path) -> AmdgpuReading:
@@ -46,6 +48,7 @@ def read_amdgpu(device_dir: Path) -> AmdgpuReading:
         product_name=attrs.text("product_name"),
         gpu_metrics=attrs.get_bytes("gpu_metrics", parse_gpu_metrics),
         runtime_status=read_text(device_dir / "power" / "runtime_status")[0] or None,
+        ras=read_ras(device_dir),
         errors=tuple(attrs.errors),
     )
 
