@@ -6,7 +6,7 @@ growth warns (an uncorrectable error the hardware deferred until the data is use
 pages (`gpu_vram_bad_pages`) above a threshold fail: the profile's `ras_bad_pages_fail`, else
 the driver's own, VRAM size / 100 MiB (amdgpu_ras.c, amdgpu_ras_validate_threshold() with
 RAS_BAD_PAGE_COVER), past which amdgpu stops retiring pages and marks the GPU bad. No `ras/`
-(Radeon parts) is not applicable; unreadable, or "Query currently inaccessible" (RAS recovery),
+(Radeon parts) is not applicable (no finding); unreadable, or "Query currently inaccessible" (RAS recovery),
 is unknown.
 """
 
@@ -39,14 +39,9 @@ def judge_ras(
     subject = gpu.pci_address
     ras = gpu.amdgpu.ras
     if ras is None:
-        return [
-            Finding(
-                "ras.absent",
-                Severity.OK,
-                subject,
-                "no RAS attributes (ras/): not applicable (Radeon parts have none)",
-            )
-        ]
+        # not applicable (Radeon parts have no ras/): no finding, as for a family that does not
+        # concern the GPU (docs/preflight.md, "RAS")
+        return []
     if ras.errors or ras.inaccessible:
         reasons = list(ras.errors) + [
             f"{block}_err_count: Query currently inaccessible (the GPU is in RAS recovery)"
