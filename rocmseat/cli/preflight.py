@@ -55,7 +55,7 @@ def _write_textfile(directory: Path, registry: CollectorRegistry) -> None:
     "--only",
     "only",
     multiple=True,
-    type=click.Choice(["pcie", "aer", "numa", "profile", "amdsmi", "hip"]),
+    type=click.Choice(["pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip"]),
     help="Run only this family of checks (repeatable).",
 )
 @click.option(

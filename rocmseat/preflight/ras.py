@@ -6,8 +6,8 @@ growth warns (an uncorrectable error the hardware deferred until the data is use
 pages (`gpu_vram_bad_pages`) above a threshold fail: the profile's `ras_bad_pages_fail`, else
 the driver's own, VRAM size / 100 MiB (amdgpu_ras.c, amdgpu_ras_validate_threshold() with
 RAS_BAD_PAGE_COVER), past which amdgpu stops retiring pages and marks the GPU bad. No `ras/`
-(Radeon parts) is not applicable (no finding); unreadable, or "Query currently inaccessible" (RAS recovery),
-is unknown.
+(Radeon parts) is not applicable (no finding); unreadable, or "Query currently inaccessible"
+(RAS recovery), is unknown.
 """
 
 from __future__ import annotations
