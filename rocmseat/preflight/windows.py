@@ -42,6 +42,10 @@ DEFAULT_WINDOW_S = 24 * 3600
 MAX_WINDOW_S = 7 * 24 * 3600  # the longest window a profile may ask
 MAX_KEEP_S = MAX_WINDOW_S
 MAX_ENTRIES = 512
+# With nothing counted since a device's last reading, the file is rewritten (and fsynced) only to
+# move that reading's `last` on, at most this often: a base's `last` only words the window's
+# start ("since ..."), and an older one words a longer window, never a shorter one.
+REFRESH_S = 3600
 MAX_DEVICES = 4096
 LIMIT_BYTES = 16 << 20
 LOCK_TIMEOUT_S = 10.0
@@ -209,6 +213,8 @@ def save_readings(
             if loaded.untrusted:
                 return loaded.problem
             devices = dict(loaded.ring.devices) if loaded.ring is not None else {}
+            if loaded.ring is not None and not _news(devices, readings, now):
+                return None
             for address, counters in readings.items():
                 devices[address] = _add(devices.get(address, ()), counters, now)
             devices = _bounded(devices)
@@ -230,6 +236,21 @@ def save_readings(
     except (OSError, RocmseatError) as exc:
         return f"{path}: cannot save the error readings ({getattr(exc, 'strerror', None) or exc})"
     return None
+
+
+def _news(
+    devices: Mapping[str, tuple[Entry, ...]], readings: Mapping[str, Mapping[str, int]], now: str
+) -> bool:
+    """Whether this run's readings change the ring: a device unseen, a count that moved, or a
+    last reading older than REFRESH_S."""
+    horizon = parse_stamp(now) - dt.timedelta(seconds=REFRESH_S)
+    for address, counters in readings.items():
+        entries = devices.get(address)
+        if not entries or entries[-1].counters != {k: v for k, v in counters.items() if v}:
+            return True
+        if parse_stamp(entries[-1].last) <= horizon:
+            return True
+    return False
 
 
 def _add(entries: tuple[Entry, ...], counters: Mapping[str, int], now: str) -> tuple[Entry, ...]:
