@@ -19,7 +19,7 @@ from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Gpu, Hop
 from rocmseat.preflight.link import hop_words
 from rocmseat.preflight.windows import DEFAULT_WINDOW_S, Window
-from rocmseat.sysfs.attrs import errors_of
+from rocmseat.sysfs.attrs import errors_of, first_of
 
 REPLAY_KEY = "amdgpu.pcie_replay_count"
 FIRMWARE_PREFIX = "gpu_metrics."  # gpu_metrics' PCIe counters, under the GPU's address
@@ -116,8 +116,7 @@ def judge_aer(
                 "aer.unknown",
                 Severity.UNKNOWN,
                 gpu.pci_address,
-                f"cannot read AER counters: {read_errors[0]}"
-                + (f" (and {len(read_errors) - 1} more)" if len(read_errors) > 1 else ""),
+                f"cannot read AER counters: {first_of(read_errors)}",
                 "run as root or check the sysfs tree",
                 {"errors": read_errors},
             )

@@ -18,6 +18,7 @@ from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Gpu
 from rocmseat.preflight.aer import RAS_PREFIX, SINCE_BOOT, AerThresholds, counter_deltas
 from rocmseat.preflight.windows import Window
+from rocmseat.sysfs.attrs import first_of
 
 BAD_PAGE_COVER_BYTES = 100 * 1024 * 1024  # amdgpu_ras.c RAS_BAD_PAGE_COVER
 DEFAULT_THRESHOLDS = AerThresholds()
@@ -47,13 +48,12 @@ def judge_ras(
             f"{block}_err_count: Query currently inaccessible (the GPU is in RAS recovery)"
             for block in ras.inaccessible
         ]
-        more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
         return [
             Finding(
                 "ras.unknown",
                 Severity.UNKNOWN,
                 subject,
-                f"cannot read the RAS counts: {reasons[0]}{more}",
+                f"cannot read the RAS counts: {first_of(reasons)}",
                 "run as root; a GPU in RAS recovery answers again once it is reset",
                 {"errors": reasons},
             )

@@ -77,6 +77,12 @@ def errors_of(errors: tuple[str, ...], *names: str) -> list[str]:
     return out
 
 
+def first_of(reasons: list[str] | tuple[str, ...]) -> str:
+    """The first reason, and how many more: "<reason> (and 2 more)"."""
+    more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
+    return f"{reasons[0]}{more}"
+
+
 def resolve_link(path: Path) -> tuple[Path | None, str | None]:
     """Follow a sysfs symlink (`class/drm/card1/device`) to its real directory."""
     try:

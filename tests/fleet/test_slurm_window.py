@@ -10,29 +10,17 @@ drained: rocmseat: aer.badtlp ...)"), and `--format npd --cached --only aer` sai
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from tests.fleet.slurm_cluster import missing_reason, running_cluster
+from tests.fleet.slurm_cluster import running_cluster
+
+# the harness's cluster directory (skips when Slurm or munge is missing)
+from tests.fleet.test_slurm_real import cluster_root  # noqa: F401
 
 pytestmark = pytest.mark.fleet
 
 ROOT_PORT = "devices/pci0000:80/0000:80:02.0"  # GPU 86:00.0's root port
-
-
-@pytest.fixture(scope="module")
-def cluster_root():
-    reason = missing_reason()
-    if reason:
-        pytest.skip(reason)
-    # not pytest's tmp_path: munged wants every directory above its socket searchable
-    root = Path(tempfile.mkdtemp(prefix="rocmseat-slurm-window-"))
-    root.chmod(0o755)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def _badtlp_only(copy_tree):
@@ -54,8 +42,9 @@ def _state(line: str) -> str:
     return match.group(1) if match else "?"
 
 
-def test_a_hand_run_keeps_the_node_drained(cluster_root, rocmseat_cli, copy_tree, monkeypatch,
-                                            tmp_path):
+def test_a_hand_run_keeps_the_node_drained(
+    cluster_root, rocmseat_cli, copy_tree, monkeypatch, tmp_path  # noqa: F811
+):
     root = _badtlp_only(copy_tree)
     state_dir = tmp_path / "state"
 
