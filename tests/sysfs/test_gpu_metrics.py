@@ -8,6 +8,8 @@ import shutil
 import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocmseat.errors import ParseError
 from rocmseat.sysfs.amdgpu import read_amdgpu
@@ -138,3 +140,39 @@ def test_a_fifo_or_a_huge_file_is_unreadable_not_a_hang(tmp_path):
     (device / "gpu_metrics").unlink()
     (device / "gpu_metrics").write_bytes(b"\xff" * (1 << 17))
     assert any("larger than" in e for e in read_amdgpu(device).errors)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=600))
+def test_any_bytes_decode_or_are_a_parse_error(data):
+    try:
+        metrics = parse_gpu_metrics(data, "gpu_metrics")
+    except ParseError as exc:
+        assert exc.message.startswith("gpu_metrics: ") and "\n" not in exc.message
+        return
+    assert metrics.pcie_link_speed_gts is None or metrics.pcie_link_speed_gts in (
+        2.5, 5.0, 8.0, 16.0, 32.0, 64.0)
+    assert metrics.pcie_link_width is None or 1 <= metrics.pcie_link_width <= 32
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(LAYOUTS)), st.data())
+def test_every_layout_round_trips_its_link(revision, data):
+    offsets, size = layout(LAYOUTS[revision])
+    table = bytearray(b"\xff" * size)
+    table[0:2] = size.to_bytes(2, "little")
+    table[2], table[3] = revision
+    # v1.0's u8 pcie_link_speed tops out at 25.5 GT/s (the ASICs of its day were Gen4)
+    speeds = [25, 50, 80, 160] if revision == (1, 0) else [25, 50, 80, 160, 320, 640]
+    speed = data.draw(st.sampled_from(speeds))
+    width = data.draw(st.sampled_from([1, 2, 4, 8, 16]))
+    if "pcie_link_speed" in offsets:
+        for name, value in (("pcie_link_speed", speed), ("pcie_link_width", width)):
+            offset, code = offsets[name]
+            n = {"B": 1, "H": 2}[code]
+            table[offset:offset + n] = value.to_bytes(n, "little")
+    metrics = parse_gpu_metrics(bytes(table))
+    if "pcie_link_speed" in offsets:
+        assert (metrics.pcie_link_speed_gts, metrics.pcie_link_width) == (speed / 10, width)
+    else:
+        assert (metrics.pcie_link_speed_gts, metrics.pcie_link_width) == (None, None)
