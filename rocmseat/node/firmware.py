@@ -49,6 +49,12 @@ def _levels_words(levels: list[DpmLevel]) -> str:
     return ", ".join(f"{lv.index} ({format_speed(lv.speed_gts)} x{lv.width})" for lv in levels)
 
 
+def _unreadable(errors: tuple[str, ...], name: str) -> list[str]:
+    """The read errors of a firmware source, but "not supported by the kernel" (EOPNOTSUPP,
+    ENODATA: amdgpu answers so where the ASIC has no such table): that one is absent."""
+    return [e for e in errors_of(errors, name) if ": not supported by the kernel (" not in e]
+
+
 def dpm_star_problem(gpu: Gpu) -> str | None:
     """Why pp_dpm_pcie's stars name no one active level (None: they do, or there are no rows).
     Several starred rows with equal values are one level."""
@@ -67,13 +73,13 @@ def dpm_star_problem(gpu: Gpu) -> str | None:
 def firmware_link(gpu: Gpu) -> FirmwareLink:
     amdgpu = gpu.amdgpu
     problems: list[str] = []  # contradictions: the firmware's word is uncertain
-    read_errors: list[str] = []  # a source that could not be read: the other may still speak
+    read_errors: list[str] = []  # a source that exists and cannot be read: uncertain too
     sources: list[str] = []
     dpm_link: tuple[float, int] | None = None
     active_index = None
     top = None
     levels = amdgpu.pp_dpm_pcie or ()
-    read_errors += errors_of(amdgpu.errors, "pp_dpm_pcie")
+    read_errors += _unreadable(amdgpu.errors, "pp_dpm_pcie")
     if levels:
         top = max(levels, key=lambda lv: (lv.speed_gts, lv.width))
         active = [lv for lv in levels if lv.active]
@@ -85,7 +91,7 @@ def firmware_link(gpu: Gpu) -> FirmwareLink:
             active_index = active[0].index
             sources.append("pp_dpm_pcie level " + ", ".join(str(lv.index) for lv in active))
     metrics_link: tuple[float, int] | None = None
-    read_errors += errors_of(amdgpu.errors, "gpu_metrics")
+    read_errors += _unreadable(amdgpu.errors, "gpu_metrics")
     metrics = amdgpu.gpu_metrics
     metrics_spoke = metrics is not None and metrics.has_pcie_link
     if metrics is not None and metrics.has_pcie_link:
@@ -101,8 +107,9 @@ def firmware_link(gpu: Gpu) -> FirmwareLink:
             f"gpu_metrics says {format_speed(metrics_link[0])} x{metrics_link[1]}"
         )
         link = None
-    if link is None or problems:
-        # a source that contradicts itself or the other leaves the firmware's word uncertain
+    if link is None or problems or read_errors:
+        # a source that contradicts itself or the other, or one that exists and cannot be read
+        # (a FIFO, garbage, a truncated table), leaves the firmware's word uncertain
         reasons = problems + read_errors
         return FirmwareLink(
             None, None, tuple(sources), top, None,

@@ -185,3 +185,14 @@ def test_the_full_run_table_shows_the_verdict_link(tmp_path):
     (gpu,) = to_json(report)["gpus"]
     assert (gpu["effective_link"]["speed_gts"], gpu["effective_link"]["width"]) == (16.0, 16)
     assert gpu["endpoint_claims"] == {"speed_gts": 32.0, "width": 16}
+
+
+def test_an_unreadable_gpu_metrics_makes_the_firmware_unsure(copy_tree):
+    # found by the hostile battery: a FIFO or a torn table where gpu_metrics should be, with
+    # pp_dpm_pcie readable, gave a healthy verdict from pp_dpm_pcie alone
+    root = copy_tree("vm-rdna4")
+    table = root / "devices/pci0000:00/0000:00:05.0/gpu_metrics"
+    table.write_bytes(table.read_bytes()[:64])
+    (link,) = judge_link(_gpu(root))
+    assert link.severity == Severity.UNKNOWN
+    assert "the file holds 64" in link.message
