@@ -256,12 +256,15 @@ def _news(
 def _add(entries: tuple[Entry, ...], counters: Mapping[str, int], now: str) -> tuple[Entry, ...]:
     nonzero = {k: v for k, v in counters.items() if v}
     now_at = parse_stamp(now)
-    kept = [e for e in entries if parse_stamp(e.first) <= now_at]  # a clock stepped back
-    if kept and kept[-1].counters == nonzero:
+    kept = list(entries)
+    if kept and kept[-1].counters == nonzero and parse_stamp(kept[-1].first) <= now_at:
         last = kept[-1]
         kept[-1] = Entry(last.first, max(last.last, now, key=parse_stamp), last.counters)
     else:
+        # a clock stepped back leaves readings "in the future": they are kept (dropping them
+        # would move a later window's base later, a shorter window), in time order
         kept.append(Entry(now, now, nonzero))
+        kept.sort(key=lambda e: parse_stamp(e.first))
     return _pruned(tuple(kept), now_at)
 
 

@@ -320,3 +320,14 @@ def test_hypothesis_any_reading_file_loads_or_is_a_one_line_problem(tmp_path_fac
     if loaded.problem is not None:
         assert loaded.ring is None and loaded.problem.startswith(str(path))
         assert "\n" not in loaded.problem
+
+
+def test_a_clock_stepped_back_keeps_the_readings(tmp_path):
+    root = SYSFS_FIXTURES / "x99-r9700"
+    address = "0000:80:02.0"
+    save_readings(tmp_path, root, None, {address: {"correctable.BadTLP": 1}}, _stamp(10))
+    save_readings(tmp_path, root, None, {address: {"correctable.BadTLP": 5}}, _stamp(8))
+    entries = load_ring(tmp_path, root, None).ring.devices[address]
+    assert [e.first for e in entries] == [_stamp(8), _stamp(10)]
+    # once the clock has caught up, the reading taken "in the future" is a window's base again
+    assert window_for(entries, _stamp(34), 24 * 3600).base == {"correctable.BadTLP": 1}
