@@ -28,7 +28,6 @@ class FirmwareLink:
     top: DpmLevel | None
     active_index: int | None
     problem: str | None  # why the firmware's link is not known although it spoke
-    spoke: bool  # pp_dpm_pcie with levels, or a gpu_metrics table with a PCIe link, was read
 
     @property
     def known(self) -> bool:
@@ -93,14 +92,18 @@ def firmware_link(gpu: Gpu) -> FirmwareLink:
     metrics_link: tuple[float, int] | None = None
     read_errors += _unreadable(amdgpu.errors, "gpu_metrics")
     metrics = amdgpu.gpu_metrics
-    metrics_spoke = metrics is not None and metrics.has_pcie_link
+    metrics_problem = None
     if metrics is not None and metrics.has_pcie_link:
         if metrics.link_problem:
-            problems.append(f"gpu_metrics {metrics.revision}: {metrics.link_problem}")
+            # e.g. a generation index where 0.1 GT/s belongs (some SMU 13 firmware, as amdsmi
+            # notes): no figure from gpu_metrics, not a contradiction of pp_dpm_pcie's star
+            metrics_problem = f"gpu_metrics {metrics.revision}: {metrics.link_problem}"
         elif metrics.pcie_link_speed_gts is not None and metrics.pcie_link_width is not None:
             metrics_link = (metrics.pcie_link_speed_gts, metrics.pcie_link_width)
             sources.append(f"gpu_metrics {metrics.revision}")
     link = dpm_link or metrics_link
+    if link is None and metrics_problem is not None:
+        problems.append(metrics_problem)
     if dpm_link is not None and metrics_link is not None and dpm_link != metrics_link:
         problems.append(
             f"pp_dpm_pcie's active level says {format_speed(dpm_link[0])} x{dpm_link[1]}, "
@@ -112,8 +115,6 @@ def firmware_link(gpu: Gpu) -> FirmwareLink:
         # (a FIFO, garbage, a truncated table), leaves the firmware's word uncertain
         reasons = problems + read_errors
         return FirmwareLink(
-            None, None, tuple(sources), top, None,
-            "; ".join(reasons) if reasons else None,
-            bool(levels) or metrics_spoke or bool(read_errors),
+            None, None, tuple(sources), top, None, "; ".join(reasons) if reasons else None
         )
-    return FirmwareLink(link[0], link[1], tuple(sources), top, active_index, None, True)
+    return FirmwareLink(link[0], link[1], tuple(sources), top, active_index, None)

@@ -196,3 +196,15 @@ def test_an_unreadable_gpu_metrics_makes_the_firmware_unsure(copy_tree):
     (link,) = judge_link(_gpu(root))
     assert link.severity == Severity.UNKNOWN
     assert "the file holds 64" in link.message
+
+
+def test_a_generation_index_in_gpu_metrics_leaves_pp_dpm_pcie_the_source(copy_tree):
+    root = copy_tree("vm-rdna4")
+    table = root / "devices/pci0000:00/0000:00:05.0/gpu_metrics"
+    table.write_bytes((SYSFS_FIXTURES.parent / "gpu_metrics" / "v1_3-gen-index.bin").read_bytes())
+    (link,) = judge_link(_gpu(root))
+    assert link.severity == Severity.OK
+    assert link.message.startswith("16 GT/s x16 from the GPU firmware (pp_dpm_pcie level 1);")
+    (root / "devices/pci0000:00/0000:00:05.0/pp_dpm_pcie").unlink()
+    (link,) = judge_link(_gpu(root))
+    assert link.severity == Severity.UNKNOWN and "generation index" in link.message
