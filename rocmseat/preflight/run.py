@@ -383,7 +383,8 @@ def _error_windows(
         # a sample judges its own two readings; an unknown boot or an untrusted file is never
         # overwritten
         return findings, window
-    problem = save_readings(state_dir, sysfs_root, identity.boot_id, current, stamp)
+    problem = save_readings(state_dir, sysfs_root, identity.boot_id, current, stamp,
+                            seen=stored)
     if problem:
         findings.append(
             Finding(

@@ -204,9 +204,15 @@ def save_readings(
     boot_id: str | None,
     readings: Mapping[str, Mapping[str, int]],
     now: str,
+    *,
+    seen: Mapping[str, tuple[Entry, ...]] | None = None,
 ) -> str | None:
-    """Add this run's readings to the ring; returns a one-line problem or None."""
+    """Add this run's readings to the ring; returns a one-line problem or None. `seen`: the
+    ring as this run read it; with nothing new against it, nothing is written (a reading that
+    another run added meanwhile is at least as new)."""
     path = state_path(state_dir)
+    if seen and not _news(seen, readings, now):
+        return None
     try:
         with exclusive_lock(path.with_suffix(".lock"), timeout_s=LOCK_TIMEOUT_S):
             loaded = load_ring(state_dir, sysfs_root, boot_id)

@@ -95,7 +95,7 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_attr(path: Path) -> AttrValue:
+def read_attr(path: Path | str) -> AttrValue:
     """Read a sysfs attribute as text (read_attr_bytes, decoded; trailing newline kept:
     parsers decide)."""
     raw = read_attr_bytes(path)
@@ -104,7 +104,7 @@ def read_attr(path: Path) -> AttrValue:
     return raw
 
 
-def read_attr_bytes(path: Path) -> AttrBytes:
+def read_attr_bytes(path: Path | str) -> AttrBytes:
     """Read a sysfs attribute as bytes (a binary attribute such as amdgpu's gpu_metrics).
 
     Returns the bytes, None when the file is absent, Unsupported or Unreadable otherwise.
@@ -157,7 +157,7 @@ def read_attr_bytes(path: Path) -> AttrBytes:
     return b"".join(chunks)
 
 
-def _symlink_reason(path: Path) -> str:
+def _symlink_reason(path: Path | str) -> str:
     """O_NOFOLLOW refused the final component (or the path loops): say which."""
     try:
         target = os.readlink(path)
