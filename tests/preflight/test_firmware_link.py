@@ -10,7 +10,7 @@ from rocmseat.findings import Severity
 from rocmseat.node.inventory import read_inventory
 from rocmseat.preflight.link import judge_dpm, judge_link
 from rocmseat.preflight.run import preflight_report
-from tests.sysfs.conftest import SYSFS_FIXTURES
+from tests.sysfs.conftest import SYSFS_FIXTURES, fixture_builder
 
 
 def _gpu(tree, address="0000:00:05.0"):
@@ -132,16 +132,7 @@ def test_firmware_below_the_walked_link_at_the_top_level_fails(copy_tree):
 
 def test_instinct_gpu_metrics_below_the_walked_link_fails(copy_tree):
     root = copy_tree("mi300x-8gpu")
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location(
-        "build_sysfs_fixtures", SYSFS_FIXTURES.parent / "build_sysfs_fixtures.py"
-    )
-    builder = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = builder
-    spec.loader.exec_module(builder)
-    table = builder.gpu_metrics((1, 5), {"pcie_link_width": 16, "pcie_link_speed": 160})
+    table = fixture_builder().gpu_metrics((1, 5), {"pcie_link_width": 16, "pcie_link_speed": 160})
     (root / "bus/pci/devices/0000:0c:00.0").resolve().joinpath("gpu_metrics").write_bytes(table)
     (finding,) = judge_link(_gpu(root, "0000:0c:00.0"))
     assert (finding.check_id, finding.severity) == ("pcie.link.firmware_below", Severity.FAIL)
@@ -208,3 +199,20 @@ def test_a_generation_index_in_gpu_metrics_leaves_pp_dpm_pcie_the_source(copy_tr
     (root / "devices/pci0000:00/0000:00:05.0/pp_dpm_pcie").unlink()
     (link,) = judge_link(_gpu(root))
     assert link.severity == Severity.UNKNOWN and "generation index" in link.message
+
+
+def test_only_the_gpus_own_switch_ports_visible_is_hidden(tmp_path):
+    builder = fixture_builder()
+    # a container that shows the card's USP/DSP/endpoint on a root bus, no platform port
+    chain = builder._amd_gpu_chain(
+        usp="0000:00:05.0", dsp="0000:01:00.0", ep="0000:02:00.0", ep_device=0x7550,
+        ep_class=0x030000, up_link=(32.0, 16), asic=(32.0, 16), numa=-1, cpus="0-7", card=1,
+        files={"pp_dpm_pcie": builder._RDNA4_DPM},
+    )
+    host = builder.Host("hidden", "", [0] * 8, [("0-7", "10")], {"pci0000:00": [chain]},
+                        [("0000:02:00.0", 120001, 64)])
+    builder.write_host(tmp_path / "tree", host)
+    (link,) = judge_link(_gpu(tmp_path / "tree", "0000:02:00.0"))
+    assert link.data["hierarchy"] == "hidden"
+    assert "only the GPU's own AMD switch ports are visible above it" in link.message
+    assert link.message.startswith("16 GT/s x16 from the GPU firmware (pp_dpm_pcie level 1)")

@@ -3,27 +3,18 @@ counts join the error window; growth fails, whoever looked in between."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
 from rocmseat.findings import Severity
 from rocmseat.preflight.run import preflight_report
-from tests.sysfs.conftest import SYSFS_FIXTURES
+from tests.sysfs.conftest import SYSFS_FIXTURES, fixture_builder
 
 GPU = "0000:0c:00.0"
 
 
 @pytest.fixture(scope="module")
 def builder():
-    spec = importlib.util.spec_from_file_location(
-        "build_sysfs_fixtures", SYSFS_FIXTURES.parent / "build_sysfs_fixtures.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return fixture_builder()
 
 
 def _gpu_dir(root):
