@@ -110,6 +110,10 @@ def judge_aer(
     findings: list[Finding] = []
     read_errors = [e for hop in gpu.path for e in hop.aer.errors]
     read_errors += errors_of(gpu.amdgpu.errors, "pcie_replay_count")
+    # gpu_metrics holds the firmware's PCIe counters (v1.4+): a table that exists and cannot be
+    # decoded (truncated, an unknown revision) hides them; "not supported" is absent
+    read_errors += [e for e in errors_of(gpu.amdgpu.errors, "gpu_metrics")
+                    if ": not supported by the kernel (" not in e]
     if read_errors:
         findings.append(
             Finding(

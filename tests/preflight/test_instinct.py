@@ -107,3 +107,15 @@ def test_unreadable_ras_is_unknown(copy_tree, tmp_path, name, text, check):
 def test_radeon_has_no_ras_finding(tmp_path):
     report = preflight_report(SYSFS_FIXTURES / "x99-r9700", tmp_path, families={"ras"})
     assert report.findings == ()
+
+
+@pytest.mark.parametrize("table", ["v1_3-truncated.bin", "v1_9-future.bin",
+                                   "v1_3-size-mismatch.bin"])
+def test_an_undecodable_gpu_metrics_is_unknown_not_clean(copy_tree, tmp_path, table):
+    root = copy_tree("mi300x-8gpu")
+    data = (SYSFS_FIXTURES.parent / "gpu_metrics" / table).read_bytes()
+    (_gpu_dir(root) / "gpu_metrics").write_bytes(data)
+    report = preflight_report(root, tmp_path, families={"aer"})
+    (unknown,) = [f for f in report.findings if f.severity != Severity.OK]
+    assert (unknown.check_id, unknown.severity) == ("aer.unknown", Severity.UNKNOWN)
+    assert "gpu_metrics" in unknown.message
