@@ -3,8 +3,9 @@
 The attribute (drivers/gpu/drm/amd/pm/amdgpu_pm.c, amdgpu_get_gpu_metrics) is one of the
 `struct gpu_metrics_vX_Y` of drivers/gpu/drm/amd/include/kgd_pp_interface.h, as the firmware
 driver filled it: a `struct metrics_table_header` (u16 structure_size, u8 format_revision, u8
-content_revision) and then the fields of that revision. Format 1 is the dGPU/Instinct layout,
-2 and 3 the APU layouts (no PCIe fields). The structs are not packed: every field sits at its
+content_revision) and then the fields of that revision. Format 1 is the dGPU/Instinct layout
+(v1.0 ... v1.8; v1.6 changed in place once, told apart by structure_size), 2 and 3 the APU
+layouts (no PCIe fields). The structs are not packed: every field sits at its
 natural alignment and the struct is padded to its largest member (the C rules the kernel is
 compiled with; tests/sysfs/test_gpu_metrics.py checks this module's offsets against gcc's).
 The driver fills the table with 0xff before writing the fields the ASIC provides
@@ -68,6 +69,39 @@ def _instinct(*, jpeg: bool, residency: bool, nak: bool) -> tuple[tuple[str, str
     )
 
 
+# struct amdgpu_xcp_metrics (v1.0, 168 bytes), _v1_1 (232) and _v1_2 (440): u32 gfx_busy_inst[8],
+# u16 jpeg_busy[32 or 40], u16 vcn_busy[4], then u64 arrays of 8; 8-byte aligned. An array of
+# NUM_XCP (8) of them has the layout of that many u64 (the test checks these sizes with gcc).
+XCP_STATS_BYTES = {"v1_0": 168, "v1_1": 232, "v1_2": 440}
+
+
+def _partitioned(*, mem_max: bool, link_status: bool, xcp: str) -> tuple[tuple[str, str, int], ...]:
+    """gpu_metrics_v1_6 as kernels since the XCP partition stats lay it out, v1_7, v1_8 (MI300
+    and MI350 with partitions): no per-engine activity, per-partition stats at the end."""
+    return (
+        *_HEADER, ("temperature_hotspot", "H", 1), ("temperature_mem", "H", 1),
+        ("temperature_vrsoc", "H", 1), ("curr_socket_power", "H", 1),
+        ("average_gfx_activity", "H", 1), ("average_umc_activity", "H", 1),
+        *((("mem_max_bandwidth", "Q", 1),) if mem_max else ()),
+        ("energy_accumulator", "Q", 1), ("system_clock_counter", "Q", 1),
+        ("accumulation_counter", "I", 1), ("residency_acc", "I", 5),
+        ("gfxclk_lock_status", "I", 1),
+        ("pcie_link_width", "H", 1), ("pcie_link_speed", "H", 1),
+        ("xgmi_link_width", "H", 1), ("xgmi_link_speed", "H", 1),
+        ("gfx_activity_acc", "I", 1), ("mem_activity_acc", "I", 1),
+        ("pcie_bandwidth_acc", "Q", 1), ("pcie_bandwidth_inst", "Q", 1),
+        ("pcie_l0_to_recov_count_acc", "Q", 1), ("pcie_replay_count_acc", "Q", 1),
+        ("pcie_replay_rover_count_acc", "Q", 1),
+        ("pcie_nak_sent_count_acc", "I", 1), ("pcie_nak_rcvd_count_acc", "I", 1),
+        ("xgmi_read_data_acc", "Q", 8), ("xgmi_write_data_acc", "Q", 8),
+        *((("xgmi_link_status", "H", 8), ("padding", "H", 1)) if link_status else ()),
+        ("firmware_timestamp", "Q", 1), ("current_gfxclk", "H", 8), ("current_socclk", "H", 4),
+        ("current_vclk0", "H", 4), ("current_dclk0", "H", 4), ("current_uclk", "H", 1),
+        ("num_partition", "H", 1), ("xcp_stats", "Q", 8 * XCP_STATS_BYTES[xcp] // 8),
+        ("pcie_lc_perf_other_end_recovery", "I", 1),
+    )
+
+
 _APU_TEMPS = (("temperature_gfx", "H", 1), ("temperature_soc", "H", 1),
               ("temperature_core", "H", 8), ("temperature_l3", "H", 2),
               ("average_gfx_activity", "H", 1), ("average_mm_activity", "H", 1))
@@ -81,23 +115,32 @@ _V2_2 = (*_V2_1, ("indep_throttle_status", "Q", 1))
 _V2_3 = (*_V2_2, ("average_temperature_gfx", "H", 1), ("average_temperature_soc", "H", 1),
          ("average_temperature_core", "H", 8), ("average_temperature_l3", "H", 2))
 
-LAYOUTS: dict[tuple[int, int], tuple[tuple[str, str, int], ...]] = {
-    (1, 0): (*_HEADER, ("system_clock_counter", "Q", 1), *_TEMPS_V1,
-             ("energy_accumulator", "I", 1), *_CLOCKS_V1,
-             ("pcie_link_width", "B", 1), ("pcie_link_speed", "B", 1)),
-    (1, 1): _V1_1,
-    (1, 2): _V1_2,
-    (1, 3): _V1_3,
-    (1, 4): _instinct(jpeg=False, residency=False, nak=False),
-    (1, 5): _instinct(jpeg=True, residency=False, nak=True),
-    (1, 6): _instinct(jpeg=True, residency=True, nak=True),
-    (2, 0): (*_HEADER, ("system_clock_counter", "Q", 1), *_APU_TEMPS, *_APU_POWER,
-             ("padding", "H", 1)),
-    (2, 1): _V2_1,
-    (2, 2): _V2_2,
-    (2, 3): _V2_3,
-    (2, 4): (*_V2_3, ("average_voltage", "H", 3), ("average_current", "H", 3)),
-    (3, 0): (
+Fields = tuple[tuple[str, str, int], ...]
+# Per revision, every layout the kernel has published under it: gpu_metrics_v1_6 changed in
+# place when the XCP partition stats came (per-engine activity out, xcp_stats and the other end's
+# recovery counter in); the header's structure_size says which one a table is.
+LAYOUTS: dict[tuple[int, int], tuple[Fields, ...]] = {
+    (1, 0): ((*_HEADER, ("system_clock_counter", "Q", 1), *_TEMPS_V1,
+              ("energy_accumulator", "I", 1), *_CLOCKS_V1,
+              ("pcie_link_width", "B", 1), ("pcie_link_speed", "B", 1)),),
+    (1, 1): (_V1_1,),
+    (1, 2): (_V1_2,),
+    (1, 3): (_V1_3,),
+    (1, 4): (_instinct(jpeg=False, residency=False, nak=False),),
+    (1, 5): (_instinct(jpeg=True, residency=False, nak=True),),
+    (1, 6): (
+        _instinct(jpeg=True, residency=True, nak=True),
+        _partitioned(mem_max=False, link_status=False, xcp="v1_0"),
+    ),
+    (1, 7): (_partitioned(mem_max=True, link_status=True, xcp="v1_1"),),
+    (1, 8): (_partitioned(mem_max=True, link_status=True, xcp="v1_2"),),
+    (2, 0): ((*_HEADER, ("system_clock_counter", "Q", 1), *_APU_TEMPS, *_APU_POWER,
+              ("padding", "H", 1)),),
+    (2, 1): (_V2_1,),
+    (2, 2): (_V2_2,),
+    (2, 3): (_V2_3,),
+    (2, 4): ((*_V2_3, ("average_voltage", "H", 3), ("average_current", "H", 3)),),
+    (3, 0): ((
         *_HEADER, ("temperature_gfx", "H", 1), ("temperature_soc", "H", 1),
         ("temperature_core", "H", 16), ("temperature_skin", "H", 1),
         ("average_gfx_activity", "H", 1), ("average_vcn_activity", "H", 1),
@@ -111,7 +154,7 @@ LAYOUTS: dict[tuple[int, int], tuple[tuple[str, str, int], ...]] = {
         ("average_clocks", "H", 8), ("current_coreclk", "H", 16),
         ("current_core_maxfreq", "H", 1), ("current_gfx_maxfreq", "H", 1),
         ("throttle_residency", "I", 7), ("time_filter_alphavalue", "I", 1),
-    ),
+    ),),
 }
 
 # The accumulated PCIe counters (v1.4+), by field: the name rocmseat's aer family gives them.
@@ -138,7 +181,11 @@ def layout(fields: tuple[tuple[str, str, int], ...]) -> tuple[dict[str, tuple[in
     return offsets, (offset + widest - 1) // widest * widest
 
 
-_LAYOUTS = {rev: layout(fields) for rev, fields in LAYOUTS.items()}
+# revision -> {structure_size: offsets}
+_LAYOUTS = {
+    rev: {size: offsets for offsets, size in map(layout, variants)}
+    for rev, variants in LAYOUTS.items()
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,11 +233,12 @@ def parse_gpu_metrics(data: bytes, source: str = "<bytes>") -> GpuMetrics:
             f"gpu_metrics v{frev}.{crev} is a layout rocmseat does not know (known: "
             + ", ".join(f"v{f}.{c}" for f, c in LAYOUTS) + ")",
         )
-    offsets, struct_size = known
-    if size != struct_size:
+    offsets = known.get(size)
+    if offsets is None:
+        sizes = " or ".join(str(n) for n in sorted(known))
         raise ParseError(
             source, f"structure_size {size}",
-            f"gpu_metrics v{frev}.{crev} is {struct_size} bytes, the header says {size}",
+            f"gpu_metrics v{frev}.{crev} is {sizes} bytes, the header says {size}",
         )
     if len(data) != size:
         raise ParseError(

@@ -13,47 +13,71 @@ from hypothesis import strategies as st
 
 from rocmseat.errors import ParseError
 from rocmseat.sysfs.amdgpu import read_amdgpu
-from rocmseat.sysfs.gpu_metrics import LAYOUTS, layout, parse_gpu_metrics
+from rocmseat.sysfs.gpu_metrics import LAYOUTS, XCP_STATS_BYTES, layout, parse_gpu_metrics
 from tests.conftest import FIXTURES
 
 TABLES = FIXTURES / "gpu_metrics"
 _C_TYPES = {"B": "uint8_t", "H": "uint16_t", "I": "uint32_t", "Q": "uint64_t"}
 
 
+def _variants():
+    for (frev, crev), variants in LAYOUTS.items():
+        for index, fields in enumerate(variants):
+            yield f"m{frev}_{crev}_{index}", f"{frev}.{crev}/{index}", fields
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 def test_offsets_and_sizes_are_what_gcc_lays_out(tmp_path):
     lines = ["#include <stdio.h>", "#include <stdint.h>", "#include <stddef.h>"]
-    for (frev, crev), fields in LAYOUTS.items():
+    # the kernel's per-partition stats, whose arrays the layouts hold as u64 arrays
+    lines.append("struct xcp_v1_0 { uint32_t a[8]; uint16_t j[32]; uint16_t v[4]; "
+                 "uint64_t b[8]; };")
+    lines.append("struct xcp_v1_1 { uint32_t a[8]; uint16_t j[32]; uint16_t v[4]; "
+                 "uint64_t b[8]; uint64_t c[8]; };")
+    lines.append("struct xcp_v1_2 { uint32_t a[8]; uint16_t j[40]; uint16_t v[4]; "
+                 "uint64_t b[8]; uint64_t c[8]; uint64_t d[8]; uint64_t e[8]; uint64_t f[8]; };")
+    for tag, _label, fields in _variants():
         members = "".join(
             f"  {_C_TYPES[code]} {name}{f'[{count}]' if count > 1 else ''};\n"
             for name, code, count in fields
         )
-        lines.append(f"struct m{frev}_{crev} {{\n{members}}};")
-    body = []
-    for (frev, crev), fields in LAYOUTS.items():
-        body.append(f'  printf("{frev}.{crev} size %zu\\n", sizeof(struct m{frev}_{crev}));')
+        lines.append(f"struct {tag} {{\n{members}}};")
+    body = [f'  printf("xcp %s %zu\\n", "{v}", sizeof(struct xcp_{v}));'
+            for v in ("v1_0", "v1_1", "v1_2")]
+    for tag, label, fields in _variants():
+        body.append(f'  printf("{label} size %zu\\n", sizeof(struct {tag}));')
         for name, _code, _count in fields:
-            body.append(
-                f'  printf("{frev}.{crev} {name} %zu\\n", offsetof(struct m{frev}_{crev}, {name}));'
-            )
+            body.append(f'  printf("{label} {name} %zu\\n", offsetof(struct {tag}, {name}));')
     lines.append("int main(void) {\n" + "\n".join(body) + "\n  return 0;\n}")
     source = tmp_path / "layouts.c"
     source.write_text("\n".join(lines) + "\n")
     subprocess.run(["gcc", "-o", str(tmp_path / "layouts"), str(source)], check=True)
     out = subprocess.run([str(tmp_path / "layouts")], check=True, capture_output=True, text=True)
-    expected = []
-    for (frev, crev), fields in LAYOUTS.items():
+    expected = [f"xcp {v} {n}" for v, n in XCP_STATS_BYTES.items()]
+    for _tag, label, fields in _variants():
         offsets, size = layout(fields)
-        expected.append(f"{frev}.{crev} size {size}")
-        expected += [f"{frev}.{crev} {name} {offsets[name][0]}" for name, _c, _n in fields]
+        expected.append(f"{label} size {size}")
+        expected += [f"{label} {name} {offsets[name][0]}" for name, _c, _n in fields]
     assert out.stdout.splitlines() == expected
 
 
 def test_known_sizes():
-    # sizeof of the kernel's structs as amdgpu_top and amdsmi see them on x86_64
-    sizes = {rev: layout(fields)[1] for rev, fields in LAYOUTS.items()}
-    assert sizes[(1, 3)] == 120
-    assert sizes[(1, 0)] == 80
+    # sizeof of the kernel's structs on x86_64 (v1.6 has two layouts over kernel history)
+    sizes = {rev: [layout(fields)[1] for fields in variants] for rev, variants in LAYOUTS.items()}
+    assert sizes[(1, 3)] == [120]
+    assert sizes[(1, 0)] == [80]
+    assert sizes[(1, 6)] == [384, 1664]
+    assert sizes[(1, 8)] == [3872]  # under a page: amdgpu_get_gpu_metrics caps at PAGE_SIZE - 1
+
+
+@pytest.mark.parametrize(("name", "counters"), [
+    ("v1_6-partitioned.bin", {"replay": 3}),
+    ("v1_8-mi350.bin", {"nak_received": 9}),
+])
+def test_partitioned_layouts(name, counters):
+    metrics = parse_gpu_metrics((TABLES / name).read_bytes())
+    assert (metrics.pcie_link_speed_gts, metrics.pcie_link_width) == (32.0, 16)
+    assert dict(metrics.pcie_counters) == counters
 
 
 def test_rdna4_v1_3_link():
@@ -156,9 +180,11 @@ def test_any_bytes_decode_or_are_a_parse_error(data):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from(sorted(LAYOUTS)), st.data())
-def test_every_layout_round_trips_its_link(revision, data):
-    offsets, size = layout(LAYOUTS[revision])
+@given(st.sampled_from([(rev, i) for rev, vs in sorted(LAYOUTS.items()) for i in range(len(vs))]),
+       st.data())
+def test_every_layout_round_trips_its_link(variant, data):
+    revision, index = variant
+    offsets, size = layout(LAYOUTS[revision][index])
     table = bytearray(b"\xff" * size)
     table[0:2] = size.to_bytes(2, "little")
     table[2], table[3] = revision
