@@ -31,6 +31,7 @@ FIRMWARE_COUNTERS = {
     "l0_to_recovery": ("aer.fw_l0_recovery", "PCIe L0-to-recovery transitions"),
     "nak_sent": ("aer.fw_nak_sent", "PCIe NAKs sent"),
     "nak_received": ("aer.fw_nak_received", "PCIe NAKs received"),
+    "other_end_recovery": ("aer.fw_other_end_recovery", "link recoveries the other end began"),
 }
 SINCE_BOOT = Window(None, "since boot")
 

@@ -164,6 +164,7 @@ PCIE_COUNTERS = {
     "pcie_l0_to_recov_count_acc": "l0_to_recovery",
     "pcie_nak_sent_count_acc": "nak_sent",
     "pcie_nak_rcvd_count_acc": "nak_received",
+    "pcie_lc_perf_other_end_recovery": "other_end_recovery",  # v1.6 (partitioned) ... v1.8
 }
 
 

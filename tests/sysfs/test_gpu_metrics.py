@@ -72,7 +72,7 @@ def test_known_sizes():
 
 @pytest.mark.parametrize(("name", "counters"), [
     ("v1_6-partitioned.bin", {"replay": 3}),
-    ("v1_8-mi350.bin", {"nak_received": 9}),
+    ("v1_8-mi350.bin", {"nak_received": 9, "other_end_recovery": 2}),
 ])
 def test_partitioned_layouts(name, counters):
     metrics = parse_gpu_metrics((TABLES / name).read_bytes())
