@@ -216,3 +216,20 @@ def test_only_the_gpus_own_switch_ports_visible_is_hidden(tmp_path):
     assert link.data["hierarchy"] == "hidden"
     assert "only the GPU's own AMD switch ports are visible above it" in link.message
     assert link.message.startswith("16 GT/s x16 from the GPU firmware (pp_dpm_pcie level 1)")
+
+
+def test_an_instinct_alone_on_a_root_bus_is_judged_from_gpu_metrics(tmp_path):
+    # MI300X passed through alone: no pp_dpm_pcie on MI300, gpu_metrics is the firmware's word
+    builder = fixture_builder()
+    gpu = builder.Fn("0000:00:05.0", 0x1002, 0x74A1, 0x120000, (32.0, 16, 32.0, 16), -1, "0-7",
+                     aer=builder._zero_aer(), driver="amdgpu",
+                     binary={"gpu_metrics": builder.gpu_metrics(
+                         (1, 5), {"pcie_link_width": 16, "pcie_link_speed": 160})},
+                     cards=((1, ()),))
+    host = builder.Host("vm-mi300x", "", [0] * 8, [("0-7", "10")], {"pci0000:00": [gpu]},
+                        [("0000:00:05.0", 90402, 304)])
+    builder.write_host(tmp_path / "tree", host)
+    (link,) = judge_link(_gpu(tmp_path / "tree"))
+    assert (link.check_id, link.severity) == ("pcie.link.ok", Severity.OK)
+    assert link.message.startswith("16 GT/s x16 from the GPU firmware (gpu_metrics v1.5)")
+    assert "the endpoint claims 32 GT/s x16" in link.message
