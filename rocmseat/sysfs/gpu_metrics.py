@@ -44,27 +44,39 @@ _V1_2 = (*_V1_1, ("firmware_timestamp", "Q", 1))
 _V1_3 = (*_V1_2, ("voltage", "H", 3), ("padding1", "H", 1), ("indep_throttle_status", "Q", 1))
 
 
+# The runs of fields every Instinct layout (v1.4 ... v1.8) shares, in order.
+_INSTINCT_HEAD = (
+    *_HEADER, ("temperature_hotspot", "H", 1), ("temperature_mem", "H", 1),
+    ("temperature_vrsoc", "H", 1), ("curr_socket_power", "H", 1),
+    ("average_gfx_activity", "H", 1), ("average_umc_activity", "H", 1),
+)
+_INSTINCT_LINKS = (
+    ("pcie_link_width", "H", 1), ("pcie_link_speed", "H", 1),
+    ("xgmi_link_width", "H", 1), ("xgmi_link_speed", "H", 1),
+    ("gfx_activity_acc", "I", 1), ("mem_activity_acc", "I", 1),
+    ("pcie_bandwidth_acc", "Q", 1), ("pcie_bandwidth_inst", "Q", 1),
+    ("pcie_l0_to_recov_count_acc", "Q", 1), ("pcie_replay_count_acc", "Q", 1),
+    ("pcie_replay_rover_count_acc", "Q", 1),
+)
+_INSTINCT_CLOCKS = (
+    ("firmware_timestamp", "Q", 1), ("current_gfxclk", "H", 8), ("current_socclk", "H", 4),
+    ("current_vclk0", "H", 4), ("current_dclk0", "H", 4), ("current_uclk", "H", 1),
+)
+
+
 def _instinct(*, jpeg: bool, residency: bool, nak: bool) -> tuple[tuple[str, str, int], ...]:
     """gpu_metrics_v1_4 (MI300), v1_5 (+ jpeg_activity, NAK counters), v1_6 (+ residencies)."""
     return (
-        *_HEADER, ("temperature_hotspot", "H", 1), ("temperature_mem", "H", 1),
-        ("temperature_vrsoc", "H", 1), ("curr_socket_power", "H", 1),
-        ("average_gfx_activity", "H", 1), ("average_umc_activity", "H", 1),
+        *_INSTINCT_HEAD,
         ("vcn_activity", "H", 4), *((("jpeg_activity", "H", 32),) if jpeg else ()),
         ("energy_accumulator", "Q", 1), ("system_clock_counter", "Q", 1),
         *((("accumulation_counter", "I", 1), ("residency_acc", "I", 5)) if residency else ()),
         ("throttle_status", "I", 1), ("gfxclk_lock_status", "I", 1),
-        ("pcie_link_width", "H", 1), ("pcie_link_speed", "H", 1),
-        ("xgmi_link_width", "H", 1), ("xgmi_link_speed", "H", 1),
-        ("gfx_activity_acc", "I", 1), ("mem_activity_acc", "I", 1),
-        ("pcie_bandwidth_acc", "Q", 1), ("pcie_bandwidth_inst", "Q", 1),
-        ("pcie_l0_to_recov_count_acc", "Q", 1), ("pcie_replay_count_acc", "Q", 1),
-        ("pcie_replay_rover_count_acc", "Q", 1),
+        *_INSTINCT_LINKS,
         *((("pcie_nak_sent_count_acc", "I", 1), ("pcie_nak_rcvd_count_acc", "I", 1))
           if nak else ()),
         ("xgmi_read_data_acc", "Q", 8), ("xgmi_write_data_acc", "Q", 8),
-        ("firmware_timestamp", "Q", 1), ("current_gfxclk", "H", 8), ("current_socclk", "H", 4),
-        ("current_vclk0", "H", 4), ("current_dclk0", "H", 4), ("current_uclk", "H", 1),
+        *_INSTINCT_CLOCKS,
         ("padding", "H", 1),
     )
 
@@ -79,24 +91,16 @@ def _partitioned(*, mem_max: bool, link_status: bool, xcp: str) -> tuple[tuple[s
     """gpu_metrics_v1_6 as kernels since the XCP partition stats lay it out, v1_7, v1_8 (MI300
     and MI350 with partitions): no per-engine activity, per-partition stats at the end."""
     return (
-        *_HEADER, ("temperature_hotspot", "H", 1), ("temperature_mem", "H", 1),
-        ("temperature_vrsoc", "H", 1), ("curr_socket_power", "H", 1),
-        ("average_gfx_activity", "H", 1), ("average_umc_activity", "H", 1),
+        *_INSTINCT_HEAD,
         *((("mem_max_bandwidth", "Q", 1),) if mem_max else ()),
         ("energy_accumulator", "Q", 1), ("system_clock_counter", "Q", 1),
         ("accumulation_counter", "I", 1), ("residency_acc", "I", 5),
         ("gfxclk_lock_status", "I", 1),
-        ("pcie_link_width", "H", 1), ("pcie_link_speed", "H", 1),
-        ("xgmi_link_width", "H", 1), ("xgmi_link_speed", "H", 1),
-        ("gfx_activity_acc", "I", 1), ("mem_activity_acc", "I", 1),
-        ("pcie_bandwidth_acc", "Q", 1), ("pcie_bandwidth_inst", "Q", 1),
-        ("pcie_l0_to_recov_count_acc", "Q", 1), ("pcie_replay_count_acc", "Q", 1),
-        ("pcie_replay_rover_count_acc", "Q", 1),
+        *_INSTINCT_LINKS,
         ("pcie_nak_sent_count_acc", "I", 1), ("pcie_nak_rcvd_count_acc", "I", 1),
         ("xgmi_read_data_acc", "Q", 8), ("xgmi_write_data_acc", "Q", 8),
         *((("xgmi_link_status", "H", 8), ("padding", "H", 1)) if link_status else ()),
-        ("firmware_timestamp", "Q", 1), ("current_gfxclk", "H", 8), ("current_socclk", "H", 4),
-        ("current_vclk0", "H", 4), ("current_dclk0", "H", 4), ("current_uclk", "H", 1),
+        *_INSTINCT_CLOCKS,
         ("num_partition", "H", 1), ("xcp_stats", "Q", 8 * XCP_STATS_BYTES[xcp] // 8),
         ("pcie_lc_perf_other_end_recovery", "I", 1),
     )
