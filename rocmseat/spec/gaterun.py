@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,7 @@ from rocmseat.atomic import atomic_write_text, exclusive_lock
 from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.launch.memplan import CHECK_ID as MEMORY_PLAN
+from rocmseat.launch.readiness import served_api_key
 from rocmseat.launch.startuplog import StartupSummary, classify_text
 from rocmseat.redact import redact_text
 from rocmseat.runner import run
@@ -133,15 +135,10 @@ def check_bench_client(python: Path) -> dict[str, Any]:
 
 
 def api_key(seat: Seat) -> str | None:
-    """The API key the server will require: `--api-key` in serve.extra_args, else VLLM_API_KEY
-    in [env] (vllm/entrypoints/openai/cli_args.py; the server reads either)."""
-    args = list(seat.serve.extra_args)
-    for i, arg in enumerate(args):
-        if arg == "--api-key" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--api-key="):
-            return arg.split("=", 1)[1]
-    return seat.env.get("VLLM_API_KEY") or None
+    """The API key the arm's server will require, read as launch's canary reads it
+    (rocmseat.launch.readiness.served_api_key): its engine inherits this environment plus
+    [env]."""
+    return served_api_key(seat.serve.extra_args, {**os.environ, **seat.env})
 
 
 def replica_index(seat: Seat, replica: str) -> int:
