@@ -214,12 +214,12 @@ def test_request_returns_any_status_and_inflates(various):
 )
 def test_request_bounds(various, path, timeout_s, why):
     url, _ = various
-    started = time.monotonic()
     with pytest.raises(TransportError) as info:
         request("GET", f"{url}{path}", timeout_s=timeout_s)
+    # a deadline that did not hold would end in "the connection closed before the page was
+    # complete" once the dripping server gives up (it sleeps 3 s), not in a timeout
     assert info.value.why == why
     assert info.value.message == f"{url}{path}: {why}"
-    assert time.monotonic() - started < 2.5  # the deadline held (the server sleeps 3 s)
 
 
 def test_userinfo_is_basic_auth_and_never_shown(various):

@@ -4,6 +4,7 @@ tier) the real builder run by the engine's Python."""
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from rocmseat.demo import BUILDER, MODEL_NAMES, build_models, parse_build_report
 from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.runner import Completed
+from tests.conftest import DemoModels
 from tests.e2e.harness import engine_python_or_skip
 
 
@@ -188,16 +190,17 @@ def _header(path: Path) -> bytes:
 
 
 @pytest.mark.engine
-def test_real_builder(rocmseat_cli, tmp_path):
+def test_real_builder(rocmseat_cli, tmp_path, demo_models: DemoModels):
+    """The session's build (`rocmseat demo models DEST --json`, shared by the engine tier),
+    checked, then rebuilt with --force on a copy: the same bytes."""
     python = engine_python_or_skip()
-    result = rocmseat_cli("demo", "models", str(tmp_path), "--python", str(python), "--json")
-    assert result.exit_code == 0, result.stderr
-    doc = json.loads(result.stdout)
+    doc = demo_models.report
     assert doc["schema"] == "rocmseat.demo-models/v1"
+    assert [m["path"] for m in doc["models"]] == [str(demo_models.path / n) for n in MODEL_NAMES]
     sha = {m["name"]: m["weights_sha256"] for m in doc["models"]}
     assert sha["target"] == sha["drafter"] != sha["drafter-other"]
 
-    target, other = tmp_path / "target", tmp_path / "drafter-other"
+    target, other = demo_models.path / "target", demo_models.path / "drafter-other"
     # Same shapes, other weights: what the config key sees is identical (issue 4).
     assert (target / "config.json").read_bytes() == (other / "config.json").read_bytes()
     assert _header(target / "model.safetensors") == _header(other / "model.safetensors")
@@ -219,11 +222,17 @@ def test_real_builder(rocmseat_cli, tmp_path):
     assert probe.stdout.split(None, 1)[0] == "256"
     assert "the state of the world" in probe.stdout
 
-    # Deterministic: a second build gives the same bytes.
-    again = rocmseat_cli("demo", "models", str(tmp_path), "--python", str(python), "--force",
+    # Deterministic: a second build (--force, over a copy of the first) gives the same bytes.
+    copy = tmp_path / "models"
+    shutil.copytree(demo_models.path, copy)
+    again = rocmseat_cli("demo", "models", str(copy), "--python", str(python), "--force",
                          "--json")
     assert again.exit_code == 0, again.stderr
-    assert json.loads(again.stdout) == doc
+    rebuilt = json.loads(again.stdout)
+    assert [m["path"] for m in rebuilt["models"]] == [str(copy / n) for n in MODEL_NAMES]
+    assert ([{k: v for k, v in m.items() if k != "path"} for m in rebuilt["models"]]
+            == [{k: v for k, v in m.items() if k != "path"} for m in doc["models"]])
+    assert sorted(p.name for p in copy.iterdir()) == sorted(MODEL_NAMES)  # nothing left over
 
 
 # ----- the speculation demo models (rocmseat demo spec-models) -------------------------------

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from rocmseat.spec.benchresult import parse_bench_result
-from tests.conftest import REPO
+from tests.conftest import REPO, DemoModels
 from tests.e2e.harness import engine_python_or_skip, free_port
 
 pytestmark = pytest.mark.engine
@@ -28,13 +28,9 @@ GATE_TIMEOUT_S = 900
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    python = engine_python_or_skip()
-    dest = tmp_path_factory.mktemp("spec-models")
-    done = subprocess.run([*CLI, "demo", "models", str(dest), "--python", str(python)],
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert done.returncode == 0, done.stderr
-    return dest
+def models(demo_models: DemoModels) -> Path:
+    """The session's demo models (read only: the drafter is the target's own weights)."""
+    return demo_models.path
 
 
 def seat(path: Path, name: str, models: Path, port: int, *, drafter: bool,
