@@ -105,21 +105,6 @@ class TextSink:
         return "".join(self._parts)
 
 
-class _BytesSink:
-    """The body as bytes (`request`): bounded by the body cap like a page."""
-
-    __slots__ = ("_parts",)
-
-    def __init__(self) -> None:
-        self._parts: list[bytes] = []
-
-    def feed_bytes(self, data: bytes) -> None:
-        self._parts.append(data)
-
-    def finish(self) -> bytes:
-        return b"".join(self._parts)
-
-
 class Stopped(ScrapeError):
     """The watcher is stopping (SIGTERM/SIGINT) while scrapes were in flight."""
 
@@ -179,12 +164,14 @@ class _Body:
     does the work a piece at a time (at most `_PIECE` bytes out), so a scrape that inflates a
     bomb or parses a big page gives the loop back between pieces."""
 
-    def __init__(self, encoding: str, cap: int, sink: Sink | _BytesSink) -> None:
+    def __init__(self, encoding: str, cap: int, sink: Sink | None) -> None:
         self.cap, self.received, self.decoded = cap, 0, 0
-        self._sink: Any = sink  # feed(str) of a Sink, feed_bytes of a _BytesSink
-        # A _BytesSink takes the inflated bytes as they are (`request`: JSON, an error page).
-        self._text = (None if isinstance(sink, _BytesSink)
-                      else codecs.getincrementaldecoder("utf-8")("strict"))
+        self._sink = sink
+        # No sink: the inflated bytes as they are, `finish` joins them (`request`: JSON, an
+        # error page); still within the cap.
+        self._raw: list[bytes] = []
+        self._text = (codecs.getincrementaldecoder("utf-8")("strict") if sink is not None
+                      else None)
         enc = encoding.strip().lower()
         self._gzip = enc in ("gzip", "x-gzip")
         self._compressed = self._gzip or enc == "deflate"
@@ -249,15 +236,16 @@ class _Body:
     def _decoded(self, data: bytes) -> None:
         start = self.decoded
         self.decoded += len(data)
-        if self._text is None:
-            self._sink.feed_bytes(data)
+        sink, decoder = self._sink, self._text
+        if sink is None or decoder is None:
+            self._raw.append(data)
             return
         try:
-            text = self._text.decode(data)
+            text = decoder.decode(data)
         except UnicodeDecodeError as exc:
             raise ScrapeError(f"the page is not UTF-8 text (byte {start + exc.start})") from None
         if text:
-            self._sink.feed(text)
+            sink.feed(text)
 
     def finish(self) -> Any:
         while self.pump():
@@ -267,15 +255,16 @@ class _Body:
                 raise ScrapeError("data after the end of the compressed body")
             if self._z is not None and not self._z.eof:
                 raise ScrapeError("the compressed body is truncated")
-        if self._text is None:
-            return self._sink.finish()
+        sink, decoder = self._sink, self._text
+        if sink is None or decoder is None:
+            return b"".join(self._raw)
         try:
-            tail = self._text.decode(b"", final=True)
+            tail = decoder.decode(b"", final=True)
         except UnicodeDecodeError:
             raise ScrapeError(f"the page is not UTF-8 text (byte {self.decoded})") from None
         if tail:
-            self._sink.feed(tail)
-        return self._sink.finish()
+            sink.feed(tail)
+        return sink.finish()
 
 
 class AsyncScraper:
@@ -577,7 +566,7 @@ async def _request(method: str, url: str, *, timeout_s: float, body: bytes | Non
         found = _fields(response)
         _check_length(found, max_body_bytes)
         got.append(Response(response.status_code, found, b""))
-        return _Body(found.get("content-encoding", ""), max_body_bytes, _BytesSink())
+        return _Body(found.get("content-encoding", ""), max_body_bytes, None)
 
     conn: _Conn | None = None
     try:
