@@ -145,7 +145,8 @@ class ReadySeen:
     acceptance_length: float | None = None
     answers: list[tuple[int, str]] = field(default_factory=list)
     healthz: int | None = None
-    extra: str = ""
+    traffic_errors: list[str] = field(default_factory=list)
+    extra: str = ""  # what the scenario it rode along with adds to the note
 
 
 READY: dict[str, ReadySeen] = {}
@@ -196,8 +197,7 @@ def observe_ready(world: World, phase: str, status: int, needle: str, *, traffic
     if traffic:
         with Traffic(world.engine_port, SERVED) as flowing:
             wait()
-        if flowing.errors:
-            seen.extra = f"traffic errors: {flowing.errors[:3]}"
+        seen.traffic_errors = flowing.errors[:3]
     else:
         wait()
     seen.seconds = time.monotonic() - started
@@ -443,7 +443,8 @@ def test_ready_follows_the_drafter(world: World) -> None:
 
     def shown(phase: str) -> str:
         seen = READY[phase]
-        return f"{phase}: /ready answers {seen.answers[-6:]} {seen.extra}\n{world.seen()}"
+        return (f"{phase}: /ready answers {seen.answers[-6:]}, traffic errors "
+                f"{seen.traffic_errors}\n{world.seen()}")
 
     good, stopped, dead, restarted, recovered = (READY[p] for p in phases)
     assert good.body == f"{REPLICA}: ready", shown("good")
@@ -457,7 +458,7 @@ def test_ready_follows_the_drafter(world: World) -> None:
     assert (recovered.acceptance_length or 0.0) >= 3.5, shown("recovered")
     for phase in phases:
         assert READY[phase].healthz == 200, shown(phase)  # the watcher itself is fine
-        assert "traffic errors" not in READY[phase].extra, shown(phase)
+        assert READY[phase].traffic_errors == [], shown(phase)
     note(READY_SCENARIO, f"good drafter: 200 '{good.body}' with a judged acceptance length of "
          f"{good.acceptance_length} after {good.seconds:.1f} s of traffic ({good.extra}); "
          f"engine stopped: 503 '{stopped.body}'")
