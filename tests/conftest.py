@@ -86,17 +86,11 @@ def real_engine_python() -> Path:
     return engine_python_or_skip()
 
 
-@dataclass(frozen=True)
-class DemoModels:
-    path: Path  # target/, drafter/ (the target's weights), drafter-other/: READ ONLY
-    report: dict[str, Any]  # what `rocmseat demo models --json` printed
-
-
 @pytest.fixture(scope="session")
-def demo_models(real_engine_python: Path,
-                tmp_path_factory: pytest.TempPathFactory) -> DemoModels:
+def demo_models_report(real_engine_python: Path,
+                       tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One build of the demo models per session, through the command a user runs, shared by
-    every engine test. Read only: a test that swaps weights works on its own copy."""
+    every engine test: what `rocmseat demo models DEST --json` printed."""
     import json
     import subprocess
     import sys
@@ -107,7 +101,14 @@ def demo_models(real_engine_python: Path,
          str(real_engine_python), "--json"],
         capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, f"rocmseat demo models failed:\n{done.stdout}\n{done.stderr}"
-    return DemoModels(dest, json.loads(done.stdout))
+    return dict(json.loads(done.stdout))
+
+
+@pytest.fixture(scope="session")
+def demo_models(demo_models_report: dict[str, Any]) -> Path:
+    """The session's demo models: target/, drafter/ (the target's weights), drafter-other/.
+    READ ONLY: a test that swaps weights works on its own copy."""
+    return Path(demo_models_report["models"][0]["path"]).parent
 
 
 @dataclass

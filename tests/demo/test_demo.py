@@ -14,7 +14,6 @@ import pytest
 from rocmseat.demo import BUILDER, MODEL_NAMES, build_models, parse_build_report
 from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.runner import Completed
-from tests.conftest import DemoModels
 from tests.e2e.harness import engine_python_or_skip
 
 
@@ -190,17 +189,17 @@ def _header(path: Path) -> bytes:
 
 
 @pytest.mark.engine
-def test_real_builder(rocmseat_cli, tmp_path, demo_models: DemoModels):
+def test_real_builder(rocmseat_cli, tmp_path, demo_models: Path, demo_models_report):
     """The session's build (`rocmseat demo models DEST --json`, shared by the engine tier),
     checked, then rebuilt with --force on a copy: the same bytes."""
     python = engine_python_or_skip()
-    doc = demo_models.report
+    doc = demo_models_report
     assert doc["schema"] == "rocmseat.demo-models/v1"
-    assert [m["path"] for m in doc["models"]] == [str(demo_models.path / n) for n in MODEL_NAMES]
+    assert [m["path"] for m in doc["models"]] == [str(demo_models / n) for n in MODEL_NAMES]
     sha = {m["name"]: m["weights_sha256"] for m in doc["models"]}
     assert sha["target"] == sha["drafter"] != sha["drafter-other"]
 
-    target, other = demo_models.path / "target", demo_models.path / "drafter-other"
+    target, other = demo_models / "target", demo_models / "drafter-other"
     # Same shapes, other weights: what the config key sees is identical (issue 4).
     assert (target / "config.json").read_bytes() == (other / "config.json").read_bytes()
     assert _header(target / "model.safetensors") == _header(other / "model.safetensors")
@@ -224,7 +223,7 @@ def test_real_builder(rocmseat_cli, tmp_path, demo_models: DemoModels):
 
     # Deterministic: a second build (--force, over a copy of the first) gives the same bytes.
     copy = tmp_path / "models"
-    shutil.copytree(demo_models.path, copy)
+    shutil.copytree(demo_models, copy)
     again = rocmseat_cli("demo", "models", str(copy), "--python", str(python), "--force",
                          "--json")
     assert again.exit_code == 0, again.stderr

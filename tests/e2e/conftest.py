@@ -15,20 +15,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DemoModels
 from tests.e2e.harness import NOTES
 from tests.e2e.world import World
 
 
+@pytest.fixture(scope="session")
+def engine_python(real_engine_python: Path) -> Path:
+    return real_engine_python
+
+
 @pytest.fixture(scope="module")
-def world(real_engine_python: Path, demo_models: DemoModels,
+def world(engine_python: Path, demo_models: Path,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("e2e")
     # The scenarios swap the drafter's weights: their own copy of the session's models.
-    shutil.copytree(demo_models.path, root / "models")
+    shutil.copytree(demo_models, root / "models")
     # AF_UNIX paths are limited to 108 bytes; pytest's tmp paths can be longer.
     sock_dir = Path(tempfile.mkdtemp(prefix="rocmseat-e2e-"))
-    w = World(root=root, engine_python=real_engine_python, models=root / "models",
+    w = World(root=root, engine_python=engine_python, models=root / "models",
               notify_path=sock_dir / "notify")
     try:
         yield w

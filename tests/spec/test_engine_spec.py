@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from rocmseat.spec.benchresult import parse_bench_result
-from tests.conftest import REPO, DemoModels
+from tests.conftest import REPO
 from tests.e2e.harness import engine_python_or_skip, free_port
 
 pytestmark = pytest.mark.engine
@@ -28,9 +28,9 @@ GATE_TIMEOUT_S = 900
 
 
 @pytest.fixture(scope="module")
-def models(demo_models: DemoModels) -> Path:
+def models(demo_models: Path) -> Path:
     """The session's demo models (read only: the drafter is the target's own weights)."""
-    return demo_models.path
+    return demo_models
 
 
 def seat(path: Path, name: str, models: Path, port: int, *, drafter: bool,
