@@ -14,7 +14,6 @@ are redacted (rocmseat/redact.py).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -190,7 +189,7 @@ def command_deliver(argv: Sequence[str], *, timeout_s: float = 30.0) -> Deliver:
     def deliver(batch: list[dict[str, Any]]) -> None:
         for payload in batch:
             done = run(command, timeout_s=timeout_s,
-                       input_text=json.dumps(payload, allow_nan=False) + "\n")
+                       input_text=dumps_line(payload) + "\n")
             if not done.ok:
                 raise CommandError(redact_argv(command), done.returncode, done.stdout,
                                    done.stderr)
