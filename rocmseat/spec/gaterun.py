@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -135,10 +134,9 @@ def check_bench_client(python: Path) -> dict[str, Any]:
 
 
 def api_key(seat: Seat) -> str | None:
-    """The API key the arm's server will require, read as launch's canary reads it
-    (rocmseat.launch.readiness.served_api_key): its engine inherits this environment plus
-    [env]."""
-    return served_api_key(seat.serve.extra_args, {**os.environ, **seat.env})
+    """The API key the server will require: `--api-key` in serve.extra_args, else VLLM_API_KEY
+    in [env], read as launch's canary reads it (rocmseat.launch.readiness.served_api_key)."""
+    return served_api_key(seat.serve.extra_args, seat.env)
 
 
 def replica_index(seat: Seat, replica: str) -> int:
