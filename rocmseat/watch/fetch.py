@@ -1,4 +1,6 @@
-"""The scrapes of one evaluation: bounded in time, size and memory; no target waits on another.
+"""rocmseat's one HTTP client: the scrapes of one evaluation, bounded in time, size and memory
+(no target waits on another), and `request`, one exchange for the readiness canary, webhooks and
+the gate's probes on the same transport (docs/architecture.md, "HTTP").
 
 One event loop on one thread serves every target (asyncio streams + h11, the HTTP/1.1 state
 machine httpx itself is built on): no thread per target, one keep-alive connection per target.
@@ -26,7 +28,8 @@ Limits (docs/watch.md, "Limits"):
 `fetch_many` returns, per URL, what the sink made of the page (`new_sink`: the page text by
 default, or e.g. a `Reading` from rocmseat.watch.metrics.PageReader) or the RocmseatError that
 says what went wrong (the URL in a ScrapeError redacted: credentials in a URL are sent as Basic
-auth and never shown).
+auth and never shown). `request` returns any status with the body as bytes (capped at
+`MAX_RESPONSE_BYTES`) or raises a TransportError, one line with the URL redacted.
 """
 
 from __future__ import annotations
