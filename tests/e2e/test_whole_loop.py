@@ -45,6 +45,7 @@ from tests.e2e.harness import (
     tree_digest,
     wait_for,
 )
+from tests.e2e.test_ready_engine import healthz, judged_al, ready
 from tests.e2e.world import INTERVAL_S, REPLICA, SERVED, World
 
 pytestmark = pytest.mark.engine
@@ -150,27 +151,6 @@ class ReadySeen:
 
 
 READY: dict[str, ReadySeen] = {}
-
-
-def ready(world: World) -> tuple[int, str]:
-    try:
-        r = httpx.get(f"http://127.0.0.1:{world.exporter_port}/ready/{REPLICA}", timeout=5)
-    except httpx.HTTPError as exc:
-        return 0, f"(no answer: {exc})"
-    return r.status_code, r.text.strip()
-
-
-def healthz(world: World) -> int:
-    try:
-        return httpx.get(f"http://127.0.0.1:{world.exporter_port}/healthz",
-                         timeout=5).status_code
-    except httpx.HTTPError:
-        return 0
-
-
-def judged_al(world: World) -> float | None:
-    """The acceptance length of the watchdog's last judged window (its exporter)."""
-    return gauge(world.exporter(), "rocmseat_spec_acceptance_length", replica=REPLICA)
 
 
 def observe_ready(world: World, phase: str, status: int, needle: str, *, traffic: bool,
