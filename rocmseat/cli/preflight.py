@@ -48,7 +48,7 @@ def _pairs(
     "--only",
     "only",
     multiple=True,
-    type=click.Choice(["pcie", "aer", "numa", "profile", "amdsmi", "hip"]),
+    type=click.Choice(["pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip"]),
     help="Run only this family of checks (repeatable).",
 )
 @click.option(
@@ -231,8 +231,8 @@ def _render(report: PreflightReport, fmt: str, textfile: Path | None, *, strict:
         else:
             _print_report(report, fmt, strict=strict)
     else:
-        # The report is printed before the textfile is written: the AER baseline has already
-        # moved on, so a textfile that cannot be written must not swallow what this run found.
+        # The report is printed before the textfile is written: a textfile that cannot be
+        # written must not swallow what this run found.
         _print_report(report, fmt, strict=strict)
         published = _publish_report(textfile, report, strict=strict)
     _tell(published)
