@@ -685,9 +685,10 @@ def test_problems_fit_80_columns(preflight, golden, monkeypatch):
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines), lines
-    assert [line.split(" ", 2)[:2] for line in lines[1:3]] == [
-        ["FAIL", "pcie.link.degraded"], ["FAIL", "aer.badtlp"]]
-    assert lines[3:] == ["(16 ok not shown)", "result: 2 fail, 0 unknown, 0 warn, 16 ok -> exit 1"]
+    assert [line.split(" ", 2)[:2] for line in lines[1:4]] == [
+        ["FAIL", "pcie.link.degraded"], ["FAIL", "aer.badtlp"], ["UNKNOWN", "pcie.dpm.unknown"]]
+    assert lines[4:] == ["(15 ok not shown)",
+                         "result: 2 fail, 1 unknown, 0 warn, 15 ok -> exit 1"]
     golden("preflight-x99-r9700-degraded-problems.txt", result.stdout)
 
 
@@ -781,7 +782,7 @@ def _on_a_terminal(args, columns, tmp_path):
 def test_a_narrow_terminal_gets_the_problems_a_wide_one_the_table(tmp_path):
     narrow = _on_a_terminal(["--sysfs-root", str(DEGRADED)], 80, tmp_path)
     assert narrow.splitlines()[-1] == "(a narrow terminal: --format table for the full table)"
-    assert len(narrow.splitlines()) == 6
+    assert len(narrow.splitlines()) == 7
     wide = _on_a_terminal(["--sysfs-root", str(DEGRADED)], 200, tmp_path)
     assert "ENDPOINT" in wide and "narrow terminal" not in wide
     forced = _on_a_terminal(["--sysfs-root", str(DEGRADED), "--format", "table"], 80, tmp_path)
