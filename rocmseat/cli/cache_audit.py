@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,19 +10,12 @@ from typing import Any
 
 import click
 
-from rocmseat import exitcodes
-from rocmseat.cache.audit import SeatAudit, audit_seat, seat_current_keys
+from rocmseat import exitcodes, jsonio
+from rocmseat.cache.audit import SeatAudit, audit_exit_code, audit_seat_file
 from rocmseat.cache.audit_render import audit_json, audit_table
 from rocmseat.cache.prune import execute_prune, parse_duration, plan_prune
-from rocmseat.cache.usage import InUse, ProcessView, judge_use, scan_processes
-from rocmseat.cli.options import (
-    json_option,
-    resolve_state_dir,
-    resolve_sysfs_root,
-    state_dir_option,
-    sysfs_root_option,
-)
-from rocmseat.seat.load import load_seat
+from rocmseat.cache.usage import InUse, judge_use, scan_processes
+from rocmseat.cli.options import json_option, state_dir_option, sysfs_root_option
 
 
 @click.command("cache-audit")
@@ -59,15 +51,16 @@ def cache_audit(
         raise click.UsageError("name a seat file (no ./launchers/*.toml here)")
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     processes = list(scan_processes())
-    audits = [_audit(path, sysfs_root, state_dir, now, processes) for path in files]
+    audits = [audit_seat_file(path, sysfs_root=sysfs_root, state_dir=state_dir, now=now,
+                              processes=processes) for path in files]
     document = audit_json(audits, now=now)
-    code = _exit_code(audits)
+    code = audit_exit_code(audits)
     if prune:
         return _prune(
             audits, document, older_than or "", older_than_s, yes=yes, as_json=as_json, code=code
         )
     if as_json:
-        click.echo(json.dumps(document, indent=2, sort_keys=True))
+        click.echo(jsonio.dumps(document))
     else:
         click.echo(audit_table(audits), nl=False)
     return code
@@ -111,30 +104,5 @@ def _prune(
                 done = "removed" if error is None else f"could not remove ({error})"
                 click.echo(f"{done} {item.entry.path}")
     if as_json:
-        click.echo(json.dumps(document, indent=2, sort_keys=True))
+        click.echo(jsonio.dumps(document))
     return code
-
-
-def _audit(
-    path: Path, sysfs_root: Path | None, state_dir: Path | None, now: dt.datetime,
-    processes: Sequence[ProcessView],
-) -> SeatAudit:
-    seat = load_seat(path)
-    sysfs = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
-    # where /sys shows no GPU, an auto seat's replicas are the placements launch recorded
-    state = state_dir or seat.state_dir or (
-        resolve_state_dir(None) if seat.backend == "rocm" else None)
-    currents, unplaced_why = seat_current_keys(seat, sysfs, state_root=state)
-    return audit_seat(
-        seat.name, str(path), seat.cache_root, currents, now=now, processes=processes,
-        unplaced_why=unplaced_why,
-    )
-
-
-def _exit_code(audits: Sequence[SeatAudit]) -> int:
-    states = {entry.state for audit in audits for entry in audit.live()}
-    if states & {"stale", "unkeyed"}:
-        return exitcodes.PROBLEM
-    if "unknown" in states:
-        return exitcodes.CANNOT_CHECK
-    return exitcodes.OK

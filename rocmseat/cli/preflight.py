@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def _pairs(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 ) -> list[tuple[str, str]]:
-    from rocmseat.preflight.run import parse_pair
+    from rocmseat.placement.rules import parse_pair
 
     try:
         return [parse_pair(value) for value in values]

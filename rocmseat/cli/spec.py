@@ -280,8 +280,7 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
             from rocmseat.watch.targets import seat_targets
 
             seat = adv.seat_for(seat_file)
-            urls = [t.url for t in seat_targets(seat, state_dir or seat.state_dir
-                                                or resolve_state_dir(None))]
+            urls = [t.url for t in seat_targets(seat, resolve_state_dir(state_dir, seat))]
         else:
             from rocmseat.watch.scrape import parse_target
 

@@ -14,8 +14,6 @@ import click
 
 from rocmseat import exitcodes
 from rocmseat.cli.options import (
-    resolve_state_dir,
-    resolve_sysfs_root,
     state_dir_option,
     sysfs_root_option,
 )
@@ -71,21 +69,21 @@ def _render(seat_file: Path, sysfs_root: Path | None, state_dir: Path | None,
         render_units,
         unit_groups,
     )
+    from rocmseat.placement.place import seat_roots
     from rocmseat.seat.load import load_seat
 
     if user is not None:
         check_user(user)
     seat = load_seat(seat_file)
-    root = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
+    root, state = seat_roots(seat, sysfs_root, state_dir)
     binary = rocmseat_bin if rocmseat_bin is not None else _default_bin()
     if not binary.is_absolute():
         raise click.BadParameter("must be an absolute path", param_hint="--rocmseat-bin")
-    state = resolve_state_dir(state_dir if state_dir is not None else seat.state_dir)
     # The units name each replica, pair, NUMA node and port as the placement does; the HIP
     # indices are not in them (launch numbers the pair at each start). Each replica keeps the
     # pair it ran on (its placement.json in the state dir): a re-render after a GPU is lost
     # never moves another replica onto its GPUs.
-    placed = flow.place(seat, root, state_dir=state)
+    placed = flow.place_for_launch(seat, root, state_dir=state)
     for name, problem in sorted(placed.problems.items()):
         click.echo(f"rocmseat: warning: {problem}: not used as replica {name}'s identity",
                    err=True)

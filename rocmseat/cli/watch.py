@@ -26,7 +26,7 @@ from rocmseat.watch.baseline import check_state_dir_writable
 from rocmseat.watch.detector import DetectorParams
 from rocmseat.watch.exporter import parse_listen
 from rocmseat.watch.filesd import TargetsFile
-from rocmseat.watch.loop import LIMITS, WatchConfig, check_limit
+from rocmseat.watch.loop import LIMITS, WatchConfig
 from rocmseat.watch.render import render_table
 from rocmseat.watch.scrape import Target, check_http_url, parse_target
 from rocmseat.watch.service import (
@@ -134,16 +134,13 @@ def watch(  # noqa: PLR0917 (click passes every option)
         seat = load_seat(seat_file)
         seat_name, node = seat.name, this_node()
         expect_spec = seat.drafter is not None and not no_spec
-        state = state_dir or seat.state_dir or resolve_state_dir(None)
+        state = resolve_state_dir(state_dir, seat)
         # A rocm seat's replicas come from the node (its sysfs) merged with the placements
         # launch recorded; a cpu seat reads no sysfs (docs/launch.md, placement).
         watch_targets = seat_targets(
             seat, state,
             sysfs_root=resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None,
             say=lambda line: click.echo(f"rocmseat: warning: {line}", err=True))
-        check_limit("interval_s", seat.watch.interval_s, f"{seat_file}: key 'watch.interval_s'")
-        check_limit("pinned_al", seat.watch.expected_acceptance_length,
-                    f"{seat_file}: key 'watch.expected_acceptance_length'")
         interval = interval or seat.watch.interval_s
         pinned = pinned or seat.watch.expected_acceptance_length
         exporter_listen = exporter_listen or seat.watch.exporter_listen

@@ -1,7 +1,7 @@
 """The replica plan (pure): a replica's placement + the seat -> how the engine starts.
 
 Where a replica runs (its name, port, GPU pair, HIP indices, NUMA node, cache and state dirs) is
-the placement's answer (rocmseat.seat.placement); this module only turns one placement record
+the placement's answer (rocmseat.placement); this module only turns one placement record
 into the engine's environment, argv and CPU binding method. It derives none of the record's
 fields again.
 """
@@ -18,9 +18,9 @@ from rocmseat import exitcodes
 from rocmseat.cache.layout import cache_env
 from rocmseat.hip.numbering import HIP_MASKS
 from rocmseat.launch.sdnotify import NOTIFY_ENV
+from rocmseat.placement.record import HIP_ORDER_ASSUMED, HIP_ORDER_PROBED, ReplicaPlacement
 from rocmseat.redact import redact_argv, redact_env
 from rocmseat.seat.model import Seat
-from rocmseat.seat.placement import HIP_ORDER_ASSUMED, HIP_ORDER_PROBED, ReplicaPlacement
 
 __all__ = ["HIP_ORDER_ASSUMED", "HIP_ORDER_PROBED", "Binding", "KeyStatus", "ReplicaPlan",
            "engine_argv", "engine_env", "plan_replica", "plan_replicas", "speculative_config"]

@@ -24,10 +24,10 @@ from rocmseat.findings import Finding
 from rocmseat.launch.judge import PreviousStart
 from rocmseat.launch.plan import ReplicaPlan
 from rocmseat.launch.startuplog import StartupSummary
+from rocmseat.placement.rules import replica_state_dir
 from rocmseat.redact import redact_argv
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.locate import printable
-from rocmseat.seat.placement import replica_state_dir
 
 __all__ = ["SCHEMA", "build_report", "previous_start", "replica_state_dir", "save_report"]
 

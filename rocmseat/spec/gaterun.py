@@ -25,11 +25,18 @@ from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.launch.memplan import CHECK_ID as MEMORY_PLAN
 from rocmseat.launch.startuplog import StartupSummary, classify_text
+from rocmseat.placement.rules import (
+    http_base,
+    known_names,
+    replica_index,
+    replica_port,
+    replica_state_dir,
+)
 from rocmseat.redact import redact_text
 from rocmseat.runner import run
 from rocmseat.seat.load import load_seat
+from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
-from rocmseat.seat.placement import http_base, replica_port, replica_state_dir
 from rocmseat.spec import battery as battery_mod
 from rocmseat.spec.acceptance import Counters
 from rocmseat.spec.benchresult import BenchResult, parse_bench_result
@@ -144,13 +151,13 @@ def api_key(seat: Seat) -> str | None:
     return seat.env.get("VLLM_API_KEY") or None
 
 
-def replica_index(seat: Seat, replica: str) -> int:
-    names = seat.replicas.names
-    if names is not None and replica in names:
-        return names.index(replica)
-    if replica.startswith("r") and replica[1:].isdigit():
-        return int(replica[1:])
-    raise ConfigError(f"--replica {replica!r}: not a replica of seat {seat.name}")
+def replica_slot(seat: Seat, replica: str) -> int:
+    """The index of `replica` in an arm's seat by the seat's naming rule (rocmseat.placement)."""
+    index = replica_index(seat, replica)
+    if index is None:
+        raise ConfigError(f"--replica {printable(replica, 40)!r}: not a replica of seat "
+                          f"{seat.name} ({known_names(seat)})")
+    return index
 
 
 def arm_seat_text(source: SeatWithGate, *, arm_dir: Path, port_base: int,
@@ -247,7 +254,7 @@ class GateRun:
                            seat.drafter.num_speculative_tokens_per_batch_size
                            if seat.drafter else None)
         spec_expected = seat.drafter is not None if expect_spec is None else expect_spec
-        port = replica_port(seat, replica_index(seat, self.replica))
+        port = replica_port(seat, replica_slot(seat, self.replica))
         base_url = http_base(seat.engine.host, port)
         if port_in_use(seat.engine.host if seat.engine.host not in ("0.0.0.0", "::")
                        else "127.0.0.1", port):

@@ -17,8 +17,8 @@ from rocmseat.launch.plan import (
 )
 from rocmseat.launch.planview import argv_lines, plan_json, plan_text
 from rocmseat.node.inventory import read_inventory
+from rocmseat.placement.resolve import probed_numbering, resolve
 from rocmseat.seat.load import load_seat
-from rocmseat.seat.placement import probed_numbering, resolve
 from tests.conftest import FIXTURES, REPO
 
 SYSFS = FIXTURES / "sysfs"

@@ -17,7 +17,7 @@ from rocmseat.launch.report import (
     save_report,
 )
 from rocmseat.launch.startuplog import classify_text
-from rocmseat.seat.placement import NumaBinding, ReplicaPlacement
+from rocmseat.placement.record import NumaBinding, ReplicaPlacement
 from tests.conftest import FIXTURES
 
 

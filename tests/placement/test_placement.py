@@ -1,4 +1,4 @@
-"""The placement resolver (rocmseat.seat.placement): one record per replica, from the shipped
+"""The placement resolver (rocmseat.placement.resolve): one record per replica, from the shipped
 seats and the fixture trees; the HIP numbering rules; placement.json both ways."""
 
 from __future__ import annotations
@@ -12,19 +12,16 @@ import pytest
 from rocmseat.errors import ConfigError, NoDeviceError
 from rocmseat.hip.numbering import rocr_selection
 from rocmseat.node.inventory import read_inventory
-from rocmseat.seat.load import load_seat
-from rocmseat.seat.placement import (
+from rocmseat.placement.record import (
     HIP_ORDER_ASSUMED,
     HIP_ORDER_PROBED,
     PlacementFileError,
-    assumed_numbering,
-    http_base,
-    pick,
-    placement_from_json,
+    parse_placement,
     placement_json,
-    probed_numbering,
-    resolve,
 )
+from rocmseat.placement.resolve import assumed_numbering, pick, probed_numbering, resolve
+from rocmseat.placement.rules import http_base
+from rocmseat.seat.load import load_seat
 from tests.conftest import FIXTURES, REPO
 
 SYSFS = FIXTURES / "sysfs"
@@ -218,14 +215,14 @@ def test_http_base_refuses_what_is_not_a_host(host):
 def test_placement_json_round_trip():
     seat = load_seat(REPO / "launchers" / "r9700-mxfp4-dflash.toml")
     for record in resolve(seat, x99(), state_root=STATE):
-        doc = json.loads(json.dumps(placement_json(record), allow_nan=False))
+        doc = json.loads(placement_json(record))
         assert doc["schema"] == "rocmseat.placement/v1"
-        assert placement_from_json(doc) == record
+        assert parse_placement(placement_json(record)) == record
 
 
 def _doc():
     seat = load_seat(REPO / "launchers" / "r9700-mxfp4-dflash.toml")
-    return placement_json(resolve(seat, x99(), state_root=STATE)[1])
+    return json.loads(placement_json(resolve(seat, x99(), state_root=STATE)[1]))
 
 
 @pytest.mark.parametrize(("change", "why"), [
@@ -240,20 +237,22 @@ def _doc():
     (lambda d: d.update(hip_indices=[0, "1"]), "key 'hip_indices'"),
     (lambda d: d.update(cache_dir="relative/dir"), "key 'cache_dir'"),
     (lambda d: d.update(state_dir="/srv/\nExecStartPre=/evil"), "key 'state_dir'"),
-    (lambda d: d["numa"].update(node="1"), "key 'node'"),
+    (lambda d: d["numa"].update(node="1"), "key 'numa.node'"),
+    (lambda d: d.update(extra="x"), "key 'extra'"),
+    (lambda d: d.update(replica="r" * 33), "key 'replica'"),
     (lambda d: d.pop("hip_note"), "key 'hip_note'"),
 ])
 def test_malformed_placement_json_names_the_key(change, why):
     doc = _doc()
     change(doc)
     with pytest.raises(PlacementFileError, match=re.escape(why)):
-        placement_from_json(doc)
+        parse_placement(json.dumps(doc))
 
 
 def test_placement_json_that_is_not_an_object():
     for doc in ([], "x", None, 3):
         with pytest.raises(PlacementFileError, match="not a JSON object"):
-            placement_from_json(doc)
+            parse_placement(json.dumps(doc))
 
 
 # ----- a replica's pair is its identity (review of issue 10, defect 1) ------------------------
@@ -352,7 +351,7 @@ def _recorded(index: int = 1) -> tuple[object, object]:
 def test_record_problem_names_what_disagrees_with_the_rule(field, value, why):
     import dataclasses
 
-    from rocmseat.seat.placement import record_problem
+    from rocmseat.placement.record import record_problem
 
     seat, record = _recorded()
     assert record_problem(seat, record, STATE) is None
@@ -360,7 +359,7 @@ def test_record_problem_names_what_disagrees_with_the_rule(field, value, why):
 
 
 def test_replica_index_is_the_naming_rule(tmp_path):
-    from rocmseat.seat.placement import replica_index
+    from rocmseat.placement.rules import replica_index
 
     named = load_seat(REPO / "launchers" / "r9700-mxfp4-dflash.toml")
     assert [replica_index(named, n) for n in ("r0", "r1", "r2", "x")] == [0, 1, None, None]
