@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocmseat import exitcodes
 from rocmseat.atomic import LockTimeout, exclusive_lock
@@ -43,6 +43,9 @@ from rocmseat.placement.resolve import probed_numbering
 from rocmseat.placement.rules import replica_index
 from rocmseat.redact import redact_argv
 from rocmseat.seat.model import Seat
+
+if TYPE_CHECKING:
+    from rocmseat.cache.key import ConfigKey
 
 Say = Callable[[str], None]
 HIP_ORDER_TIMEOUT_S = 30.0
@@ -115,12 +118,21 @@ def find_numactl() -> str | None:
     return shutil.which("numactl")
 
 
-def key_status(seat: Seat, placed: Placement, record: ReplicaPlacement) -> KeyStatus:
-    """The replica's key, or unknown with the reason (a dry run needs no engine Python)."""
+def launch_key(seat: Seat, placed: Placement, replica: str) -> ConfigKey:
+    """The config key `replica` starts under: its arch from the placement (key_arch, the rule
+    `rocmseat key` and `cache-audit` use too), every other factor gathered now."""
     from rocmseat.cache.key import replica_key
 
+    arch, why = placed.arch(replica)
+    if arch is None:
+        raise RocmseatError(f"replica {replica}: its config key cannot be computed: {why}")
+    return replica_key(seat, replica, arch)
+
+
+def key_status(seat: Seat, placed: Placement, record: ReplicaPlacement) -> KeyStatus:
+    """The replica's key, or unknown with the reason (a dry run needs no engine Python)."""
     try:
-        key = replica_key(seat, record.replica, placed.arch(record.replica)[0])
+        key = launch_key(seat, placed, record.replica)
     except ConfigError:
         raise
     except RocmseatError as exc:
@@ -256,7 +268,6 @@ def _launch_locked(
     state_dir: Path, echo: Say, say: Say, environ: dict[str, str],
     stop_grace_s: float, probe_interval_s: float, fetch: Fetch,
 ) -> LaunchResult:
-    from rocmseat.cache.key import replica_key
     from rocmseat.cache.store import prepare
     from rocmseat.launch.memplan import checkpoint_total_from_factors
 
@@ -268,7 +279,7 @@ def _launch_locked(
     # placement.json -> cache prepare (the side effect: a move-aside) -> engine, so a refused
     # start leaves the recorded placement and the cache as they were (docs/launch.md).
     notifier.status("computing the config key")
-    key = replica_key(seat, record.replica, placed.arch(record.replica)[0])
+    key = launch_key(seat, placed, record.replica)
     notifier.status("preflight of the pair")
     plan = placed_plan(seat, placed, record, sysfs_root=sysfs_root, environ=environ, say=say,
                        key=KeyStatus(key.digest, ""))
