@@ -1,17 +1,18 @@
 """Load a seat file: TOML -> validated Seat, or one ConfigError naming the file, line and key.
 
-Every input is hostile until checked (docs/seat.md, "Hostile input"): the file is read only if it
-is a regular file of at most SEAT_LIMIT_BYTES (rocmseat.safeio), nesting is bounded before
-tomllib recurses, the whole document is checked for control characters, non-finite numbers,
-dates and sizes before the schema, and every error is one line with the path and values shown
-through `printable`.
+Every input is hostile until checked (docs/seat.md, "Hostile input"): the file is read and
+parsed by the one TOML loader (rocmseat.tomlio: a regular file of at most SEAT_LIMIT_BYTES,
+UTF-8, nesting bounded before tomllib recurses, located errors), the whole document is checked
+for control characters, non-finite numbers, dates and sizes before the schema, and every error
+names the file, line and key with the values shown through `printable`. A document the schema
+refuses is reported with every problem it has, an unknown key first (with the nearest known
+key), before the "Field required" a misspelt key causes.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,17 +22,15 @@ from pydantic import ValidationError
 from rocmseat.cache.envclass import classify_env
 from rocmseat.cache.key import normalise_flag
 from rocmseat.cache.layout import FORBIDDEN_SEAT_ENV
-from rocmseat.errors import ConfigError, ReadError
-from rocmseat.safeio import read_regular_text
-from rocmseat.seat.locate import Loc, format_loc, locate, printable, toml_lines, too_deep_line
+from rocmseat.errors import ConfigError
+from rocmseat.seat.locate import Loc, format_loc, locate, printable, too_deep_line
 from rocmseat.seat.model import Seat
-from rocmseat.seat.rules import MAX_NESTING, document_problems, seat_problems
+from rocmseat.seat.rules import document_problems, seat_problems
+from rocmseat.tomlio import MAX_NESTING, TomlDoc, load_toml, parse_toml
 
 # A seat file is a few KiB; 1 MiB leaves room for comments and stops /dev/zero-like input.
 SEAT_LIMIT_BYTES = 1 << 20
 
-_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
-_LONG_NUMBER = re.compile(r"[0-9A-Fa-f_]{1000,}")
 _SCHEMA_TAG = re.compile(
     r"^(function-(after|before|wrap|plain)\[|constrained-|nullable\[|tagged-union\[|"
     r"lax-or-strict\[|json-or-python\[|is-instance\[)"
@@ -54,19 +53,17 @@ def load_seat(path: Path) -> Seat:
     A FIFO, a device, a directory, a file over SEAT_LIMIT_BYTES or one that is not UTF-8 is a
     one-line ConfigError (exit 2), never a hang or a traceback.
     """
-    try:
-        text = read_regular_text(path, limit_bytes=SEAT_LIMIT_BYTES)
-    except ReadError as exc:
-        raise ConfigError(
-            f"{printable(str(path), 4096)}: cannot read the seat file: {printable(exc.cause)}"
-        ) from None
-    return parse_seat(text, path)
+    doc = load_toml(path, what="seat file", limit_bytes=SEAT_LIMIT_BYTES)
+    return _validate(doc, path)
 
 
 def parse_seat(text: str, path: Path) -> Seat:
     """Validate seat TOML `text`; `path` names it in errors and anchors relative paths."""
-    shown = printable(str(path), 4096)
-    data = _parse_toml(text, shown)
+    return _validate(parse_toml(text, printable(str(path), 4096)), path)
+
+
+def _validate(doc: TomlDoc, path: Path) -> Seat:
+    text, shown, data = doc.text, doc.shown, doc.data
 
     def fail(loc: Loc, why: str, hint: str | None = None) -> ConfigError:
         line = locate(text, loc)
@@ -114,42 +111,6 @@ def _where(text: str, shown: str, loc: Loc) -> str:
     return f"{where}: key '{format_loc(loc)}'"
 
 
-def _parse_toml(text: str, shown: str) -> dict[str, Any]:
-    """tomllib.loads with every failure as one located ConfigError (tomllib recurses on nested
-    values and turns a 5,000-digit integer into ValueError, not TOMLDecodeError)."""
-    deep = too_deep_line(text, MAX_NESTING)
-    if deep is not None:
-        raise ConfigError(
-            f"{shown}:{deep}: invalid seat file: arrays and inline tables nested more than "
-            f"{MAX_NESTING} levels deep"
-        )
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        match = _TOML_POSITION.search(message)
-        if match is None:
-            raise ConfigError(f"{shown}: invalid TOML: {printable(message)}") from None
-        why = message[: match.start()]
-        line_no = int(match.group(1))
-        key = _key_on_line(text, line_no) if "overwrite" in why or "declare" in why else None
-        if key is not None:
-            why = f"key '{printable(key, 80)}' is set twice ({why})"
-        raise ConfigError(
-            f"{shown}:{line_no}: invalid TOML: {printable(why)} (column {match.group(2)})"
-        ) from None
-    except RecursionError:
-        raise ConfigError(f"{shown}: invalid seat file: values nested too deeply") from None
-    except ValueError:
-        # int() of more than sys.get_int_max_str_digits() digits (4300)
-        run = _LONG_NUMBER.search(text)
-        line = f":{text.count(chr(10), 0, run.start()) + 1}" if run is not None else ""
-        raise ConfigError(
-            f"{shown}{line}: invalid seat file: a number with thousands of digits (TOML "
-            "integers are 64-bit)"
-        ) from None
-
-
 def _deep_engine_args(data: dict[str, Any]) -> list[tuple[Loc, str]]:
     """An engine argument nested deeper than a seat may nest (JSON of `-cc`, `-sc` ...): the
     engine and rocmseat's own JSON readers would recurse on it."""
@@ -194,16 +155,6 @@ def _speculative_arg_removed_key(data: dict[str, Any]) -> list[tuple[Loc, str, s
         if flag in _SPECULATIVE_FLAGS and "disable_by_batch_size" in value.replace("-", "_"):
             return [(("serve", "extra_args", index), _REMOVED_WHY, _REMOVED_HINT)]
     return []
-
-
-def _key_on_line(text: str, line_no: int) -> str | None:
-    """The dotted key or table header written on a line (for duplicate-key errors)."""
-    lines = toml_lines(text)
-    if not 0 < line_no <= len(lines):
-        return None
-    line = lines[line_no - 1].strip().lstrip("[").rstrip("]")
-    name = line.split("=", 1)[0].strip() if "=" in line else line.strip()
-    return name or None
 
 
 def _default_served_name(data: dict[str, Any]) -> None:

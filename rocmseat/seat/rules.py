@@ -17,11 +17,11 @@ from typing import Any
 from rocmseat.placement.rules import RESERVED_REPLICA_NAMES, planned_port, replica_name
 from rocmseat.seat.locate import control_char
 from rocmseat.seat.model import METHODS_NEEDING_PATH, RESERVED_EXTRA_KEYS, Seat, check_listen
+from rocmseat.tomlio import MAX_NESTING
 
 Location = tuple[str | int, ...]
 
 # Limits of a seat document (docs/seat.md, "Hostile input").
-MAX_NESTING = 16  # tables, arrays and inline tables, counted from the top of the document
 MAX_ITEMS = 4096  # entries of one array or table
 MAX_KEY_CHARS = 256
 MAX_STRING_CHARS = 4096
