@@ -11,13 +11,15 @@ key), before the "Field required" a misspelt key causes.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from rocmseat.cache.envclass import classify_env
 from rocmseat.cache.key import normalise_flag
@@ -30,6 +32,7 @@ from rocmseat.tomlio import MAX_NESTING, TomlDoc, load_toml, parse_toml
 
 # A seat file is a few KiB; 1 MiB leaves room for comments and stops /dev/zero-like input.
 SEAT_LIMIT_BYTES = 1 << 20
+MAX_SHOWN_PROBLEMS = 20  # a file with more is not a seat file: the first twenty say so
 
 _SCHEMA_TAG = re.compile(
     r"^(function-(after|before|wrap|plain)\[|constrained-|nullable\[|tagged-union\[|"
@@ -80,16 +83,11 @@ def _validate(doc: TomlDoc, path: Path) -> Seat:
     try:
         seat = Seat.model_validate(data, context={"base_dir": path.parent.absolute()})
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        first = errors[0]
-        loc = _clean_loc(first["loc"])
-        missing = [_clean_loc(e["loc"]) for e in errors if e["type"] == "missing"]
-        same_table = all(m[:-1] == loc[:-1] for m in missing)
-        if len(missing) > 1 and len(missing) == len(errors) and same_table:
-            names = ", ".join(str(m[-1]) for m in missing)
-            raise fail(loc, f"Field required (missing required keys: {names})") from None
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise fail(loc, _clean_msg(first["msg"]) + more) from None
+        problems = schema_problems(exc)
+        shown_problems = [str(fail(loc, why)) for loc, why in problems[:MAX_SHOWN_PROBLEMS]]
+        if len(problems) > MAX_SHOWN_PROBLEMS:
+            shown_problems.append(f"{len(problems) - MAX_SHOWN_PROBLEMS} more problems")
+        raise ConfigError("; and ".join(shown_problems)) from None
     for loc, why in seat_problems(seat):
         raise fail(loc, why)
     for loc, why, hint in cache_escapes(seat):
@@ -213,6 +211,63 @@ def _json_sets_cache_dir(value: str) -> bool:
     except (ValueError, RecursionError):
         return "cache_dir" in value or "cache-dir" in value
     return isinstance(parsed, dict) and bool({"cache_dir", "cache-dir"} & set(parsed))
+
+
+def schema_problems(exc: ValidationError) -> list[tuple[Loc, str]]:
+    """Every problem the schema found, an unknown key first (with the nearest known key of its
+    table: a misspelt `num_speculative_token` is the unknown key it is, before the "Field
+    required" it causes), the missing keys of one table as one problem."""
+    errors = exc.errors(include_url=False)
+    unknown: list[tuple[Loc, str]] = []
+    missing: dict[Loc, list[str]] = {}
+    other: list[tuple[Loc, str]] = []
+    for error in errors:
+        loc = _clean_loc(error["loc"])
+        if error["type"] == "extra_forbidden":
+            unknown.append((loc, _unknown_key(loc)))
+        elif error["type"] == "missing" and loc:
+            missing.setdefault(loc[:-1], []).append(str(loc[-1]))
+        else:
+            other.append((loc, _clean_msg(error["msg"])))
+    required: list[tuple[Loc, str]] = []
+    for table, names in missing.items():
+        why = "Field required" + (f" (missing required keys: {', '.join(names)})"
+                                  if len(names) > 1 else "")
+        required.append(((*table, names[0]), why))
+    return unknown + required + other
+
+
+def _unknown_key(loc: Loc) -> str:
+    known = _table_keys(loc[:-1])
+    name = str(loc[-1])
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key (did you mean '{close[0]}'?)"
+    return f"unknown key (known here: {', '.join(known)})" if known else "unknown key"
+
+
+def _table_keys(table: Loc) -> list[str]:
+    """The keys the schema knows in the table at `table` ([] where that is not a model)."""
+    model: type[BaseModel] | None = Seat
+    for part in table:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part) if model is not None else None
+        model = _model_in(info.annotation) if info is not None else None
+        if model is None:
+            return []
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation (`Drafter | None`, `tuple[ExpectLog, ...]`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def _clean_loc(loc: Sequence[str | int]) -> Loc:
