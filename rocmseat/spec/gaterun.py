@@ -534,22 +534,7 @@ def arm_json(record: ArmRecord, out: Path) -> dict[str, Any]:
         "num_speculative_tokens": record.k,
         "schedule": as_lists(record.schedule) if record.schedule else None,
         "ready_after_s": _finite(record.ready_after_s),
-        "startup": None if startup is None else {
-            "kv_cache_tokens": startup.kv_cache_tokens,
-            "kv_cache_device": startup.kv_cache_device,
-            "max_concurrency": startup.max_concurrency,
-            "max_concurrency_tokens_per_request": startup.max_concurrency_tokens_per_request,
-            "available_kv_cache_gib": startup.available_kv_cache_gib,
-            "model_memory_gib": startup.model_memory_gib,
-            "model_memory_gib_ranks": list(startup.model_memory_gib_ranks),
-            "checkpoint_gib": list(startup.checkpoint_gib),
-            "init_engine_s": startup.init_engine_s,
-            "compilation_s": startup.compilation_s,
-            "compile": {c.component: c.outcome.value for c in startup.components},
-            "drafter_loaded": startup.drafter_loaded,
-            "speculative_config": startup.speculative_config,
-            "fatal": [f.signature for f in startup.fatal],
-        },
+        "startup": None if startup is None else startup.to_json(),  # launch's serialiser
         "config_key": (record.startup_report or {}).get("config_key"),
         "memory_plan": record.memory.to_json() if record.memory else None,
         "runs": [{
