@@ -58,7 +58,8 @@ class ConfigKey:
 
 def canonical_json(value: Any) -> str:
     """One spelling per value: sorted keys, no whitespace, UTF-8 kept as is."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
 
 
 def digest_of(factors: Mapping[str, Any]) -> str:

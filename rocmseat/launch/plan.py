@@ -8,13 +8,12 @@ fields again.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmseat import exitcodes
+from rocmseat import exitcodes, jsonio
 from rocmseat.cache.layout import cache_env
 from rocmseat.hip.numbering import HIP_MASKS
 from rocmseat.launch.sdnotify import NOTIFY_ENV
@@ -158,7 +157,7 @@ def engine_argv(seat: Seat, port: int) -> tuple[str, ...]:
         argv += ["--tensor-parallel-size", str(seat.tp)]
     spec = speculative_config(seat)
     if spec is not None:
-        argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+        argv += ["--speculative-config", jsonio.dumps_line(spec)]
     argv += ["--max-model-len", str(serve.max_model_len), "--max-num-seqs", str(serve.max_num_seqs)]
     if serve.max_num_batched_tokens is not None:
         argv += ["--max-num-batched-tokens", str(serve.max_num_batched_tokens)]
