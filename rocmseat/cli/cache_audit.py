@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
-from rocmseat import exitcodes, jsonio
+from rocmseat import jsonio
 from rocmseat.cache.audit import SeatAudit, audit_exit_code, audit_seat_file
 from rocmseat.cache.audit_render import audit_json, audit_table
-from rocmseat.cache.prune import execute_prune, parse_duration, plan_prune
-from rocmseat.cache.usage import InUse, judge_use, scan_processes
+from rocmseat.cache.prune import parse_duration, prune_moved_aside
+from rocmseat.cache.usage import scan_processes
 from rocmseat.cli.options import json_option, state_dir_option, sysfs_root_option
 
 
@@ -76,33 +75,21 @@ def _prune(
     as_json: bool,
     code: int,
 ) -> int:
-    """Print the plan first; remove only with --yes."""
-    plan = plan_prune(audits, older_than_s=older_than_s)
-    errors: dict[str, str] = {}
-    document["prune"] = {
-        "older_than": older_than,
-        "acted": yes,
-        "plan": [{"path": str(i.entry.path), "remove": i.remove, "why": i.why} for i in plan],
-        "errors": errors,
-    }
+    """The plan, then (only with --yes) each removal (rocmseat.cache.prune)."""
+    outcome = prune_moved_aside(audits, older_than_s=older_than_s, act=yes,
+                                scan=scan_processes)
     if not as_json:
         click.echo(audit_table(audits))
         click.echo(f"prune plan (moved aside more than {older_than} ago, used by no process):")
-        click.echo("\n".join(f"  {item.describe()}" for item in plan) or "  nothing moved aside")
-        if not yes and any(i.remove for i in plan):
+        click.echo("\n".join(f"  {item.describe()}" for item in outcome.plan)
+                   or "  nothing moved aside")
+        if not yes and any(i.remove for i in outcome.plan):
             click.echo("nothing removed: run again with --yes to remove the dirs marked remove")
-    if yes:
-        def recheck(path: Path) -> InUse:
-            return judge_use(path, list(scan_processes()),
-                             real_directory=Path(os.path.realpath(path)))
-
-        for item, error in execute_prune(plan, recheck=recheck):
-            if error is not None:
-                errors[str(item.entry.path)] = error
-                code = exitcodes.PROBLEM
-            if not as_json:
-                done = "removed" if error is None else f"could not remove ({error})"
-                click.echo(f"{done} {item.entry.path}")
     if as_json:
+        document["prune"] = outcome.to_json(older_than)
         click.echo(jsonio.dumps(document))
-    return code
+    else:
+        for item, error in outcome.done:
+            done = "removed" if error is None else f"could not remove ({error})"
+            click.echo(f"{done} {item.entry.path}")
+    return outcome.exit_code(code)

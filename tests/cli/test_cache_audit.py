@@ -27,6 +27,7 @@ def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # none, so the environment variable gives it, as --state-dir would
     monkeypatch.setenv("ROCMSEAT_STATE_DIR", str(tmp_path / "state"))
 
+
 @pytest.fixture
 def seat_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr("rocmseat.cli.cache_audit.scan_processes", lambda: iter(()))
