@@ -217,6 +217,22 @@ def test_unit_pins_keep_each_replica_on_its_own_pair(rocmseat_cli, monkeypatch, 
     assert usage.exit_code == 2 and "--pair" in usage.stderr
 
 
+def test_a_pin_is_one_pair_whatever_order_it_is_written_in(rocmseat_cli, monkeypatch, tmp_path):
+    """Issue 16: `--pair` was parsed twice, sorted once: preflight sorted it, launch did not, so
+    `launch --pair 09:00.0,05:00.0` refused r0 ("its unit pins the pair 0000:09:00.0,
+    0000:05:00.0 but the seat places it on 0000:05:00.0, 0000:09:00.0"). One parser, sorted."""
+    monkeypatch.chdir(REPO)
+    for pin in (f"{A},{B}", f"{B},{A}", "09:00.0, 05:00.0"):
+        result = rocmseat_cli("launch", R9700, "--replica", "r0", "--pair", pin,
+                              "--preflight-only", "--sysfs-root", X99, "--state-dir",
+                              str(tmp_path / "state"))
+        assert result.exit_code == 0, (pin, result.stderr)
+        assert f"rocmseat: replica r0: sysfs preflight of {A}, {B}: " in result.stderr
+    same = rocmseat_cli("launch", R9700, "--replica", "r0", "--pair", f"{A},0000:05:00.0",
+                        "--preflight-only", "--sysfs-root", X99)
+    assert same.exit_code == 2 and "a pair needs two different GPUs" in same.stderr
+
+
 def test_recorded_pairs_hold_without_a_pin(rocmseat_cli, monkeypatch, tmp_path):
     """Started by hand (no --pair), each replica's placement.json is its identity: the dry run
     on the node that lost 09:00.0 shows r0 refused (exit 1, naming the GPU) and r1 on its own

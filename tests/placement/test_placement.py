@@ -367,3 +367,23 @@ def test_replica_index_is_the_naming_rule(tmp_path):
     assert [replica_index(auto, n) for n in ("r0", "r7", "r07", "r", "r-1")] == [
         0, 7, None, None, None]
     assert replica_index(load_seat(REPO / "launchers" / "demo-cpu.toml"), "r1") is None
+
+
+@pytest.mark.parametrize(("name", "index"), [("r0", 0), ("r1", 1), ("r07", None), ("r", None),
+                                             ("r-1", None), ("x", None)])
+def test_the_gate_finds_a_replica_by_the_seats_one_naming_rule(tmp_path, name, index):
+    """Issue 16: the speculation gate looked a replica up by its own looser rule (`r07` was
+    replica 7, `r5` of a one-replica cpu seat was 5): it asks the placement's rule now."""
+    from rocmseat.placement.rules import replica_index
+    from rocmseat.spec.gaterun import replica_slot
+
+    auto = seat_from(tmp_path, R9700.replace('names = ["r0", "r1"]', ""))
+    assert replica_index(auto, name) == index
+    if index is None:
+        with pytest.raises(ConfigError, match="not a replica of seat"):
+            replica_slot(auto, name)
+    else:
+        assert replica_slot(auto, name) == index
+    cpu = load_seat(REPO / "launchers" / "demo-cpu.toml")
+    with pytest.raises(ConfigError, match=r"not a replica of seat demo-cpu \(r0\)"):
+        replica_slot(cpu, "r5")
