@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rocmseat.errors import ConfigError
 from rocmseat.seat.locate import Loc, format_loc, locate, printable
-from rocmseat.seat.model import Seat, is_host
 from rocmseat.sysfs.parse import normalize_pci_address
+
+if TYPE_CHECKING:  # the schema (pydantic) is not imported by `--pair` parsing: preflight's start
+    from rocmseat.seat.model import Seat
 
 MAX_PORT = 65535
 # The seat's other units are rocmseat-<seat>-watch.service and -preflight.service: a replica of
@@ -110,6 +113,8 @@ def probe_host(host: str) -> str:
     host itself when it is an IP literal or a DNS name (the seat loader's rule,
     rocmseat.seat.model.is_host); ValueError for anything else: a URL built from it would point
     elsewhere ("127.0.0.1@evil.example/#")."""
+    from rocmseat.seat.model import is_host
+
     connect = _WILDCARD_HOSTS.get(host, host)
     if not is_host(connect):
         raise ValueError(f"{host!r:.80} is not a host name or an IP address")
