@@ -20,6 +20,7 @@ from rocmseat.watch.exporter import ExportState, start_exporter
 from rocmseat.watch.fetch import FD_RESERVE, ensure_descriptors
 from rocmseat.watch.filesd import TargetsFile
 from rocmseat.watch.loop import WatchConfig, Watcher
+from rocmseat.watch.remediate.service import Remediator
 from rocmseat.watch.scrape import Target
 from rocmseat.watch.sinks import AlertFanout, BackgroundSender, command_deliver, webhook_deliver
 from rocmseat.watch.status import ReplicaStatus
@@ -91,6 +92,7 @@ def run_service(
     stop: threading.Event,
     targets_file: TargetsFile | None = None,
     extra_targets: list[Target] | None = None,
+    remediate: Callable[[Callable[[str], None]], Remediator] | None = None,
 ) -> None:
     """Evaluate every interval until `stop`; log, export, post and hook every alert change.
     `targets_file` is re-read when it changes (its targets come after `extra_targets`)."""
@@ -105,6 +107,7 @@ def run_service(
     )
     raise_fd_limit(len(targets))
     watcher = Watcher(targets, config, on_transition=fanout, on_warning=log)
+    remediator = remediate(log) if remediate is not None else None  # docs/remediate.md
     started = time.time()
 
     def state() -> ExportState:
@@ -113,6 +116,9 @@ def run_service(
             started_at_s=started, max_age_s=config.max_age_s, evaluations=watcher.evaluations,
             last_duration_s=watcher.last_duration_s,
             sink_failures=tuple((n, c, f) for n, (c, f) in sorted(fanout.failures().items())),
+            remediations=None if remediator is None else tuple(
+                (*k, n) for k, n in sorted(remediator.counts.items())),
+            remediation_halted=() if remediator is None else tuple(remediator.halted_scopes()),
         )
 
     monitor: UeventMonitor | None = None
@@ -137,6 +143,8 @@ def run_service(
             f"timeout_s={config.timeout_s:g} exporter={where}")
 
         def after_step(statuses: list[ReplicaStatus]) -> None:
+            if remediator is not None:
+                remediator.after_step(watcher)
             fanout.keepalive(time.time())
             if targets_file is not None:
                 _reload(targets_file, watcher, extra_targets or [], log)
@@ -148,6 +156,8 @@ def run_service(
         if server is not None:
             server.shutdown()
             server.server_close()
+        if remediator is not None:
+            remediator.close()
         fanout.close()
         watcher.close()
         log("rocmseat-watch stop")

@@ -4,7 +4,8 @@ with the placement.json launch recorded; a record that is not usable is said and
 still watched on its port.
 
 The recorded placements here are written the way launch writes them: the resolver's record for
-the fixture node (rocmseat.launch.flow.place) saved with rocmseat.launch.placed.write_recorded;
+the fixture node (rocmseat.launch.flow.place_for_launch) saved with
+rocmseat.placement.recorded.write_recorded;
 the hostile ones are those records, edited.
 """
 
