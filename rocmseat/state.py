@@ -1,4 +1,4 @@
-"""The state directory: AER baselines, startup reports, placements, watchdog baselines.
+"""The state directory: error readings, startup reports, placements, watchdog baselines.
 
 One rule (docs/architecture.md, "State"): `--state-dir` / `ROCMSEAT_STATE_DIR`, else the seat
 file's `state_dir` (for a command about a seat), else `/var/lib/rocmseat` as root and the XDG
