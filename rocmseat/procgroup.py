@@ -81,8 +81,9 @@ def describe_returncode(rc: int) -> str:
     return f"with status {rc}"
 
 
-def wait_for(proc: subprocess.Popen[Any], timeout_s: float) -> bool:
-    """Wait up to `timeout_s` for the child to exit; True when it has."""
+def wait_for(proc: subprocess.Popen[Any], timeout_s: float | None) -> bool:
+    """Wait up to `timeout_s` (None: as long as it takes) for the child to exit; True when it
+    has."""
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=timeout_s)
     return proc.poll() is not None

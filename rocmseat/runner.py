@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from rocmseat.procgroup import kill_group, spawn
+from rocmseat.procgroup import kill_group, spawn, wait_for
 
 # after a kill (timeout, too much output), or after the child exited while something it
 # started still holds its pipes: the longest the pipes are read before they are closed
@@ -158,10 +158,14 @@ def _collect(proc: subprocess.Popen[bytes], args: tuple[str, ...], timeout_s: fl
                     kill_group(proc)
                     cut_at = time.monotonic() + KILL_GRACE_S
     _close(proc)
-    if timed_out or truncated or proc.poll() is None:
+    if not (timed_out or truncated):
+        # the pipes are closed (or given up); the child may still be on its way out, or run
+        # on without them: wait for it as long as the timeout lets
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        timed_out = not wait_for(proc, left)
+    if timed_out or truncated:
         kill_group(proc)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=KILL_GRACE_S)
+        wait_for(proc, KILL_GRACE_S)
     code = proc.returncode if proc.returncode is not None else -9
     return Completed(args, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                      timed_out=timed_out, truncated=truncated)

@@ -169,3 +169,18 @@ def test_procgroup_is_the_one_module_that_starts_or_kills_a_process():
         if starts.search(path.read_text())
     )
     assert found == ["rocmseat/procgroup.py"]
+
+
+def test_a_child_that_closes_its_pipes_just_before_it_exits_keeps_its_status():
+    # EOF on the pipes comes a moment before the exit: the child was SIGKILLed in that moment
+    # (returncode -9 for a clean exit, seen once in a few runs of a fake `scontrol`)
+    code = "import os, sys, time; os.close(1); os.close(2); time.sleep(0.5); sys.exit(5)"
+    for _ in range(3):
+        done = run([sys.executable, "-c", code], timeout_s=30)
+        assert (done.returncode, done.timed_out) == (5, False)
+
+
+def test_a_child_that_closes_its_pipes_and_runs_on_is_held_to_the_timeout():
+    code = "import os, time; os.close(1); os.close(2); time.sleep(60)"
+    done = _bounded(lambda: run([sys.executable, "-c", code], timeout_s=1.0))
+    assert done.timed_out and done.returncode == -signal.SIGKILL
