@@ -18,7 +18,7 @@ from rocmseat.errors import ConfigError
 from rocmseat.watch import alerts as A
 from rocmseat.watch.exporter import ExportState, start_exporter
 from rocmseat.watch.fetch import FD_RESERVE, ensure_descriptors
-from rocmseat.watch.filesd import TargetsFile
+from rocmseat.watch.filesd import BackgroundPoll, Reload, TargetsFile
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.scrape import Target
 from rocmseat.watch.sinks import AlertFanout, BackgroundSender, command_deliver, webhook_deliver
@@ -136,10 +136,17 @@ def run_service(
         log(f"rocmseat-watch start replicas={names} interval_s={config.interval_s:g} "
             f"timeout_s={config.timeout_s:g} exporter={where}")
 
+        # the file is re-read on a thread of its own; a finished read is applied here, between
+        # two evaluations (the watcher's targets change only on its own thread)
+        polling = BackgroundPoll(targets_file) if targets_file is not None else None
+
         def after_step(statuses: list[ReplicaStatus]) -> None:
             fanout.keepalive(time.time())
-            if targets_file is not None:
-                _reload(targets_file, watcher, extra_targets or [], log)
+            if polling is not None:
+                done = polling.take()
+                if done is not None:
+                    _reload(polling.source, done, watcher, extra_targets or [], log)
+                polling.request()
 
         watcher.run(stop, after_step)
     finally:
@@ -154,9 +161,9 @@ def run_service(
 
 
 def _reload(
-    source: TargetsFile, watcher: Watcher, extra: list[Target], log: Callable[[str], None]
+    source: TargetsFile, reload: Reload, watcher: Watcher, extra: list[Target],
+    log: Callable[[str], None],
 ) -> None:
-    reload = source.poll()
     if reload.error is not None:
         log(f"rocmseat-watch targets-file-error keeping={len(watcher.targets)} "
             f"error={'_'.join(reload.error.split())}")

@@ -71,6 +71,11 @@ def test_json_and_yaml_read_alike(tmp_path):
     ("t.json", '[{"targets": ["h:1"], "labels": {"zone": 7}}]',
      "entry 1: key 'labels.zone': the value must be a string, not int"),
     ("t.json", '[{"targets": ["h:1"], "labels": {"zone": "a\\u0000b"}}]', "control characters"),
+    # issue 18, item 12: C1 control characters (U+009B is a terminal's CSI) were accepted
+    ("t.json", '[{"targets": ["h:1"], "labels": {"zone": "a\\u009b2Jb"}}]',
+     "control characters"),
+    ("t.yml", '- {targets: ["h:1"], labels: {zone: "a\\x85b"}}\n', "control characters"),
+    ("t.json", '[{"targets": ["h:1"], "labels": {"zone": "a\\u2028b"}}]', "control characters"),
     ("t.json", '[{"targets": ["h:1"], "labels": {"bad-name": "x"}}]', "label name 'bad-name'"),
     ("t.json", '[{"targets": ["h:1"], "labels": {"severity": "page"}}]',
      "rocmseat sets this label itself"),
@@ -241,3 +246,134 @@ def test_running_loop_rereads_the_file_and_keeps_the_last_good_set(page_server, 
     assert bad.startswith("rocmseat-watch targets-file-error keeping=1 error=")
     assert str(path) in bad
     assert "targets=2 added=2 removed=1 relabelled=0" in good
+
+
+def _anchored(groups: int, labels: int) -> str:
+    """One group of `labels` labels and no targets, anchored, then referenced `groups` times,
+    then one real target (issue 18, item 7: 2,000 labels x 60,000 references, 320 KiB)."""
+    body = "\n".join(f"    l{i}: v{i}" for i in range(labels))
+    return (f"- &g\n  targets: []\n  labels:\n{body}\n" + "- *g\n" * groups
+            + "- targets: ['127.0.0.1:9']\n")
+
+
+def test_an_anchored_group_is_checked_once(tmp_path):
+    """Issue 18, item 7: one 2,000-label group referenced 60,000 times ran over 90 s at start
+    (each reference validated its 2,000 labels again). Each distinct group is checked once."""
+    path = write(tmp_path, "t.yml", _anchored(60_000, 2_000))
+    assert path.stat().st_size < 340_000
+    targets = _within(lambda: read_targets_file(path))
+    assert [t.name for t in targets] == ["127.0.0.1:9"]
+
+
+def _within(call, bound_s=20.0):
+    """The call's value; a failure when it is still running after `bound_s` (a bound on a
+    hang, far above the ~0.1 s it takes, far below the 90 s it took)."""
+    import threading
+
+    box = []
+    thread = threading.Thread(target=lambda: box.append(call()), daemon=True)
+    thread.start()
+    thread.join(bound_s)
+    assert not thread.is_alive(), f"still parsing after {bound_s:g} s"
+    return box[0]
+
+
+def test_aliased_labels_on_many_targets_are_bounded(tmp_path):
+    # the other shape: one 2,000-label mapping given to 20,000 targets would carry 40 million
+    # labels; the work of a file is counted before it is done
+    text = ("- targets: ['h0:1']\n  labels: &L\n"
+            + "\n".join(f"    l{i}: v{i}" for i in range(2_000)) + "\n"
+            + "".join(f"- {{targets: ['h{i}:1'], labels: *L}}\n" for i in range(1, 20_000)))
+    path = write(tmp_path, "t.yml", text)
+
+    def refused():
+        with pytest.raises(ConfigError, match=r"entry \d+: more than 1,000,000 labels in all"):
+            read_targets_file(path)
+        return True
+
+    assert _within(refused)
+
+
+def test_the_same_labels_under_the_limit_are_shared_and_right(tmp_path):
+    text = ("- targets: ['h0:1']\n  labels: &L {zone: z1, rack: '12'}\n"
+            + "".join(f"- {{targets: ['h{i}:1'], labels: *L}}\n" for i in range(1, 300)))
+    targets = read_targets_file(write(tmp_path, "t.yml", text))
+    assert len(targets) == 300
+    assert all(dict(t.labels)["zone"] == "z1" and dict(t.labels)["rack"] == "12"
+               for t in targets)
+
+
+def test_a_symlink_loop_is_named_as_one(tmp_path):
+    """Issue 18, item 12: a symlink loop must be named as such, at start and on a re-read."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    with pytest.raises(ReadError, match="Too many levels of symbolic links"):
+        read_targets_file(a)
+    good = write(tmp_path, "t.json", [{"targets": ["h:1"]}])
+    source = TargetsFile(good)
+    source.load()
+    good.unlink()
+    good.symlink_to(a)
+    said = source.poll()
+    assert said.targets is None and "Too many levels of symbolic links" in (said.error or "")
+
+
+def test_a_seat_label_is_the_seat_of_those_replicas(tmp_path):
+    """Issue 19: a targets-file group labelled `seat` was refused ("rocmseat sets this label
+    itself"); a user who labels replicas with the seat they serve means exactly that."""
+    from rocmseat.watch.alerts import Transition
+
+    path = write(tmp_path, "t.json", [{"targets": ["h:1"], "labels": {"seat": "qwen-mxfp4"}},
+                                      {"targets": ["h:2"]}])
+    one, two = read_targets_file(path)
+    assert dict(one.labels)["seat"] == "qwen-mxfp4"
+    fired = Transition(one.name, A.REPLICA_DOWN, A.FIRING, 0.0, None, labels=one.labels)
+    assert fired.to_alertmanager(node="n1")["labels"]["seat"] == "qwen-mxfp4"
+    other = Transition(two.name, A.REPLICA_DOWN, A.FIRING, 0.0, None, labels=two.labels)
+    assert "seat" not in other.to_alertmanager(node="n1")["labels"]
+
+
+def test_a_slow_reread_never_holds_an_evaluation(tmp_path):
+    """Issue 18, item 7: a re-read of a big file in a running watcher froze evaluation for
+    more than 30 s (`/healthz` stale). The file is polled on a thread of its own; here its
+    poll is held on an event while evaluations go on."""
+    import threading
+
+    from rocmseat.watch.filesd import BackgroundPoll
+
+    release = threading.Event()
+    entered = threading.Event()
+
+    class Slow(TargetsFile):
+        def poll(self):
+            entered.set()
+            release.wait(30)
+            return Reload([Target("new", "http://127.0.0.1:9/metrics")])
+
+    path = write(tmp_path, "t.json", [{"targets": ["h:1"]}])
+    polling = BackgroundPoll(Slow(path))
+    polling.request()
+    assert entered.wait(10)
+    polling.request()  # one poll at a time: this does not start a second
+    assert polling.take() is None  # the evaluation thread goes on meanwhile
+    release.set()
+    polling.join(10)
+    done = polling.take()
+    assert done is not None and [t.name for t in done.targets or []] == ["new"]
+    assert polling.take() is None
+
+
+def test_a_poll_that_breaks_is_said_and_the_watch_goes_on(tmp_path):
+    from rocmseat.watch.filesd import BackgroundPoll
+
+    class Broken(TargetsFile):
+        def poll(self):
+            raise RuntimeError("boom")
+
+    polling = BackgroundPoll(Broken(write(tmp_path, "t.json", [{"targets": ["h:1"]}])))
+    polling.request()
+    polling.join(10)
+    done = polling.take()
+    assert done is not None and done.targets is None
+    assert done.error == f"{tmp_path / 't.json'}: could not be re-read (RuntimeError: boom)"
