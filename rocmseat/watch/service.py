@@ -7,15 +7,17 @@ the evaluation in flight is cut, and the listener and sinks close within a secon
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rocmseat import exitcodes
 from rocmseat.errors import ConfigError
 from rocmseat.watch import alerts as A
+from rocmseat.watch.alerts import iso
 from rocmseat.watch.exporter import ExportState, start_exporter
 from rocmseat.watch.fetch import FD_RESERVE, ensure_descriptors
 from rocmseat.watch.filesd import BackgroundPoll, Reload, TargetsFile
@@ -53,13 +55,34 @@ def run_once(
 
 def once_exit_code(statuses: list[ReplicaStatus]) -> int:
     """1 a problem; 2 could not check (a scrape error, blind, no window: restarted between the
-    two scrapes or an impossible window); 0 nothing active."""
+    two scrapes or an impossible window; requests served with no draft, so no acceptance to
+    judge); 0 nothing active."""
     active = {a for s in statuses for a in s.alerts}
     if active - CANNOT_CHECK:
         return exitcodes.PROBLEM
-    if active or any(not s.up or s.restarted for s in statuses):
+    if active or any(not s.up or s.restarted or s.undrafted for s in statuses):
         return exitcodes.CANNOT_CHECK
     return exitcodes.OK
+
+
+def under_journald(environ: Mapping[str, str], fd: int = 2) -> bool:
+    """True when `fd` is the journal stream systemd connected (systemd.exec(5),
+    $JOURNAL_STREAM: "the device and inode numbers of the file descriptor", `DEV:INODE`, set
+    when stdout or stderr is connected to the journal): journald stamps each line itself."""
+    dev, sep, ino = environ.get("JOURNAL_STREAM", "").partition(":")
+    if not (sep and dev.isdigit() and ino.isdigit()):
+        return False
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return False
+    return (info.st_dev, info.st_ino) == (int(dev), int(ino))
+
+
+def stamped(line: str, now_s: float) -> str:
+    """A log line with its time first, logfmt style (`ts=2026-12-01T09:44:27.123Z ...`), for
+    a log that is not the journal."""
+    return f"ts={iso(now_s)} {line}"
 
 
 def check_targets(targets: list[Target], where: str = "") -> None:

@@ -14,12 +14,12 @@ are redacted (rocmseat/redact.py).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from rocmseat.errors import CommandError
+from rocmseat.jsonio import dumps_line
 from rocmseat.redact import redact_argv, redact_text, redact_url
 from rocmseat.runner import run
 from rocmseat.watch.alerts import FIRING, Transition
@@ -186,7 +186,7 @@ def command_deliver(argv: Sequence[str], *, timeout_s: float = 30.0) -> Deliver:
     def deliver(batch: list[dict[str, Any]]) -> None:
         for payload in batch:
             done = run(command, timeout_s=timeout_s,
-                       input_text=json.dumps(payload, allow_nan=False) + "\n")
+                       input_text=dumps_line(payload) + "\n")
             if not done.ok:
                 raise CommandError(redact_argv(command), done.returncode, done.stdout,
                                    done.stderr)

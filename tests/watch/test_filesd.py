@@ -243,7 +243,7 @@ def test_running_loop_rereads_the_file_and_keeps_the_last_good_set(page_server, 
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
-    assert bad.startswith("rocmseat-watch targets-file-error keeping=1 error=")
+    assert bad.split(" ", 1)[1].startswith("rocmseat-watch targets-file-error keeping=1 error=")
     assert str(path) in bad
     assert "targets=2 added=2 removed=1 relabelled=0" in good
 
