@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -132,22 +130,16 @@ def test_stop_group_sweeps_a_grandchild_left_in_the_group(tmp_path):
     code = ("import subprocess, sys, time\n"
             "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
             f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n")
+    import psutil
+
     proc = procgroup.spawn([sys.executable, "-c", code])
-    proc.wait(timeout=30)
-    for _ in range(100):
-        if pidfile.exists() and pidfile.read_text():
-            break
-        time.sleep(0.05)
-    grandchild = int(pidfile.read_text())
+    proc.wait(timeout=30)  # the child wrote the pid file before it exited
+    grandchild = psutil.Process(int(pidfile.read_text()))
     procgroup.stop_group(proc, grace_s=1.0)
-    for _ in range(100):
-        try:
-            os.kill(grandchild, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    subprocess.run(["kill", "-9", str(grandchild)], check=False)
-    pytest.fail("the grandchild outlived stop_group")
+    _gone, alive = psutil.wait_procs([grandchild], timeout=5)
+    for left in alive:
+        left.kill()
+    assert not alive, "the grandchild outlived stop_group"
 
 
 @pytest.mark.parametrize("rc, words", [(0, "with status 0"), (3, "with status 3"),
