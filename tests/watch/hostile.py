@@ -16,16 +16,19 @@ random generator; each case says what the watcher must conclude:
 from __future__ import annotations
 
 import gzip
+import json
+import os
 import random
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, REPO
 
 SEQ = FIXTURES / "metrics" / "seq"
 RECORDED = FIXTURES / "recorded"
@@ -417,3 +420,48 @@ def write_pages(tmp: Path) -> None:  # pragma: no cover - a helper for manual ru
     for i, (a, b) in enumerate(base_pages()):
         (tmp / f"{i}-a.txt").write_text(a)
         (tmp / f"{i}-b.txt").write_text(b)
+
+
+# ----- shared by the watch tests that run servers and the CLI ---------------------------------
+CLI = [sys.executable, "-c", "from rocmseat.cli.main import main; main()"]
+
+
+def good_pages() -> tuple[str, str]:
+    """Two consecutive healthy pages of the recorded sequence."""
+    from tests.watch.conftest import page
+
+    return page("00-healthy.txt"), page("01-healthy.txt")
+
+
+def env() -> dict[str, str]:
+    """The environment of a `rocmseat` child that imports this tree."""
+    return {**os.environ, "PYTHONPATH": str(REPO), "ROCMSEAT_ERROR_LOG": "/dev/null"}
+
+
+def serve(*replies: str | Reply) -> HostileServer:
+    """A server that plays `replies` in order, the last one from then on."""
+    plays = [r if isinstance(r, Reply) else http(r.encode()) for r in replies]
+    return HostileServer(lambda n: plays[min(n, len(plays) - 1)])
+
+
+def once_at(rocmseat_cli: Callable[..., object], url: str, tmp_path: Path, *extra: str) -> object:
+    return rocmseat_cli("watch", "--target", f"r0={url}", "--once", "--interval", "0.05",
+                        "--state-dir", str(tmp_path / "state"), *extra)
+
+
+def strict_json(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def hung_listeners(count: int) -> list[socket.socket]:
+    """Ports that accept a connection (the kernel completes the handshake) and never answer."""
+    out = []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(128)
+        out.append(s)
+    return out
