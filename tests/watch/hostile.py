@@ -21,10 +21,12 @@ import os
 import random
 import re
 import socket
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -426,11 +428,20 @@ def write_pages(tmp: Path) -> None:  # pragma: no cover - a helper for manual ru
 CLI = [sys.executable, "-c", "from rocmseat.cli.main import main; main()"]
 
 
-def good_pages() -> tuple[str, str]:
-    """Two consecutive healthy pages of the recorded sequence."""
-    from tests.watch.conftest import page
+GOOD_0, GOOD_1 = ((SEQ / "00-healthy.txt").read_text(), (SEQ / "01-healthy.txt").read_text())
+ACCEPTED_1 = 'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} 20691.0'
+DRAFTS_1 = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 10600.0'
 
-    return page("00-healthy.txt"), page("01-healthy.txt")
+
+@contextmanager
+def reaped(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """A `rocmseat watch` child that is killed on the way out if the test did not stop it."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
 
 
 def env() -> dict[str, str]:

@@ -8,13 +8,6 @@ from __future__ import annotations
 import yaml
 
 from tests.conftest import REPO
-from tests.watch.hostile import (
-    good_pages,
-)
-
-GOOD_0, GOOD_1 = good_pages()
-ACCEPTED_1 = 'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} 20691.0'
-DRAFTS_1 = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 10600.0'
 
 
 def test_alertmanager_groups_one_nodes_replicas_into_one_notification():

@@ -11,12 +11,8 @@ from rocmseat.watch.baseline import baseline_path
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.scrape import Target
 from tests.watch.hostile import (
-    good_pages,
+    GOOD_0,
 )
-
-GOOD_0, GOOD_1 = good_pages()
-ACCEPTED_1 = 'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} 20691.0'
-DRAFTS_1 = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 10600.0'
 
 
 def test_baseline_files_never_collide():

@@ -7,14 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.watch.hostile import (
-    good_pages,
-)
-
-GOOD_0, GOOD_1 = good_pages()
-ACCEPTED_1 = 'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} 20691.0'
-DRAFTS_1 = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 10600.0'
-
 
 @pytest.mark.parametrize("args", [
     ("--target", "http://[::1"),

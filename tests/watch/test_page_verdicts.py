@@ -18,15 +18,14 @@ from rocmseat.watch.readiness import replica_readiness
 from rocmseat.watch.scrape import Target
 from tests.watch.conftest import FakeClock, page
 from tests.watch.hostile import (
-    good_pages,
+    ACCEPTED_1,
+    DRAFTS_1,
+    GOOD_0,
+    GOOD_1,
     once_at,
     serve,
     strict_json,
 )
-
-GOOD_0, GOOD_1 = good_pages()
-ACCEPTED_1 = 'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} 20691.0'
-DRAFTS_1 = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 10600.0'
 
 
 @pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf", "-7.0", "1e300"])

@@ -26,18 +26,15 @@ from tests.conftest import REPO
 from tests.watch.conftest import Answer
 from tests.watch.hostile import (
     CLI,
+    GOOD_0,
+    GOOD_1,
     Reply,
     env,
-    good_pages,
     http,
     hung_listeners,
     once_at,
     serve,
 )
-
-GOOD_0, GOOD_1 = good_pages()
-ACCEPTED_1 = 'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} 20691.0'
-DRAFTS_1 = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 10600.0'
 
 
 def _drip(body: bytes, every_s: float = 0.25) -> Reply:
@@ -115,20 +112,27 @@ def test_a_gzip_bomb_is_inflated_only_up_to_the_cap(rocmseat_cli, tmp_path, plai
     assert why in result.stdout
 
 
-def test_hung_targets_never_starve_a_healthy_one(page_server, tmp_path):
-    page_server.play(Answer(GOOD_0), Answer(GOOD_1))
-    hung = hung_listeners(80)  # more than the 64 scrape slots there used to be
-    targets = [Target(f"h{i}", f"http://127.0.0.1:{s.getsockname()[1]}/metrics")
-               for i, s in enumerate(hung)] + [Target("good", page_server.url)]
-    w = Watcher(targets, WatchConfig(interval_s=1.0, timeout_s=1.0, pinned_al=2.9,
+def _timed_second_step(targets, tmp_path, *, timeout_s):
+    """Two evaluations of `targets`: the statuses of the second, and how long it took."""
+    w = Watcher(targets, WatchConfig(interval_s=1.0, timeout_s=timeout_s, pinned_al=2.9,
                                      state_dir=tmp_path, down_after=1))
     try:
         w.step()
         started = time.monotonic()
         statuses = w.step()
-        wall = time.monotonic() - started
+        return statuses, time.monotonic() - started
     finally:
         w.close()
+
+
+def test_hung_targets_never_starve_a_healthy_one(page_server, tmp_path):
+    page_server.play(Answer(GOOD_0), Answer(GOOD_1))
+    hung = hung_listeners(80)  # more than the 64 scrape slots there used to be
+    targets = [Target(f"h{i}", f"http://127.0.0.1:{s.getsockname()[1]}/metrics")
+               for i, s in enumerate(hung)] + [Target("good", page_server.url)]
+    try:
+        statuses, wall = _timed_second_step(targets, tmp_path, timeout_s=1.0)
+    finally:
         for s in hung:
             s.close()
     good = statuses[-1]
@@ -153,15 +157,9 @@ def test_big_pages_never_cost_a_healthy_target_its_verdict(page_server, tmp_path
     big = [serve(big_page(GOOD_0, 170_000)), serve(big_page(GOOD_0, 170_000))]  # ~12 MiB each
     targets = [Target("b1", big[0].url), Target("b2", big[1].url),
                Target("good", page_server.url)]
-    w = Watcher(targets, WatchConfig(interval_s=1.0, timeout_s=0.5, pinned_al=2.9,
-                                     state_dir=tmp_path, down_after=1))
     try:
-        w.step()
-        started = time.monotonic()
-        statuses = w.step()
-        wall = time.monotonic() - started
+        statuses, wall = _timed_second_step(targets, tmp_path, timeout_s=0.5)
     finally:
-        w.close()
         for server in big:
             server.close()
     by = {s.replica: s for s in statuses}
@@ -173,15 +171,7 @@ def test_big_pages_never_cost_a_healthy_target_its_verdict(page_server, tmp_path
 
 def test_a_big_valid_page_under_the_cap_is_read(tmp_path):
     big0, big1 = big_page(GOOD_0, 40_000), big_page(GOOD_1, 40_000)  # ~2.8 MiB
-    server = serve(big0, big1)
-    w = Watcher([Target("big", server.url)], WatchConfig(timeout_s=30.0, pinned_al=2.9,
-                                                          state_dir=tmp_path))
-    try:
-        w.step()
-        (status,) = w.step()
-    finally:
-        w.close()
-        server.close()
+    status = _second_scrape(http(big1.encode()), tmp_path, first=big0, timeout_s=30.0)
     assert status.up and status.window is not None, status.error
     assert status.window.waiting == 0.0
 
@@ -190,9 +180,11 @@ def _gz(body: bytes) -> tuple[tuple[bytes, bytes], ...]:
     return ((b"Content-Encoding", b"gzip"),)
 
 
-def _second_scrape(reply: Reply, tmp_path: Path):
-    server = serve(GOOD_0, reply)
-    w = Watcher([Target("r0", server.url)], WatchConfig(timeout_s=5.0, pinned_al=2.9,
+def _second_scrape(reply: Reply, tmp_path: Path, *, first: str = GOOD_0,
+                   timeout_s: float = 5.0):
+    """The status after a scrape of `first`, then of `reply`."""
+    server = serve(first, reply)
+    w = Watcher([Target("r0", server.url)], WatchConfig(timeout_s=timeout_s, pinned_al=2.9,
                                                          state_dir=tmp_path, down_after=1))
     try:
         w.step()

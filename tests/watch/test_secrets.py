@@ -22,16 +22,14 @@ from rocmseat.watch.filesd import parse_targets_file
 from tests.conftest import REPO
 from tests.watch.hostile import (
     CLI,
+    GOOD_0,
+    GOOD_1,
     env,
-    good_pages,
     once_at,
+    reaped,
     serve,
     strict_json,
 )
-
-GOOD_0, GOOD_1 = good_pages()
-ACCEPTED_1 = 'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} 20691.0'
-DRAFTS_1 = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 10600.0'
 
 
 class AuthPages:
@@ -119,26 +117,24 @@ def test_failing_webhook_and_hook_are_said_while_running_and_counted(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=REPO)
     lines: list[str] = []
     try:
-        assert proc.stderr is not None
-        deadline = time.monotonic() + 30  # a bound for a broken build
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(line.rstrip("\n"))
-            said = {s for s in ("sink=webhook delivery-failing", "sink=command-hook "
-                                "delivery-failing") if any(s in x for x in lines)}
-            if len(said) == 2:
-                break
-        port = int(lines[0].rsplit(":", 1)[1])
-        webhook_failures = _metric(port, "rocmseat_webhook_failures_total")
-        hook_failures = _metric(port, "rocmseat_command_hook_failures_total")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(15) == 0
+        with reaped(proc):
+            assert proc.stderr is not None
+            deadline = time.monotonic() + 30  # a bound for a broken build
+            while time.monotonic() < deadline:
+                line = proc.stderr.readline()
+                if not line:
+                    break
+                lines.append(line.rstrip("\n"))
+                said = {s for s in ("sink=webhook delivery-failing", "sink=command-hook "
+                                    "delivery-failing") if any(s in x for x in lines)}
+                if len(said) == 2:
+                    break
+            port = int(lines[0].rsplit(":", 1)[1])
+            webhook_failures = _metric(port, "rocmseat_webhook_failures_total")
+            hook_failures = _metric(port, "rocmseat_command_hook_failures_total")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(15) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
         receiver.close()
         am.shutdown()
         am.server_close()
