@@ -548,3 +548,40 @@ def test_an_scontrol_that_floods_its_output_is_cut_and_named(tmp_path, rocmseat_
     assert result.exit_code == 2
     assert result.stderr.startswith("rocmseat: error: scontrol -o show node vm: printed more "
                                     "than 33,554,432 characters (cut; not an answer to read)")
+
+
+def test_an_scontrol_whose_setsid_child_holds_its_output_ends_within_the_budget(
+        tmp_path, rocmseat_cli, monkeypatch):
+    """Issue 18, item 9: a child whose `setsid` grandchild holds stdout made `slurm health
+    --budget 20` take 100 s (the runner waited on the pipe after the kill; Slurm kills health
+    programs at 60 s). The real runner, a real process tree."""
+    import os
+    import threading
+
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    pidfile = tmp_path / "grandchild.pid"
+    (fakebin / "scontrol").write_text(
+        "#!/bin/sh\n"
+        f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 100' &\n"
+        "exec sleep 100\n")
+    (fakebin / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fakebin}{os.pathsep}{os.environ['PATH']}")
+    box = []
+    args = ("slurm", "health", "--node", "vm", "--budget", "20", "--sysfs-root",
+            str(SYSFS_FIXTURES / "x99-r9700"), "--state-dir", str(tmp_path / "s"))
+    thread = threading.Thread(target=lambda: box.append(rocmseat_cli(*args)), daemon=True)
+    try:
+        thread.start()
+        thread.join(40)  # a bound on a hang: 20 s of budget and a grace, far below 100 s
+        assert not thread.is_alive(), "slurm health still waiting on the pipe"
+    finally:
+        if pidfile.exists():
+            try:
+                os.killpg(int(pidfile.read_text()), 9)
+            except (ProcessLookupError, ValueError):
+                pass
+    (result,) = box
+    assert result.exit_code == 2
+    assert result.stderr.startswith("rocmseat: error: scontrol -o show node vm: timed out after "
+                                    "10s (slurmctld not answering?)"), result.stderr
