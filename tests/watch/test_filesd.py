@@ -377,3 +377,62 @@ def test_a_poll_that_breaks_is_said_and_the_watch_goes_on(tmp_path):
     done = polling.take()
     assert done is not None and done.targets is None
     assert done.error == f"{tmp_path / 't.json'}: could not be re-read (RuntimeError: boom)"
+
+
+def test_a_running_watcher_keeps_evaluating_while_a_big_file_is_reread(page_server, tmp_path):
+    """Issue 18, item 7, the running watcher: a re-read of an anchored file froze evaluation
+    (`/healthz` stale, `/ready` "no fresh verdict"). The file is swapped for a 770 KiB one
+    (a 2,000-label group referenced 150,000 times: two reads of it take seconds here) and the
+    watchdog's own counter of evaluations keeps moving until the reload is said (3 evaluations
+    when the reads ran on the evaluation thread, 18 with them on a thread of their own)."""
+    import threading
+
+    import httpx
+
+    from rocmseat.watch.service import Sinks, run_service
+
+    port = page_server.url.split(":")[2].split("/")[0]
+    page_server.play(Answer(page("01-healthy.txt")))
+    path = write(tmp_path, "t.yml", f"- targets: ['127.0.0.1:{port}']\n")
+    lines: list[str] = []
+    stop = threading.Event()
+    source = TargetsFile(path)
+    targets = source.load()
+    worker = threading.Thread(target=run_service, args=(
+        targets, WatchConfig(interval_s=0.1, timeout_s=1.0, state_dir=tmp_path / "s"),
+        Sinks("127.0.0.1:0")), kwargs={"log": lines.append, "stop": stop,
+                                       "targets_file": source}, daemon=True)
+    worker.start()
+
+    def said(needle, bound_s=60.0):  # a bound for a broken build
+        deadline = time.monotonic() + bound_s
+        while time.monotonic() < deadline:
+            found = [line for line in list(lines) if needle in line]
+            if found:
+                return found[0]
+            time.sleep(0.02)
+        raise AssertionError(f"{needle!r} not in {lines}")
+
+    def evaluations(base):
+        text = httpx.get(f"{base}/metrics", timeout=5).text
+        return float(next(line.split()[1] for line in text.splitlines()
+                          if line.startswith("rocmseat_watch_evaluations_total ")))
+
+    try:
+        start = said("rocmseat-watch start")
+        base = "http://" + start.rsplit("exporter=", 1)[1]
+        while evaluations(base) < 3:
+            time.sleep(0.05)
+        big = _anchored(150_000, 2_000).replace("127.0.0.1:9", f"localhost:{port}")
+        tmp = tmp_path / "t.yml.new"
+        tmp.write_text(big)
+        os.replace(tmp, path)
+        before = evaluations(base)
+        said("targets-file-reloaded")
+        during = evaluations(base) - before
+    finally:
+        stop.set()
+        worker.join(30)
+    print(f"evaluations while a 770 KiB anchored file was re-read: {during:.0f}")
+    assert during >= 8, lines
+    assert said("targets-file-reloaded").endswith("targets=1 added=1 removed=1 relabelled=0")
