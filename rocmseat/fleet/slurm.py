@@ -70,6 +70,7 @@ MAX_REASON = 120
 _NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _RESERVED_NODE_NAMES = frozenset({"all", "default"})
 DEFAULT_MAX_DRAINED = "10%"
+_MAX_DRAINED_RE = re.compile(r"([0-9]{1,7}(?:\.[0-9]{1,6})?)(%?)", re.ASCII)
 _UNPRINTABLE_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _FIELD_RE = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_]*)=")
 # what a reason rocmseat writes may hold: check ids, PCI addresses, counts, the family tag
@@ -340,24 +341,21 @@ class MaxDrained:
         assert self.percent is not None
         return max(1, math.floor(nodes * self.percent / 100.0 + 1e-9))
 
-    def __str__(self) -> str:
-        return str(self.count) if self.count is not None else f"{self.percent:g}%"
-
 
 def parse_max_drained(text: str) -> MaxDrained:
-    """`3` or `10%` (ValueError with the reason otherwise). Pure."""
-    raw = text.strip()
-    if raw.endswith("%"):
-        try:
-            percent = float(raw[:-1])
-        except ValueError:
-            raise ValueError(f"{text!r} is not N or P%") from None
-        if not (math.isfinite(percent) and 0 < percent <= 100):
+    """`3` or `10%` (ValueError with the reason otherwise; ASCII digits only). Pure."""
+    match = _MAX_DRAINED_RE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not N (1..1000000) or P% (0 < P <= 100)")
+    number, percent = match.groups()
+    if percent:
+        value = float(number)
+        if not 0 < value <= 100:
             raise ValueError(f"{text!r}: a percentage in (0, 100]")
-        return MaxDrained(percent=percent)
-    if not raw.isdigit() or not 1 <= int(raw) <= 1_000_000:
-        raise ValueError(f"{text!r} is not N (1..1000000) or P%")
-    return MaxDrained(count=int(raw))
+        return MaxDrained(percent=value)
+    if "." in number or not 1 <= int(number) <= 1_000_000:
+        raise ValueError(f"{text!r} is not N (1..1000000) or P% (0 < P <= 100)")
+    return MaxDrained(count=int(number))
 
 
 def breaker(action: Action, name: str, nodes: Sequence[NodeState],

@@ -417,7 +417,8 @@ def test_max_drained(text, limit_of_10, limit_of_1):
 
 
 @pytest.mark.parametrize("bad", ["", "0", "-1", "0%", "101%", "nan%", "inf%", "1e3", "x%",
-                                 "3.5", "%", "1000001"])
+                                 "3.5", "%", "1000001", "\u0661\u0662", "1_0", "\u00b2",
+                                 "1_0%", "\u0661%", "10 %"])
 def test_max_drained_refuses(bad):
     with pytest.raises(ValueError):
         slurm.parse_max_drained(bad)
