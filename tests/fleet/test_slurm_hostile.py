@@ -190,3 +190,37 @@ def test_forged_scontrol_answers(verdicts, monkeypatch, capsys):
     assert len(tally) >= 15  # the seed reaches most kinds
     assert outcomes["ok"] > 0  # not passing by refusing everything
 
+
+
+def test_forged_answers_through_the_command(verdicts, rocmseat_cli, monkeypatch, tmp_path):
+    """A share of the battery through `rocmseat slurm health` itself: a fake `scontrol` on PATH
+    answers the forged text (the real runner, the CLI's error boundary): exit 2 for every forged
+    identity, never exit 3, and no `scontrol update` reaches the fake."""
+    import os
+    import shlex
+
+    monkeypatch.setattr(slurm, "_hostnames", lambda: [HOST])
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    answer, asked = tmp_path / "answer.txt", tmp_path / "asked.txt"
+    (fakebin / "scontrol").write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {shlex.quote(str(asked))}\n'
+        f'case "$1" in update) exit 0;; esac\nexec cat {shlex.quote(str(answer))}\n')
+    (fakebin / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fakebin}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    rng = random.Random(SEED + 1)
+    codes: Counter[int] = Counter()
+    for index in range(40):
+        kind, text = _forged_identity(rng)
+        answer.write_bytes(text.encode("utf-8", "surrogateescape"))
+        asked.write_text("")
+        result = rocmseat_cli("slurm", "health", "--sysfs-root",
+                              str(SYSFS_FIXTURES / "x99-r9700-degraded"), "--state-dir",
+                              str(verdicts["x99-r9700-degraded"]))
+        codes[result.exit_code] += 1
+        assert result.exit_code == 2, f"case {index} ({kind}): {result}"
+        assert "update" not in asked.read_text(), f"case {index} ({kind})"
+        assert result.stderr.startswith("rocmseat: error: "), result.stderr
+    assert codes == Counter({2: 40})
