@@ -27,7 +27,8 @@ from rocmseat.procgroup import kill_group, spawn, wait_for
 # after a kill (timeout, too much output), or after the child exited while something it
 # started still holds its pipes: the longest the pipes are read before they are closed
 KILL_GRACE_S = 2.0
-DEFAULT_LIMIT_BYTES = 32 << 20  # per stream; `scontrol -o show node` of 10,000 nodes is ~15 MB
+# per stream; `scontrol -o show node` is ~1.5 KB a node: 64 MiB holds a 40,000-node cluster
+DEFAULT_LIMIT_BYTES = 64 << 20
 _CHUNK = 65536
 
 

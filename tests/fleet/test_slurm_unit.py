@@ -548,7 +548,7 @@ def test_an_scontrol_that_floods_its_output_is_cut_and_named(tmp_path, rocmseat_
                           str(SYSFS_FIXTURES / "x99-r9700"), "--state-dir", str(tmp_path / "s"))
     assert result.exit_code == 2
     assert result.stderr.startswith("rocmseat: error: scontrol -o show node vm: printed more "
-                                    "than 33,554,432 characters (cut; not an answer to read)")
+                                    "than 67,108,864 characters (cut; not an answer to read)")
 
 
 def test_an_scontrol_whose_setsid_child_holds_its_output_ends_within_the_budget(
