@@ -287,7 +287,7 @@ def test_aliased_labels_on_many_targets_are_bounded(tmp_path):
     path = write(tmp_path, "t.yml", text)
 
     def refused():
-        with pytest.raises(ConfigError, match=r"entry \d+: more than 1,000,000 labels in all"):
+        with pytest.raises(ConfigError, match=r"entry \d+: more than 2,000,000 labels in all"):
             read_targets_file(path)
         return True
 

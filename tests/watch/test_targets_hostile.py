@@ -80,11 +80,11 @@ def _refused(rng):
         text = f"- !!python/object/apply:os.system ['echo {SECRET}']\n"
     elif kind == "yaml-anchor-bomb":
         name = "t.yml"
-        # 1,000,000 labels in all past 500 x 2,000: refused before the work is done
+        # 2,000,000 labels in all past 1,000 x 2,000: refused before the work is done
         labels = "\n".join(f"    l{i}: v{i}" for i in range(2000))
         text = (f"- targets: ['h0:1']\n  labels: &L\n{labels}\n"
                 + "".join(f"- {{targets: ['h{i}:1'], labels: *L}}\n"
-                          for i in range(1, rng.randint(520, 900))))
+                          for i in range(1, rng.randint(1020, 1500))))
     elif kind == "deep":
         name = rng.choice(["t.json", "t.yml"])
         depth = rng.randint(2000, 20_000)
