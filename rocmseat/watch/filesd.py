@@ -66,7 +66,7 @@ MAX_LABEL_VALUE = 1024
 MAX_NODES = 2_000_000
 # The work of one file, counted before it is done: each distinct label mapping's labels once,
 # and for each target the labels it carries. The most a 1 MiB file without aliases can ask is
-# MAX_TARGETS targets sharing a group's ~19 labels; YAML aliases repeat a group or a label
+# MAX_TARGETS targets sharing a group's ~18 labels; YAML aliases repeat a group or a label
 # mapping at 5 bytes a time (one 2,000-label group referenced 60,000 times in 320 KiB ran 90 s).
 MAX_WORK = 2_000_000
 SPEC_LABEL = "rocmseat_spec"
