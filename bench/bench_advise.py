@@ -38,10 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat.spec.acceptance import Counters, estimate, expected_tokens
-from rocmseat.spec.benchresult import parse_bench_result
 from rocmseat.spec.decide import advise
 from rocmseat.spec.gateconf import Battery, load_seat_with_gate
-from rocmseat.spec.gaterun import GateRun, check_bench_client
+from rocmseat.spec.gaterun import GateRun, check_bench_client, load_arm_record
 from rocmseat.spec.gates import GateConfig
 from rocmseat.spec.stats import mean, sample_sd
 from rocmseat.spec.stepcost import cells_from_runs, choose
@@ -87,28 +86,26 @@ num_speculative_tokens = {k}
 
 
 def arm_measurements(arm_dir: Path) -> dict[str, Any] | None:
-    """(concurrency -> [tok/s], [(c, K, ITL ms)], pooled counters) of a finished arm."""
-    doc_path = arm_dir / "arm.json"
-    if not doc_path.exists():
+    """(concurrency -> [tok/s], [(c, K, ITL ms)], pooled counters) of a finished arm, read
+    back through the gate's own reader (rocmseat.spec.gaterun.load_arm_record)."""
+    if not (arm_dir / "arm.json").exists():
         return None
-    doc = json.loads(doc_path.read_text())
-    k = int(doc["num_speculative_tokens"])
+    record = load_arm_record(arm_dir.parent.parent, arm_dir.name)
+    k = record.k
     tput: dict[int, list[float]] = {}
     itl: list[tuple[int, int, float]] = []
     counters: Counters | None = None
-    runs = [r for r in doc["runs"] if r["phase"] == "decode"]
-    if not runs or any(r["error"] or not r["result_file"] for r in runs):
+    runs = [r for r in record.runs if r.phase == "decode"]
+    if not runs or any(r.error or r.result is None for r in runs):
         return None
     for r in runs:
-        result = parse_bench_result((arm_dir.parent.parent / r["result_file"]).read_text(),
-                                    r["result_file"])
-        tput.setdefault(r["concurrency"], []).append(result.output_tokens_per_s)
-        if result.mean_itl_ms is not None:
-            itl.append((r["concurrency"], k, result.mean_itl_ms))
-        w = r["metrics_window"]
-        if w and w["spec_present"] and w["drafts"] > 0:
-            more = Counters(w["drafts"], w["draft_tokens"], w["accepted_tokens"],
-                            tuple(w["accepted_per_position"]))
+        assert r.result is not None
+        tput.setdefault(r.concurrency, []).append(r.result.output_tokens_per_s)
+        if r.result.mean_itl_ms is not None:
+            itl.append((r.concurrency, k, r.result.mean_itl_ms))
+        w = r.window
+        if w is not None and w.spec_present and w.drafts > 0:
+            more = Counters(w.drafts, w.draft_tokens, w.accepted_tokens, w.accepted_per_pos)
             counters = more if counters is None else counters + more
     return {"k": k, "tput": tput, "itl": itl, "counters": counters}
 

@@ -12,33 +12,14 @@ unmutated shipped seats. Exit 1 when any failure was found; reproducers are kept
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from hostile_workdir import battery_args  # bench/, the script's own directory
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5000)
-    parser.add_argument("--seed", type=int, default=20261130)
-    parser.add_argument("--keep", type=Path, help="work in DIR and keep it (reproducers)")
-    args = parser.parse_args()
-    workdir = args.keep or Path(tempfile.mkdtemp(prefix="rocmseat-hostile-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    # Never the host's state dir, caches or crash log: everything under the work dir.
-    os.environ.update({
-        "ROCMSEAT_STATE_DIR": str(workdir / "state-env"),
-        "ROCMSEAT_ERROR_LOG": str(workdir / "rocmseat-error.log"),
-        "XDG_CACHE_HOME": str(workdir / "xdg-cache"),
-        "XDG_STATE_HOME": str(workdir / "xdg-state"),
-        "NO_COLOR": "1",
-    })
-    sys.path.insert(0, str(REPO))
+    args, workdir = battery_args(__doc__, rounds=5000, seed=20261130, prefix="rocmseat-hostile-")
     from rocmseat.seat.load import load_seat
     from tests.seat.test_hostile_battery import SHIPPED, Battery, cli_runner
 

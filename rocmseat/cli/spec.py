@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -13,24 +13,27 @@ from typing import Any
 
 import click
 
-from rocmseat import exitcodes
+from rocmseat import jsonio
 from rocmseat.cli.options import json_option
 from rocmseat.errors import ConfigError
+from rocmseat.seat.locate import printable
+
+_INT_LIST = re.compile(r"[0-9]{1,9}(?:,[0-9]{1,9})*")
 
 
 def _int_list(value: str | None, what: str) -> tuple[int, ...] | None:
+    """ASCII digits separated by single commas: int() alone takes `١٢` (Arabic-Indic digits),
+    `1_000`, and splitting `1,,4` dropped the empty item."""
     if value is None:
         return None
-    try:
-        items = tuple(int(v) for v in value.split(",") if v.strip())
-    except ValueError:
-        raise ConfigError(f"{what} {value!r}: expected whole numbers such as 1,4,16,64") from None
+    if not _INT_LIST.fullmatch(value.replace(" ", "")):
+        raise ConfigError(f"{what} {printable(value)!r}: expected whole numbers (ASCII digits) "
+                          "separated by single commas, such as 1,4,16,64")
+    items = tuple(int(v) for v in value.replace(" ", "").split(","))
     if not items or any(v < 1 for v in items) or sorted(set(items)) != list(items):
         raise ConfigError(f"{what} {value!r}: positive, increasing, without repeats")
     return items
 
-
-DEFAULT_WINDOW_S = 30.0
 
 
 class _Terminated(KeyboardInterrupt):
@@ -63,8 +66,9 @@ def spec() -> None:
               help="Output tokens per request [default: [gate], else 256].")
 @click.option("--long-prompt-tokens", type=int, default=None,
               help="Prompt length of the TTFT runs [default: 3/4 of max_model_len].")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Directory for every result file [default: ./rocmseat-gate-<UTC stamp>].")
+@click.option("--out", default=None, metavar="DIR",
+              help="Directory for every result file, new or empty, or a finished gate of the "
+                   "same seats [default: ./rocmseat-gate-<UTC stamp>].")
 @json_option
 @click.option("--verify-schedule", is_flag=True,
               help="Run the proposed per-batch-size schedule as a third arm.")
@@ -95,7 +99,7 @@ def spec() -> None:
 def gate(  # noqa: PLR0917 (click passes every option)
     base_seat: Path, candidate_seat: Path, replica: str, concurrency: str | None,
     repeats: int | None, prompts: int | None, output_tokens: int | None,
-    long_prompt_tokens: int | None, out: Path | None, as_json: bool, verify_schedule: bool,
+    long_prompt_tokens: int | None, out: str | None, as_json: bool, verify_schedule: bool,
     aa: bool, aba: bool, aggregate_min_ratio: float | None, cold_ttft_max_ratio: float | None,
     prefix_hit_max_drop: float | None, kv_pool_min_ratio: float | None,
     max_failed_requests: int | None, noise_floor: float | None, drift: float | None,
@@ -117,9 +121,13 @@ def gate(  # noqa: PLR0917 (click passes every option)
               "max_failed_requests": max_failed_requests, "noise_floor": noise_floor,
               "drift": drift}
     _check_gate_flags({**battery, **config})
+    if out is not None and not out.strip():
+        # click's Path turned "" into ".": the lock and the documents landed in the working
+        # directory
+        raise click.UsageError("--out '': an empty path names no directory")
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     options = GateOptions(
-        out=out or Path(f"rocmseat-gate-{stamp}"), replica=replica,
+        out=Path(out) if out is not None else Path(f"rocmseat-gate-{stamp}"), replica=replica,
         verify_schedule=verify_schedule, aa=aa, aba=aba, battery=battery, config=config)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     display = _Display(enabled=not no_progress)
@@ -130,16 +138,18 @@ def gate(  # noqa: PLR0917 (click passes every option)
             # could not measure after the gate started: the partial document (error set, the
             # keys of a whole one) on stdout, the reason on stderr (one line), exit 2
             display.close()
-            click.echo(json.dumps(exc.document, indent=2, sort_keys=True, allow_nan=False))
+            click.echo(jsonio.dumps(exc.document))
         raise
     finally:
         display.close()
         signal.signal(signal.SIGTERM, previous)
     if as_json:
-        click.echo(json.dumps(outcome.doc, indent=2, sort_keys=True, allow_nan=False))
+        click.echo(jsonio.dumps(outcome.doc))
     else:
         click.echo(outcome.table, nl=False)
         click.echo(f"results: {options.out}")
+    for note in outcome.notes:
+        click.echo(f"rocmseat spec gate: note: {note}", err=True)
     return outcome.exit_code
 
 
@@ -242,6 +252,9 @@ def _duration(seconds: float) -> str:
 @json_option
 @click.option("--write", "write_seat", type=click.Path(path_type=Path, dir_okay=False),
               default=None, help="Write the proposed [drafter] schedule into this seat file.")
+@click.option("--write-read-only", is_flag=True,
+              help="With --write: write a seat file that has no write permission (its mode "
+                   "stays).")
 @click.option("--picture", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="PNG path [default: advise.png in the gate directory with --from-gate].")
 @click.option("--state-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
@@ -250,10 +263,12 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
     seat_file: Path | None, targets: tuple[str, ...], gate_dir: Path | None,
     window_s: float | None,
     logs: tuple[Path, ...], max_num_seqs: int | None, k_limit: int | None, as_json: bool,
-    write_seat: Path | None, picture: Path | None, state_dir: Path | None,
+    write_seat: Path | None, write_read_only: bool, picture: Path | None,
+    state_dir: Path | None,
 ) -> int:
     """Best draft length per batch-size band from acceptance counters and measured step costs."""
-    from rocmseat.spec import advise as adv
+    from rocmseat.spec.advise import render
+    from rocmseat.spec.advising import AdviseRequest, advise_flow
 
     sources = sum(1 for given in (seat_file is not None, bool(targets), gate_dir is not None)
                   if given)
@@ -267,84 +282,14 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
         raise click.UsageError(
             "--from-gate reads acceptance and step costs from the gate's records: "
             f"{' and '.join(live_only)} belong to a live replica (SEAT or --target URL)")
-    if window_s is not None:
-        adv.check_window(window_s)
-    seat = None
-    if gate_dir is not None:
-        inputs = adv.from_gate(gate_dir)
-        picture = picture or gate_dir / "advise.png"
-    else:
-        window_s = DEFAULT_WINDOW_S if window_s is None else window_s
-        if seat_file is not None:
-            from rocmseat.cli.options import resolve_state_dir
-            from rocmseat.watch.targets import seat_targets
-
-            seat = adv.seat_for(seat_file)
-            urls = [t.url for t in seat_targets(seat, state_dir or seat.state_dir
-                                                or resolve_state_dir(None))]
-        else:
-            from rocmseat.watch.scrape import parse_target
-
-            urls = [parse_target(t, i).url for i, t in enumerate(targets)]
-        inputs = adv.from_live(urls, window_s, seat, logs, max_num_seqs)
-    if max_num_seqs is not None:
-        inputs = adv.Inputs(inputs.source, inputs.counters, inputs.cells, max_num_seqs,
-                            inputs.batches, inputs.measured, inputs.seat)
-    advice, acceptance, cost = adv.run_advise(inputs, k_limit=k_limit)
-    picture_path, picture_note = _advise_picture(picture, advice, acceptance, cost, inputs)
-    written = None
-    code = exitcodes.OK
-    if write_seat is not None:
-        written, code = _write(write_seat, advice)
-    else:
-        k_now, sched_now = adv.current_drafter(inputs.seat)
-        if k_now is not None and (advice.num_speculative_tokens, advice.schedule) != (
-                k_now, sched_now):
-            code = exitcodes.PROBLEM
-    doc = adv.advice_json(inputs, advice, acceptance, cost, picture=picture_path,
-                          picture_note=picture_note, exit_code=code, written=written)
-    if as_json:
-        click.echo(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
-    else:
-        click.echo(adv.render(doc), nl=False)
-    return code
-
-
-def _advise_picture(path: Path | None, advice: Any, acceptance: Any, cost: Any,
-                    inputs: Any) -> tuple[str | None, str]:
-    if path is None:
-        return None, "not drawn (pass --picture PATH)"
-    from rocmseat.spec.advise import predicted_for
-    from rocmseat.spec.plot import PlotUnavailable, advise_picture
-
-    pvm = [(f"{p.arm} B{p.batch}", predicted_for(p, acceptance, cost, inputs.max_num_seqs),
-            p.tokens_per_s) for p in inputs.measured]
-    stairs = {b: [(t.alpha_from, t.k) for t in steps] for b, steps in advice.staircase.items()}
-    try:
-        return str(advise_picture(path, advice.best_k, stairs, advice.alpha, pvm)), "written"
-    except PlotUnavailable as exc:
-        return None, exc.message
-
-
-def _write(path: Path, advice: Any) -> tuple[str, int]:
-    from rocmseat.atomic import atomic_write_text, exclusive_lock
-    from rocmseat.safeio import read_regular_text
-    from rocmseat.seat.load import SEAT_LIMIT_BYTES
-    from rocmseat.spec.seatedit import edit_drafter_schedule
-
-    if advice.num_speculative_tokens is None:
-        return (f"{path}: not written: no draft length pays at any batch size; removing the "
-                "[drafter] is a decision to make by hand"), exitcodes.PROBLEM
-    target = path.resolve()  # a seat file linked into place: write the file, keep the link
-    with exclusive_lock(target.parent / f".{target.name}.lock", timeout_s=30.0):
-        text = read_regular_text(target, limit_bytes=SEAT_LIMIT_BYTES)
-        edited = edit_drafter_schedule(text, str(path), advice.num_speculative_tokens,
-                                       advice.schedule)
-        mode = target.stat().st_mode & 0o7777
-        if edited != text:
-            atomic_write_text(target, edited, mode=mode)
-    schedule = ([list(e) for e in advice.schedule] if advice.schedule else "removed")
-    return (f"{path}: [drafter] num_speculative_tokens = {advice.num_speculative_tokens}, "
-            f"num_speculative_tokens_per_batch_size = {schedule}; the config key changes with "
-            "it (the speculative config is a key factor): the next launch moves the replica's "
-            "compile cache aside and compiles afresh"), exitcodes.OK
+    if write_read_only and write_seat is None:
+        raise click.UsageError("--write-read-only goes with --write SEAT")
+    outcome = advise_flow(AdviseRequest(
+        seat_file=seat_file, targets=targets, gate_dir=gate_dir, window_s=window_s, logs=logs,
+        max_num_seqs=max_num_seqs, k_limit=k_limit, write_seat=write_seat,
+        write_read_only=write_read_only, picture=picture, state_dir=state_dir))
+    click.echo(jsonio.dumps(outcome.doc) if as_json else render(outcome.doc),
+               nl=as_json)
+    if outcome.write_error is not None:
+        raise outcome.write_error  # after the advice: a refused seat edit loses nothing
+    return outcome.exit_code

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rocmseat.spec.stats import chi2_sf, nelder_mead
+from rocmseat.watch.metrics import PageError, check_window_counts
 
 GOF_LEVEL = 0.05  # a goodness-of-fit test below this p rejects the geometric model
 
@@ -66,20 +67,19 @@ class Counters:
 
 
 def check_counters(c: Counters) -> None:
+    """Counters one vLLM server can produce: finite whole counts >= 0 (a delta of counters of
+    counts; `drafts = 1e-300` is no window), and the invariants the watchdog applies to every
+    window, with its slack (rocmseat.watch.metrics.check_window_counts: one rule for both)."""
     values = (c.drafts, c.draft_tokens, c.accepted_tokens, *c.per_position)
     if any(not math.isfinite(v) or v < 0 for v in values):
         raise CountersError("a spec-decode counter delta is negative or not finite")
-    previous = c.drafts
-    for i, count in enumerate(c.per_position):
-        if count > previous + 0.5:
-            raise CountersError(
-                f"position {i} accepted {count:g} drafts, more than position {i - 1} "
-                f"({previous:g}): per-position counters must not increase")
-        previous = count
-    if abs(sum(c.per_position) - c.accepted_tokens) > 0.5 + 1e-9 * c.accepted_tokens:
-        raise CountersError(
-            f"accepted tokens {c.accepted_tokens:g} != sum of per-position counts "
-            f"{sum(c.per_position):g}")
+    if any(v != math.floor(v) for v in values):
+        raise CountersError("a spec-decode counter delta is not a whole number (counters count "
+                            "drafts and tokens)")
+    try:
+        check_window_counts(c.drafts, c.draft_tokens, c.accepted_tokens, c.per_position)
+    except PageError as exc:
+        raise CountersError(exc.message.removeprefix("impossible window: ")) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +283,11 @@ def _trend(conditional: Sequence[float | None]) -> str:
 
 
 def _binomial(rng: random.Random, n: float, p: float) -> float:
-    """A Binomial(n, p) draw; normal approximation for large n (counters can be millions)."""
+    """A Binomial(n, p) draw whose cost does not grow with n (counters can be 1e8 drafts):
+    the normal approximation where the variance is large, else exact by waiting times. With
+    q = min(p, 1 - p) and n q (1 - q) <= 25, the count of the rarer outcome has mean n q <= 50
+    (q <= 1/2), so summing geometric gaps between successes ends after about n q + 1 draws
+    (Devroye, Non-Uniform Random Variate Generation, X.4.3, the "second waiting time method")."""
     n_int = round(n)
     if n_int <= 0 or p <= 0:
         return 0.0
@@ -292,7 +296,17 @@ def _binomial(rng: random.Random, n: float, p: float) -> float:
     if n_int * p * (1 - p) > 25:
         draw = rng.gauss(n_int * p, math.sqrt(n_int * p * (1 - p)))
         return float(min(max(round(draw), 0), n_int))
-    return float(sum(1 for _ in range(n_int) if rng.random() < p))
+    q = min(p, 1.0 - p)
+    log_miss = math.log1p(-q)  # < 0 for every q in (0, 1/2]
+    successes = 0
+    position = 0
+    while True:
+        # the gap to the next success: Geometric(q) on {1, 2, ...}, by inversion
+        position += 1 + int(math.log(1.0 - rng.random()) / log_miss)
+        if position > n_int:
+            break
+        successes += 1
+    return float(successes if q == p else n_int - successes)
 
 
 def resample(c: Counters, rng: random.Random) -> Counters:

@@ -14,10 +14,9 @@ Step cost (rocmseat.spec.stepcost):
 
 from __future__ import annotations
 
-import json
+import errno
 import math
 import random
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,15 +24,33 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat.errors import ConfigError, ReadError, RocmseatError
+from rocmseat.redact import redact_text, redact_url
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.load import load_seat
 from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
-from rocmseat.spec.acceptance import MAX_SHORTFALL, Acceptance, Counters, CountersError, estimate
+from rocmseat.spec.acceptance import (
+    MAX_SHORTFALL,
+    Acceptance,
+    Counters,
+    CountersError,
+    check_counters,
+    estimate,
+)
 from rocmseat.spec.benchresult import parse_bench_result
 from rocmseat.spec.decide import Advice, advise, throughput
+from rocmseat.spec.documents import (
+    ArmDoc,
+    DocumentError,
+    DocumentInvalid,
+    GateDoc,
+    M,
+    WindowDoc,
+    load_document,
+    parse,
+)
 from rocmseat.spec.iterlog import parse_iteration_log
-from rocmseat.spec.schedule import Schedule, ScheduleError, as_lists, lookup, validate
+from rocmseat.spec.schedule import Schedule, as_lists, lookup
 from rocmseat.spec.stepcost import (
     Cell,
     StepCost,
@@ -88,112 +105,85 @@ def _pooled(points: Sequence[MeasuredPoint]) -> list[MeasuredPoint]:
 
 def _read_json(path: Path, limit: int = GATE_LIMIT_BYTES) -> Any:
     try:
-        return json.loads(read_regular_text(path, limit_bytes=limit))
+        return load_document(read_regular_text(path, limit_bytes=limit))
     except ReadError as exc:
         raise CannotAdvise(exc.message) from None
-    except (ValueError, RecursionError) as exc:
+    except DocumentError as exc:
         raise CannotAdvise(f"{printable(str(path))}: not JSON ({exc})") from None
 
 
 # A gate directory is hostile input like any other (docs/architecture.md "Hostile input"): every
-# key is checked before use and every error is one line naming the file and the key; no file
-# outside the directory is read (a path or a symlink that leads out is refused by name), so no
-# byte of one can reach an error message.
-_ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-MAX_CONCURRENCY = 65_536  # the [gate] schema's bound (rocmseat.seat.model Gate.concurrency)
-MAX_DRAFT_TOKENS = 64
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    return {dict: "an object", list: "a list", str: "a string", int: "a number",
-            float: "a number"}.get(type(value), type(value).__name__)
-
-
-class _Doc:
-    """One JSON file of the gate directory: typed access that names the file and the key."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.shown = printable(str(path))
-
-    def fail(self, key: str, why: str) -> CannotAdvise:
-        return CannotAdvise(f"{self.shown}: key '{key}': {why}")
-
-    def obj(self, value: Any, key: str) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(key, f"expected an object, not {_kind(value)}")
-        return value
-
-    def items(self, value: Any, key: str) -> list[Any]:
-        if not isinstance(value, list):
-            raise self.fail(key, f"expected a list, not {_kind(value)}")
-        return value
-
-    def whole(self, value: Any, key: str, low: int, high: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise self.fail(key, f"expected a whole number from {low} to {high}")
-        return value
-
-    def number(self, value: Any, key: str) -> float:
-        if (isinstance(value, bool) or not isinstance(value, int | float)
-                or not math.isfinite(value) or value < 0):
-            raise self.fail(key, "expected a finite number >= 0")
-        return float(value)
-
-    def text(self, value: Any, key: str) -> str:
-        if not isinstance(value, str):
-            raise self.fail(key, f"expected a string, not {_kind(value)}")
-        return value
+# document is read through its strict model (rocmseat.spec.documents) and every error is one
+# line naming the file and the key; no file outside the directory is read (a path or a symlink
+# that leads out is refused by name), so no byte of one can reach an error message.
 
 
 def _inside(directory: Path, path: Path, *, shown: str | None = None,
-            doc: _Doc | None = None, key: str = "") -> Path:
-    """`path` resolved, refused unless it lies inside `directory` (symlinks followed)."""
+            doc: str | None = None, key: str = "") -> Path:
+    """`path` resolved, refused unless it lies inside `directory` (symlinks followed). `doc`:
+    the shown name of the document whose `key` named the path."""
     root = directory.resolve()
+    what: str | None = None
+    real: Path | None = None
     try:
         real = path.resolve(strict=True)
-    except (OSError, RuntimeError):  # missing, or a symlink loop
-        real = None
+    except FileNotFoundError:
+        what = "does not exist"
+    except RuntimeError:  # Python < 3.13 reports a loop so
+        what = "is a symlink loop"
+    except OSError as exc:
+        what = ("is a symlink loop" if exc.errno == errno.ELOOP
+                else f"cannot be read ({exc.strerror or type(exc).__name__})")
+    except ValueError:  # an embedded NUL: no path at all
+        what = "is not a path (it holds a NUL character)"
     if real is not None and real.is_relative_to(root):
         return real
-    what = "does not exist" if real is None else f"is outside the gate directory {directory}"
+    if real is not None:
+        what = f"is outside the gate directory {directory}"
     if doc is not None:
-        raise doc.fail(key, f"{shown} {what}")
+        raise CannotAdvise(f"{doc}: key '{key}': {shown} {what}")
     if real is None:
         raise CannotAdvise(f"{printable(str(path))}: {what}")
     raise CannotAdvise(f"{printable(str(path))}: resolves outside the gate directory "
                        f"{printable(str(directory))}")
 
 
-def _counters_of(window: Any, doc: _Doc, key: str) -> Counters | None:
-    if window is None:
+def _document(model: type[M], directory: Path, path: Path) -> M:
+    """The document at `path` (inside `directory`) as its strict model."""
+    shown = printable(str(path))
+    try:
+        return parse(model, _read_json(_inside(directory, path)), shown)
+    except DocumentInvalid as exc:
+        raise CannotAdvise(str(exc)) from None
+
+
+def _counters_of(window: WindowDoc | None, shown: str, key: str, k: int) -> Counters | None:
+    """The counters of one recorded window, checked as the watchdog checks a window (one rule,
+    rocmseat.watch.metrics) and against the arm's K: a window of other than K positions
+    (counters of another K mixed in) is refused, never padded."""
+    if window is None or not window.spec_present or window.drafts <= 0:
         return None
-    window = doc.obj(window, key)
-    if window.get("spec_present") is not True:
-        return None
-    per_pos = tuple(doc.number(v, f"{key}.accepted_per_position[{i}]") for i, v in enumerate(
-        doc.items(window.get("accepted_per_position"), f"{key}.accepted_per_position")))
-    c = Counters(doc.number(window.get("drafts"), f"{key}.drafts"),
-                 doc.number(window.get("draft_tokens"), f"{key}.draft_tokens"),
-                 doc.number(window.get("accepted_tokens"), f"{key}.accepted_tokens"), per_pos)
-    return c if c.drafts > 0 else None
+    c = Counters(window.drafts, window.draft_tokens, window.accepted_tokens,
+                 tuple(window.accepted_per_position))
+    if c.k != k:
+        raise CannotAdvise(f"{shown}: key '{key}.accepted_per_position': {c.k} positions, but "
+                           f"the arm drafts num_speculative_tokens = {k}: counters of another K "
+                           "(a proposal from mixed K is no advice)")
+    try:
+        check_counters(c)
+    except CountersError as exc:
+        raise CannotAdvise(f"{shown}: key '{key}': impossible counters: {exc}") from None
+    return c
 
 
 def from_gate(directory: Path) -> Inputs:
-    gate_file = _inside(directory, directory / "gate.json")
-    gate_doc = _Doc(directory / "gate.json")
-    gate = _read_json(gate_file)
-    if not isinstance(gate, dict) or gate.get("schema") != "rocmseat.gate/v1":
-        raise CannotAdvise(f"{gate_doc.shown}: not a rocmseat.gate/v1 document")
-    if gate.get("error") is not None:
+    gate_path = directory / "gate.json"
+    gate_shown = printable(str(gate_path))
+    gate = _document(GateDoc, directory, gate_path)
+    if gate.error is not None:
         # a partial gate.json: the arms stopped short (docs/spec.md "Exit codes")
-        raise CannotAdvise(f"{gate_doc.shown}: the gate could not measure "
-                           f"({printable(str(gate['error']), 300)}): no advice from a partial "
-                           "gate")
+        raise CannotAdvise(f"{gate_shown}: the gate could not measure "
+                           f"({printable(gate.error, 300)}): no advice from a partial gate")
     samples: list[tuple[int, int, float]] = []
     measured: list[MeasuredPoint] = []
     counters: Counters | None = None
@@ -201,48 +191,51 @@ def from_gate(directory: Path) -> Inputs:
     batches: set[int] = set()
     candidate_k: int | None = None
     names: set[str] = set()
-    for index, arm in enumerate(gate_doc.items(gate.get("arms", []), "arms")):
-        arm = gate_doc.obj(arm, f"arms[{index}]")
-        name = arm.get("name")
-        if not isinstance(name, str) or not _ARM_NAME.fullmatch(name):
-            raise gate_doc.fail(f"arms[{index}].name", "not an arm name (letters, digits, - "
-                                "and _)")
+    for index, entry in enumerate(gate.arms):
+        name = entry.name
         if name in names:
-            raise gate_doc.fail(f"arms[{index}].name", f"arm {name!r} is listed twice")
+            raise CannotAdvise(f"{gate_shown}: key 'arms[{index}].name': arm {name!r} is "
+                               "listed twice")
         names.add(name)
         arm_dir = directory / "arms" / name
-        doc = _Doc(arm_dir / "arm.json")
-        arm_doc = doc.obj(_read_json(_inside(directory, arm_dir / "arm.json")), "(document)")
-        k = doc.whole(arm_doc.get("num_speculative_tokens") or 0, "num_speculative_tokens", 0,
-                      MAX_DRAFT_TOKENS)
-        schedule_raw = arm_doc.get("schedule")
-        try:
-            schedule = validate(schedule_raw) if schedule_raw else None
-        except ScheduleError as exc:
-            raise doc.fail("schedule", str(exc)) from None
+        shown = printable(str(arm_dir / "arm.json"))
+        arm = _document(ArmDoc, directory, arm_dir / "arm.json")
+        if arm.name != name:
+            raise CannotAdvise(f"{shown}: key 'name': {arm.name!r}, but gate.json lists this "
+                               f"record as arm {name!r}")
+        if arm.run_id != gate.run_id:
+            # an arm record left by another run (documents carry the run's identity; gates
+            # written before it had none, in gate.json and arm.json alike)
+            raise CannotAdvise(f"{shown}: key 'run_id': {printable(str(arm.run_id), 80)} is not "
+                               f"the run of gate.json ({printable(str(gate.run_id), 80)}): the "
+                               "arm record belongs to another gate run")
+        k = arm.k
         if name == "candidate":
             candidate_k = k
             seat = load_seat(_inside(directory, arm_dir / "seat.toml"))
-        for r, run in enumerate(doc.items(arm_doc.get("runs", []), "runs")):
+        for r, run in enumerate(arm.runs):
             key = f"runs[{r}]"
-            run = doc.obj(run, key)
-            if run.get("phase") != "decode" or run.get("result_file") is None:
+            if run.phase != "decode" or run.result_file is None:
                 continue
-            relative = doc.text(run["result_file"], f"{key}.result_file")
-            c = doc.whole(run.get("concurrency"), f"{key}.concurrency", 1, MAX_CONCURRENCY)
-            path = _inside(directory, directory / relative, shown=printable(relative), doc=doc,
-                           key=f"{key}.result_file")
+            relative = run.result_file
+            c = run.concurrency
+            path = _inside(directory, directory / relative, shown=printable(relative),
+                           doc=shown, key=f"{key}.result_file")
             try:
                 text = read_regular_text(path, limit_bytes=GATE_LIMIT_BYTES)
             except ReadError as exc:
                 raise CannotAdvise(exc.message) from None
             result = parse_bench_result(text, str(directory / relative))
+            if result.max_concurrency is not None and result.max_concurrency != c:
+                raise CannotAdvise(f"{shown}: key '{key}.concurrency': {c}, but its result file "
+                                   f"ran max_concurrency {result.max_concurrency}: the record "
+                                   "and the run disagree")
             batches.add(c)
-            measured.append(MeasuredPoint(name, c, k, schedule, result.output_tokens_per_s))
-            if schedule is None and result.mean_itl_ms is not None:
+            measured.append(MeasuredPoint(name, c, k, arm.schedule, result.output_tokens_per_s))
+            if arm.schedule is None and result.mean_itl_ms is not None:
                 samples.append((c, k, result.mean_itl_ms))
             if name == "candidate":
-                more = _counters_of(run.get("metrics_window"), doc, f"{key}.metrics_window")
+                more = _counters_of(run.metrics_window, shown, f"{key}.metrics_window", k)
                 if more is not None:
                     counters = more if counters is None else counters + more
     measured = _pooled(measured)
@@ -250,38 +243,46 @@ def from_gate(directory: Path) -> Inputs:
         raise CannotAdvise(f"{directory}: the gate has no candidate arm")
     if counters is None:
         raise CannotAdvise(f"{directory}: the candidate arm recorded no spec-decode counters")
-    return Inputs({"kind": "gate", "where": str(directory)}, counters,
+    return Inputs({"kind": "gate", "where": str(directory), "run_id": gate.run_id}, counters,
                   tuple(cells_from_runs(samples)), seat.serve.max_num_seqs,
                   tuple(sorted(batches)), tuple(measured), seat)
 
 
 def from_live(urls: Sequence[str], window_s: float, seat: Seat | None,
               logs: Sequence[Path], max_num_seqs: int | None) -> Inputs:
+    # every URL reaches output redacted (a --target may carry a password or a token)
+    shown = [redact_url(url) for url in urls]
     first = []
-    for url in urls:
+    for url, name in zip(urls, shown, strict=True):
         try:
             first.append(Snapshot(time.monotonic(), read_page(fetch_once(url, 10.0))))
         except RocmseatError as exc:
-            raise CannotAdvise(f"{url}: {exc.message}") from None
+            raise CannotAdvise(f"{name}: {redact_text(exc.message)}") from None
     time.sleep(window_s)
     counters: Counters | None = None
-    for url, before in zip(urls, first, strict=True):
+    for url, name, before in zip(urls, shown, first, strict=True):
         try:
             after = Snapshot(time.monotonic(), read_page(fetch_once(url, 10.0)))
         except RocmseatError as exc:
-            raise CannotAdvise(f"{url}: {exc.message}") from None
+            raise CannotAdvise(f"{name}: {redact_text(exc.message)}") from None
         window = window_between(before, after)
         if window is None:
-            raise CannotAdvise(f"{url}: the replica restarted during the window")
+            raise CannotAdvise(f"{name}: the replica restarted during the window")
         if not window.spec_present:
-            raise CannotAdvise(f"{url}: blind: no spec-decode series on /metrics (no drafter, "
+            raise CannotAdvise(f"{name}: blind: no spec-decode series on /metrics (no drafter, "
                                "or --disable-log-stats)")
         if window.drafts > 0:
             more = Counters(window.drafts, window.draft_tokens, window.accepted_tokens,
                             window.accepted_per_pos)
+            if counters is not None and more.k != counters.k:
+                # replicas of other K: their per-position counters do not add up to a window
+                # of one K (a proposal from mixed K is no advice)
+                raise CannotAdvise(f"{name}: {more.k} per-position counters, the replicas "
+                                   f"before it {counters.k}: a window of mixed K",
+                                   hint="advise one replica (--target URL) at a time")
             counters = more if counters is None else counters + more
     if counters is None:
-        raise CannotAdvise(f"no drafts in {window_s:g} s on {', '.join(urls)}: send traffic "
+        raise CannotAdvise(f"no drafts in {window_s:g} s on {', '.join(shown)}: send traffic "
                            "during the window (or widen --window)")
     cells: list[Cell] = []
     for log in logs:
@@ -292,7 +293,7 @@ def from_live(urls: Sequence[str], window_s: float, seat: Seat | None,
         cells += cells_from_steps(parse_iteration_log(text).steps)
     seqs = max_num_seqs or (seat.serve.max_num_seqs if seat else DEFAULT_MAX_NUM_SEQS)
     batches = tuple(sorted({c.batch for c in cells} | {1}))
-    return Inputs({"kind": "seat" if seat else "target", "where": ", ".join(urls)}, counters,
+    return Inputs({"kind": "seat" if seat else "target", "where": ", ".join(shown)}, counters,
                   tuple(cells), seqs, batches, (), seat)
 
 

@@ -33,6 +33,7 @@ PREFIX_NUM_PREFIXES = 2
 PROMPT_ALLOWANCE_TOKENS = 96
 MIN_LONG_TOKENS = 16
 MIN_OUTPUT_TOKENS = 8
+DEFAULT_OUTPUT_TOKENS = Battery().output_tokens
 
 
 class BatteryError(ConfigError):
@@ -76,9 +77,20 @@ class RunSpec:
 
 def sizes(battery: Battery, max_model_len: int) -> tuple[int, int]:
     """(long prompt tokens, decode output tokens) that fit the seat's max_model_len."""
-    long_tokens = battery.long_prompt_tokens or int(max_model_len * 0.75)
-    long_tokens = min(long_tokens, max_model_len - TTFT_OUTPUT_TOKENS - 8)
-    output = min(battery.output_tokens, max_model_len - PROMPT_ALLOWANCE_TOKENS)
+    long_room = max_model_len - TTFT_OUTPUT_TOKENS - 8
+    output_room = max_model_len - PROMPT_ALLOWANCE_TOKENS
+    # a size that was asked for is never clamped silently (issue 18): only the defaults (3/4 of
+    # max_model_len, 256 output tokens) shrink to what the seat holds
+    if battery.long_prompt_tokens is not None and battery.long_prompt_tokens > long_room:
+        raise BatteryError(f"{battery.long_prompt_tokens} prompt tokens do not fit max_model_len "
+                           f"{max_model_len} (at most {long_room}, leaving room for "
+                           f"{TTFT_OUTPUT_TOKENS} output tokens)", key="gate.long_prompt_tokens")
+    if battery.output_tokens != DEFAULT_OUTPUT_TOKENS and battery.output_tokens > output_room:
+        raise BatteryError(f"{battery.output_tokens} output tokens do not fit max_model_len "
+                           f"{max_model_len} (at most {output_room}, leaving "
+                           f"{PROMPT_ALLOWANCE_TOKENS} for the prompt)", key="gate.output_tokens")
+    long_tokens = min(battery.long_prompt_tokens or int(max_model_len * 0.75), long_room)
+    output = min(battery.output_tokens, output_room)
     if battery.long_prompt_tokens is not None and battery.long_prompt_tokens < MIN_LONG_TOKENS:
         raise BatteryError(f"{battery.long_prompt_tokens} tokens is too short for the TTFT runs "
                            f"(at least {MIN_LONG_TOKENS})", key="gate.long_prompt_tokens")

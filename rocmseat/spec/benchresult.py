@@ -17,13 +17,13 @@ metric with no samples: accepted only when no request completed, else the file i
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rocmseat.errors import ParseError
+from rocmseat.spec.documents import DocumentError, load_document
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,12 @@ _LATENCY = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "me
 METADATA_KEYS = ("rocmseat_arm", "rocmseat_phase", "rocmseat_repeat", "rocmseat_k")
 
 
+# Larger than any count, duration (ms or s) or rate of one benchmark run (1e15 ms is 31,700
+# years): a figure beyond it is forged or corrupt, and its square would overflow a float in the
+# statistics (mean_itl_ms 1e308 once raised OverflowError in stats.sample_sd).
+MAX_FIGURE = 1e15
+
+
 def _reject_constant(name: str) -> float:
     return float(name)  # NaN / Infinity: parsed, then judged per key below
 
@@ -77,8 +83,8 @@ def _reject_constant(name: str) -> float:
 def parse_bench_result(text: str, name: str) -> BenchResult:
     """One result file's text -> BenchResult; ParseError naming `name` and the key otherwise."""
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
+        doc = load_document(text, parse_constant=_reject_constant)
+    except DocumentError as exc:
         raise ParseError(name, text[:80], f"not a vllm bench serve result ({exc})") from None
     if not isinstance(doc, dict):
         raise ParseError(name, text[:80], "not a vllm bench serve result (not a JSON object)")
@@ -95,6 +101,9 @@ def parse_bench_result(text: str, name: str) -> BenchResult:
             raise ParseError(name, repr(value), f"key {key!r}: not a finite number")
         if value < 0:
             raise ParseError(name, repr(value), f"key {key!r}: negative")
+        if value > MAX_FIGURE:
+            raise ParseError(name, repr(value)[:80], f"key {key!r}: {value:g} is beyond any "
+                             f"figure of a benchmark run (at most {MAX_FIGURE:g})")
         return float(value)
 
     def integer(key: str) -> int:
@@ -148,8 +157,9 @@ def _finite_list(doc: Mapping[str, Any], key: str, name: str) -> tuple[float, ..
     out: list[float] = []
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
-                value) or value < 0:
-            raise ParseError(name, repr(value)[:80], f"key {key!r}: not a finite number")
+                value) or not 0 <= value <= MAX_FIGURE:
+            raise ParseError(name, repr(value)[:80], f"key {key!r}: not a finite number from 0 "
+                             f"to {MAX_FIGURE:g}")
         out.append(float(value))
     return tuple(out)
 
@@ -175,8 +185,9 @@ def _spec(doc: Mapping[str, Any], name: str) -> BenchSpec | None:
                 "spec_decode_accepted_tokens", "spec_decode_acceptance_length"):
         value = doc.get(key)
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
-                value) or value < 0:
-            raise ParseError(name, repr(value)[:80], f"key {key!r}: not a finite number")
+                value) or not 0 <= value <= MAX_FIGURE:
+            raise ParseError(name, repr(value)[:80], f"key {key!r}: not a finite number from 0 "
+                             f"to {MAX_FIGURE:g}")
         values[key] = value
     return BenchSpec(
         acceptance_length=float(values["spec_decode_acceptance_length"]),

@@ -8,21 +8,22 @@ to every arm's files (seat, launch/watch/benchmark logs, every result file of vl
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rocmseat import exitcodes
-from rocmseat.atomic import atomic_write_text
+from rocmseat import exitcodes, jsonio
+from rocmseat.atomic import WriteRefused, write_into
 from rocmseat.errors import ConfigError
 from rocmseat.redact import redact_text
 from rocmseat.seat.locate import locate, printable
 from rocmseat.spec import battery as battery_mod
 from rocmseat.spec.battery import BatteryError
 from rocmseat.spec.bracket import SECOND_BASE, bracketed_config, measured_drift, pooled_base
+from rocmseat.spec.documents import load_document
 from rocmseat.spec.gateconf import Battery, SeatWithGate, load_seat_with_gate
+from rocmseat.spec.gateout import claim_out, prepare_out
 from rocmseat.spec.gatereport import (
     SCHEMA,
     VERDICT_WORDS,
@@ -41,7 +42,9 @@ from rocmseat.spec.gaterun import (
     engine_pythons,
     figures,
     gate_lock,
+    new_run_id,
     now_utc,
+    replica_index,
 )
 from rocmseat.spec.gates import ArmFigures, GateConfig, crossover, judge, proposed_schedule
 from rocmseat.spec.plot import PlotUnavailable, gate_picture
@@ -64,6 +67,7 @@ class GateOutcome:
     doc: dict[str, Any]
     table: str
     exit_code: int
+    notes: tuple[str, ...] = ()  # files of --out that could not be written
 
 
 def _settings(cand: SeatWithGate, options: GateOptions) -> tuple[GateConfig, Battery]:
@@ -87,15 +91,21 @@ def run_gate(base_path: Path, cand_path: Path, options: GateOptions,
     for loaded, path in ((base, base_path), (cand, cand_path)):
         _check_battery_fits(loaded, path, battery, options=options, cand=cand,
                             cand_path=cand_path)
-    out = options.out.absolute()  # the arms' seat files name their cache and state by it
-    out.mkdir(parents=True, exist_ok=True)
+        replica_index(loaded.seat, options.replica)  # before --out is created (issue 18)
+    out = prepare_out(options.out)  # the arms' seat files name their cache and state by it
     with gate_lock(out):
+        claim_out(out, base_path, cand_path)
+        run_id = new_run_id()
+        # the run owns --out from here: until it finishes, gate.json says it did not (a run
+        # that fails before its first arm once left an older run's gate.json to advise from)
+        _write_partial(out, base_path, cand_path, [], battery=battery, config=config,
+                       options=options, error="the gate run did not finish", run_id=run_id)
         for python in engine_pythons(base.seat, cand.seat):
             check_bench_client(python)
         planned = (3 if options.verify_schedule and not options.aa else 2) + int(options.aba)
         gate = GateRun(out=out, replica=options.replica, battery=battery, config=config,
                        port_base=base.seat.serve.port_base, on_progress=on_progress,
-                       arms_planned=planned)
+                       arms_planned=planned, run_id=run_id)
         records: list[ArmRecord] = []
 
         def partial(error: ArmError) -> ArmError:
@@ -103,7 +113,7 @@ def run_gate(base_path: Path, cand_path: Path, options: GateOptions,
             error (the CLI prints it with --json)."""
             error.document = _write_partial(out, base_path, cand_path, records,
                                             battery=battery, config=config, options=options,
-                                            error=error.message)
+                                            error=error.message, run_id=run_id)
             return error
 
         try:
@@ -128,7 +138,7 @@ def run_gate(base_path: Path, cand_path: Path, options: GateOptions,
             raise partial(ArmError(f"{problem}: the drift between the base arms cannot be "
                                    "measured and the pooled base is not trustworthy"))
         return assemble(out, base_path, cand_path, records, battery=battery, config=config,
-                        options=options, max_num_seqs=max_seqs)
+                        options=options, max_num_seqs=max_seqs, run_id=run_id)
 
 
 def _unhealthy(record: ArmRecord) -> str | None:
@@ -189,7 +199,7 @@ def _proposal(records: list[ArmRecord], config: GateConfig, aa: bool,
 
 def assemble(out: Path, base_path: Path, cand_path: Path, records: list[ArmRecord], *,
              battery: Battery, config: GateConfig, options: GateOptions,
-             max_num_seqs: int) -> GateOutcome:
+             max_num_seqs: int, run_id: str | None) -> GateOutcome:
     """Judge the measured arms and write gate.json, gate.txt and gate.png."""
     schedule, comparisons, note = _proposal(records, config, options.aa, max_num_seqs)
     ran = next((r for r in records if r.name == "schedule"), None)
@@ -218,15 +228,25 @@ def assemble(out: Path, base_path: Path, cand_path: Path, records: list[ArmRecor
     doc = _document(base_path, cand_path, records, arms=arms, comparisons=comparisons,
                     battery=battery, config=config, schedule=schedule, note=note,
                     picture=picture, picture_note=picture_note, code=code, options=options,
-                    drift=drift)
+                    drift=drift, run_id=run_id)
     memory = {r.name: _memory_cell(r) for r in records}
     shown = Path(picture).name if picture else picture_note  # beside the table in --out
     table = render_table(arms, memory, comparisons=comparisons, proposal=schedule,
                          proposal_note=note, picture=shown)
-    atomic_write_text(out / "gate.json", json.dumps(doc, indent=2, sort_keys=True,
-                                                    allow_nan=False) + "\n")
-    atomic_write_text(out / "gate.txt", table)
-    return GateOutcome(doc, table, code)
+    notes = tuple(note for note in (
+        _write_note(out, "gate.json", (jsonio.dumps(doc, indent=2) + "\n").encode()),
+        _write_note(out, "gate.txt", table.encode())) if note is not None)
+    return GateOutcome(doc, table, code, notes)
+
+
+def _write_note(out: Path, name: str, data: bytes) -> str | None:
+    """Write a file of the gate into --out; why it could not be written, or None. A failed
+    write is a note: the verdict is still printed (issue 18)."""
+    try:
+        write_into(out, name, data)
+    except WriteRefused as exc:
+        return exc.message
+    return None
 
 
 def _memory_cell(record: ArmRecord) -> str:
@@ -248,23 +268,24 @@ def rejudge(out: Path) -> GateOutcome:
     """Judge a finished gate again from what it saved under --out (no engine is started)."""
     from rocmseat.safeio import read_regular_text
     from rocmseat.seat.load import load_seat
+    from rocmseat.spec.documents import GateDoc, parse
     from rocmseat.spec.gaterun import load_arm_record
 
     out = out.absolute()
-    doc = json.loads(read_regular_text(out / "gate.json", limit_bytes=64 << 20))
-    records = [load_arm_record(out, arm["name"]) for arm in doc["arms"]]
-    saved: dict[str, Any] = {k: tuple(v) if k == "concurrency" else v
-                             for k, v in doc["battery"].items()}
-    battery = replace(Battery(), **saved)
-    config = GateConfig(**doc["config"])
+    doc = parse(GateDoc, load_document(read_regular_text(out / "gate.json",
+                                                         limit_bytes=64 << 20)),
+                str(out / "gate.json"))
+    records = [load_arm_record(out, arm.name) for arm in doc.arms]
+    saved = doc.battery.model_dump()
+    battery = replace(Battery(), **{**saved, "concurrency": tuple(saved["concurrency"])})
+    config = GateConfig(**doc.config.model_dump(exclude_none=True))
     names = {r.name for r in records}
-    options = GateOptions(out=out, replica=doc.get("replica", "r0"),
-                          verify_schedule="schedule" in names, aa=bool(doc.get("aa")),
-                          aba=SECOND_BASE in names)
+    options = GateOptions(out=out, replica=doc.replica, verify_schedule="schedule" in names,
+                          aa=doc.aa, aba=SECOND_BASE in names)
     seats = load_seat(out / "arms" / "candidate" / "seat.toml")
-    return assemble(out, Path(doc["base_seat"]), Path(doc["candidate_seat"]), records,
+    return assemble(out, Path(doc.base_seat), Path(doc.candidate_seat), records,
                     battery=battery, config=config, options=options,
-                    max_num_seqs=seats.serve.max_num_seqs)
+                    max_num_seqs=seats.serve.max_num_seqs, run_id=doc.run_id)
 
 
 def _compare(base: ArmFigures, cand: ArmFigures, config: GateConfig, aa: bool) -> Comparison:
@@ -291,7 +312,7 @@ def _picture(out: Path, arms: list[ArmFigures], first: Comparison) -> tuple[str 
     try:
         path = gate_picture(out / "gate.png", series, cx,
                             "output tokens/s per arm (band: repeats' range)")
-    except PlotUnavailable as exc:
+    except (PlotUnavailable, WriteRefused) as exc:
         return None, exc.message
     return str(path), "written"
 
@@ -331,11 +352,12 @@ def _document(base_path: Path, cand_path: Path, records: list[ArmRecord], *,
               arms: list[ArmFigures], comparisons: list[Comparison], battery: Battery,
               config: GateConfig, schedule: Schedule | None, note: str, picture: str | None,
               picture_note: str, code: int, options: GateOptions, drift: float | None,
-              error: str | None = None) -> dict[str, Any]:
+              run_id: str | None, error: str | None = None) -> dict[str, Any]:
     """The rocmseat.gate/v1 document: the same keys on every way out (a gate that could not
     measure has `error` set; docs/architecture.md "JSON": keys are stable)."""
     return {
         "schema": SCHEMA,
+        "run_id": run_id,
         "written_at": now_utc(),
         "base_seat": str(base_path),
         "candidate_seat": str(cand_path),
@@ -359,13 +381,18 @@ def _document(base_path: Path, cand_path: Path, records: list[ArmRecord], *,
 
 def _write_partial(out: Path, base_path: Path, cand_path: Path, records: list[ArmRecord], *,
                    battery: Battery, config: GateConfig, options: GateOptions,
-                   error: str) -> dict[str, Any]:
-    """gate.json of a gate that could not measure: the arms measured so far, nothing judged."""
+                   error: str, run_id: str) -> dict[str, Any]:
+    """gate.json of a gate that could not measure (or has not finished): the arms measured so
+    far, nothing judged. Written at the start of a run too, so --out never holds an older
+    run's finished document while this run is under way. A write that fails leaves the
+    document in the error (the CLI prints it with --json)."""
     doc = _document(base_path, cand_path, records, arms=[figures(r) for r in records],
                     comparisons=[], battery=battery, config=config, schedule=None, note="",
                     picture=None, picture_note="", code=exitcodes.CANNOT_CHECK,
-                    options=options, drift=_base(records)[1] if records else None, error=error)
+                    options=options, drift=_base(records)[1] if records else None,
+                    run_id=run_id, error=error)
     doc["proposal"] = doc["picture_note"] = None
-    atomic_write_text(out / "gate.json", json.dumps(doc, indent=2, sort_keys=True,
-                                                    allow_nan=False) + "\n")
+    note = _write_note(out, "gate.json", (jsonio.dumps(doc, indent=2) + "\n").encode())
+    if note is not None and not records:
+        raise ArmError(f"{note}: the gate cannot record its run in --out")
     return doc

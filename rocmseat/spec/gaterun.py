@@ -14,25 +14,29 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from rocmseat.atomic import atomic_write_text, exclusive_lock
-from rocmseat.errors import ConfigError, RocmseatError
+from rocmseat import jsonio
+from rocmseat.atomic import WriteRefused, exclusive_lock, write_into
+from rocmseat.errors import ConfigError, ReadError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.launch.memplan import CHECK_ID as MEMORY_PLAN
 from rocmseat.launch.startuplog import StartupSummary, classify_text
 from rocmseat.redact import redact_text
 from rocmseat.runner import run
+from rocmseat.safeio import read_regular_text
 from rocmseat.seat.load import load_seat
 from rocmseat.seat.model import Seat
 from rocmseat.seat.placement import http_base, replica_port, replica_state_dir
 from rocmseat.spec import battery as battery_mod
 from rocmseat.spec.acceptance import Counters
 from rocmseat.spec.benchresult import BenchResult, parse_bench_result
+from rocmseat.spec.documents import DocumentError, load_document
 from rocmseat.spec.gateconf import Battery, SeatWithGate
 from rocmseat.spec.gates import ArmFigures, GateConfig, Series
 from rocmseat.spec.procs import (
@@ -43,10 +47,11 @@ from rocmseat.spec.procs import (
     NotifyListener,
     WatchChild,
     port_in_use,
+    read_log,
     start_launch,
     wait_ready,
 )
-from rocmseat.spec.schedule import Schedule, as_lists, validate
+from rocmseat.spec.schedule import Schedule, as_lists
 from rocmseat.spec.seatedit import dump_toml
 from rocmseat.watch.fetch import fetch_once
 from rocmseat.watch.metrics import read_page
@@ -56,6 +61,7 @@ WATCH_INTERVAL_S = 2.0
 WATCH_START_S = 60.0  # the watchdog's start (a Python start and rocmseat's imports)
 WATCH_SCRAPE_TIMEOUT_S = 5.0  # `rocmseat watch --timeout` (its default)
 STOP_GRACE_S = 20.0
+RESULT_LIMIT_BYTES = 64 << 20  # a --save-detailed result of thousands of requests fits
 
 
 class ArmError(RocmseatError):
@@ -219,6 +225,7 @@ class GateRun:
     port_base: int
     on_progress: Callable[[Progress], None]
     arms_planned: int
+    run_id: str | None = None  # the run's identity, in every arm.json (rocmseat.spec.gateout)
     started: float = field(default_factory=time.monotonic)
     arm_seconds: list[float] = field(default_factory=list)
 
@@ -238,9 +245,12 @@ class GateRun:
         arm_dir.mkdir(parents=True, exist_ok=True)
         seat_file = arm_dir / "seat.toml"
         # 0600: the seat may hold an --api-key or a token in [env] (it stays the seat's own)
-        atomic_write_text(seat_file, arm_seat_text(source, arm_dir=arm_dir,
-                                                   port_base=self.port_base, schedule=schedule,
-                                                   k=k), mode=0o600)
+        text = arm_seat_text(source, arm_dir=arm_dir, port_base=self.port_base,
+                             schedule=schedule, k=k)
+        try:
+            write_into(arm_dir, seat_file.name, text.encode("utf-8"), mode=0o600)
+        except WriteRefused as exc:
+            raise ArmError(f"arm {name}: {exc.message}") from None
         seat = load_seat(seat_file)
         k = seat.drafter.num_speculative_tokens if seat.drafter else 0
         record = ArmRecord(name, seat_file, Path(str(source.seat.source_path)), k,
@@ -282,11 +292,14 @@ class GateRun:
                     raise ArmError(f"arm {name}: {gone}") from None
                 raise ArmError(f"arm {name}: the replica never became ready: {exc.message}",
                                hint=f"see {arm_dir / 'launch.log'}") from None
-            record.startup = classify_text((arm_dir / "launch.log").read_text(errors="replace"))
+            record.startup = _startup_summary(arm_dir / "launch.log", record)
             report = replica_state_dir(state_dir, seat.name, self.replica) / "startup.json"
             try:
-                record.startup_report = json.loads(report.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
+                value = load_document(read_regular_text(report, limit_bytes=16 << 20))
+                record.startup_report = value if isinstance(value, dict) else None
+                if record.startup_report is None:
+                    record.problems.append(f"startup report {report}: not a JSON object")
+            except (ReadError, DocumentError) as exc:
                 record.problems.append(f"startup report {report}: {exc}")
             record.memory = _memory_plan(record.startup_report, f"{name}/{self.replica}")
             try:
@@ -321,6 +334,11 @@ class GateRun:
             self._battery(record, runs, client=client, watch=watch, seat=seat,
                           base_url=base_url, spec_expected=spec_expected, progress=progress)
             record.alerts = [e.line for e in watch.alerts()]
+            if watch.bad_alerts:
+                # an alert the gate could not read may have been a hang: the `hang` gate
+                # cannot PASS on this arm
+                record.watch_gaps.append(f"{len(watch.bad_alerts)} alert documents unreadable: "
+                                         f"{watch.bad_alerts[0]}")
         finally:
             for child in (client, watch):
                 if child is not None:
@@ -329,7 +347,7 @@ class GateRun:
                 launch.stop(STOP_GRACE_S + 30.0)
             notify.close()
             self.arm_seconds.append(time.monotonic() - arm_started)
-            _save_arm(record, self.out)
+            _save_arm(record, self.out, self.run_id)
         return record
 
     def _battery(self, record: ArmRecord, runs: Sequence[battery_mod.RunSpec], *,
@@ -374,11 +392,12 @@ class GateRun:
                                f"{redact_text(str(reply.get('error')))}",
                                hint=f"see {self.out / 'arms' / record.name / 'bench.log'}")
             try:
-                result = parse_bench_result(result_path.read_text(encoding="utf-8"),
+                result = parse_bench_result(read_regular_text(result_path,
+                                                              limit_bytes=RESULT_LIMIT_BYTES),
                                             str(result_path))
-            except OSError as exc:
+            except ReadError as exc:
                 raise ArmError(f"arm {record.name}: {spec.name}: vllm bench serve wrote no "
-                               f"result file {result_path}: {exc.strerror}") from None
+                               f"result file {result_path}: {exc.cause}") from None
             record.runs.append(RunRecord(
                 spec.name, spec.phase, spec.concurrency, spec.repeat,
                 str(result_path.relative_to(self.out)), result, window, seconds,
@@ -494,10 +513,30 @@ def figures(record: ArmRecord) -> ArmFigures:
     )
 
 
-def _save_arm(record: ArmRecord, out: Path) -> None:
-    atomic_write_text(out / "arms" / record.name / "arm.json",
-                      json.dumps(arm_json(record, out), indent=2, sort_keys=True,
-                                 allow_nan=False) + "\n")
+def _startup_summary(launch_log: Path, record: ArmRecord) -> StartupSummary | None:
+    """The startup summary from the arm's launch log (capped, never through a link or a FIFO);
+    None, and a problem of the arm, when it cannot be read."""
+    try:
+        return classify_text(read_log(launch_log))
+    except OSError as exc:
+        record.problems.append(f"{launch_log}: {exc.strerror or exc}")
+        return None
+
+
+def _save_arm(record: ArmRecord, out: Path, run_id: str | None) -> None:
+    """arm.json of the arm, written into its directory (a link or a FIFO planted at the name
+    is refused); a write that fails is one of the arm's problems, and the gate goes on."""
+    doc = {**arm_json(record, out), "run_id": run_id}
+    try:
+        write_into(out / "arms" / record.name, "arm.json",
+                   (jsonio.dumps(doc, indent=2) + "\n").encode())
+    except WriteRefused as exc:
+        record.problems.append(exc.message)
+
+
+def new_run_id() -> str:
+    """A gate run's identity: when it started and 48 random bits."""
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(6)
 
 
 def _finite(value: float | None) -> float | None:
@@ -579,42 +618,48 @@ def engine_pythons(*seats: Seat) -> list[Path]:
 
 
 def load_arm_record(out: Path, name: str) -> ArmRecord:
-    """An arm's record read back from --out (arm.json, its seat and its result files): the gate
-    judged from what it saved, without running anything."""
-    from rocmseat.safeio import read_regular_text
+    """An arm's record read back from --out (arm.json through its strict model, its seat and
+    its result files): the gate judged from what it saved, without running anything.
+    ConfigError naming the file and the key for a record that is not one."""
+    from rocmseat.spec.documents import ArmDoc, DocumentInvalid, parse
 
     arm_dir = out / "arms" / name
-    doc = json.loads(read_regular_text(arm_dir / "arm.json", limit_bytes=64 << 20))
-    schedule = doc.get("schedule")
-    record = ArmRecord(name, arm_dir / "seat.toml", Path(doc["source_seat"]),
-                       int(doc["num_speculative_tokens"]),
-                       validate(schedule) if schedule else None)
+    shown = str(arm_dir / "arm.json")
+    try:
+        doc = parse(ArmDoc, load_document(read_regular_text(arm_dir / "arm.json",
+                                                            limit_bytes=64 << 20)), shown)
+    except (DocumentError, DocumentInvalid) as exc:
+        raise ConfigError(f"{shown}: {exc}" if isinstance(exc, DocumentError) else str(exc)
+                          ) from None
+    record = ArmRecord(name, arm_dir / "seat.toml", Path(doc.source_seat), doc.k, doc.schedule)
     launch_log = arm_dir / "launch.log"
     if launch_log.exists():
-        record.startup = classify_text(launch_log.read_text(errors="replace"))
-    record.ready_after_s = doc.get("ready_after_s")
-    plan = doc.get("memory_plan")
-    if isinstance(plan, dict):
-        record.memory = Finding.from_json(plan)
-    record.hangs = list(doc.get("hangs", []))
-    record.alerts = list(doc.get("alerts", []))
-    record.problems = list(doc.get("problems", []))
-    record.watch_gaps = [str(g) for g in doc.get("watch_gaps", [])]  # absent in older gates
-    for entry in doc["runs"]:
+        record.startup = _startup_summary(launch_log, record)
+    record.ready_after_s = doc.ready_after_s
+    if doc.memory_plan is not None:
+        try:
+            record.memory = Finding.from_json(doc.memory_plan)
+        except (KeyError, ValueError, TypeError):
+            raise ConfigError(f"{shown}: key 'memory_plan': not a finding") from None
+    record.hangs = list(doc.hangs)
+    record.alerts = list(doc.alerts)
+    record.problems = list(doc.problems)
+    record.watch_gaps = list(doc.watch_gaps)  # absent in older gates
+    for entry in doc.runs:
         result = None
-        if entry.get("result_file"):
-            path = out / entry["result_file"]
+        if entry.result_file:
+            path = out / entry.result_file
             result = parse_bench_result(read_regular_text(path, limit_bytes=64 << 20), str(path))
-        w = entry.get("metrics_window")
+        w = entry.metrics_window
         window = None if w is None else Window(
-            duration_s=w["duration_s"], drafts=w["drafts"], draft_tokens=w["draft_tokens"],
-            accepted_tokens=w["accepted_tokens"],
-            accepted_per_pos=tuple(w["accepted_per_position"]),
-            generation_tokens=w["generation_tokens"], prompt_tokens=w["prompt_tokens"],
-            preemptions=w["preemptions"], prefix_queries=w["prefix_queries"],
-            prefix_hits=w["prefix_hits"], running=None, waiting=None, kv_usage=None,
-            spec_present=w["spec_present"])
-        record.runs.append(RunRecord(entry["name"], entry["phase"], entry["concurrency"],
-                                     entry["repeat"], entry.get("result_file"), result, window,
-                                     entry["seconds"], entry.get("error")))
+            duration_s=w.duration_s, drafts=w.drafts, draft_tokens=w.draft_tokens,
+            accepted_tokens=w.accepted_tokens,
+            accepted_per_pos=tuple(w.accepted_per_position),
+            generation_tokens=w.generation_tokens, prompt_tokens=w.prompt_tokens,
+            preemptions=w.preemptions, prefix_queries=w.prefix_queries,
+            prefix_hits=w.prefix_hits, running=None, waiting=None, kv_usage=None,
+            spec_present=w.spec_present)
+        record.runs.append(RunRecord(entry.name, entry.phase, entry.concurrency, entry.repeat,
+                                     entry.result_file, result, window, entry.seconds,
+                                     entry.error))
     return record

@@ -7,11 +7,13 @@ reports it; nothing else depends on a picture.
 from __future__ import annotations
 
 import importlib
+import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rocmseat.atomic import write_into
 from rocmseat.errors import RocmseatError
 
 
@@ -27,6 +29,18 @@ def _pyplot() -> Any:
                               "'rocmseat[spec]')") from None
     matplotlib.use("Agg")
     return importlib.import_module("matplotlib.pyplot")
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    """The figure as PNG bytes, written by the one writer into a handed directory (a link or
+    a FIFO at the name is refused; savefig itself would follow the link or block on the FIFO).
+    WriteRefused when it cannot be written."""
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png")
+    finally:
+        plt.close(fig)
+    return write_into(path.parent, path.name, buffer.getvalue())
 
 
 def gate_picture(path: Path, arms: Sequence[tuple[str, Mapping[int, Sequence[float]]]],
@@ -60,9 +74,7 @@ def gate_picture(path: Path, arms: Sequence[tuple[str, Mapping[int, Sequence[flo
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def advise_picture(path: Path, best_k: Sequence[int],
@@ -111,6 +123,4 @@ def advise_picture(path: Path, best_k: Sequence[int],
     axes[2].set_title("predicted against measured", fontsize=10)
     axes[2].grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)

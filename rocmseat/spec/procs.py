@@ -12,12 +12,15 @@ child runs (psutil), so a launch that died first does not hide its engine.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import queue
 import re
+import shlex
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -38,8 +41,8 @@ from rocmseat.redact import redact_text
 ROCMSEAT = (sys.executable, "-m", "rocmseat")
 BENCH_PROGRAM = Path(__file__).resolve().parent / "vllm_bench.py"
 MARK = "@@rocmseat-bench "
-_WATCH_ALERT = re.compile(r"rocmseat-watch replica=(?P<replica>\S+) alert=(?P<alert>\S+) "
-                          r"state=(?P<state>firing|resolved)")
+ALERT_SINK = Path(__file__).resolve().parent / "alert_sink.py"
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 HANG_ALERTS = frozenset({"replica_stalled", "replica_down"})
 # rocmseat/watch/service.py logs where its exporter listens; the gate reads the watchdog's own
 # evaluation and scrape-error counters there (rocmseat/watch/exporter.py).
@@ -71,13 +74,55 @@ class ChildError(RocmseatError):
     """A child did not do what the gate needs (not ready, no benchmark client, a hang)."""
 
 
+LOG_LIMIT_BYTES = 64 << 20
+
+
+def read_log(path: Path, *, tail_bytes: int | None = None) -> str:
+    """A child's log under --out as text: the first LOG_LIMIT_BYTES, or with `tail_bytes` the
+    last ones; never through a link, never a FIFO (a planted one would block the read).
+    OSError when it cannot be read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if tail_bytes is not None and info.st_size > tail_bytes:
+            os.lseek(fd, info.st_size - tail_bytes, os.SEEK_SET)
+        chunks: list[bytes] = []
+        left = tail_bytes or LOG_LIMIT_BYTES
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+
+
 def _tail(path: Path, lines: int = 3) -> str:
     try:
-        text = path.read_text(errors="replace").strip().splitlines()
+        text = read_log(path, tail_bytes=64 << 10).strip().splitlines()
     except OSError:
         return "(no output)"
     shown = [line.strip() for line in text[-lines:] if line.strip()]
     return redact_text(" | ".join(shown)[-400:]) if shown else "(no output)"
+
+
+def open_log(path: Path) -> IO[bytes]:
+    """A child's log under --out, opened for appending: never through a link planted at its
+    name, never a FIFO or a device (docs/architecture.md "Hostile input"); ChildError else."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        why = ("is a symlink; rocmseat never writes through a link" if exc.errno == errno.ELOOP
+               else "not a regular file: a log is not written there" if exc.errno == errno.ENXIO
+               else exc.strerror or type(exc).__name__)  # ENXIO: a FIFO without a reader
+        raise ChildError(f"{path}: {why}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ChildError(f"{path}: not a regular file: a log is not written there")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab")
 
 
 class Child:
@@ -86,7 +131,7 @@ class Child:
         self.argv = tuple(str(a) for a in argv)
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(log, "ab")  # noqa: SIM115 (closed in stop())
+        self._log_file = open_log(log)
         self._groups: set[int] = set()
         try:
             self.proc = spawn(
@@ -213,51 +258,91 @@ class AlertEvent:
     line: str
 
 
+def _read_from(path: Path, position: int) -> tuple[bytes, int]:
+    """What `path` holds from `position` on (bounded per call), and the new position."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(position)
+            data = handle.read(4 << 20)
+            return data, position + len(data)
+    except OSError:
+        return b"", position
+
+
 class WatchChild:
-    """`rocmseat watch` on the arm's seat; its alert lines are read as they come. Its exporter
-    listens on a free loopback port: the gate asks it whether the watchdog really scraped the
-    replica during each run (a watchdog that died or never scraped sees no hang, and the `hang`
-    gate must then say UNKNOWN, never PASS)."""
+    """`rocmseat watch` on the arm's seat. Its alerts reach the gate as structured documents
+    (`rocmseat.watch-alert/v1`): the watchdog's `--command-hook` runs alert_sink.py, which
+    appends each document as one line to `<log>.alerts.ndjson`; the gate follows that file.
+    Its exporter listens on a free loopback port: the gate asks it whether the watchdog really
+    scraped the replica during each run (a watchdog that died or never scraped sees no hang,
+    and the `hang` gate must then say UNKNOWN, never PASS)."""
 
     def __init__(self, seat_file: Path, state_dir: Path, log: Path, *, interval_s: float,
                  stall_after_s: float) -> None:
         self.events: list[AlertEvent] = []
         self.exporter: str | None = None  # http://HOST:PORT of the watchdog's own /metrics
         self.interval_s = interval_s
+        self.alerts_file = log.with_name(log.name + ".alerts.ndjson")
+        self.bad_alerts: list[str] = []  # lines of the alerts file that are no alert document
         self._lock = threading.Lock()
+        hook = shlex.join([sys.executable, "-I", str(ALERT_SINK), str(self.alerts_file)])
         self.child = Child([*ROCMSEAT, "watch", str(seat_file), "--state-dir", str(state_dir),
                             "--interval", f"{interval_s:g}", "--stall-after",
                             f"{stall_after_s:g}", "--down-after", "3", "--exporter-listen",
-                            "127.0.0.1:0"], log)
-        # watch logs its alert lines on stderr, here the log file, which is followed (not a
-        # pipe: nothing is lost when we read late, and the file is kept under --out).
+                            "127.0.0.1:0", "--command-hook", hook], log)
+        # the log (watch's stderr) says where the exporter listens; both files are followed,
+        # not piped: nothing is lost when we read late, and they are kept under --out
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, daemon=True)
         self._thread.start()
 
     def _follow(self) -> None:
-        position = 0
+        at = {self.child.log: 0, self.alerts_file: 0}
+        pending = {self.child.log: b"", self.alerts_file: b""}
         while not self._stop.is_set():
-            try:
-                with open(self.child.log, encoding="utf-8", errors="replace") as handle:
-                    handle.seek(position)
-                    chunk = handle.read()
-                    position = handle.tell()
-            except OSError:
-                chunk = ""
-            for line in chunk.splitlines():
-                started = _WATCH_START.search(line)
-                if started is not None and self.exporter is None:
-                    host = started.group("host")
-                    self.exporter = (f"http://[{host}]:{started.group('port')}" if ":" in host
-                                     else f"http://{host}:{started.group('port')}")
-                m = _WATCH_ALERT.search(line)
-                if m is not None:
-                    with self._lock:
-                        self.events.append(AlertEvent(time.monotonic(), m.group("replica"),
-                                                      m.group("alert"), m.group("state"),
-                                                      line.strip()))
+            for path in (self.child.log, self.alerts_file):
+                data, at[path] = _read_from(path, at[path])
+                *lines, pending[path] = (pending[path] + data).split(b"\n")
+                for raw in lines:
+                    line = raw.decode("utf-8", errors="replace")
+                    if path == self.alerts_file:
+                        self._alert(line)
+                    else:
+                        self._log_line(line)
             self._stop.wait(0.5)
+
+    def _log_line(self, line: str) -> None:
+        started = _WATCH_START.search(line)
+        if started is not None and self.exporter is None:
+            host = started.group("host")
+            self.exporter = (f"http://[{host}]:{started.group('port')}" if ":" in host
+                             else f"http://{host}:{started.group('port')}")
+
+    def _alert(self, line: str) -> None:
+        from rocmseat.spec.documents import (
+            DocumentError,
+            DocumentInvalid,
+            WatchAlertDoc,
+            load_document,
+            parse,
+        )
+
+        try:
+            doc = parse(WatchAlertDoc, load_document(line), str(self.alerts_file))
+        except DocumentError as exc:
+            with self._lock:
+                self.bad_alerts.append(f"{self.alerts_file}: not JSON ({exc})"[:300])
+            return
+        except DocumentInvalid as exc:
+            with self._lock:
+                self.bad_alerts.append(redact_text(str(exc))[:300])
+            return
+        shown = " ".join([f"replica={doc.replica}", f"alert={doc.alert}", f"state={doc.state}",
+                          *(f"{k}={v}" for k, v in sorted(doc.details.items()))])
+        event = AlertEvent(time.monotonic(), doc.replica, doc.alert, doc.state,
+                           redact_text(_UNPRINTABLE.sub("_", "rocmseat-watch " + shown)))
+        with self._lock:
+            self.events.append(event)
 
     def hangs(self) -> list[AlertEvent]:
         with self._lock:

@@ -2,32 +2,43 @@
 
 - `dump_toml(data)`: a TOML document from tomllib-shaped data (strings, integers, finite
   floats, booleans, arrays, tables); the gate writes each arm's seat with it.
-- `edit_drafter_schedule(text, k, schedule)`: only the `num_speculative_tokens` and
-  `num_speculative_tokens_per_batch_size` lines of `[drafter]` change; comments, order and
-  layout of everything else stay byte for byte, and the result is checked by parsing both.
-
-Pure: text in, text out.
+- `edit_drafter_schedule(text, k, schedule)` (pure): only `num_speculative_tokens` and
+  `num_speculative_tokens_per_batch_size` of `[drafter]` change, through tomlkit's
+  style-preserving document: comments (those of the replaced lines too), order and layout of
+  everything else stay, and the result is checked by parsing both.
+- `write_drafter_schedule(path, ...)`: the one call of `--write` (docs/spec.md "--write"):
+  the seat must load as a seat before and after the edit; a seat that is not a regular file,
+  has other hard links or is read-only (unless told) is refused before anything is created;
+  the lock lives beside the seat; the file keeps its owner, group and mode; a file that
+  changed between the read and the rename (size, mtime, inode) is refused, nothing written.
 """
 
 from __future__ import annotations
 
+import copy
+import difflib
+import errno
 import json
 import math
+import os
 import re
-import tomllib
+import stat
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import tomlkit
+import tomlkit.exceptions
+
+from rocmseat.atomic import WriteRefused, exclusive_lock, file_identity, write_into
 from rocmseat.errors import ConfigError
-from rocmseat.seat.locate import key_lines, printable, toml_lines, too_deep_line
+from rocmseat.safeio import _kind, read_regular_text
+from rocmseat.seat.load import SEAT_LIMIT_BYTES, _parse_toml, parse_seat
+from rocmseat.seat.locate import printable
+from rocmseat.spec.schedule import Schedule
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-_HEADER = re.compile(r"^\s*\[\[?\s*(?P<name>[^\]]+?)\s*\]\]?\s*(?:#.*)?$")
-
-
-def _table_name(line: str) -> str | None:
-    m = _HEADER.match(line)
-    return m.group("name").strip().strip('"').strip("'") if m else None
 
 
 def _key(name: str) -> str:
@@ -82,152 +93,178 @@ def dump_toml(data: Mapping[str, Any], header: str = "") -> str:
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
-def _value_end(lines: list[str], start: int, column: int) -> int:
-    """The index of the last line of a value that starts at lines[start][column:]."""
-    depth = 0
-    in_string: str | None = None
-    for index in range(start, len(lines)):
-        line = lines[index]
-        pos = column if index == start else 0
-        while pos < len(line):
-            ch = line[pos]
-            if in_string is not None:
-                if ch == "\\" and in_string == '"':
-                    pos += 2
-                    continue
-                if ch == in_string:
-                    in_string = None
-            elif ch in "\"'":
-                in_string = ch
-            elif ch == "#":
-                break
-            elif ch in "[{":
-                depth += 1
-            elif ch in "]}":
-                depth -= 1
-            pos += 1
-        if depth <= 0 and in_string is None:
-            return index
-    return len(lines) - 1
-
-
-def _comment_of(line: str) -> str:
-    """The trailing comment of a one-line value (`  # ...`), or ''."""
-    in_string: str | None = None
-    for pos, ch in enumerate(line):
-        if in_string is not None:
-            if ch == in_string:
-                in_string = None
-        elif ch in "\"'":
-            in_string = ch
-        elif ch == "#":
-            return "  " + line[pos:].strip()
-    return ""
-
-
-_TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
-# Deeper than any seat nests (rocmseat.seat.rules MAX_NESTING is the loader's own limit):
-# tomllib parses nested values by recursion.
-_MAX_NESTING = 64
-
-
 def _loads(text: str, where: str) -> dict[str, Any]:
-    """tomllib.loads with every failure as one located ConfigError (a seat file handed to
-    `--write` is hostile input like any other: docs/architecture.md "Hostile input")."""
-    deep = too_deep_line(text, _MAX_NESTING)
-    if deep is not None:
-        raise ConfigError(f"{where}:{deep}: invalid TOML: arrays and inline tables nested more "
-                          f"than {_MAX_NESTING} levels deep")
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        m = _TOML_POSITION.search(message)
-        if m is None:
-            raise ConfigError(f"{where}: invalid TOML: {printable(message)}") from None
-        raise ConfigError(f"{where}:{m.group(1)}: invalid TOML: "
-                          f"{printable(message[: m.start()].strip())} (column {m.group(2)})"
-                          ) from None
-    except RecursionError:
-        raise ConfigError(f"{where}: invalid TOML: values nested too deeply") from None
-    except ValueError:  # int() of more digits than sys.get_int_max_str_digits() (4300)
-        line = next((i for i, text_line in enumerate(toml_lines(text), 1)
-                     if re.search(r"\d{4000}", text_line)), None)
-        raise ConfigError(f"{where}{'' if line is None else f':{line}'}: invalid TOML: a number "
-                          "with thousands of digits (TOML integers are 64-bit)") from None
-
-
-def _line_ends(text: str) -> tuple[list[str], list[str]]:
-    """(lines without their ends, the CR each one carries before its LF) of TOML text: the edit
-    keeps a CRLF file CRLF, and a file without a final newline without one."""
-    raw = text.split("\n")
-    return [line.removesuffix("\r") for line in raw], [
-        "\r" if line.endswith("\r") else "" for line in raw]
+    """The seat loader's TOML parse (one rule: every failure one located ConfigError; a seat
+    handed to `--write` is hostile input like any other, docs/architecture.md)."""
+    return _parse_toml(text, where)
 
 
 def edit_drafter_schedule(text: str, where: str, k: int,
                           schedule: Sequence[Sequence[int]] | None) -> str:
     """Set [drafter] num_speculative_tokens = k and the per-batch-size schedule (None: remove
-    it). ConfigError when the seat is not TOML, has no [drafter] table or keeps it in another
-    form. Every other byte stays, line ends included (LF or CRLF, a missing final newline)."""
+    it). ConfigError when the seat is not TOML, has no [drafter] table or the edit would
+    change anything else. Every other byte stays, line ends included; a replaced value keeps
+    its comment."""
     data = _loads(text, where)
     if not isinstance(data.get("drafter"), dict):
         raise ConfigError(f"{where}: no [drafter] table: nothing to schedule (a seat without a "
                           "drafter does not speculate)")
-    found = key_lines(text)
-    table_line = found.get(("drafter",))
-    k_line = found.get(("drafter", "num_speculative_tokens"))
-    if table_line is None or k_line is None:
-        raise ConfigError(f"{where}: [drafter] num_speculative_tokens not found as a line of a "
-                          "[drafter] table; edit the seat by hand")
-    lines, crs = _line_ends(text)
-    # the CR a new line break gets: the file's own style (a CRLF file stays CRLF)
-    new_cr = "\r" if "\r\n" in text else ""
-    sched_line = found.get(("drafter", "num_speculative_tokens_per_batch_size"))
-    new_sched = None if schedule is None else (
-        "num_speculative_tokens_per_batch_size = "
-        + json.dumps([list(e) for e in schedule]))
-    # (first index, last index, replacement lines with their CRs); a replaced value keeps the
-    # CR of its last line
-    edits: list[tuple[int, int, list[str]]] = []
-    last_index = len(lines) - 1
-    k_index = k_line - 1
-    indent = lines[k_index][: len(lines[k_index]) - len(lines[k_index].lstrip())]
-    k_end = _value_end(lines, k_index, lines[k_index].index("=") + 1)
-    k_text = f"{indent}num_speculative_tokens = {k}" + _comment_of(lines[k_end])
-    if sched_line is not None:
-        s_index = sched_line - 1
-        s_end = _value_end(lines, s_index, lines[s_index].index("=") + 1)
-        replacement = ([] if new_sched is None
-                       else [indent + new_sched + _comment_of(lines[s_end]) + crs[s_end]])
-        edits.append((s_index, s_end, replacement))
-        edits.append((k_index, k_end, [k_text + crs[k_end]]))
-    elif new_sched is not None:
-        # a line after the value: it ends as the value's line ended; the value's line gets a
-        # line break of the file's style when it was the last line
-        k_cr = new_cr if k_end == last_index else crs[k_end]
-        edits.append((k_index, k_end, [k_text + k_cr, indent + new_sched + crs[k_end]]))
-    else:
-        edits.append((k_index, k_end, [k_text + crs[k_end]]))
-    raw = [line + cr for line, cr in zip(lines, crs, strict=True)]
-    for first, last, replacement in sorted(edits, key=lambda e: e[0], reverse=True):
-        raw[first : last + 1] = replacement
-    if sched_line is not None and new_sched is None and raw and s_end == last_index:
-        # the removed schedule was the last line, without a final newline: so is the new last
-        raw[-1] = raw[-1].removesuffix("\r")
-    edited = "\n".join(raw)
+    if "num_speculative_tokens" not in data["drafter"]:
+        raise ConfigError(f"{where}: [drafter] num_speculative_tokens not found; edit the seat "
+                          "by hand")
+    try:
+        doc = tomlkit.parse(text)
+        drafter = doc["drafter"]
+        _replace(drafter, "num_speculative_tokens", tomlkit.item(k))
+        key = "num_speculative_tokens_per_batch_size"
+        if schedule is None:
+            if key in drafter:
+                del drafter[key]
+        else:
+            array = tomlkit.array()
+            for entry in schedule:
+                array.append([int(v) for v in entry])
+            _replace(drafter, key, array)
+        edited = tomlkit.dumps(doc)
+    except (tomlkit.exceptions.TOMLKitError, AttributeError, KeyError, TypeError,
+            ValueError) as exc:
+        # tomllib read the file; a form tomlkit cannot edit (dotted keys across tables...)
+        raise ConfigError(f"{where}: cannot edit [drafter] in this form "
+                          f"({printable(str(exc), 200)}); edit the seat by hand") from None
+    if "\r\n" in text:  # a CRLF file stays CRLF (tomlkit writes a new line with LF)
+        edited = edited.replace("\r\n", "\n").replace("\n", "\r\n")
+    if not text.endswith("\n"):  # and a file without a final newline stays without one
+        edited = edited.rstrip("\r\n")
     _check_only_schedule_changed(data, _loads(edited, where), k, schedule, where)
     return edited
 
 
+def _replace(table: Any, key: str, item: Any) -> None:
+    """table[key] = item, the old value's comment kept (a note on why K is what it is)."""
+    if key in table:
+        old = table.item(key)
+        trivia = getattr(old, "trivia", None)
+        if trivia is not None and trivia.comment:
+            item.trivia.comment_ws = trivia.comment_ws or "  "
+            item.trivia.comment = trivia.comment
+    table[key] = item
+
+
+@dataclass(frozen=True, slots=True)
+class SeatEdit:
+    """What `write_drafter_schedule` did to a seat file."""
+
+    path: Path  # the file written (a seat linked into place: the link's target)
+    changed: bool
+    diff: str  # unified diff of the seat, "" when nothing changed
+    k_before: int | None
+    schedule_before: Schedule | None
+
+
+def write_drafter_schedule(path: Path, k: int, schedule: Schedule | None, *,
+                           advised_up_to: int | None = None, read_only_ok: bool = False,
+                           lock_timeout_s: float = 30.0) -> SeatEdit:
+    """Write K and the schedule into the seat at `path` (module docstring). ConfigError naming
+    the file on every refusal; the seat is left as it was."""
+    shown = printable(str(path), 4096)
+    try:
+        return _write_schedule(path, shown, k, schedule, advised_up_to=advised_up_to,
+                               read_only_ok=read_only_ok, lock_timeout_s=lock_timeout_s)
+    except OSError as exc:  # the seat vanished or its directory went away meanwhile
+        raise ConfigError(f"{shown}: {exc.strerror or type(exc).__name__}: not written"
+                          ) from None
+
+
+def _write_schedule(path: Path, shown: str, k: int, schedule: Schedule | None, *,
+                    advised_up_to: int | None, read_only_ok: bool,
+                    lock_timeout_s: float) -> SeatEdit:
+    target = _seat_target(path, shown)
+    info = os.stat(target)
+    if info.st_nlink > 1:
+        raise ConfigError(f"{shown}: has {info.st_nlink} hard links; a rewrite by rename would "
+                          "split them (the other names keep the old seat): edit by hand, or "
+                          "give a file with one link")
+    if not read_only_ok and not info.st_mode & 0o222:
+        raise ConfigError(f"{shown}: is read-only (mode {stat.S_IMODE(info.st_mode):04o}): "
+                          "not written", hint="pass --write-read-only to write it anyway (the "
+                                              "mode stays)")
+    with exclusive_lock(target.parent / f".{target.name}.lock", timeout_s=lock_timeout_s):
+        before = os.stat(target)
+        text = read_regular_text(target, limit_bytes=SEAT_LIMIT_BYTES)
+        if file_identity(os.stat(target)) != file_identity(before):
+            raise ConfigError(f"{shown}: changed while it was read: not written; run again "
+                              "once the other writer is done")
+        try:
+            seat = parse_seat(text, path)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc.message} (--write edits only a seat that loads)",
+                              hint=exc.hint) from None
+        if (advised_up_to is not None and seat.serve.max_num_seqs > advised_up_to):
+            raise ConfigError(
+                f"{shown}: serve.max_num_seqs = {seat.serve.max_num_seqs}, but the advice covers "
+                f"batch sizes up to {advised_up_to}: its last tier would cover batch sizes "
+                f"{advised_up_to + 1}-{seat.serve.max_num_seqs} that were never evaluated: not "
+                "written", hint=f"advise with --max-num-seqs {seat.serve.max_num_seqs}, or gate "
+                                "the seat at its own max_num_seqs")
+        k_before, sched_before = ((seat.drafter.num_speculative_tokens,
+                                   seat.drafter.num_speculative_tokens_per_batch_size)
+                                  if seat.drafter else (None, None))
+        edited = edit_drafter_schedule(text, shown, k, schedule)
+        if edited == text:
+            return SeatEdit(target, False, "", k_before, sched_before)
+        try:
+            parse_seat(edited, path)
+        except ConfigError as exc:
+            raise ConfigError(f"{shown}: the edited seat would not load ({exc.message}): not "
+                              "written") from None
+        try:
+            write_into(target.parent, target.name, edited.encode("utf-8"),
+                       mode=stat.S_IMODE(before.st_mode),
+                       owner=(before.st_uid, before.st_gid),
+                       unchanged=file_identity(before))
+        except WriteRefused as exc:
+            raise ConfigError(exc.message) from None
+    # no context lines: the lines around [drafter] may be [env] values (tokens, keys), and only
+    # the changed lines, which are the schedule's, reach output
+    diff = "".join(difflib.unified_diff(text.splitlines(keepends=True),
+                                        edited.splitlines(keepends=True),
+                                        fromfile=f"{shown} (before)", tofile=shown, n=0))
+    return SeatEdit(target, True, diff, k_before, sched_before)
+
+
+def _seat_target(path: Path, shown: str) -> Path:
+    """The regular file behind `path` (a seat linked into place: its target), refused before
+    any lock is created: `--write /dev/null` once created /dev/.null.lock."""
+    try:
+        target = path.resolve(strict=True)
+    except FileNotFoundError:
+        raise ConfigError(f"{shown}: does not exist") from None
+    except RuntimeError:
+        raise ConfigError(f"{shown}: is a symlink loop") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{shown}: is a symlink loop") from None
+        raise ConfigError(f"{shown}: {exc.strerror or type(exc).__name__}") from None
+    except ValueError:
+        raise ConfigError(f"{shown}: not a path (it holds a NUL character)") from None
+    try:
+        info = os.stat(target)
+    except OSError as exc:
+        raise ConfigError(f"{shown}: {exc.strerror or type(exc).__name__}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{shown}: is {_kind(info.st_mode)}, not a seat file: not written")
+    return target
+
+
 def _check_only_schedule_changed(before: dict[str, Any], after: dict[str, Any], k: int,
                                  schedule: Sequence[Sequence[int]] | None, where: str) -> None:
-    expected = json.loads(json.dumps(before))
+    # compared as tomllib values (dates and times included: a JSON round trip raised on them)
+    expected = copy.deepcopy(before)
     expected["drafter"]["num_speculative_tokens"] = k
     if schedule is None:
         expected["drafter"].pop("num_speculative_tokens_per_batch_size", None)
     else:
         expected["drafter"]["num_speculative_tokens_per_batch_size"] = [list(e) for e in schedule]
-    if json.loads(json.dumps(after)) != expected:
+    if after != expected:
         raise ConfigError(f"{where}: editing the [drafter] schedule would change other keys; "
                           "edit the seat by hand")

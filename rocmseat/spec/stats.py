@@ -116,8 +116,10 @@ def sample_sd(values: Sequence[float]) -> float | None:
     """The sample standard deviation, None for fewer than two values."""
     if len(values) < 2:
         return None
-    m = mean(values)
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+    # scaled by the largest magnitude: squares of values near the float limit stay finite
+    scale = max(abs(v) for v in values) or 1.0
+    m = mean([v / scale for v in values])
+    return scale * math.sqrt(sum((v / scale - m) ** 2 for v in values) / (len(values) - 1))
 
 
 def solve(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:

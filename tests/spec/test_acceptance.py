@@ -103,11 +103,15 @@ def test_overdispersed_acceptance_is_detected():
 @pytest.mark.parametrize(
     ("counters", "message"),
     [
-        (Counters(10, 30, 5, (3, 4, 0)), "must not increase"),
-        (Counters(10, 30, 9, (5, 3, 0)), "!= sum of per-position counts"),
+        # the watchdog's rule, its slack of 1 % + 1 for torn reads included (one rule)
+        (Counters(10, 30, 8, (3, 5, 0)), "position 1 accepted 5 times, more than position 0"),
+        (Counters(10, 30, 12, (5, 3, 0)), "the per-position counts sum to 8, the accepted"),
         (Counters(10, 30, -1, (0, 0, 0)), "negative or not finite"),
         (Counters(10, 30, math.nan, (0, 0, 0)), "negative or not finite"),
-        (Counters(10, 30, 11, (11, 0, 0)), "must not increase"),
+        (Counters(10, 30, 12, (12, 0, 0)), "position 0 accepted 12 times, more than drafts"),
+        # issue 18: far more draft tokens than K x drafts, and a fraction of a draft
+        (Counters(10, 300, 3, (2, 1, 0)), "300 draft tokens in 10 drafts of at most 3"),
+        (Counters(1e-300, 0, 0, (0, 0, 0)), "not a whole number"),
         (Counters(0, 0, 0, (0, 0, 0)), "no drafts"),
     ],
 )
@@ -185,3 +189,35 @@ def test_geometric_data_is_not_rejected_and_pearson_has_k_minus_1_df():
     one = estimate(Counters(100, 100, 60, (60,)))
     assert one.pearson_df is None and one.pearson_p is None and not one.geometric_rejected
     assert "cannot be tested" in one.fit_note
+
+
+def test_the_bootstrap_cost_does_not_grow_with_the_drafts():
+    """Issue 18 item 8: 1e7 drafts with counts (10, 5, 2) ran past 60 s (a loop over n per
+    draw); the waiting-time sampler draws about n p + 1 numbers. Counted, not timed: a random
+    source that counts its calls."""
+
+    class Counting(random.Random):
+        calls = 0
+
+        def random(self) -> float:
+            Counting.calls += 1
+            return super().random()
+
+    rng = Counting(7)
+    drawn = resample(Counters(1e8, 3e8, 17, (10, 5, 2)), rng)
+    assert Counting.calls < 200  # 3e8 before
+    assert all(v == int(v) and v >= 0 for v in drawn.per_position)
+    assert drawn.per_position[0] >= drawn.per_position[1] >= drawn.per_position[2]
+
+
+def test_the_waiting_time_sampler_is_binomial():
+    # mean and variance of Bin(n, p) on both sides of p = 1/2 (the sampler mirrors p > 1/2)
+    from rocmseat.spec.acceptance import _binomial
+
+    rng = random.Random(3)
+    for n, p in ((1000, 0.01), (40, 0.5), (1000, 0.995), (10**8, 3e-8)):
+        draws = [_binomial(rng, n, p) for _ in range(4000)]
+        mean = sum(draws) / len(draws)
+        var = sum((d - mean) ** 2 for d in draws) / (len(draws) - 1)
+        assert mean == pytest.approx(n * p, rel=0.08, abs=0.1)
+        assert var == pytest.approx(n * p * (1 - p), rel=0.15, abs=0.1)

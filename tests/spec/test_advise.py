@@ -81,10 +81,16 @@ def test_advise_table(rocmseat_cli, gate_dir):
     assert any(line.startswith("proposal: num_speculative_tokens = ") for line in lines)
 
 
-def test_write_the_advice_into_a_seat(rocmseat_cli, gate_dir, tmp_path):
+def _seat_of_the_gate(tmp_path):
+    """The demo spec seat at the gate's max_num_seqs (16): the advice covers all of it."""
     seat = tmp_path / "seats" / "spec.toml"
-    seat.parent.mkdir()
-    shutil.copy(SPEC_SEAT, seat)
+    seat.parent.mkdir(exist_ok=True)
+    seat.write_text(SPEC_SEAT.read_text().replace("max_num_seqs = 64", "max_num_seqs = 16"))
+    return seat
+
+
+def test_write_the_advice_into_a_seat(rocmseat_cli, gate_dir, tmp_path):
+    seat = _seat_of_the_gate(tmp_path)
     os.chmod(seat, 0o640)
     link = tmp_path / "linked.toml"
     link.symlink_to(seat)
@@ -220,8 +226,8 @@ def test_advise_a_seat_reads_its_replicas(rocmseat_cli, pages, tmp_path):
 
 
 def test_write_keeps_a_crlf_seat_crlf(rocmseat_cli, gate_dir, tmp_path):
-    seat = tmp_path / "spec.toml"
-    before = SPEC_SEAT.read_bytes().replace(b"\n", b"\r\n")
+    seat = _seat_of_the_gate(tmp_path)
+    before = seat.read_bytes().replace(b"\n", b"\r\n")
     seat.write_bytes(before)
     result = rocmseat_cli("spec", "advise", "--from-gate", str(gate_dir), "--write", str(seat))
     assert result.exit_code == 0, result.stderr
@@ -285,15 +291,23 @@ HOSTILE_GATE = [
     ("arms/candidate/arm.json", _set_run("result_file", 5),
      "key 'runs[2].result_file': expected a string"),
     ("arms/candidate/arm.json", _set_run("metrics_window", {
-        "spec_present": True, "drafts": 5, "draft_tokens": 15, "accepted_tokens": 3,
-        "accepted_per_position": "123"}),
+        "duration_s": 1.0, "spec_present": True, "drafts": 5, "draft_tokens": 15,
+        "accepted_tokens": 3, "accepted_per_position": "123"}),
      "key 'runs[2].metrics_window.accepted_per_position': expected a list"),
     ("arms/candidate/arm.json", _set_run("metrics_window", {
-        "spec_present": True, "drafts": "many", "draft_tokens": 15, "accepted_tokens": 3,
-        "accepted_per_position": [1, 1, 1]}),
+        "duration_s": 1.0, "spec_present": True, "drafts": "many", "draft_tokens": 15,
+        "accepted_tokens": 3, "accepted_per_position": [1, 1, 1]}),
      "key 'runs[2].metrics_window.drafts': expected a finite number >= 0"),
-    ("arms/candidate/arm.json", lambda d: d.clear() or d.update(runs=[]),
+    ("arms/candidate/arm.json", lambda d: d.update(runs=[]),
      "the candidate arm recorded no spec-decode counters"),
+    # the documents' models (rocmseat/spec/documents.py): the keys the writer always writes
+    ("arms/candidate/arm.json", lambda d: d.pop("source_seat"), "key 'source_seat': missing"),
+    ("arms/candidate/arm.json", lambda d: _decode_run(d)["metrics_window"].pop("duration_s"),
+     "key 'runs[2].metrics_window.duration_s': missing"),
+    ("arms/candidate/arm.json", lambda d: d.update(name="base"),
+     "key 'name': 'base', but gate.json lists this record as arm 'candidate'"),
+    ("gate.json", lambda d: d.update(schema="rocmseat.gate/v2"),
+     "not a rocmseat.gate/v1 document"),
 ]
 
 

@@ -223,3 +223,39 @@ def test_the_hang_gate_needs_a_watchdog_that_watched(tmp_path, monkeypatch, watc
     else:
         assert record.watch_gaps[0].startswith(f"decode-c1-r0: {gap}")
         assert hang.detail.startswith(f"not watched: decode-c1-r0: {gap}")
+
+
+def test_a_gate_file_that_cannot_be_written_is_a_note(tmp_path, recorded, replay, monkeypatch):
+    # issue 18 item 1: a link planted at gate.txt, a directory at gate.png while the gate runs
+    # (after it claimed --out): the verdict is still returned (and printed), the link's target
+    # untouched, each failure a note
+    arms, _ = replay
+    arms.update(recorded)
+    out = tmp_path / "out"
+    mine = tmp_path / "mine.txt"
+    mine.write_text("mine\n")
+    claim = gateflow.claim_out
+
+    def claim_then_plant(*args):
+        claim(*args)
+        (out / "gate.txt").symlink_to(mine)
+        (out / "gate.png").mkdir()
+
+    monkeypatch.setattr(gateflow, "claim_out", claim_then_plant)
+    outcome = _gate(tmp_path)
+    assert outcome.exit_code == 1 and outcome.table
+    assert mine.read_text() == "mine\n"
+    assert outcome.notes == (f"{out / 'gate.txt'}: not written: is a symlink; rocmseat never "
+                             "writes through a link (someone else may have planted it)",)
+    assert outcome.doc["picture"] is None
+    assert outcome.doc["picture_note"] == (
+        f"{out / 'gate.png'}: not written: is a directory, not a regular file")
+    assert json.loads((out / "gate.json").read_text())["run_id"] == outcome.doc["run_id"]
+
+
+def test_the_run_id_is_in_every_document(tmp_path, recorded, replay):
+    arms, _ = replay
+    arms.update(recorded)
+    first = _gate(tmp_path).doc["run_id"]
+    again = _gate(tmp_path).doc["run_id"]  # a finished gate of the same seats: run again
+    assert first and again and first != again

@@ -3,9 +3,12 @@ notify socket; the real `rocmseat watch` seeing a replica go down."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -112,6 +115,72 @@ def test_the_watchdog_sees_a_replica_go_down(tmp_path):
     assert (event.replica, event.alert, event.state) == ("r0", "replica_down", "firing")
     assert not watch.child.alive()
     assert Path(tmp_path / "watch.log").read_text().count("alert=replica_down") >= 1
+    # the gate read the watchdog's structured alert (its --command-hook), not its log line
+    first = json.loads(watch.alerts_file.read_text().splitlines()[0])
+    assert first["schema"] == "rocmseat.watch-alert/v1" and first["alert"] == "replica_down"
+    assert event.line.startswith("rocmseat-watch replica=r0 alert=replica_down state=firing")
+    assert watch.bad_alerts == []
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    ("rocmseat-watch replica=r0 alert=replica_stalled state=firing", "not JSON"),
+    ('{"schema": "rocmseat.watch-alert/v2", "replica": "r0", "alert": "a", "state": "firing"}',
+     "not a rocmseat.watch-alert/v1 document"),
+    ('{"schema": "rocmseat.watch-alert/v1", "replica": "r0", "alert": "a", "state": "maybe"}',
+     "key 'state': "),
+    ('{"schema": "rocmseat.watch-alert/v1", "replica": 7, "alert": "a", "state": "firing"}',
+     "key 'replica': expected a string"),
+    ("[1, 2]", "expected a JSON object"),
+    ('{"a": ' + "1" * 400 + "}", "an integer of 400 digits"),
+])
+def test_an_alerts_line_that_is_no_alert_document(tmp_path, line, why):
+    from rocmseat.spec.procs import WatchChild
+
+    watch = WatchChild.__new__(WatchChild)  # the parser alone: no watchdog started
+    watch.events, watch.bad_alerts = [], []
+    watch.alerts_file = tmp_path / "watch.log.alerts.ndjson"
+    watch._lock = threading.Lock()
+    watch._alert(line)
+    assert watch.events == [] and len(watch.bad_alerts) == 1
+    assert why in watch.bad_alerts[0], watch.bad_alerts[0]
+
+
+def test_an_alert_with_control_characters_is_one_printable_line(tmp_path):
+    from rocmseat.spec.procs import WatchChild
+
+    watch = WatchChild.__new__(WatchChild)
+    watch.events, watch.bad_alerts = [], []
+    watch.alerts_file = tmp_path / "a.ndjson"
+    watch._lock = threading.Lock()
+    watch._alert(json.dumps({"schema": "rocmseat.watch-alert/v1", "replica": "r0\n\x1b[2J",
+                             "alert": "replica_stalled", "state": "firing",
+                             "details": {"url": "http://u:hunter2@h/metrics\u009b"}}))
+    (event,) = watch.events
+    assert event.alert == "replica_stalled" and "hunter2" not in event.line
+    assert event.line.isprintable()
+
+
+def test_the_alert_sink_appends_one_line_per_alert(tmp_path):
+    from rocmseat.spec.procs import ALERT_SINK
+
+    sink = tmp_path / "alerts.ndjson"
+    for state in ("firing", "resolved"):
+        doc = {"schema": "rocmseat.watch-alert/v1", "replica": "r0", "alert": "x",
+               "state": state}
+        done = subprocess.run([sys.executable, "-I", str(ALERT_SINK), str(sink)],
+                              input=json.dumps(doc, indent=2), capture_output=True, text=True,
+                              timeout=30)
+        assert done.returncode == 0, done.stderr
+    assert [json.loads(x)["state"] for x in sink.read_text().splitlines()] == ["firing",
+                                                                               "resolved"]
+    link = tmp_path / "link.ndjson"
+    link.symlink_to(tmp_path / "elsewhere")
+    done = subprocess.run([sys.executable, "-I", str(ALERT_SINK), str(link)], input="{}",
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0 and not (tmp_path / "elsewhere").exists()
+    done = subprocess.run([sys.executable, "-I", str(ALERT_SINK), str(sink)],
+                          input="x" * (70 << 10), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "over 65536 bytes" in done.stderr
 
 
 def _stand_in(tmp_path: Path, body: str) -> Path:
@@ -252,3 +321,19 @@ def test_the_gate_sees_whether_the_watchdog_scrapes(tmp_path):
         server.shutdown()
         server.server_close()
     assert not watch.hangs()
+
+
+def test_a_childs_log_is_read_capped_and_never_through_a_fifo(tmp_path):
+    from rocmseat.spec.procs import read_log
+
+    log = tmp_path / "launch.log"
+    log.write_bytes(b"a" * 100 + b"\nlast line\n")
+    assert read_log(log, tail_bytes=10) == "last line\n"
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        read_log(fifo)  # blocked forever before (Path.read_text on a FIFO without a writer)
+    link = tmp_path / "link.log"
+    link.symlink_to(log)
+    with pytest.raises(OSError):
+        read_log(link)

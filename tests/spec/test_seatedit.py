@@ -48,7 +48,8 @@ def test_write_keeps_trailing_comments_and_replaces_a_multiline_schedule():
         "  [9, 64, 3],\n]  # busy\n# a comment after\n[serve]\nport_base = 8000\n"
     )
     edited = edit_drafter_schedule(text, "s.toml", 4, [(1, 4, 4), (5, 64, 0)])
-    assert edited.splitlines()[5] == "num_speculative_tokens = 4  # deepest K"
+    # the replaced line keeps its comment and the spacing before it (tomlkit's trivia)
+    assert edited.splitlines()[5] == "num_speculative_tokens = 4   # deepest K"
     assert edited.splitlines()[6] == (
         "num_speculative_tokens_per_batch_size = [[1, 4, 4], [5, 64, 0]]  # busy")
     assert "# a comment after" in edited and "[drafter]  # the drafter" in edited
@@ -165,8 +166,11 @@ def test_write_keeps_a_missing_final_newline(eol):
         ("[drafter\nnum_speculative_tokens = 3\n", r"^s\.toml:1: invalid TOML: "),
         ("[drafter]\nnum_speculative_tokens = 3\nnum_speculative_tokens = 4\n",
          r"^s\.toml:3: invalid TOML: "),
-        ("[drafter]\nnum_speculative_tokens = " + "1" * 5000 + "\n", r"^s\.toml:2: invalid TOML"),
-        ("x = " + "[" * 5000 + "\n", r"^s\.toml:1: invalid TOML"),
+        # the seat loader's own messages (one TOML parse for the loader and the editor)
+        ("[drafter]\nnum_speculative_tokens = " + "1" * 5000 + "\n",
+         r"^s\.toml:2: invalid seat file: a number with thousands of digits"),
+        ("x = " + "[" * 5000 + "\n", r"^s\.toml:1: invalid seat file: arrays and inline tables "
+                                      "nested more than"),
     ],
     ids=["unclosed table", "key set twice", "5000 digits", "nested 5000 deep"],
 )
@@ -174,3 +178,11 @@ def test_write_refuses_a_seat_that_is_not_toml(text, message):
     # a traceback (TOMLDecodeError, ValueError, RecursionError: exit 3) before
     with pytest.raises(ConfigError, match=message):
         edit_drafter_schedule(text, "s.toml", 2, None)
+
+
+def test_a_seat_with_a_date_is_edited():
+    # TOML dates are values of a seat too: the check of the edit raised TypeError (exit 3)
+    text = "stamp = 1979-05-27T07:32:00Z\n[drafter]\nnum_speculative_tokens = 3\n"
+    edited = edit_drafter_schedule(text, "s.toml", 2, [(1, 4, 2), (5, 8, 0)])
+    assert tomllib.loads(edited)["drafter"]["num_speculative_tokens"] == 2
+    assert edited.startswith("stamp = 1979-05-27T07:32:00Z\n")

@@ -1,0 +1,130 @@
+"""`rocmseat spec advise` as one call (docs/spec.md "spec advise"): the inputs from the one
+source given, the advice, the picture, the `--write` edit of a seat, the exit code and the
+document. The CLI checks the flags, calls `advise_flow` and renders.
+
+A picture or a seat that cannot be written does not lose the advice: the picture's failure is
+its note; a refused seat edit is `write_error` (the CLI prints the advice, then the error, and
+exits 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocmseat import exitcodes
+from rocmseat.atomic import WriteRefused
+from rocmseat.errors import ConfigError
+from rocmseat.spec import advise as adv
+from rocmseat.spec.plot import PlotUnavailable, advise_picture
+from rocmseat.spec.seatedit import write_drafter_schedule
+
+DEFAULT_WINDOW_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class AdviseRequest:
+    seat_file: Path | None = None
+    targets: Sequence[str] = ()
+    gate_dir: Path | None = None
+    window_s: float | None = None
+    logs: Sequence[Path] = ()
+    max_num_seqs: int | None = None
+    k_limit: int | None = None
+    write_seat: Path | None = None
+    write_read_only: bool = False
+    picture: Path | None = None
+    state_dir: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AdviseOutcome:
+    doc: dict[str, Any]
+    exit_code: int
+    write_error: ConfigError | None = None
+
+
+def advise_flow(request: AdviseRequest) -> AdviseOutcome:
+    inputs = _inputs(request)
+    picture = request.picture
+    if request.gate_dir is not None:
+        picture = picture or request.gate_dir / "advise.png"
+    advice, acceptance, cost = adv.run_advise(inputs, k_limit=request.k_limit)
+    picture_path, picture_note = _picture(picture, advice, acceptance, cost, inputs)
+    written: str | None = None
+    write_error: ConfigError | None = None
+    code = exitcodes.OK
+    if request.write_seat is not None:
+        try:
+            written, code = write_advice(request.write_seat, advice, inputs,
+                                         read_only_ok=request.write_read_only)
+        except ConfigError as exc:
+            written, code, write_error = f"not written: {exc.message}", exc.exit_code, exc
+    else:
+        k_now, sched_now = adv.current_drafter(inputs.seat)
+        if k_now is not None and (advice.num_speculative_tokens, advice.schedule) != (
+                k_now, sched_now):
+            code = exitcodes.PROBLEM
+    doc = adv.advice_json(inputs, advice, acceptance, cost, picture=picture_path,
+                          picture_note=picture_note, exit_code=code, written=written)
+    return AdviseOutcome(doc, code, write_error)
+
+
+def _inputs(request: AdviseRequest) -> adv.Inputs:
+    if request.window_s is not None:
+        adv.check_window(request.window_s)
+    if request.gate_dir is not None:
+        inputs = adv.from_gate(request.gate_dir)
+    else:
+        window_s = DEFAULT_WINDOW_S if request.window_s is None else request.window_s
+        seat = None
+        if request.seat_file is not None:
+            from rocmseat.state import default_state_dir
+            from rocmseat.watch.targets import seat_targets
+
+            seat = adv.seat_for(request.seat_file)
+            urls = [t.url for t in seat_targets(seat, request.state_dir or seat.state_dir
+                                                or default_state_dir())]
+        else:
+            from rocmseat.watch.scrape import parse_target
+
+            urls = [parse_target(t, i).url for i, t in enumerate(request.targets)]
+        inputs = adv.from_live(urls, window_s, seat, request.logs, request.max_num_seqs)
+    if request.max_num_seqs is not None:
+        inputs = adv.Inputs(inputs.source, inputs.counters, inputs.cells, request.max_num_seqs,
+                            inputs.batches, inputs.measured, inputs.seat)
+    return inputs
+
+
+def _picture(path: Path | None, advice: Any, acceptance: Any, cost: Any,
+             inputs: adv.Inputs) -> tuple[str | None, str]:
+    if path is None:
+        return None, "not drawn (pass --picture PATH)"
+    pvm = [(f"{p.arm} B{p.batch}", adv.predicted_for(p, acceptance, cost, inputs.max_num_seqs),
+            p.tokens_per_s) for p in inputs.measured]
+    stairs = {b: [(t.alpha_from, t.k) for t in steps] for b, steps in advice.staircase.items()}
+    try:
+        return str(advise_picture(path, advice.best_k, stairs, advice.alpha, pvm)), "written"
+    except (PlotUnavailable, WriteRefused) as exc:
+        # a picture that cannot be written is a note: the advice is still printed
+        return None, exc.message
+
+
+def write_advice(path: Path, advice: Any, inputs: adv.Inputs, *,
+                 read_only_ok: bool) -> tuple[str, int]:
+    """`--write`: the advice into the seat at `path` (rocmseat.spec.seatedit); what was done,
+    with the diff, and the exit code. ConfigError when the seat is refused."""
+    if advice.num_speculative_tokens is None:
+        return (f"{path}: not written: no draft length pays at any batch size; removing the "
+                "[drafter] is a decision to make by hand"), exitcodes.PROBLEM
+    edit = write_drafter_schedule(path, advice.num_speculative_tokens, advice.schedule,
+                                  advised_up_to=inputs.max_num_seqs, read_only_ok=read_only_ok)
+    if not edit.changed:
+        return f"{path}: already holds this advice: not rewritten", exitcodes.OK
+    schedule = [list(e) for e in advice.schedule] if advice.schedule else "removed"
+    return (f"{path}: [drafter] num_speculative_tokens = {advice.num_speculative_tokens}, "
+            f"num_speculative_tokens_per_batch_size = {schedule}; the config key changes with "
+            "it (the speculative config is a key factor): the next launch moves the replica's "
+            "compile cache aside and compiles afresh\n" + edit.diff.rstrip("\n")), exitcodes.OK
