@@ -396,3 +396,32 @@ def test_once_on_a_terminal_shows_the_wait(page_server, tmp_path):
         os.close(controller)
     assert proc.returncode == 0, out
     assert b"rocmseat: scraped 1 target; the second scrape in " in said, said
+
+
+def test_under_journald_the_lines_are_not_stamped_twice(tmp_path):
+    """The real command with stderr on a stream named by JOURNAL_STREAM (as systemd sets it
+    for a unit whose output goes to the journal): journald stamps each line, rocmseat adds
+    no `ts=`; the same command on another stream stamps every line."""
+    def first_and_last(journal: bool) -> list[str]:
+        read_end, write_end = os.pipe()
+        info = os.fstat(write_end)
+        env = {**os.environ, "PYTHONPATH": str(REPO), "ROCMSEAT_ERROR_LOG": "/dev/null"}
+        env.pop("JOURNAL_STREAM", None)
+        if journal:
+            env["JOURNAL_STREAM"] = f"{info.st_dev}:{info.st_ino}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rocmseat", "watch", "--target", "r0=http://127.0.0.1:1/",
+             "--interval", "0.2", "--exporter-listen", "off", "--state-dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL, stderr=write_end, env=env, cwd=REPO)
+        os.close(write_end)
+        with os.fdopen(read_end) as stream:
+            lines = [stream.readline().rstrip("\n")]
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+            lines += [line.rstrip("\n") for line in stream]
+        return [lines[0], lines[-1]]
+
+    assert [line.split(" ", 1)[0] for line in first_and_last(True)] == ["rocmseat-watch"] * 2
+    stamped_lines = first_and_last(False)
+    assert all(re.match(r"ts=\S+Z rocmseat-watch ", line) for line in stamped_lines)
+    assert stamped_lines[-1].endswith(" rocmseat-watch stop")
