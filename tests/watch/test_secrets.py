@@ -183,3 +183,29 @@ def test_a_targets_file_address_with_credentials_is_refused_without_showing_them
     assert SECRET not in info.value.message and "<redacted>" in info.value.message
 
 
+
+
+def test_targets_file_params_of_the_usual_secret_names_never_reach_output(rocmseat_cli,
+                                                                          tmp_path):
+    """Issue 18, item 5, the command: targets-file `__param_pass`, `__param_apitoken` and
+    `__param_jwt` were printed in clear (`...?pass=...&apitoken=...&jwt=...&token=<redacted>`).
+    They are sent (the server sees them) and never shown, in the table or the JSON."""
+    server = serve(GOOD_0, GOOD_1)
+    host_port = server.url.split("/")[2]
+    params = {"pass": "pw-1x", "apitoken": "tok-2y", "jwt": "jwt-3z", "token": "t-4w"}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([{"targets": [host_port], "labels": {
+        "replica": "r0", **{f"__param_{k}": v for k, v in params.items()}}}]))
+    try:
+        outputs = [rocmseat_cli("watch", "--targets-file", str(path), "--once", "--interval",
+                                "0.05", "--state-dir", str(tmp_path / "s"), *extra)
+                   for extra in ((), ("--json",))]
+    finally:
+        server.close()
+    for result in outputs:
+        assert result.exit_code in (0, 2), result.stdout + result.stderr
+        for value in params.values():
+            assert value not in result.stdout + result.stderr
+    (replica,) = strict_json(outputs[1].stdout)["replicas"]
+    assert replica["url"] == (f"http://{host_port}/metrics?pass=<redacted>&apitoken=<redacted>"
+                              "&jwt=<redacted>&token=<redacted>")
