@@ -436,3 +436,17 @@ def test_a_running_watcher_keeps_evaluating_while_a_big_file_is_reread(page_serv
     print(f"evaluations while a 770 KiB anchored file was re-read: {during:.0f}")
     assert during >= 8, lines
     assert said("targets-file-reloaded").endswith("targets=1 added=1 removed=1 relabelled=0")
+
+
+def test_watch_once_starts_at_once_on_an_anchored_file(rocmseat_cli, page_server, tmp_path):
+    """Issue 18, item 7, the command: `watch --targets-file` on the 320 KiB anchored file ran
+    for over 90 s at start; now it reads it and judges its one replica."""
+    port = page_server.url.split(":")[2].split("/")[0]
+    page_server.play(Answer(page("00-healthy.txt")), Answer(page("01-healthy.txt")))
+    path = write(tmp_path, "t.yml",
+                 _anchored(60_000, 2_000).replace("127.0.0.1:9", f"127.0.0.1:{port}"))
+    result = _within(lambda: rocmseat_cli("watch", "--targets-file", str(path), "--once",
+                                          "--interval", "0.05", "--baseline-al", "2.9",
+                                          "--state-dir", str(tmp_path / "s")))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[1].split()[:2] == [f"127.0.0.1:{port}", "yes"]
