@@ -212,6 +212,42 @@ def prepare(
         return _finish_move(job)
 
 
+MOVED_ASIDE_NAME = "rocmseat-moved-aside.json"  # why a cache was moved aside without a key change
+
+
+def move_aside(
+    cache_dir: Path,
+    *,
+    reason: dict[str, Any],
+    now: dt.datetime | None = None,
+    lock_timeout_s: float = 600.0,
+    owner_uid: int | None = None,
+) -> Path | None:
+    """Move a replica's live cache aside by rename although its key still matches (the
+    remediation of a suspected stale compile cache, docs/remediate.md), under the store's lock;
+    `reason` is written into the moved directory (`rocmseat-moved-aside.json`). Returns where it
+    went, or None when there is no live cache. Nothing is deleted; the next prepare() builds a
+    fresh cache at the live name ("absent")."""
+    cache_root, replica = cache_dir.parent, cache_dir.name
+    if not _REPLICA_NAME.fullmatch(replica) or cache_root == cache_dir:
+        raise ConfigError(f"{cache_dir}: not a replica's cache dir (<cache_root>/<replica>)")
+    uid = os.geteuid() if owner_uid is None else owner_uid
+    check_root(cache_root, owner_uid=uid)
+    refuse_link(lock_path(cache_root, replica))
+    with exclusive_lock(lock_path(cache_root, replica), timeout_s=lock_timeout_s):
+        refuse_link(cache_dir)
+        if (cache_root / f".{replica}.intent.json").exists():
+            raise ConfigError(f"{cache_dir}: a move aside is in progress (its intent file is "
+                              "there): the next launch finishes it")
+        if not cache_dir.is_dir():
+            return None
+        aside = _stale_name(cache_root, replica, now)
+        os.rename(cache_dir, aside)
+        atomic_write_json(aside / MOVED_ASIDE_NAME, reason)
+    log.warning("%s: moved cache aside to %s (%s)", replica, aside, reason.get("why", "-"))
+    return aside
+
+
 def lock_path(cache_root: Path, replica: str) -> Path:
     return cache_root / f".{replica}.lock"
 

@@ -42,12 +42,15 @@ def _say(text: str) -> None:
               "launch refuses (exit 1) when the node no longer places it there.")
 @click.option("--stop-grace", "stop_grace_s", type=click.FloatRange(min=0), default=30.0,
               show_default=True, help="Seconds between SIGTERM and SIGKILL when stopping.")
+@click.option("--no-drafter", is_flag=True,
+              help="Run the seat without its [drafter] (its own config key and cache): "
+              "remediation step 2 (docs/remediate.md).")
 @json_option
 @sysfs_root_option
 @state_dir_option
 def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_only: bool,
-           pair_text: str | None, stop_grace_s: float, as_json: bool, sysfs_root: Path | None,
-           state_dir: Path | None) -> int:
+           pair_text: str | None, stop_grace_s: float, no_drafter: bool, as_json: bool,
+           sysfs_root: Path | None, state_dir: Path | None) -> int:
     """Start one replica of SEAT under supervision, or show the plan of every replica."""
     from rocmseat.launch import flow
     from rocmseat.seat.load import load_seat
@@ -62,6 +65,10 @@ def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_onl
         raise click.UsageError("--pair goes with --replica NAME")
     pin = _pair(pair_text) if pair_text is not None else None
     seat = load_seat(seat_file)
+    if no_drafter:
+        from rocmseat.watch.remediate.mode import without_drafter
+
+        seat = without_drafter(seat)
     # backend cpu reads no /sys: no GPUs, no pairs, no NUMA binding
     root = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
     state = resolve_state_dir(state_dir if state_dir is not None else seat.state_dir)

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "demo": "rocmseat.cli.demo:demo",
     "spec": "rocmseat.cli.spec:spec",
     "slurm": "rocmseat.cli.slurm:slurm",
+    "remediate": "rocmseat.cli.remediate:remediate",
 }
 
 LOG_FILE_ENV = "ROCMSEAT_ERROR_LOG"

@@ -1,11 +1,11 @@
-"""`rocmseat systemd render SEAT --out DIR` and `rocmseat systemd install SEAT [--root DIR]`."""
+"""`rocmseat systemd render SEAT --out DIR` and `rocmseat systemd install SEAT [--root DIR]`.
+
+Options, one call, the lines: the policy (what is rendered for this host, what is refused,
+what may be replaced) is rocmseat.launch.install's.
+"""
 
 from __future__ import annotations
 
-import grp
-import os
-import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,140 +19,6 @@ from rocmseat.cli.options import (
     state_dir_option,
     sysfs_root_option,
 )
-from rocmseat.errors import ConfigError, RocmseatError
-
-UNIT_DIR = Path("etc/systemd/system")
-
-
-def _default_bin() -> Path:
-    beside = Path(sys.executable).parent / "rocmseat"
-    if beside.is_file():
-        return beside
-    found = shutil.which("rocmseat")
-    if found is None:
-        raise RocmseatError("cannot find the installed `rocmseat` script",
-                            hint="pass --rocmseat-bin /absolute/path/to/rocmseat")
-    return Path(found)
-
-
-def _missing_groups(groups: tuple[str, ...]) -> list[str]:
-    missing = []
-    for group in groups:
-        try:
-            grp.getgrnam(group)
-        except KeyError:
-            missing.append(group)
-    return missing
-
-
-def _check_groups(groups: tuple[str, ...], *, refuse: bool) -> None:
-    """SupplementaryGroups= naming a group this host lacks: systemd-analyze verify passes, but
-    systemd refuses every start with status=216/GROUP (a restart loop under Restart=)."""
-    missing = _missing_groups(groups)
-    if not missing:
-        return
-    what = (f"group {', '.join(repr(g) for g in missing)} does not exist on this host: "
-            "systemd would refuse to start the units (status=216/GROUP, \"Failed to determine "
-            "supplementary groups\")")
-    hint = "create it (groupadd --system NAME; Debian's udev package makes render) or drop --user"
-    if refuse:
-        raise ConfigError(f"SupplementaryGroups=: {what}", hint=hint)
-    click.echo(f"rocmseat: warning: {what}; {hint}", err=True)
-
-
-def _render(seat_file: Path, sysfs_root: Path | None, state_dir: Path | None,
-            rocmseat_bin: Path | None, user: str | None, *, refuse_missing_groups: bool = False,
-            ) -> dict[str, str]:
-    from rocmseat.launch import flow
-    from rocmseat.launch.units import (
-        UnitContext,
-        check_user,
-        load_templates,
-        render_units,
-        unit_groups,
-    )
-    from rocmseat.seat.load import load_seat
-
-    if user is not None:
-        check_user(user)
-    seat = load_seat(seat_file)
-    root = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
-    binary = rocmseat_bin if rocmseat_bin is not None else _default_bin()
-    if not binary.is_absolute():
-        raise click.BadParameter("must be an absolute path", param_hint="--rocmseat-bin")
-    state = resolve_state_dir(state_dir if state_dir is not None else seat.state_dir)
-    # The units name each replica, pair, NUMA node and port as the placement does; the HIP
-    # indices are not in them (launch numbers the pair at each start). Each replica keeps the
-    # pair it ran on (its placement.json in the state dir): a re-render after a GPU is lost
-    # never moves another replica onto its GPUs.
-    placed = flow.place(seat, root, state_dir=state)
-    for name, problem in sorted(placed.problems.items()):
-        click.echo(f"rocmseat: warning: {problem}: not used as replica {name}'s identity",
-                   err=True)
-    for record in placed.records:
-        if record.lost:
-            click.echo(f"rocmseat: warning: replica {record.replica}: {record.lost}; its unit "
-                       "is rendered with its own pair and will refuse to start until that "
-                       "pair is back", err=True)
-    ctx = UnitContext(rocmseat_bin=binary, seat_file=seat_file.absolute(), state_dir=state,
-                      user=user)
-    units = render_units(seat, placed.records, ctx, load_templates())
-    _check_groups(unit_groups(seat, ctx), refuse=refuse_missing_groups)
-    return units
-
-
-UNIT_LIMIT_BYTES = 1 << 20  # a unit is a few KiB
-
-
-def _read(path: Path) -> str | None:
-    """The unit file already at `path` (None: none), read as a regular file only: a FIFO there
-    would hang `install`. A unit masked with `systemctl mask` (a link to /dev/null) is said."""
-    from rocmseat.errors import ReadError
-    from rocmseat.safeio import read_regular_text
-    from rocmseat.seat.locate import printable
-
-    try:
-        if path.is_symlink() and os.path.realpath(path) == os.devnull:
-            raise ConfigError(f"{path}: the unit is masked (a link to /dev/null): not "
-                              "overwritten",
-                              hint=f"unmask it first: systemctl unmask {path.name}")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the unit already there: "
-                          f"{exc.strerror or exc}") from None
-    if not os.path.lexists(path):
-        return None
-    try:
-        return read_regular_text(path, limit_bytes=UNIT_LIMIT_BYTES)
-    except ReadError as exc:
-        raise ConfigError(f"cannot read the unit already there: {printable(exc.message, 300)}",
-                          hint="move it away, then install again") from None
-
-
-def _kept(before: str | None, text: str) -> str | None:
-    """Why an existing unit file must not be overwritten, or None: someone's own unit (no
-    rocmseat header), or a unit rocmseat rendered and someone edited since (its content no
-    longer matches the hash in its header). A re-render of an unedited unit is replaced."""
-    from rocmseat.launch.units import rendered_state
-
-    if before is None or before == text:
-        return None
-    state = rendered_state(before)
-    if state == "pristine":
-        return None
-    if state == "edited":
-        return "was edited after rocmseat rendered it (its content no longer matches the hash " \
-               "in its first line)"
-    return "was not rendered by rocmseat (or by one that kept no content hash)"
-
-
-def _write(path: Path, text: str, where: str) -> None:
-    from rocmseat.atomic import atomic_write_text
-
-    try:
-        atomic_write_text(path, text)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot write ({where}): {exc.strerror or exc}") from None
-
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -168,6 +34,21 @@ def _common(func: F) -> F:
                           type=click.Path(path_type=Path, dir_okay=False))(func)
 
 
+def _render(seat_file: Path, sysfs_root: Path | None, state_dir: Path | None,
+            rocmseat_bin: Path | None, user: str | None, *, live: bool) -> Any:
+    from rocmseat.launch.install import render_for_host
+    from rocmseat.seat.load import load_seat
+
+    if rocmseat_bin is not None and not rocmseat_bin.is_absolute():
+        raise click.BadParameter("must be an absolute path", param_hint="--rocmseat-bin")
+    seat = load_seat(seat_file)
+    state = resolve_state_dir(state_dir if state_dir is not None else seat.state_dir)
+    root = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
+    return render_for_host(seat_file, sysfs_root=root, state_dir=state,
+                           rocmseat_bin=rocmseat_bin, user=user, live=live,
+                           warn=lambda line: click.echo(line, err=True))
+
+
 @click.group("systemd")
 def systemd() -> None:
     """Render or install the seat's systemd units (one per replica, preflight, watchdog)."""
@@ -180,9 +61,11 @@ def systemd() -> None:
 def render(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path | None,
            rocmseat_bin: Path | None, user: str | None, out_dir: Path) -> int:
     """Write the units of SEAT into --out DIR."""
-    units = _render(seat_file, sysfs_root, state_dir, rocmseat_bin, user)
-    for name, text in sorted(units.items()):
-        _write(out_dir / name, text, "--out")
+    from rocmseat.launch.install import write_unit
+
+    rendered = _render(seat_file, sysfs_root, state_dir, rocmseat_bin, user, live=False)
+    for name, text in sorted(rendered.units.items()):
+        write_unit(out_dir / name, text, "--out")
         click.echo(str(out_dir / name))
     return exitcodes.OK
 
@@ -198,33 +81,9 @@ def install(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path | None,
             rocmseat_bin: Path | None, user: str | None, root: Path | None,
             force: bool) -> int:
     """Install the units of SEAT into /etc/systemd/system (or under --root) and reload."""
-    from rocmseat.runner import run
+    from rocmseat.launch.install import install_units
 
-    # Under --root the units are for another system (an image): warn only.
-    units = _render(seat_file, sysfs_root, state_dir, rocmseat_bin, user,
-                    refuse_missing_groups=root is None)
-    target = (root if root is not None else Path("/")) / UNIT_DIR
-    kept = [(target / n, why) for n, text in sorted(units.items())
-            if (why := _kept(_read(target / n), text)) is not None]
-    if kept and not force:
-        path, why = kept[0]
-        raise ConfigError(f"{path}: exists, differs and {why}; not overwritten"
-                          + (f" (and {len(kept) - 1} more)" if len(kept) > 1 else ""),
-                          hint="compare it with `rocmseat systemd render`, move it away, or "
-                          "pass --force to replace it")
-    for name, text in sorted(units.items()):
-        path = target / name
-        before = _read(path)
-        if before == text:
-            click.echo(f"unchanged {path}")
-            continue
-        _write(path, text, "--root" if root is not None else "the unit directory")
-        click.echo(f"{'installed' if before is None else 'replaced'} {path}")
-    if root is None:
-        done = run(["systemctl", "daemon-reload"], timeout_s=60)
-        if not done.ok:
-            raise RocmseatError(f"systemctl daemon-reload failed: {done.stderr.strip()}")
-    replicas = [n for n in sorted(units) if not n.endswith(("-watch.service",
-                                                             "-preflight.service"))]
-    click.echo("start with: systemctl enable --now " + " ".join(replicas))
+    # Under --root the units are for another system (an image): its traps are warned about.
+    rendered = _render(seat_file, sysfs_root, state_dir, rocmseat_bin, user, live=root is None)
+    install_units(rendered, root=root, force=force, say=click.echo)
     return exitcodes.OK

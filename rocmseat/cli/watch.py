@@ -100,6 +100,11 @@ class Finite(click.ParamType[float]):
               help="The replicas do not speculate: no spec_blind, /ready is not held at 503 for "
                    "missing spec-decode series (a targets file can say it per target with the "
                    "label rocmseat_spec: \"false\").")
+@click.option("--remediate", type=click.Choice(["on", "off", "dry-run"]), is_flag=False,
+              flag_value="on", default=None,
+              help="Heal a seat's replicas (docs/remediate.md): move caches aside and restart, "
+                   "then run without the drafter; 'dry-run' journals what it would do [default: "
+                   "the seat's remediate.mode, else off].")
 @state_dir_option
 @sysfs_root_option
 def watch(  # noqa: PLR0917 (click passes every option)
@@ -117,6 +122,7 @@ def watch(  # noqa: PLR0917 (click passes every option)
     command_hook: str | None,
     baseline_al: float | None,
     no_spec: bool,
+    remediate: str | None,
     state_dir: Path | None,
     sysfs_root: Path | None,
 ) -> int:
@@ -133,6 +139,11 @@ def watch(  # noqa: PLR0917 (click passes every option)
     webhook_what = "--webhook"
     source: TargetsFile | None = None
     extra: list[Target] = []
+    remediator: Any = None
+    if seat_file is None and remediate not in (None, "off"):
+        raise ConfigError("--remediate acts only on the replicas of a SEAT that rocmseat "
+                          "launched (their placement record): --target and --targets-file "
+                          "replicas are never acted on")
     if seat_file is not None:
         from rocmseat.seat.load import load_seat
         from rocmseat.watch.targets import seat_targets
@@ -157,6 +168,9 @@ def watch(  # noqa: PLR0917 (click passes every option)
             webhook = seat.watch.webhook_url
             webhook_what = f"{seat_file}: key 'watch.webhook_url'"
         hook_argv = hook_argv or seat.watch.command_hook
+        remediator = _remediator(seat, seat_file, state, remediate, node=node or this_node(),
+                                 once=once, sysfs_root=resolve_sysfs_root(sysfs_root)
+                                 if seat.backend == "rocm" else None)
     else:
         expect_spec = not no_spec
         state = resolve_state_dir(state_dir)
@@ -184,7 +198,20 @@ def watch(  # noqa: PLR0917 (click passes every option)
         return _once(watch_targets, config, as_json)
     check_state_dir_writable(state)  # a learned baseline is saved after ~15 min: fail now
     sinks = Sinks(listen, webhook, hook_argv, seat_name, node)
-    return _service(watch_targets, config, sinks, source, extra)
+    return _service(watch_targets, config, sinks, source, extra, remediate=remediator)
+
+
+def _remediator(seat: Any, seat_file: Path, state: Path, option: str | None, *, node: str,
+                once: bool, sysfs_root: Path | None) -> Any:
+    """The remediator factory for the service, or None when remediation is off."""
+    mode = option or seat.remediate.mode
+    if mode == "off":
+        return None
+    if once:
+        raise click.UsageError("--remediate goes with the service, not --once")
+    from rocmseat.watch.remediate.setup import remediator_factory
+
+    return remediator_factory(seat, seat_file, state, mode, node=node, sysfs_root=sysfs_root)
 
 
 def _hook_argv(command_hook: str | None) -> tuple[str, ...] | None:
@@ -241,7 +268,7 @@ def _countdown(count: int) -> Callable[[float], None]:
 
 
 def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
-             source: TargetsFile | None, extra: list[Target]) -> int:
+             source: TargetsFile | None, extra: list[Target], *, remediate: Any = None) -> int:
     """Run the service on a worker thread; this thread only waits for SIGTERM/SIGINT.
 
     No Python signal handler: one that calls `Event.set()` deadlocks when the signal lands
@@ -260,7 +287,8 @@ def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
     def work() -> None:
         try:
             run_service(targets, config, sinks, log=log,
-                        stop=stop, targets_file=source, extra_targets=extra)
+                        stop=stop, targets_file=source, extra_targets=extra,
+                        remediate=remediate)
         except BaseException as exc:  # handed to the CLI's error boundary below
             caught.append(exc)
 

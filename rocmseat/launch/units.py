@@ -350,3 +350,25 @@ def load_templates(directory: Path | None = None) -> dict[str, str]:
                             f"{looked})", hint="install rocmseat from a checkout (pip install "
                             "-e .) or with its data-files (share/rocmseat/systemd)") from None
     return out
+
+
+# The drop-in remediation step 2 installs beside a replica's unit (docs/remediate.md);
+# `rocmseat remediate reset` removes it. systemd.unit(5), "drop-in": an empty ExecStart=
+# clears the unit's own before the new one is added (a service may have only one).
+NO_DRAFTER_DROPIN = "50-rocmseat-no-drafter.conf"
+
+
+def no_drafter_dropin(unit_text: str, *, why: str, flag: str = "--no-drafter") -> str:
+    """The drop-in that runs a rendered replica unit's launch without its drafter. ValueError
+    when `unit_text` is not a replica unit rocmseat rendered and nobody edited since (its
+    ExecStart= is then not known to be launch's)."""
+    if rendered_state(unit_text) != "pristine":
+        raise ValueError("the unit was not rendered by rocmseat, or was edited since: its "
+                         "ExecStart= is not known to be rocmseat launch")
+    starts = [line for line in unit_text.splitlines() if line.startswith("ExecStart=")]
+    if len(starts) != 1 or " launch " not in starts[0]:
+        raise ValueError("the unit has no single `rocmseat launch` ExecStart= line")
+    return stamp(
+        f"# Remediation step 2 ({plain(why)}): the replica runs without its drafter.\n"
+        "# Removed by `rocmseat remediate reset`; do not edit.\n"
+        f"[Service]\nExecStart=\n{starts[0]} {quote_arg(flag)}\n")

@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from rocmseat.seat.locate import control_char, printable
+from rocmseat.seat.remediate_schema import Remediate
 from rocmseat.sysfs.fs import REAL_SYSFS_MOUNT
 from rocmseat.sysfs.parse import is_pci_address
 
@@ -469,6 +470,7 @@ class Seat(_Section):
     expect_log: tuple[ExpectLog, ...] = ()
     watch: Watch = Field(default_factory=Watch)
     gate: Gate = Field(default_factory=Gate)
+    remediate: Remediate = Field(default_factory=Remediate)  # watch's (docs/remediate.md)
 
     _source_path: Path | None = PrivateAttr(default=None)
     _source_text: str | None = PrivateAttr(default=None)

@@ -26,10 +26,16 @@ GPU_AER_RECOVERY = "gpu_aer_recovery"
 GPU_AER_FAILED = "gpu_aer_failed"
 GPU_RESET = "gpu_reset"
 GPU_WEDGED = "gpu_wedged"
+# remediation (rocmseat/watch/remediate, docs/remediate.md)
+REMEDIATION_RUNNING = "remediation_running"
+REMEDIATION_HALTED = "remediation_halted"
+REPLICA_NO_DRAFTER = "replica_no_drafter"
+REPLICA_OUT_OF_ROTATION = "replica_out_of_rotation"
 
 ALERTS: tuple[str, ...] = (
     SPEC_ACCEPTANCE_DROP, SPEC_DRAFTER_DEAD, SPEC_BLIND, REPLICA_DOWN, REPLICA_STALLED,
     METRICS_UNSTABLE, GPU_AER_RECOVERY, GPU_AER_FAILED, GPU_RESET, GPU_WEDGED,
+    REMEDIATION_RUNNING, REMEDIATION_HALTED, REPLICA_NO_DRAFTER, REPLICA_OUT_OF_ROTATION,
 )
 SEVERITY: dict[str, str] = {
     SPEC_ACCEPTANCE_DROP: "warning",
@@ -42,6 +48,10 @@ SEVERITY: dict[str, str] = {
     GPU_AER_FAILED: "critical",
     GPU_RESET: "warning",
     GPU_WEDGED: "critical",
+    REMEDIATION_RUNNING: "warning",
+    REMEDIATION_HALTED: "critical",
+    REPLICA_NO_DRAFTER: "warning",
+    REPLICA_OUT_OF_ROTATION: "critical",
 }
 SUMMARY: dict[str, str] = {
     SPEC_ACCEPTANCE_DROP: "speculative acceptance fell below the baseline's healthy range",
@@ -56,6 +66,11 @@ SUMMARY: dict[str, str] = {
     GPU_AER_FAILED: "a PCIe AER recovery failed on the replica's GPU path",
     GPU_RESET: "a GPU of the replica was reset",
     GPU_WEDGED: "a GPU of the replica is wedged and needs recovery",
+    REMEDIATION_RUNNING: "rocmseat is remediating the replica (a step of the ladder runs)",
+    REMEDIATION_HALTED: "a remediation bound tripped: rocmseat acts no more in this scope "
+    "until `rocmseat remediate reset`",
+    REPLICA_NO_DRAFTER: "the replica serves without its drafter (remediation step 2)",
+    REPLICA_OUT_OF_ROTATION: "the replica stalled twice within an hour: out of rotation",
 }
 FIRING = "firing"
 RESOLVED = "resolved"

@@ -40,6 +40,9 @@ class ExportState:
     last_duration_s: float | None = None
     # sink name (webhook, command-hook) -> (failed attempts, failing now)
     sink_failures: tuple[tuple[str, int, bool], ...] = ()
+    # remediation (docs/remediate.md): (replica, action, outcome, count); None: not remediating
+    remediations: tuple[tuple[str, str, str, int], ...] | None = None
+    remediation_halted: tuple[tuple[str, bool], ...] = ()  # (scope, halted)
 
 
 StateSource = Callable[[], "ExportState | list[ReplicaStatus]"]
@@ -141,6 +144,19 @@ def _watcher_families(state: ExportState) -> Iterator[Any]:
         yield GaugeMetricFamily(f"rocmseat_{name}_failing",
                                 f"1 while the last {sink} delivery attempt failed.",
                                 value=1.0 if failing else 0.0)
+    if state.remediations is not None:
+        total = CounterMetricFamily("rocmseat_remediations", "Remediation steps journalled, by "
+                                    "replica, action and outcome.",
+                                    labels=["replica", "action", "outcome"])
+        for replica, action, outcome, count in state.remediations:
+            total.add_metric([_encodable(replica), action, outcome], float(count))
+        yield total
+        halted = GaugeMetricFamily("rocmseat_remediation_halted", "1 while a remediation bound "
+                                   "has halted remediation in this scope (until `rocmseat "
+                                   "remediate reset`).", labels=["scope"])
+        for scope, on in state.remediation_halted:
+            halted.add_metric([_encodable(scope)], 1.0 if on else 0.0)
+        yield halted
     if state.evaluated_at_s is not None:
         yield CounterMetricFamily("rocmseat_watch_evaluations",
                                   "Evaluations (scrape every replica, judge) done.",

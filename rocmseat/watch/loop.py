@@ -19,7 +19,7 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -199,6 +199,17 @@ class Watcher:
             self._resolve_all(rep, now, "target-removed")
         self._replicas = kept
         return added, len(old), relabelled
+
+    def set_alert(self, replica: str, alert: str, on: bool, details: Mapping[str, str]) -> None:
+        """An alert raised outside the detector (remediation, rocmseat/watch/remediate): the
+        same book, transitions and sinks as the watcher's own."""
+        rep = next((r for r in self._replicas if r.target.name == replica), None)
+        if rep is None:
+            return
+        transition = self.book.set(replica, alert, on, self._clock(), details,
+                                   labels=rep.target.labels)
+        if transition is not None:
+            self._emit(transition)
 
     def _resolve_all(self, rep: _Replica, now: float, why: str) -> None:
         for alert in self.book.for_replica(rep.target.name):

@@ -21,7 +21,8 @@ from rocmseat.watch.status import ReplicaStatus
 
 # In this order: the first that is active is the reason given.
 NOT_READY: tuple[str, ...] = (
-    A.REPLICA_DOWN, A.REPLICA_STALLED, A.SPEC_DRAFTER_DEAD, A.SPEC_BLIND, A.METRICS_UNSTABLE,
+    A.REPLICA_OUT_OF_ROTATION, A.REPLICA_DOWN, A.REPLICA_STALLED, A.SPEC_DRAFTER_DEAD,
+    A.SPEC_BLIND, A.METRICS_UNSTABLE,
 )
 
 

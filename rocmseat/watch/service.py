@@ -22,6 +22,7 @@ from rocmseat.watch.exporter import ExportState, start_exporter
 from rocmseat.watch.fetch import FD_RESERVE, ensure_descriptors
 from rocmseat.watch.filesd import BackgroundPoll, Reload, TargetsFile
 from rocmseat.watch.loop import WatchConfig, Watcher
+from rocmseat.watch.remediate.service import Remediator
 from rocmseat.watch.scrape import Target
 from rocmseat.watch.sinks import AlertFanout, BackgroundSender, command_deliver, webhook_deliver
 from rocmseat.watch.status import ReplicaStatus
@@ -114,6 +115,7 @@ def run_service(
     stop: threading.Event,
     targets_file: TargetsFile | None = None,
     extra_targets: list[Target] | None = None,
+    remediate: Callable[[Callable[[str], None]], Remediator] | None = None,
 ) -> None:
     """Evaluate every interval until `stop`; log, export, post and hook every alert change.
     `targets_file` is re-read when it changes (its targets come after `extra_targets`)."""
@@ -128,6 +130,7 @@ def run_service(
     )
     raise_fd_limit(len(targets))
     watcher = Watcher(targets, config, on_transition=fanout, on_warning=log)
+    remediator = remediate(log) if remediate is not None else None  # docs/remediate.md
     started = time.time()
 
     def state() -> ExportState:
@@ -136,6 +139,9 @@ def run_service(
             started_at_s=started, max_age_s=config.max_age_s, evaluations=watcher.evaluations,
             last_duration_s=watcher.last_duration_s,
             sink_failures=tuple((n, c, f) for n, (c, f) in sorted(fanout.failures().items())),
+            remediations=None if remediator is None else tuple(
+                (*k, n) for k, n in sorted(remediator.counts.items())),
+            remediation_halted=() if remediator is None else tuple(remediator.halted_scopes()),
         )
 
     monitor: UeventMonitor | None = None
@@ -164,6 +170,8 @@ def run_service(
         polling = BackgroundPoll(targets_file) if targets_file is not None else None
 
         def after_step(statuses: list[ReplicaStatus]) -> None:
+            if remediator is not None:
+                remediator.after_step(watcher)
             fanout.keepalive(time.time())
             if polling is not None:
                 done = polling.take()
@@ -178,6 +186,8 @@ def run_service(
         if server is not None:
             server.shutdown()
             server.server_close()
+        if remediator is not None:
+            remediator.close()
         fanout.close()
         watcher.close()
         log("rocmseat-watch stop")

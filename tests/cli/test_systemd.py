@@ -7,7 +7,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -88,8 +87,66 @@ def test_install_under_root(rocmseat_cli, tmp_path):
     assert result.exit_code == 0, result.stderr
     unit_dir = tmp_path / "etc" / "systemd" / "system"
     assert len(list(unit_dir.glob("rocmseat-r9700-mxfp4-dflash-*.service"))) == 4
-    assert ("start with: systemctl enable --now rocmseat-r9700-mxfp4-dflash-r0.service "
-            "rocmseat-r9700-mxfp4-dflash-r1.service") in result.stdout
+    # issue 19, first-day traps: nothing pulls the watch unit in, so the line names it too
+    # (it used to stop after the replicas); the preflight unit comes with them (Wants=)
+    assert result.stdout.splitlines()[-1] == (
+        "start with: systemctl enable --now rocmseat-r9700-mxfp4-dflash-r0.service "
+        "rocmseat-r9700-mxfp4-dflash-r1.service rocmseat-r9700-mxfp4-dflash-watch.service")
+    assert "Wants=network-online.target rocmseat-r9700-mxfp4-dflash-preflight.service" in (
+        unit_dir / "rocmseat-r9700-mxfp4-dflash-r0.service").read_text()
+
+
+PRIVATE_TMP_WARNING = (
+    "under /tmp or /var/tmp, which the units cannot see (they run with PrivateTmp=yes: a "
+    "private, empty /tmp and /var/tmp of their own); move them out of /tmp and /var/tmp")
+
+
+def test_render_warns_about_paths_private_tmp_hides(rocmseat_cli, tmp_path):
+    """Issue 19, first-day traps: the demo seat keeps its models, cache and state under
+    /var/tmp and its units run with PrivateTmp=yes, so the unit saw none of them; render said
+    nothing. It now names each hidden path and where it comes from."""
+    result = rocmseat_cli("systemd", "render", DEMO, "--out", str(tmp_path / "out"),
+                          "--rocmseat-bin", BIN)
+    assert result.exit_code == 0, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("rocmseat: warning: --state-dir /var/tmp/rocmseat-demo/state, "
+                           "cache_root /var/tmp/rocmseat-demo/cache, model.path "
+                           "/var/tmp/rocmseat-demo/models/target, drafter.path "
+                           "/var/tmp/rocmseat-demo/models/drafter: " + PRIVATE_TMP_WARNING)
+    result = rocmseat_cli("systemd", "render", R9700, "--out", str(tmp_path / "r9700"),
+                          "--sysfs-root", X99, "--rocmseat-bin", BIN)
+    assert result.exit_code == 0 and result.stderr == ""  # its paths are outside /tmp
+
+
+def test_install_refuses_paths_private_tmp_hides(rocmseat_cli, tmp_path, monkeypatch):
+    """Into the running system the trap is refused with the fix, before anything is written
+    (and daemon-reload is never reached); under --root (another system) it is a warning."""
+    import rocmseat.launch.install as unit_install
+
+    monkeypatch.setattr(unit_install, "UNIT_DIR", tmp_path / "never")  # absolute: / ignored
+    result = rocmseat_cli("systemd", "install", DEMO, "--rocmseat-bin", BIN)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("rocmseat: error: --state-dir /var/tmp/rocmseat-demo/state")
+    assert "(they run with PrivateTmp=yes: a private, empty /tmp and /var/tmp of their own)" \
+        in result.stderr
+    assert "hint: move them out of /tmp and /var/tmp (e.g. /srv/rocmseat" in result.stderr
+    assert not (tmp_path / "never").exists()
+    result = rocmseat_cli("systemd", "install", DEMO, "--root", str(tmp_path / "image"),
+                          "--rocmseat-bin", BIN)
+    assert result.exit_code == 0, result.stderr
+    assert PRIVATE_TMP_WARNING in result.stderr
+    assert result.stdout.splitlines()[-1] == ("start with: systemctl enable --now "
+                                              "rocmseat-demo-cpu-r0.service "
+                                              "rocmseat-demo-cpu-watch.service")
+
+
+@pytest.mark.parametrize(("path", "hidden"), [
+    ("/tmp", True), ("/tmp/x", True), ("/var/tmp/a/b", True), ("/tmpfoo", False),
+    ("/var/tmpx/a", False), ("/var/lib/rocmseat", False), ("/srv/tmp", False)])
+def test_private_tmp_paths(path, hidden):
+    from rocmseat.launch.install import private_tmp_paths
+
+    assert bool(private_tmp_paths([("x", Path(path))])) is hidden
 
 
 def test_relative_bin_is_refused(rocmseat_cli, tmp_path):
@@ -100,13 +157,13 @@ def test_relative_bin_is_refused(rocmseat_cli, tmp_path):
 
 
 def installed_rocmseat() -> Path:
-    beside = Path(sys.executable).parent / "rocmseat"
-    if beside.is_file():
-        return beside
-    found = shutil.which("rocmseat")
-    if found is None:
+    from rocmseat.errors import RocmseatError
+    from rocmseat.launch.install import default_bin
+
+    try:
+        return default_bin()
+    except RocmseatError:
         pytest.skip("the rocmseat console script is not installed (pip install -e .)")
-    return Path(found)
 
 
 @pytest.mark.tools
@@ -124,9 +181,9 @@ def test_systemd_analyze_verify(rocmseat_cli, tmp_path, seat):
 
 
 def test_user_adds_device_groups_and_warns_when_missing(rocmseat_cli, tmp_path, monkeypatch):
-    import rocmseat.cli.systemd as cli_systemd
+    import rocmseat.launch.install as unit_install
 
-    monkeypatch.setattr(cli_systemd, "_missing_groups", lambda groups: [g for g in groups
+    monkeypatch.setattr(unit_install, "missing_groups", lambda groups: [g for g in groups
                                                                         if g == "render"])
     result = rocmseat_cli("systemd", "render", R9700, "--out", str(tmp_path), "--sysfs-root",
                           X99, "--rocmseat-bin", BIN, "--user", "vllm")
@@ -141,10 +198,10 @@ def test_user_adds_device_groups_and_warns_when_missing(rocmseat_cli, tmp_path, 
 def test_install_refuses_missing_group(rocmseat_cli, tmp_path, monkeypatch):
     """Without --root the units are for this host: a missing group is an error, nothing is
     written (and daemon-reload is never reached)."""
-    import rocmseat.cli.systemd as cli_systemd
+    import rocmseat.launch.install as unit_install
 
-    monkeypatch.setattr(cli_systemd, "_missing_groups", lambda groups: list(groups))
-    monkeypatch.setattr(cli_systemd, "UNIT_DIR", tmp_path / "never")  # absolute: / ignored
+    monkeypatch.setattr(unit_install, "missing_groups", lambda groups: list(groups))
+    monkeypatch.setattr(unit_install, "UNIT_DIR", tmp_path / "never")  # absolute: / ignored
     result = rocmseat_cli("systemd", "install", R9700, "--sysfs-root", X99, "--rocmseat-bin",
                           BIN, "--user", "vllm")
     assert result.exit_code == 2
@@ -155,10 +212,10 @@ def test_install_refuses_missing_group(rocmseat_cli, tmp_path, monkeypatch):
 def test_missing_groups_reads_the_group_database():
     import grp
 
-    import rocmseat.cli.systemd as cli_systemd
+    import rocmseat.launch.install as unit_install
 
     present = grp.getgrgid(0).gr_name
-    assert cli_systemd._missing_groups((present, "no-such-group-rocmseat")) == [
+    assert unit_install.missing_groups((present, "no-such-group-rocmseat")) == [
         "no-such-group-rocmseat"]
 
 
@@ -195,8 +252,8 @@ def test_install_never_overwrites_a_hand_edited_unit(rocmseat_cli, tmp_path):
     unit.write_text(edited)
     other = tmp_path / "other-state"  # a real change of the rendered units
     result = rocmseat_cli(*args, "--state-dir", str(other))
-    assert result.exit_code == 2
-    assert result.stderr.startswith(
+    assert result.exit_code == 2  # (after a warning: the tmp state dir is hidden by PrivateTmp)
+    assert result.stderr.splitlines()[-2].startswith(
         f"rocmseat: error: {unit}: exists, differs and was edited after rocmseat rendered it "
         "(its content no longer matches the hash in its first line); not overwritten")
     assert unit.read_text() == edited
@@ -462,7 +519,7 @@ def test_a_rerender_after_a_lost_gpu_keeps_every_replica_on_its_pair(rocmseat_cl
     result = rocmseat_cli("systemd", "render", R9700, "--out", str(out), "--sysfs-root",
                           str(lost), "--state-dir", str(state), "--rocmseat-bin", BIN)
     assert result.exit_code == 0, result.stderr
-    assert result.stderr == (
+    assert result.stderr.startswith(  # then the tmp state dir's PrivateTmp warning
         f"rocmseat: warning: replica r0: GPU {B} of replica r0's pair ({A}, {B}) is not on this "
         f"node (no such card under {lost}); its unit is rendered with its own pair and will "
         "refuse to start until that pair is back\n")
@@ -528,9 +585,9 @@ def test_user_must_be_a_user_name(rocmseat_cli, tmp_path, user):
 
 @pytest.mark.parametrize("user", ["svc", "rocm_serve", "_svc", "build$", "1001", "0"])
 def test_good_user_names_render(rocmseat_cli, tmp_path, user, monkeypatch):
-    import rocmseat.cli.systemd as cli_systemd
+    import rocmseat.launch.install as unit_install
 
-    monkeypatch.setattr(cli_systemd, "_missing_groups", lambda groups: [])
+    monkeypatch.setattr(unit_install, "missing_groups", lambda groups: [])
     result = rocmseat_cli("systemd", "render", R9700, "--out", str(tmp_path / "u"),
                           "--sysfs-root", X99, "--rocmseat-bin", BIN, "--user", user)
     assert result.exit_code == 0, result.stderr

@@ -142,14 +142,15 @@ class World:
         alive = [p for p in self.launches if p.alive()]
         return alive[-1] if alive else None
 
-    def launch(self, seat: Path) -> Proc:
-        """`rocmseat launch SEAT --replica r0`, returning once READY=1 reached the notify socket."""
+    def launch(self, seat: Path, *extra: str) -> Proc:
+        """`rocmseat launch SEAT --replica r0 [EXTRA...]`, returning once READY=1 reached the
+        notify socket."""
         assert self.running() is None, "one engine at a time: stop the running replica first"
         assert self.notify is not None
         self.notify.drain()
         self.notify.messages.clear()
         log = self.root / f"launch-{len(self.launches)}.log"
-        proc = Proc(["launch", seat, "--replica", REPLICA], log,
+        proc = Proc(["launch", seat, "--replica", REPLICA, *extra], log,
                     self.env(NOTIFY_SOCKET=str(self.notify_path)))
         self.launches.append(proc)
         notify = self.notify

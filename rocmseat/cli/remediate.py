@@ -1,0 +1,110 @@
+"""`rocmseat remediate status [--json]` and `rocmseat remediate reset [REPLICA]`
+(docs/remediate.md). Options, one library call, the lines."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from rocmseat import exitcodes
+from rocmseat.cli.options import json_option, resolve_state_dir, state_dir_option
+from rocmseat.errors import ConfigError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _seat_option(func: F) -> F:
+    return click.option("--seat", "seat_file", type=click.Path(path_type=Path, dir_okay=False),
+                        default=None, help="The seat file (default: the one seat with "
+                        "remediation state in the state dir).")(func)
+
+
+def _where(seat_file: Path | None, state_dir: Path | None) -> tuple[Path, str]:
+    """(state dir, seat name): from --seat (its state_dir unless --state-dir), else the one
+    seat under <state dir>/remediation/."""
+    if seat_file is not None:
+        from rocmseat.seat.load import load_seat
+
+        seat = load_seat(seat_file)
+        return resolve_state_dir(state_dir if state_dir is not None else seat.state_dir), \
+            seat.name
+    state = resolve_state_dir(state_dir)
+    base = state / "remediation"
+    try:
+        seats = sorted(n for n in os.listdir(base) if not n.startswith(".")
+                       and (base / n).is_dir() and not (base / n).is_symlink())
+    except (FileNotFoundError, NotADirectoryError):
+        seats = []
+    if len(seats) != 1:
+        found = ", ".join(seats) if seats else "none"
+        raise ConfigError(f"{base}: {len(seats)} seats with remediation state ({found})",
+                          hint="name the seat with --seat FILE (and --state-dir DIR)")
+    return state, seats[0]
+
+
+@click.group("remediate")
+def remediate() -> None:
+    """What `watch --remediate` did to a seat's replicas; lift its halts and modes."""
+
+
+@remediate.command("status")
+@_seat_option
+@json_option
+@state_dir_option
+@click.option("--last", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="Journal records shown.")
+def status(seat_file: Path | None, as_json: bool, state_dir: Path | None, last: int) -> int:
+    """Each replica's mode, the step running, the halts and the last journal records. Exit 0
+    nothing halted or changed, 1 a halt or a replica off its normal mode."""
+    from rocmseat.jsonio import dumps
+    from rocmseat.watch.remediate import journal
+    from rocmseat.watch.remediate.render import render_status
+    from rocmseat.watch.remediate.service import status_json
+
+    state_root, seat = _where(seat_file, state_dir)
+    state, meta = journal.load_state(state_root, seat)
+    records, problems = journal.read_records(state_root, seat, last=last)
+    for problem in problems:
+        click.echo(f"rocmseat: warning: {problem}: not read", err=True)
+    if as_json:
+        click.echo(dumps(status_json(state, meta, records)))
+    else:
+        click.echo(render_status(state, meta, records), nl=False)
+    off = state.halts or any(lad.mode != "drafter" for lad in state.ladders.values())
+    return exitcodes.PROBLEM if off else exitcodes.OK
+
+
+@remediate.command("reset")
+@click.argument("replica", required=False)
+@_seat_option
+@state_dir_option
+def reset(replica: str | None, seat_file: Path | None, state_dir: Path | None) -> int:
+    """Lift the halts (of REPLICA, or all) and bring REPLICA (or every replica) back to its
+    drafter and into rotation: its no-drafter drop-in is removed and it restarts."""
+    from rocmseat.watch.remediate.service import reset as do_reset
+
+    state_root, seat = _where(seat_file, state_dir)
+    _, back, meta = do_reset(state_root, seat, replica, time.time())
+    click.echo(f"reset {replica or 'every replica'} of seat {seat}: halts lifted")
+    if not back:
+        return exitcodes.OK
+    from rocmseat.launch.placed import read_recorded
+    from rocmseat.seat.load import load_seat
+    from rocmseat.watch.remediate.actions import SeatEdge
+
+    source = seat_file or (Path(meta.seat_file) if meta.seat_file else None)
+    if source is None:
+        raise ConfigError(f"seat {seat}: the state names no seat file to restart "
+                          f"{', '.join(back)} from", hint="pass --seat FILE")
+    loaded = load_seat(source)
+    records = {r.replica: r for r in read_recorded(loaded, state_root).records}
+    edge = SeatEdge(loaded, records)
+    for name in back:
+        edge.restart(name, "drafter", why="rocmseat remediate reset")
+        click.echo(f"restarted {name} with its drafter")
+    return exitcodes.OK
