@@ -8,7 +8,8 @@ length in bytes.
     python3 bench/bench_preflight.py [--gpus 16] [--runs 21]
     python3 bench/bench_preflight.py --hostile 5000 [--seed 1]   # issue 11's long battery
 
-Budget (issue 10): the regular install within 4x `python -c pass`. The commands run interleaved
+Budget (issue 10): the regular install within 4x `python -c pass`, with gpu_metrics decoded and
+the RAS counts read for every GPU (issue 17). The commands run interleaved
 (baseline, editable, regular, npd, baseline, ...) so a busy machine slows them alike; medians
 and minimums are printed.
 """
@@ -91,6 +92,13 @@ def timing(args: argparse.Namespace) -> int:
         tmp = Path(tmp_name)
         tree = tmp / "tree"
         builder.write_host(tree, builder.many_gpus(args.gpus))
+        # every GPU of the tree carries the firmware's gpu_metrics (v1.5) and amdgpu's ras/
+        # (issue 17): preflight decodes one table and reads the RAS counts per GPU
+        metrics = sorted(tree.rglob("gpu_metrics"))
+        ras = sorted(tree.rglob("ras"))
+        print(f"{len(metrics)} gpu_metrics tables and {len(ras)} ras/ directories in the tree")
+        if len(metrics) != args.gpus:
+            sys.exit(f"the tree holds {len(metrics)} gpu_metrics files for {args.gpus} GPUs")
         state = tmp / "state"
         print("building a wheel of this checkout and installing it into a temp venv ...")
         regular = regular_install(tmp)

@@ -1,4 +1,4 @@
-"""The state directory: AER baselines, startup reports, watchdog baselines.
+"""The state directory: error readings, startup reports, watchdog baselines.
 
 `/var/lib/rocmseat` as root, the XDG state dir otherwise; `--state-dir` / `ROCMSEAT_STATE_DIR`
 override both. Only this module spells those defaults; tests make `default_state_dir` raise.

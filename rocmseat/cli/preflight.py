@@ -55,7 +55,7 @@ def _write_textfile(directory: Path, registry: CollectorRegistry) -> None:
     "--only",
     "only",
     multiple=True,
-    type=click.Choice(["pcie", "aer", "numa", "profile", "amdsmi", "hip"]),
+    type=click.Choice(["pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip"]),
     help="Run only this family of checks (repeatable).",
 )
 @click.option(
@@ -222,8 +222,8 @@ def preflight(  # noqa: PLR0917 (click passes every option)
         if failed is not None:
             click.echo(f"rocmseat: error: {failed.message}", err=True)
         return code
-    # The report is printed before the textfile is written: the AER baseline has already moved
-    # on, so a textfile that cannot be written must not swallow what this run found.
+    # The report is printed before the textfile is written: a textfile that cannot be written
+    # must not swallow what this run found.
     _print_report(report, fmt, strict=strict)
     if textfile is not None:
         failed = _try_textfile(textfile, report, strict=strict)

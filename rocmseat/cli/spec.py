@@ -251,7 +251,10 @@ def _duration(seconds: float) -> str:
               help="Largest K considered [default: the measured K + 2, labelled extrapolation].")
 @json_option
 @click.option("--write", "write_seat", type=click.Path(path_type=Path, dir_okay=False),
-              default=None, help="Write the proposed [drafter] schedule into this seat file.")
+              default=None, help="Write the proposal's measured tiers into this seat file's "
+                                 "[drafter] (the other batch sizes keep its K).")
+@click.option("--accept-model", is_flag=True,
+              help="With --write: write the model's and extrapolated tiers too.")
 @click.option("--write-read-only", is_flag=True,
               help="With --write: write a seat file that has no write permission (its mode "
                    "stays).")
@@ -263,7 +266,7 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
     seat_file: Path | None, targets: tuple[str, ...], gate_dir: Path | None,
     window_s: float | None,
     logs: tuple[Path, ...], max_num_seqs: int | None, k_limit: int | None, as_json: bool,
-    write_seat: Path | None, write_read_only: bool, picture: Path | None,
+    write_seat: Path | None, accept_model: bool, write_read_only: bool, picture: Path | None,
     state_dir: Path | None,
 ) -> int:
     """Best draft length per batch-size band from acceptance counters and measured step costs."""
@@ -284,10 +287,13 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
             f"{' and '.join(live_only)} belong to a live replica (SEAT or --target URL)")
     if write_read_only and write_seat is None:
         raise click.UsageError("--write-read-only goes with --write SEAT")
+    if accept_model and write_seat is None:
+        raise click.UsageError("--accept-model says what --write may write: give --write SEAT")
     outcome = advise_flow(AdviseRequest(
         seat_file=seat_file, targets=targets, gate_dir=gate_dir, window_s=window_s, logs=logs,
         max_num_seqs=max_num_seqs, k_limit=k_limit, write_seat=write_seat,
-        write_read_only=write_read_only, picture=picture, state_dir=state_dir))
+        write_read_only=write_read_only, accept_model=accept_model, picture=picture,
+        state_dir=state_dir))
     click.echo(jsonio.dumps(outcome.doc) if as_json else render(outcome.doc),
                nl=as_json)
     if outcome.write_error is not None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from rocmseat.sysfs.aer import AerReading, read_aer
 from rocmseat.sysfs.amdgpu import AmdgpuReading, read_amdgpu
 from rocmseat.sysfs.attrs import errors_of
+from rocmseat.sysfs.dmi import read_dmi
 from rocmseat.sysfs.drm import Card, list_cards
 from rocmseat.sysfs.kfd import read_kfd_topology
 from rocmseat.sysfs.numa import CpuTopology, NumaNode, read_cpu_topology, read_numa_nodes
@@ -62,6 +63,7 @@ class Gpu:
     # why `vendor`, `device` or `class` of the GPU's own function could not be read: the card is
     # kept (bound to amdgpu, or listed by KFD) and judged, and preflight says it could not check
     identity_errors: tuple[str, ...] = ()
+    hypervisor: str | None = None  # Inventory.hypervisor (the host's DMI), for the link judge
 
     @property
     def endpoint(self) -> Hop:
@@ -85,6 +87,9 @@ class Inventory:
     # cannot be judged, and a run must say so rather than count the GPUs it could see
     kfd_only: tuple[str, ...] = ()
     kfd_errors: tuple[str, ...] = ()  # KFD topology files that could not be read
+    # the hypervisor the host's DMI names (class/dmi/id), None on bare metal or without DMI:
+    # then the PCIe ports a guest sees are emulated (rocmseat.node.link.hierarchy)
+    hypervisor: str | None = None
 
     @property
     def multi_socket(self) -> bool:
@@ -100,6 +105,7 @@ def read_inventory(sysfs_root: Path) -> Inventory:
     topology = read_cpu_topology(sysfs_root)
     kfd = read_kfd_topology(sysfs_root)
     gfx = kfd.as_dict()
+    hypervisor = read_dmi(sysfs_root).hypervisor
     gpus: dict[str, Gpu] = {}
     others: list[str] = []
     problems: list[str] = []
@@ -143,6 +149,7 @@ def read_inventory(sysfs_root: Path) -> Inventory:
             numa_nodes=numa_nodes,
             topology=topology,
             identity_errors=identity,
+            hypervisor=hypervisor,
         )
     sockets = tuple(sorted(set(topology.package_of().values())))
     return Inventory(
@@ -155,6 +162,7 @@ def read_inventory(sysfs_root: Path) -> Inventory:
         cpu_errors=topology.errors,
         kfd_only=tuple(sorted(set(gfx) - set(gpus) - set(seen))),
         kfd_errors=kfd.errors,
+        hypervisor=hypervisor,
     )
 
 
@@ -203,6 +211,7 @@ def _gpu(
     numa_nodes: tuple[NumaNode, ...],
     topology: CpuTopology,
     identity_errors: tuple[str, ...] = (),
+    hypervisor: str | None = None,
 ) -> Gpu:
     path = [_hop(device, "endpoint")]
     chain = parent_chain(device.path)
@@ -232,6 +241,7 @@ def _gpu(
         amdgpu=amdgpu,
         errors=device.errors,
         identity_errors=identity_errors,
+        hypervisor=hypervisor,
     )
 
 

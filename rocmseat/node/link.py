@@ -12,7 +12,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from rocmseat.node.firmware import FirmwareLink, firmware_link
 from rocmseat.node.inventory import Gpu, Hop
+from rocmseat.sysfs.attrs import errors_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +96,25 @@ class EffectiveLink:
     limited_at: str | None  # the address of the hop whose link limits the path
     capable_speed_gts: float | None
     capable_width: int | None
+    # "walked" (the physical hops), "firmware" (the GPU's own: limited_at is the GPU), "none"
+    source: str = "walked"
 
 
 def effective_link(gpu: Gpu) -> EffectiveLink:
+    """The link the verdict stands on (link_truth): the walked one, or the GPU firmware's where
+    the hierarchy is hidden or emulated or its link files cannot be read. Every renderer and
+    judge reads this one (the table's LINK column, the textfile, pairs, the amdsmi cross-check).
+    """
+    truth = link_truth(gpu)
+    walked = truth.walked
+    if truth.source == "walked":
+        return walked
+    limited = gpu.pci_address if truth.source == "firmware" else None
+    return EffectiveLink(truth.speed_gts, truth.width, limited, walked.capable_speed_gts,
+                         walked.capable_width, truth.source)
+
+
+def walked_link(gpu: Gpu) -> EffectiveLink:
     """The slowest/narrowest physical link; the endpoint's own if the GPU has no bridge above."""
     links = physical_links(gpu)
     if not links:
@@ -120,3 +138,85 @@ def effective_link(gpu: Gpu) -> EffectiveLink:
         (x.capable_width for x in links if x.capable_width is not None), default=None
     )
     return EffectiveLink(speed, width, slowest.upstream.address, capable_speed, capable_width)
+
+
+# PCI vendors of emulated PCIe ports (pci_ids.h: PCI_VENDOR_ID_REDHAT_QUMRANET's sibling 0x1b36
+# is Red Hat's, used by QEMU's pcie-root-port 1b36:000c; PCI_VENDOR_ID_VMWARE 0x15ad;
+# 0x1414 Microsoft, Hyper-V's virtual PCI): their link registers are whatever the emulator says.
+EMULATED_PORT_VENDORS = {0x1B36: "QEMU", 0x15AD: "VMware", 0x1414: "Microsoft Hyper-V"}
+WALKED, HIDDEN, EMULATED = "walked", "hidden", "emulated"
+
+
+@dataclass(frozen=True, slots=True)
+class Hierarchy:
+    """How much of the GPU's real PCIe path this host can see.
+
+    `walked`: a non-AMD port above the GPU with its own link registers (bare metal);
+    `hidden`: nothing above the GPU's own functions (it sits on a root bus, as in a VM that
+    passes the GPU alone); `emulated`: the ports above are a hypervisor's (QEMU, VMware,
+    Hyper-V vendor ids, or the host's DMI names a hypervisor). Only `walked` can be believed.
+    """
+
+    kind: str
+    why: str
+
+
+def hierarchy(gpu: Gpu) -> Hierarchy:
+    for hop in gpu.path[1:]:
+        if hop.vendor_id in EMULATED_PORT_VENDORS:
+            return Hierarchy(
+                EMULATED,
+                f"the {hop.role.replace('-', ' ')} above it, {hop.address} ({hop.ids}), is "
+                f"{EMULATED_PORT_VENDORS[hop.vendor_id]}'s emulated port",
+            )
+    if gpu.hypervisor is not None:
+        return Hierarchy(EMULATED, f"the host's DMI names {gpu.hypervisor}: its ports are emulated")
+    if not physical_links(gpu):
+        if len(gpu.path) == 1:
+            why = "the GPU sits on a root bus with no upstream port visible"
+        else:
+            why = "only the GPU's own AMD switch ports are visible above it"
+        return Hierarchy(HIDDEN, why)
+    return Hierarchy(WALKED, "")
+
+
+@dataclass(frozen=True, slots=True)
+class LinkTruth:
+    """The link the verdict stands on: the walked physical link, or the GPU firmware's.
+
+    `source` is "walked" or "firmware"; "none" when neither can be believed (then speed and
+    width are None). The pcie judges (rocmseat.preflight.link) both read this, never their own.
+    """
+
+    speed_gts: float | None
+    width: int | None
+    source: str
+    hierarchy: Hierarchy
+    firmware: FirmwareLink
+    walked: EffectiveLink
+    walked_readable: bool
+
+
+LINK_FILES = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
+
+
+def link_errors(gpu: Gpu) -> list[str]:
+    """Why the walked path's link cannot be read. A hop's vendor decides whether the link above
+    it is the GPU's internal one (skipped) or a real one; the endpoint is never the upper end of
+    a link, so its vendor does not count here (an unreadable one is inventory.gpu.identity)."""
+    errors = [e for hop in gpu.path for e in errors_of(hop.errors, *LINK_FILES)]
+    return errors + [e for hop in gpu.path[1:] for e in errors_of(hop.errors, "vendor")]
+
+
+def link_truth(gpu: Gpu) -> LinkTruth:
+    shape = hierarchy(gpu)
+    walked_readable = not link_errors(gpu)
+    walked = walked_link(gpu)
+    firmware = firmware_link(gpu)
+    believed = shape.kind == WALKED and walked_readable and walked.speed_gts is not None
+    if believed and walked.width is not None:
+        return LinkTruth(walked.speed_gts, walked.width, "walked", shape, firmware, walked, True)
+    if firmware.known:
+        return LinkTruth(firmware.speed_gts, firmware.width, "firmware", shape, firmware, walked,
+                         walked_readable)
+    return LinkTruth(None, None, "none", shape, firmware, walked, walked_readable)

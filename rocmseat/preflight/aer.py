@@ -1,10 +1,13 @@
 """Judge AER counters by deltas (family `aer`).
 
 Counters are cumulative since the device was enumerated (aer.c only increments), so a count
-means nothing without a window: two readings of `--sample`, the last preflight's reading
-(aer_state), or, on a first run, everything since boot. Errors often count at the link partner
-(the root port) rather than at the GPU (sysfs-bus-pci-devices-aer_stats), so every function on
-the path is read. Any fatal/nonfatal growth fails; correctable growth is judged by thresholds.
+means nothing without a window: two readings of `--sample`, or the fixed window of the error
+readings (rocmseat.preflight.windows: the last 24 h, whoever looked). Errors often count at the
+link partner (the root port) rather than at the GPU (sysfs-bus-pci-devices-aer_stats), so every
+function on the path is read. Any fatal/nonfatal growth fails; correctable growth is judged by
+thresholds. The GPU firmware's own PCIe counters (gpu_metrics v1.4+, Instinct MI300: replays,
+replay rollovers, L0-to-recovery transitions, NAKs sent and received) join the family with the
+replay thresholds: MI200/MI300 have no pp_dpm_pcie, and these are their link's health.
 """
 
 from __future__ import annotations
@@ -15,33 +18,60 @@ from dataclasses import dataclass
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Gpu, Hop
 from rocmseat.preflight.link import hop_words
-from rocmseat.sysfs.attrs import errors_of
+from rocmseat.preflight.windows import DEFAULT_WINDOW_S, Window
+from rocmseat.sysfs.attrs import errors_of, first_of
 
 REPLAY_KEY = "amdgpu.pcie_replay_count"
+FIRMWARE_PREFIX = "gpu_metrics."  # gpu_metrics' PCIe counters, under the GPU's address
+RAS_PREFIX = "ras."  # amdgpu's RAS counts (judged by rocmseat.preflight.ras)
+# gpu_metrics counter -> (check id, words)
+FIRMWARE_COUNTERS = {
+    "replay": ("aer.fw_replay", "PCIe replays"),
+    "replay_rollover": ("aer.fw_replay_rollover", "PCIe replay-number rollovers"),
+    "l0_to_recovery": ("aer.fw_l0_recovery", "PCIe L0-to-recovery transitions"),
+    "nak_sent": ("aer.fw_nak_sent", "PCIe NAKs sent"),
+    "nak_received": ("aer.fw_nak_received", "PCIe NAKs received"),
+    "other_end_recovery": ("aer.fw_other_end_recovery", "link recoveries the other end began"),
+}
+SINCE_BOOT = Window(None, "since boot")
 
 
 @dataclass(frozen=True, slots=True)
 class AerThresholds:
-    """Correctable errors and replays in one window: warn at >= *_warn, fail at >= *_fail."""
+    """Correctable errors and replays in one window: warn at >= *_warn, fail at >= *_fail
+    (docs/preflight.md, "Thresholds as rates"). RAS: correctable counts likewise; retired VRAM
+    pages above `ras_bad_pages_fail` fail (None: the driver's own threshold, VRAM / 100 MiB).
+    `window_s`: the error window (rocmseat.preflight.windows)."""
 
     correctable_warn: int = 1
     correctable_fail: int = 100
     replay_warn: int = 1
     replay_fail: int = 100
+    ras_ce_warn: int = 1
+    ras_ce_fail: int = 100
+    ras_bad_pages_fail: int | None = None
+    window_s: int = DEFAULT_WINDOW_S
 
 
 def snapshot(gpus: Iterable[Gpu]) -> dict[str, dict[str, int]]:
-    """Flat counters of every function on the GPUs' paths (and each GPU's replay count)."""
+    """Flat counters of every function on the GPUs' paths, and each GPU's own: its replay count,
+    gpu_metrics' PCIe counters, its RAS counts. The one reading the error windows keep."""
     out: dict[str, dict[str, int]] = {}
     for gpu in gpus:
         for hop in gpu.path:
             out.setdefault(hop.address, {}).update(hop.aer.flat())
+        own = out.setdefault(gpu.pci_address, {})
         if gpu.amdgpu.pcie_replay_count is not None:
-            out.setdefault(gpu.pci_address, {})[REPLAY_KEY] = gpu.amdgpu.pcie_replay_count
+            own[REPLAY_KEY] = gpu.amdgpu.pcie_replay_count
+        metrics = gpu.amdgpu.gpu_metrics
+        if metrics is not None:
+            own.update({FIRMWARE_PREFIX + name: n for name, n in metrics.pcie_counters})
+        if gpu.amdgpu.ras is not None:
+            own.update(gpu.amdgpu.ras.counters())
     return out
 
 
-def _deltas(
+def counter_deltas(
     current: Mapping[str, int], base: Mapping[str, int] | None
 ) -> tuple[dict[str, int], bool]:
     """(growth per key, reset?). A counter below its baseline means its file was reset (the
@@ -69,26 +99,29 @@ def _check_id(kind: str, name: str) -> str:
 def judge_aer(
     gpu: Gpu,
     current: Mapping[str, Mapping[str, int]],
-    baseline: Mapping[str, Mapping[str, int]] | None,
-    window: str,
+    windows: Mapping[str, Window],
     thresholds: AerThresholds = AerThresholds(),
 ) -> list[Finding]:
     """`aer.*` findings for the functions on one GPU's path.
 
-    `window` is a phrase such as "since boot" or "during the 30 s sample"; `baseline` None means
-    the counts are taken as they stand (since boot).
+    `windows` holds each function's window (its base counters and the phrase: "in the last
+    24 h (since ...)", "during the 30 s sample"); a function without one counts since boot.
     """
+    window = windows.get(gpu.pci_address, SINCE_BOOT).phrase
     findings: list[Finding] = []
     read_errors = [e for hop in gpu.path for e in hop.aer.errors]
     read_errors += errors_of(gpu.amdgpu.errors, "pcie_replay_count")
+    # gpu_metrics holds the firmware's PCIe counters (v1.4+): a table that exists and cannot be
+    # decoded (truncated, an unknown revision) hides them; "not supported" is absent
+    read_errors += [e for e in errors_of(gpu.amdgpu.errors, "gpu_metrics")
+                    if ": not supported by the kernel (" not in e]
     if read_errors:
         findings.append(
             Finding(
                 "aer.unknown",
                 Severity.UNKNOWN,
                 gpu.pci_address,
-                f"cannot read AER counters: {read_errors[0]}"
-                + (f" (and {len(read_errors) - 1} more)" if len(read_errors) > 1 else ""),
+                f"cannot read AER counters: {first_of(read_errors)}",
                 "run as root or check the sysfs tree",
                 {"errors": read_errors},
             )
@@ -108,7 +141,8 @@ def judge_aer(
     for hop in gpu.path:
         findings.extend(
             _judge_hop(
-                gpu, hop, current=current, baseline=baseline, window=window, thresholds=thresholds
+                gpu, hop, current=current, window=windows.get(hop.address, SINCE_BOOT),
+                thresholds=thresholds,
             )
         )
     problems = [f for f in findings if f.severity != Severity.OK]
@@ -133,19 +167,17 @@ def _judge_hop(
     hop: Hop,
     *,
     current: Mapping[str, Mapping[str, int]],
-    baseline: Mapping[str, Mapping[str, int]] | None,
-    window: str,
+    window: Window,
     thresholds: AerThresholds,
 ) -> list[Finding]:
-    now = current.get(hop.address)
+    now = {k: v for k, v in current.get(hop.address, {}).items() if not k.startswith(RAS_PREFIX)}
     if not now:
         return []
-    base = None if baseline is None else baseline.get(hop.address)
-    deltas, reset = _deltas(now, base)
+    deltas, reset = counter_deltas(now, window.base)
     where = f"{hop_words(hop)} (path of GPU {gpu.pci_address})"
     if hop.address == gpu.pci_address:
         where = f"GPU {gpu.pci_address}"
-    span = "since the counters reset (device re-enumerated)" if reset else window
+    span = "since the counters reset (device re-enumerated)" if reset else window.phrase
     findings: list[Finding] = []
     device_cor = 0
     for key, delta in sorted(deltas.items()):
@@ -161,13 +193,15 @@ def _judge_hop(
             "count": now[key],
             "window": span,
         }
+        grew = f"+{delta:,}"
+        boot = "" if span.startswith("since") else f"; {now[key]:,} since boot"
         if kind in ("fatal", "nonfatal"):
             findings.append(
                 Finding(
                     f"aer.{kind}",
                     Severity.FAIL,
                     hop.address,
-                    f"{where}: {delta} uncorrectable ({kind}) {name} {span}",
+                    f"{where}: {grew} uncorrectable ({kind}) {name} {span}{boot}",
                     "uncorrectable PCIe errors: take the GPU out of service, reseat it, check "
                     "dmesg for 'PCIe Bus Error'",
                     data,
@@ -181,7 +215,7 @@ def _judge_hop(
                     _check_id(kind, name),
                     severity,
                     hop.address,
-                    f"{where}: {delta} {name} {span}",
+                    f"{where}: {grew} {name} {span}{boot}",
                     "correctable errors at this link (often counted at the link partner): reseat "
                     "the GPU/riser, check the slot; measure a window with --sample 60 under load",
                     data,
@@ -194,8 +228,22 @@ def _judge_hop(
                     "aer.replay",
                     severity,
                     hop.address,
-                    f"{where}: {delta} PCIe replays (pcie_replay_count) {span}",
+                    f"{where}: {grew} PCIe replays (pcie_replay_count) {span}{boot}",
                     "replays (NAKs) mean a noisy link: reseat, check the riser",
+                    data,
+                )
+            )
+        elif kind + "." == FIRMWARE_PREFIX and name in FIRMWARE_COUNTERS:
+            check_id, words = FIRMWARE_COUNTERS[name]
+            severity = _severity(delta, thresholds.replay_warn, thresholds.replay_fail)
+            findings.append(
+                Finding(
+                    check_id,
+                    severity,
+                    hop.address,
+                    f"{where}: {grew} {words} (gpu_metrics) {span}{boot}",
+                    "the GPU firmware counts link-level retries: reseat the GPU/OAM module, "
+                    "check the board's PCIe retimers; measure under load with --sample 60",
                     data,
                 )
             )
@@ -225,7 +273,7 @@ def _rootport(
                 "aer.rootport_total",
                 _severity(cor, thresholds.correctable_warn, thresholds.correctable_fail),
                 hop.address,
-                f"{where}: {cor} ERR_COR messages reported to the root port {span}",
+                f"{where}: +{cor:,} ERR_COR messages reported to the root port {span}",
                 "errors somewhere below this root port",
                 {"delta": cor, "window": span},
             )
@@ -238,7 +286,8 @@ def _rootport(
                     f"aer.rootport_{kind}",
                     Severity.FAIL,
                     hop.address,
-                    f"{where}: {grew} ERR_{kind.upper()} messages reported to the root port {span}",
+                    f"{where}: +{grew:,} ERR_{kind.upper()} messages reported to the root port "
+                    f"{span}",
                     "uncorrectable errors below this root port: check dmesg",
                     {"delta": grew},
                 )

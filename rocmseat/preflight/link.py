@@ -10,12 +10,19 @@ unless an expectations profile says otherwise.
 from __future__ import annotations
 
 from rocmseat.findings import Finding, Severity
+from rocmseat.node.firmware import dpm_star_problem
 from rocmseat.node.inventory import Gpu, Hop
-from rocmseat.node.link import EffectiveLink, PhysicalLink, effective_link, physical_links
+from rocmseat.node.link import (
+    WALKED,
+    EffectiveLink,
+    LinkTruth,
+    PhysicalLink,
+    link_errors,
+    link_truth,
+    physical_links,
+)
 from rocmseat.sysfs.attrs import errors_of
 from rocmseat.sysfs.parse import DpmLevel, format_speed
-
-LINK_FILES = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
 
 ROLE_WORDS = {
     "root-port": "root port",
@@ -78,34 +85,49 @@ def _dpm_idle(gpu: Gpu, link: PhysicalLink) -> DpmLevel | None:
 def judge_link(gpu: Gpu, expected: tuple[float, int] | None = None) -> list[Finding]:
     """`pcie.link.*` findings for one GPU; `expected` = (GT/s, width) from a profile."""
     subject = gpu.pci_address
-    # A hop's vendor decides whether the link above it is the GPU's internal one (skipped) or a
-    # real one; the endpoint is never the upper end of a link, so its vendor does not count here
-    # (an unreadable one is inventory.gpu.identity).
-    errors = [e for hop in gpu.path for e in errors_of(hop.errors, *LINK_FILES)]
-    errors += [e for hop in gpu.path[1:] for e in errors_of(hop.errors, "vendor")]
-    links = physical_links(gpu)
-    eff = effective_link(gpu)
+    errors = link_errors(gpu)
+    truth = link_truth(gpu)
+    eff = truth.walked
     claim = endpoint_claim(gpu)
-    data = {
-        "effective_speed_gts": eff.speed_gts,
-        "effective_width": eff.width,
-        "limited_at": eff.limited_at,
+    fw = truth.firmware
+    data: dict[str, object] = {
+        "effective_speed_gts": truth.speed_gts,
+        "effective_width": truth.width,
+        "source": truth.source,
+        "hierarchy": truth.hierarchy.kind,
+        "limited_at": eff.limited_at if truth.source == "walked" else None,
         "capable_speed_gts": eff.capable_speed_gts,
         "capable_width": eff.capable_width,
         "endpoint_claims": claim,
+        "firmware_speed_gts": fw.speed_gts,
+        "firmware_width": fw.width,
+        "firmware_sources": list(fw.sources),
     }
-    if errors or eff.speed_gts is None or eff.width is None:
-        reason = "; ".join(errors) or f"no link state readable on the path of {subject}"
+    if truth.source == "firmware":
+        return _judge_from_firmware(gpu, truth, expected, errors, data)
+    if truth.source == "none":
+        if truth.hierarchy.kind != WALKED and not errors:
+            said = fw.problem or "no pp_dpm_pcie level and no gpu_metrics link"
+            reason = (
+                f"{truth.hierarchy.why}, so the endpoint's claim {claim} is not the link, and "
+                f"the GPU firmware does not say it ({said})"
+            )
+        else:
+            reason = "; ".join(errors) or f"no link state readable on the path of {subject}"
+            if fw.problem:
+                reason += f"; the GPU firmware does not say it either ({fw.problem})"
         return [
             Finding(
                 "pcie.link.unknown",
                 Severity.UNKNOWN,
                 subject,
                 f"cannot judge the link: {reason}",
-                "check that the sysfs tree is complete and readable",
+                "check that the sysfs tree is complete and readable; judge the link on the host "
+                "(bare metal) where the slot's root port is visible",
                 data,
             )
         ]
+    links = physical_links(gpu)
     findings: list[Finding] = []
     overclaim = (
         f"; the endpoint claims {claim} (what lspci on {subject} would falsely show)"
@@ -158,6 +180,7 @@ def judge_link(gpu: Gpu, expected: tuple[float, int] | None = None) -> list[Find
                 data,
             )
         )
+    findings += _firmware_below(gpu, truth, data)
     if expected is not None and (eff.speed_gts, eff.width) != expected:
         findings.append(
             Finding(
@@ -189,6 +212,81 @@ def judge_link(gpu: Gpu, expected: tuple[float, int] | None = None) -> list[Find
             data,
         )
     ]
+
+
+def _firmware_below(gpu: Gpu, truth: LinkTruth, data: dict[str, object]) -> list[Finding]:
+    """The firmware runs the link below the walked one at its top DPM level (or, without a DPM
+    table, at all: MI200/MI300's gpu_metrics link is the current one): never ok at the walked
+    value. Below the top level it is idle power saving (pcie.link.idle's business)."""
+    fw, eff = truth.firmware, truth.walked
+    if not fw.known or fw.at_top is False or eff.speed_gts is None or eff.width is None:
+        return []
+    assert fw.speed_gts is not None and fw.width is not None
+    if fw.speed_gts >= eff.speed_gts and fw.width >= eff.width:
+        return []
+    level = "at its top DPM level" if fw.at_top else "(no DPM levels: its current link)"
+    return [
+        Finding(
+            "pcie.link.firmware_below",
+            Severity.FAIL,
+            gpu.pci_address,
+            f"the GPU firmware runs the link at {fw.words()} {level} "
+            f"({', '.join(fw.sources)}); hop {eff.limited_at} trained "
+            f"{link_words(eff.speed_gts, eff.width)}",
+            "the slot trained faster than the GPU uses it: check the SMU's PCIe table "
+            "(power_dpm_force_performance_level, firmware version) and the slot's BIOS setting",
+            data,
+        )
+    ]
+
+
+def _judge_from_firmware(
+    gpu: Gpu,
+    truth: LinkTruth,
+    expected: tuple[float, int] | None,
+    errors: list[str],
+    data: dict[str, object],
+) -> list[Finding]:
+    """The hierarchy above the GPU is hidden or emulated, or its link files cannot be read: the
+    firmware's link is the verdict, and the endpoint's claim is named as what lspci shows."""
+    fw = truth.firmware
+    subject = gpu.pci_address
+    said = f"{fw.words()} from the GPU firmware ({', '.join(fw.sources)})"
+    if errors:
+        context = f"; the link files cannot be read ({errors[0]})"
+    elif truth.hierarchy.kind == WALKED:
+        context = "; the path's link files say no speed or width (the kernel's Unknown)"
+    else:
+        context = f"; {truth.hierarchy.why}"
+        own = gpu.endpoint.link
+        if own.current_speed_gts is not None:
+            context += f"; the endpoint claims {endpoint_claim(gpu)} (what lspci would show)"
+    if fw.at_top is False and fw.top is not None:
+        return [
+            Finding(
+                "pcie.link.idle",
+                Severity.WARN,
+                subject,
+                f"{said}, at pp_dpm_pcie level {fw.active_index} (idle power saving); its top "
+                f"level is {fw.top.index} ({link_words(fw.top.speed_gts, fw.top.width)})"
+                f"{context}",
+                "judge under load: rocmseat preflight --sample 30 while a job runs",
+                data,
+            )
+        ]
+    if expected is not None and (fw.speed_gts, fw.width) != expected:
+        return [
+            Finding(
+                "pcie.link.expected",
+                Severity.FAIL,
+                subject,
+                f"{said}; the profile expects {link_words(*expected)}{context}",
+                "fix the link, or the profile if the slot changed",
+                data,
+            )
+        ]
+    note = "; as the profile expects" if expected is not None else ""
+    return [Finding("pcie.link.ok", Severity.OK, subject, f"{said}{note}{context}", "", data)]
 
 
 def gpu_capability(gpu: Gpu) -> tuple[float | None, int | None]:
@@ -240,7 +338,7 @@ def judge_dpm(gpu: Gpu) -> list[Finding]:
                 Severity.OK,
                 subject,
                 "pp_dpm_pcie not exposed (amdgpu does not create it on MI200/MI300-class "
-                "parts); the link is judged from PCI sysfs",
+                "parts); the link is judged from PCI sysfs and gpu_metrics",
             )
         ]
     if not levels:
@@ -254,7 +352,7 @@ def judge_dpm(gpu: Gpu) -> list[Finding]:
         ]
     top = max(levels, key=lambda lv: (lv.speed_gts, lv.width))
     active = [lv for lv in levels if lv.active]
-    eff = effective_link(gpu)
+    truth = link_truth(gpu)
     data = {
         "levels": [
             {
@@ -278,9 +376,9 @@ def judge_dpm(gpu: Gpu) -> list[Finding]:
         active_text = "no level marked active"
     top_text = f"highest level {top.index} ({link_words(top.speed_gts, top.width)})"
     if (
-        eff.speed_gts is not None
-        and eff.width is not None
-        and (top.speed_gts < eff.speed_gts or top.width < eff.width)
+        truth.speed_gts is not None
+        and truth.width is not None
+        and (top.speed_gts < truth.speed_gts or top.width < truth.width)
     ):
         return [
             Finding(
@@ -288,9 +386,22 @@ def judge_dpm(gpu: Gpu) -> list[Finding]:
                 Severity.WARN,
                 subject,
                 f"{top_text} is below the trained link "
-                f"{link_words(eff.speed_gts, eff.width)}; {active_text}",
+                f"{link_words(truth.speed_gts, truth.width)}; {active_text}",
                 "the GPU will never use the link's full rate: check "
                 "power_dpm_force_performance_level and the SMU's PCIe table (firmware)",
+                data,
+            )
+        ]
+    star_problem = dpm_star_problem(gpu)
+    if star_problem is not None:
+        return [
+            Finding(
+                "pcie.dpm.unknown",
+                Severity.UNKNOWN,
+                subject,
+                f"{star_problem}; highest level {top.index} "
+                f"({link_words(top.speed_gts, top.width)}): no active level to judge",
+                "read it again under load; a suspended GPU wakes on use",
                 data,
             )
         ]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Gpu, Inventory
 from rocmseat.preflight.pairs import Pair, make_pair
-from rocmseat.sysfs.attrs import errors_of
+from rocmseat.sysfs.attrs import errors_of, first_of
 
 
 def _locality_errors(gpu: Gpu, inventory: Inventory) -> list[str]:
@@ -37,13 +37,12 @@ def judge_locality(gpu: Gpu, inventory: Inventory) -> list[Finding]:
     if errors:
         # the socket may still have been inferred, but from a partial reading: never a quiet ok
         socket = "unknown" if gpu.socket is None else str(gpu.socket)
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         return [
             Finding(
                 "numa.unknown",
                 Severity.UNKNOWN,
                 subject,
-                f"cannot read the GPU's locality: {errors[0]}{more}; socket {socket} "
+                f"cannot read the GPU's locality: {first_of(errors)}; socket {socket} "
                 f"({gpu.socket_source})",
                 "check numa_node, local_cpulist, node*/cpulist and cpu*/topology in the tree",
                 {**data, "errors": errors},

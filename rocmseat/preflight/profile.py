@@ -4,6 +4,7 @@ and the AER thresholds. Loading fails with a ConfigError naming the file, the li
     name = "x99-r9700"
     [thresholds]                      # optional; AerThresholds' fields
     aer_correctable_warn = 1
+    window_h = 24                     # the error window (docs/preflight.md, "Error windows")
     [[gpu]]
     pci_address = "0000:09:00.0"
     speed_gts = 8.0                   # optional, with width
@@ -26,6 +27,7 @@ from rocmseat.errors import ConfigError, ReadError
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Inventory
 from rocmseat.preflight.aer import AerThresholds
+from rocmseat.preflight.windows import MAX_WINDOW_S
 from rocmseat.safeio import read_regular_bytes
 from rocmseat.sysfs.parse import KNOWN_SPEEDS_GTS, normalize_pci_address
 
@@ -34,7 +36,12 @@ _THRESHOLD_KEYS = {
     "aer_correctable_fail": "correctable_fail",
     "replay_warn": "replay_warn",
     "replay_fail": "replay_fail",
+    "ras_ce_warn": "ras_ce_warn",
+    "ras_ce_fail": "ras_ce_fail",
+    "ras_bad_pages_fail": "ras_bad_pages_fail",
+    "window_h": "window_s",  # hours in the file, seconds in AerThresholds
 }
+MAX_WINDOW_H = MAX_WINDOW_S // 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,12 +249,18 @@ def _thresholds(table: Any, where: _Where) -> AerThresholds:
             raise where.error(f"thresholds.{key}", "must be a non-negative integer")
         if value > MAX_THRESHOLD:
             raise where.error(f"thresholds.{key}", f"must be an integer 0..{MAX_THRESHOLD}")
+        if key == "window_h":
+            if not 1 <= value <= MAX_WINDOW_H:
+                raise where.error(
+                    f"thresholds.{key}", f"must be a window of 1..{MAX_WINDOW_H} hours"
+                )
+            value *= 3600
         values[_THRESHOLD_KEYS[key]] = value
     thresholds = AerThresholds(**values)
-    for kind in ("correctable", "replay"):
+    for kind in ("correctable", "replay", "ras_ce"):
         warn, fail = getattr(thresholds, f"{kind}_warn"), getattr(thresholds, f"{kind}_fail")
         if warn > fail:
-            name = "aer_correctable" if kind == "correctable" else "replay"
+            name = "aer_correctable" if kind == "correctable" else kind
             given = f"{name}_warn" if f"{name}_warn" in table else f"{name}_fail"
             raise where.error(
                 f"thresholds.{given}", f"{name}_warn {warn} is above {name}_fail {fail}"

@@ -1,7 +1,7 @@
 """The library entry of preflight: sysfs root -> inventory -> findings (plus what renders them).
 
 `run_preflight` is what `launch` calls; `preflight_report` also returns the inventory and the
-pairs for the CLI's renderers. Families: pcie, aer, numa, profile (with a profile), amdsmi
+pairs for the CLI's renderers. Families: pcie, aer, ras, numa, profile (with a profile), amdsmi
 (only when asked: amdsmi is optional), hip (only when asked: it initialises GPUs in child
 processes).
 """
@@ -19,10 +19,16 @@ from rocmseat.errors import ConfigError, NoDeviceError
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Gpu, Inventory, read_inventory
 from rocmseat.preflight.aer import AerThresholds, judge_aer, snapshot
-from rocmseat.preflight.aer_state import load_baseline, save_baseline, scope_for
 from rocmseat.preflight.link import judge_dpm, judge_link
 from rocmseat.preflight.numa import judge_locality, judge_proposed, judge_requested
 from rocmseat.preflight.pairs import Pair, propose_pairs
+from rocmseat.preflight.windows import (
+    Window,
+    load_ring,
+    save_readings,
+    window_for,
+    window_words,
+)
 from rocmseat.sysfs.fs import default_proc_root, is_live_root
 from rocmseat.sysfs.host import NO_PROC, BootIdentity, read_boot_identity
 from rocmseat.sysfs.parse import normalize_pci_address
@@ -31,8 +37,8 @@ if TYPE_CHECKING:
     # profile.py brings tomllib: imported only when a profile is given (start-up budget)
     from rocmseat.preflight.profile import Profile
 
-FAMILIES = ("pcie", "aer", "numa", "profile", "amdsmi", "hip")
-DEFAULT_FAMILIES = frozenset({"pcie", "aer", "numa", "profile"})
+FAMILIES = ("pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip")
+DEFAULT_FAMILIES = frozenset({"pcie", "aer", "ras", "numa", "profile"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,12 +158,12 @@ def preflight_report(
 
         findings += judge_profile(inventory, loaded, wanted)
     window = None
-    if "aer" in selected:
-        aer_findings, window = _aer(
-            sysfs_root, state_dir, checked, thresholds, sample_s=sample_s, sleep=sleep, now=now,
-            scope=scope_for(pairs, families), identity=identity,
+    if "aer" in selected or "ras" in selected:
+        error_findings, window = _error_windows(
+            sysfs_root, state_dir, checked, thresholds, families=selected, sample_s=sample_s,
+            sleep=sleep, now=now, identity=identity,
         )
-        findings += aer_findings
+        findings += error_findings
     if "amdsmi" in selected:
         from rocmseat.node.amdsmi_check import amdsmi_findings
 
@@ -292,30 +298,33 @@ def _identity_findings(gpus: tuple[Gpu, ...]) -> list[Finding]:
     return findings
 
 
-def _aer(
+def _error_windows(
     sysfs_root: Path,
     state_dir: Path,
     gpus: tuple[Gpu, ...],
     thresholds: AerThresholds,
     *,
+    families: Collection[str],
     sample_s: float | None,
     sleep: Callable[[float], None],
     now: Callable[[], str],
-    scope: str,
     identity: BootIdentity,
 ) -> tuple[list[Finding], str]:
-    """AER findings over the window of this kind of run (aer_state: one baseline per scope)."""
+    """AER and RAS findings over the error window (rocmseat.preflight.windows): the fixed span
+    every run judges, whoever looked; a `--sample` judges its own two readings."""
     findings: list[Finding] = []
     current = snapshot(gpus)
-    baseline_devices: dict[str, dict[str, int]] | None
+    windows: dict[str, Window] = {}
+    stamp: str | None = None  # set when this run's reading joins the error readings
     if sample_s is not None:
-        baseline_devices = current
+        first = current
         sleep(sample_s)
         addresses = {g.pci_address for g in gpus}
         again = read_inventory(sysfs_root)
         gpus = tuple(g for g in again.gpus if g.pci_address in addresses)
         current = snapshot(gpus)
         window = f"during the {sample_s:g} s sample"
+        windows = {address: Window(counters, window) for address, counters in first.items()}
         for address in sorted(addresses - {g.pci_address for g in gpus}):
             findings.append(
                 Finding(
@@ -327,11 +336,11 @@ def _aer(
                 )
             )
     elif identity.error is not None:
-        # a baseline from another boot would hide errors counted since this one: never guess
-        baseline_devices, window = None, "since boot"
+        # readings from another boot would hide errors counted since this one: never guess
+        window = "since boot"
         findings.append(
             Finding(
-                "aer.baseline",
+                "aer.window",
                 Severity.WARN,
                 "node",
                 f"cannot tell this boot ({identity.error}); counting since boot",
@@ -339,34 +348,47 @@ def _aer(
             )
         )
     else:
-        baseline, problem = load_baseline(state_dir, sysfs_root, scope, boot_id=identity.boot_id)
-        if problem:
+        loaded = load_ring(state_dir, sysfs_root, identity.boot_id)
+        if loaded.problem:
             findings.append(
                 Finding(
-                    "aer.baseline",
-                    Severity.WARN,
+                    "aer.window",
+                    Severity.UNKNOWN if loaded.untrusted else Severity.WARN,
                     "node",
-                    f"{problem}; counting since boot",
-                    "remove the file; the next run writes a fresh one",
+                    f"{loaded.problem}; counting since boot",
+                    "the state dir and its files must be owned by root or this user and "
+                    "writable by no one else" if loaded.untrusted
+                    else "remove the file; the next run writes a fresh one",
                 )
             )
-        if baseline is None:
-            baseline_devices, window = None, "since boot"
-        else:
-            baseline_devices = baseline.devices
-            whose = "the node's AER baseline" if baseline.from_node else "the AER baseline"
-            window = f"since {whose} of {baseline.taken_at}"
+        stamp = None if loaded.untrusted else now()
+        stored = loaded.ring.devices if loaded.ring is not None else {}
+        windows = {
+            address: window_for(stored.get(address, ()), stamp or now(), thresholds.window_s)
+            for address in current
+        }
+        phrases = sorted({w.phrase for w in windows.values()})
+        window = phrases[0] if len(phrases) == 1 else (
+            f"the last {window_words(thresholds.window_s)} (each device's own start: see its "
+            "findings)"
+        )
     for gpu in gpus:
-        findings += judge_aer(gpu, current, baseline_devices, window, thresholds)
-    if sample_s is not None or identity.error is not None:
-        # a sample judges its own two readings; an unknown boot must not overwrite a baseline
+        if "aer" in families:
+            findings += judge_aer(gpu, current, windows, thresholds)
+        if "ras" in families:
+            from rocmseat.preflight.ras import judge_ras
+
+            findings += judge_ras(gpu, current, windows, thresholds)
+    if stamp is None:
+        # a sample judges its own two readings; an unknown boot or an untrusted file is never
+        # overwritten
         return findings, window
-    problem = save_baseline(state_dir, sysfs_root, current, now(), scope,
-                            boot_id=identity.boot_id)
+    problem = save_readings(state_dir, sysfs_root, identity.boot_id, current, stamp,
+                            seen=stored)
     if problem:
         findings.append(
             Finding(
-                "aer.baseline",
+                "aer.window",
                 Severity.WARN,
                 "node",
                 problem,

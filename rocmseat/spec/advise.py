@@ -17,9 +17,10 @@ from __future__ import annotations
 import errno
 import math
 import random
+import shlex
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,9 @@ from rocmseat.spec.acceptance import (
     check_counters,
     estimate,
 )
+from rocmseat.spec.basis import Decision, Observation, decide, noise_of, seat_k0_trap
 from rocmseat.spec.benchresult import parse_bench_result
-from rocmseat.spec.decide import Advice, advise, throughput
+from rocmseat.spec.decide import Advice, Allowed, advise, throughput
 from rocmseat.spec.documents import (
     ArmDoc,
     DocumentError,
@@ -80,6 +82,7 @@ class MeasuredPoint:
     k: int
     schedule: Schedule | None
     tokens_per_s: float
+    sd: float | None = None  # over the repeats (None: one run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +101,13 @@ def _pooled(points: Sequence[MeasuredPoint]) -> list[MeasuredPoint]:
     groups: dict[tuple[str, int, int], list[MeasuredPoint]] = {}
     for p in points:
         groups.setdefault((p.arm, p.batch, p.k), []).append(p)
-    return [MeasuredPoint(arm, b, k, group[0].schedule,
-                          sum(p.tokens_per_s for p in group) / len(group))
-            for (arm, b, k), group in groups.items()]
+    out = []
+    for (arm, b, k), group in groups.items():
+        mean = sum(p.tokens_per_s for p in group) / len(group)
+        sd = (math.sqrt(sum((p.tokens_per_s - mean) ** 2 for p in group) / (len(group) - 1))
+              if len(group) > 1 else None)
+        out.append(MeasuredPoint(arm, b, k, group[0].schedule, mean, sd))
+    return out
 
 
 def _read_json(path: Path, limit: int = GATE_LIMIT_BYTES) -> Any:
@@ -314,7 +321,7 @@ def _r(value: float | None, digits: int = 4) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, digits)
 
 
-def run_advise(inputs: Inputs, *, k_limit: int | None = None) -> tuple[Advice, Acceptance,
+def run_advise(inputs: Inputs, *, k_limit: int | None = None) -> tuple[Decision, Acceptance,
                                                                           StepCost]:
     acceptance = _check_window(inputs.counters)
     try:
@@ -323,18 +330,60 @@ def run_advise(inputs: Inputs, *, k_limit: int | None = None) -> tuple[Advice, A
         raise CannotAdvise(f"step cost: {exc}",
                            hint="use --from-gate DIR, or --iteration-log FILE with K=0 steps") \
             from None
-    advice = advise(inputs.counters, cost, max_num_seqs=inputs.max_num_seqs,
-                    report_batches=inputs.batches, k_limit=k_limit, rng=random.Random(12))
-    return advice, acceptance, cost
+
+    def run(allowed: Allowed | None) -> Advice:
+        return advise(inputs.counters, cost, max_num_seqs=inputs.max_num_seqs,
+                      report_batches=inputs.batches, k_limit=k_limit, rng=random.Random(12),
+                      allowed=allowed)
+
+    method = inputs.seat.drafter.method if inputs.seat and inputs.seat.drafter else None
+    decision = decide(run, observations(inputs, acceptance, cost), method,
+                      lambda b, k: throughput(acceptance, cost, b, k), cost.rms_relative)
+    trap = seat_k0_trap(method, current_drafter(inputs.seat)[1])
+    if trap:
+        decision = replace(decision, notes=(*decision.notes, trap))
+    return decision, acceptance, cost
+
+
+def k_ran(point: MeasuredPoint, max_num_seqs: int) -> int:
+    """The K a measured point ran: a schedule's tier at that batch size, not its maximum."""
+    if point.schedule is None or point.k == 0:
+        return point.k
+    return lookup(point.schedule, max_num_seqs, point.k)[min(point.batch, max_num_seqs) - 1]
 
 
 def predicted_for(point: MeasuredPoint, acceptance: Acceptance, cost: StepCost,
                   max_num_seqs: int) -> float:
-    k = point.k
-    if point.schedule is not None and point.k > 0:
-        table = lookup(point.schedule, max_num_seqs, point.k)
-        k = table[min(point.batch, max_num_seqs) - 1]
-    return throughput(acceptance, cost, point.batch, k)
+    return throughput(acceptance, cost, point.batch, k_ran(point, max_num_seqs))
+
+
+def observations(inputs: Inputs, acceptance: Acceptance, cost: StepCost
+                 ) -> tuple[Observation, ...]:
+    return tuple(
+        Observation(p.arm, p.batch, k_ran(p, inputs.max_num_seqs), p.k > 0, p.tokens_per_s,
+                    noise_of(p.tokens_per_s, p.sd),
+                    predicted_for(p, acceptance, cost, inputs.max_num_seqs))
+        for p in _measured_in_order(inputs))
+
+
+def verify_command(inputs: Inputs, decision: Decision) -> str | None:
+    """The next step for a proposal with a tier the gate did not measure: write it into a copy
+    of the candidate's seat and gate that copy (a runnable command line), or None."""
+    if not decision.unmeasured or decision.advice.num_speculative_tokens is None:
+        return None
+    if inputs.source["kind"] != "gate":
+        # no gate directory: the seat files are the operator's (placeholders in capitals)
+        return ("cp SEAT.toml PROPOSAL.toml && rocmseat spec advise SEAT.toml --write "
+                "PROPOSAL.toml --accept-model && rocmseat spec gate BASE_SEAT.toml PROPOSAL.toml "
+                f"--concurrency {','.join(str(b) for b in inputs.batches)}")
+    where = Path(inputs.source["where"])
+    proposal = shlex.quote(f"{where}-proposal.toml")
+    gate = shlex.quote(str(where))
+    levels = ",".join(str(b) for b in inputs.batches)
+    return (f"cp {shlex.quote(str(where / 'arms' / 'candidate' / 'seat.toml'))} {proposal} && "
+            f"rocmseat spec advise --from-gate {gate} --write {proposal} --accept-model && "
+            f"rocmseat spec gate {shlex.quote(str(where / 'arms' / 'base' / 'seat.toml'))} "
+            f"{proposal} --concurrency {levels} --out {shlex.quote(f'{where}-verify')}")
 
 
 def current_drafter(seat: Seat | None) -> tuple[int | None, Schedule | None]:
@@ -343,14 +392,22 @@ def current_drafter(seat: Seat | None) -> tuple[int | None, Schedule | None]:
     return seat.drafter.num_speculative_tokens, seat.drafter.num_speculative_tokens_per_batch_size
 
 
-def advice_json(inputs: Inputs, advice: Advice, acceptance: Acceptance, cost: StepCost, *,
+def _proposal_json(advice: Advice) -> dict[str, Any]:
+    return {"num_speculative_tokens": advice.num_speculative_tokens,
+            "num_speculative_tokens_per_batch_size": as_lists(advice.schedule)
+            if advice.schedule else None}
+
+
+def advice_json(inputs: Inputs, decision: Decision, acceptance: Acceptance, cost: StepCost, *,
                 picture: str | None, picture_note: str, exit_code: int,
                 written: str | None) -> dict[str, Any]:
     a = acceptance
-    pvm = [{"arm": p.arm, "batch": p.batch, "k": p.k,
+    advice = decision.advice
+    pvm = [{"arm": o.arm, "batch": o.batch, "k": o.k, "k_max": p.k,
             "schedule": as_lists(p.schedule) if p.schedule else None,
-            "predicted_tok_s": _r(predicted_for(p, a, cost, inputs.max_num_seqs), 2),
-            "measured_tok_s": _r(p.tokens_per_s, 2)} for p in inputs.measured]
+            "predicted_tok_s": _r(o.predicted_tok_s, 2), "measured_tok_s": _r(o.measured_tok_s, 2),
+            "miss": _r(o.miss), "noise": _r(o.noise), "misses": o.misses}
+           for o, p in zip(decision.observations, _measured_in_order(inputs), strict=True)]
     k_now, sched_now = current_drafter(inputs.seat)
     return {
         "schema": SCHEMA,
@@ -387,29 +444,51 @@ def advice_json(inputs: Inputs, advice: Advice, acceptance: Acceptance, cost: St
         "throughput": [{"batch": p.batch, "k": p.k, "tokens_per_s": _r(p.tokens_per_s, 2),
                         "extrapolated": p.extrapolated} for p in advice.points],
         "best_k": list(advice.best_k),
-        "bands": [{"start": b.start, "end": b.end, "k": b.k, "gain": _r(b.gain),
-                   "gain_low": _r(b.gain_low), "gain_high": _r(b.gain_high),
-                   "agreement": _r(b.agreement), "extrapolated": b.extrapolated,
-                   "extrapolated_why": b.why_extrapolated or None}
-                  for b in advice.bands],
+        "bands": [{"start": t.start, "end": t.end, "k": t.k, "gain": _r(t.band.gain),
+                   "gain_low": _r(t.band.gain_low), "gain_high": _r(t.band.gain_high),
+                   "basis": t.basis, "evidence": t.evidence,
+                   "confidence": _r(t.confidence),
+                   "runner_up_k": t.band.runner_up,
+                   "bootstrap_agreement": _r(t.band.bootstrap_agreement),
+                   "extrapolated": t.band.extrapolated,
+                   "extrapolated_why": t.band.why_extrapolated or None}
+                  for t in decision.tiers],
         "staircase": {str(b): [{"alpha_from": t.alpha_from, "k": t.k} for t in steps]
                       for b, steps in advice.staircase.items()},
         "proposal": {
-            "num_speculative_tokens": advice.num_speculative_tokens,
-            "num_speculative_tokens_per_batch_size": as_lists(advice.schedule)
-            if advice.schedule else None,
+            **_proposal_json(advice),
             "current_num_speculative_tokens": k_now,
             "current_num_speculative_tokens_per_batch_size": as_lists(sched_now)
             if sched_now else None,
             "config_key_changes": (advice.num_speculative_tokens, advice.schedule)
             != (k_now, sched_now),
+            "measured_only": not decision.unmeasured,
+            "k0_tiers_allowed": decision.k0_allowed,
         },
+        "model_proposal": _proposal_json(decision.free),
+        "model_check": {
+            "rms_relative_miss": _r(decision.model_error),
+            "from": decision.model_error_from,
+            "misses": [f"{o.arm}@{o.batch}" for o in decision.observations if o.misses],
+        },
+        "notes": list(decision.notes),
+        "next": verify_command(inputs, decision),
         "predicted_vs_measured": pvm,
         "picture": picture,
         "picture_note": picture_note,
         "written": written,
         "exit_code": exit_code,
     }
+
+
+def _shown(value: float | None, spec: str) -> str:
+    """A figure of the document, '-' where it is not a finite number (JSON null)."""
+    return "-" if value is None else format(value, spec)
+
+
+def _measured_in_order(inputs: Inputs) -> list[MeasuredPoint]:
+    """inputs.measured in the order of `observations` (base first, then per arm and batch)."""
+    return sorted(inputs.measured, key=lambda p: (p.arm != "base", p.arm, p.batch))
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -434,30 +513,61 @@ def render(doc: dict[str, Any]) -> str:
             p = table[(b, k)]
             cells.append(f"{p['tokens_per_s']:.1f}{'*' if p['extrapolated'] else ''}")
         lines.append(f"K={k:<8}" + "".join(f"{c:>10}" for c in cells))
-    lines.append("bands (the staircase):")
+    lines.append("tiers (the staircase; basis: measured = a gate arm ran that K there and held, "
+                 "model = interpolated, extrapolated = beyond the measurements):")
     for b in doc["bands"]:
-        lines.append(f"  batch {b['start']}-{b['end']}: K={b['k']}, predicted gain "
-                     f"{b['gain']:.3f}x (90 % {b['gain_low']:.3f}..{b['gain_high']:.3f}), "
-                     f"{b['agreement']:.0%} of bootstrap draws agree"
-                     + (f" [extrapolated: {b['extrapolated_why']}]" if b["extrapolated"]
-                        else ""))
+        over = (f" over K={b['runner_up_k']}" if b["runner_up_k"] is not None else "")
+        lines.append(f"  batch {b['start']}-{b['end']}: K={b['k']} [{b['basis']}], predicted gain "
+                     f"{_shown(b['gain'], '.3f')}x (90 % {_shown(b['gain_low'], '.3f')}.."
+                     f"{_shown(b['gain_high'], '.3f')}); confidence "
+                     f"{_shown(b['confidence'], '.0%')}{over} with the model's error; bootstrap "
+                     f"agreement {_shown(b['bootstrap_agreement'], '.0%')}")
+        lines.append(f"    {b['evidence']}")
+    mc = doc["model_check"]
+    if mc["rms_relative_miss"] is not None:
+        lines.append(f"model error: {mc['rms_relative_miss']:.1%} RMS, from {mc['from']}: the "
+                     "confidence adds it to the bootstrap's spread")
+    else:
+        lines.append("model error: unknown (no measured arms, no step-cost fit): the confidence "
+                     "is the bootstrap's alone and overstates what is known")
+    if doc["predicted_vs_measured"]:
+        lines.append(f"model check: {len(mc['misses'])} of {len(doc['predicted_vs_measured'])} "
+                     "measured points miss the prediction by more than their noise:")
+        for m in doc["predicted_vs_measured"]:
+            k = f"{m['k']}" + (f" (schedule, max {m['k_max']})" if m["schedule"] else "")
+            miss = _shown(m["miss"], "+.1%")
+            lines.append(f"  {m['arm']:<10} B={m['batch']:<4} K={k:<19} predicted "
+                         f"{_shown(m['predicted_tok_s'], '.2f'):>9} measured "
+                         f"{_shown(m['measured_tok_s'], '.2f'):>9} {miss:>7} (noise "
+                         f"±{_shown(m['noise'], '.0%')})"
+                         + ("  MISS" if m["misses"] else ""))
+    for note in doc["notes"]:
+        lines.append(f"note: {note}")
     p = doc["proposal"]
     if p["num_speculative_tokens"] is None:
         lines.append("proposal: do not speculate (no K pays at any batch size)")
     else:
+        bases = sorted({b["basis"] for b in doc["bands"]})
         lines.append(f"proposal: num_speculative_tokens = {p['num_speculative_tokens']}"
                      + (f", num_speculative_tokens_per_batch_size = "
                         f"{p['num_speculative_tokens_per_batch_size']}"
-                        if p["num_speculative_tokens_per_batch_size"] else ""))
-        if p["current_num_speculative_tokens"] is not None:
-            lines.append(f"seat now: num_speculative_tokens = {p['current_num_speculative_tokens']}"
-                         + (f", schedule {p['current_num_speculative_tokens_per_batch_size']}"
-                            if p["current_num_speculative_tokens_per_batch_size"] else ""))
-    if doc["predicted_vs_measured"]:
-        lines.append("predicted vs measured tokens/s:")
-        for m in doc["predicted_vs_measured"]:
-            lines.append(f"  {m['arm']:<10} B={m['batch']:<4} K={m['k']:<3} predicted "
-                         f"{m['predicted_tok_s']:>9} measured {m['measured_tok_s']:>9}")
+                        if p["num_speculative_tokens_per_batch_size"] else "")
+                     + f" (basis: {', '.join(bases)})")
+    model = doc["model_proposal"]
+    if {k: p[k] for k in model} != model:
+        lines.append(f"the model alone: num_speculative_tokens = {model['num_speculative_tokens']}"
+                     + (f", num_speculative_tokens_per_batch_size = "
+                        f"{model['num_speculative_tokens_per_batch_size']}"
+                        if model["num_speculative_tokens_per_batch_size"] else "")
+                     + " (not proposed: see the notes)")
+    if p["current_num_speculative_tokens"] is not None:
+        lines.append(f"seat now: num_speculative_tokens = {p['current_num_speculative_tokens']}"
+                     + (f", schedule {p['current_num_speculative_tokens_per_batch_size']}"
+                        if p["current_num_speculative_tokens_per_batch_size"] else ""))
+    if doc["next"]:
+        lines.append("next: not every tier was measured; measure the proposal before it "
+                     "serves:")
+        lines.append(f"  {doc['next']}")
     if doc["written"]:
         lines.append(doc["written"])
     lines.append(f"picture: {doc['picture'] or doc['picture_note']}")

@@ -10,7 +10,7 @@ exits 2).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,10 @@ from rocmseat import exitcodes
 from rocmseat.atomic import WriteRefused
 from rocmseat.errors import ConfigError
 from rocmseat.spec import advise as adv
+from rocmseat.spec.basis import Decision, current_table, write_plan
+from rocmseat.spec.decide import proposal_of
 from rocmseat.spec.plot import PlotUnavailable, advise_picture
-from rocmseat.spec.seatedit import write_drafter_schedule
+from rocmseat.spec.seatedit import current_drafter, write_drafter_schedule
 
 DEFAULT_WINDOW_S = 30.0
 
@@ -35,6 +37,7 @@ class AdviseRequest:
     k_limit: int | None = None
     write_seat: Path | None = None
     write_read_only: bool = False
+    accept_model: bool = False  # --write: the model's and extrapolated tiers too
     picture: Path | None = None
     state_dir: Path | None = None
 
@@ -51,15 +54,17 @@ def advise_flow(request: AdviseRequest) -> AdviseOutcome:
     picture = request.picture
     if request.gate_dir is not None:
         picture = picture or request.gate_dir / "advise.png"
-    advice, acceptance, cost = adv.run_advise(inputs, k_limit=request.k_limit)
-    picture_path, picture_note = _picture(picture, advice, acceptance, cost, inputs)
+    decision, acceptance, cost = adv.run_advise(inputs, k_limit=request.k_limit)
+    advice = decision.advice
+    picture_path, picture_note = _picture(picture, decision, inputs)
     written: str | None = None
     write_error: ConfigError | None = None
     code = exitcodes.OK
     if request.write_seat is not None:
         try:
-            written, code = write_advice(request.write_seat, advice, inputs,
-                                         read_only_ok=request.write_read_only)
+            written, code = write_decision(request.write_seat, decision, inputs,
+                                           accept_model=request.accept_model,
+                                           read_only_ok=request.write_read_only)
         except ConfigError as exc:
             written, code, write_error = f"not written: {exc.message}", exc.exit_code, exc
     else:
@@ -67,7 +72,7 @@ def advise_flow(request: AdviseRequest) -> AdviseOutcome:
         if k_now is not None and (advice.num_speculative_tokens, advice.schedule) != (
                 k_now, sched_now):
             code = exitcodes.PROBLEM
-    doc = adv.advice_json(inputs, advice, acceptance, cost, picture=picture_path,
+    doc = adv.advice_json(inputs, decision, acceptance, cost, picture=picture_path,
                           picture_note=picture_note, exit_code=code, written=written)
     return AdviseOutcome(doc, code, write_error)
 
@@ -98,18 +103,36 @@ def _inputs(request: AdviseRequest) -> adv.Inputs:
     return inputs
 
 
-def _picture(path: Path | None, advice: Any, acceptance: Any, cost: Any,
-             inputs: adv.Inputs) -> tuple[str | None, str]:
+def _picture(path: Path | None, decision: Decision, inputs: adv.Inputs
+             ) -> tuple[str | None, str]:
     if path is None:
         return None, "not drawn (pass --picture PATH)"
-    pvm = [(f"{p.arm} B{p.batch}", adv.predicted_for(p, acceptance, cost, inputs.max_num_seqs),
-            p.tokens_per_s) for p in inputs.measured]
-    stairs = {b: [(t.alpha_from, t.k) for t in steps] for b, steps in advice.staircase.items()}
     try:
-        return str(advise_picture(path, advice.best_k, stairs, advice.alpha, pvm)), "written"
+        drawn = str(advise_picture(path, decision, inputs.source["kind"]))
     except (PlotUnavailable, WriteRefused) as exc:
         # a picture that cannot be written is a note: the advice is still printed
         return None, exc.message
+    return drawn, ("written" if decision.observations else
+                   "written without the model-check panel: no measured arms to check the "
+                   "model against (a gate directory has them)")
+
+
+def write_decision(path: Path, decision: Decision, inputs: adv.Inputs, *, accept_model: bool,
+                   read_only_ok: bool) -> tuple[str, int]:
+    """`--write`: the proposal's measured tiers (every tier with `accept_model`; elsewhere the
+    seat keeps its K, rocmseat.spec.basis.write_plan), the diff and the basis of every tier."""
+    current = current_table(*current_drafter(path), inputs.max_num_seqs)
+    plan = write_plan(decision, current, accept_model=accept_model)
+    if not plan.changes:
+        why = (" only the model's tiers would change it: --accept-model writes them, after "
+               "measuring them (next:)" if plan.held_back else " it is the proposal already")
+        return (f"{path}: not written: the seat's [drafter] stays as it is;{why}\n{plan.basis}",
+                exitcodes.PROBLEM if plan.held_back else exitcodes.OK)
+    k, schedule = proposal_of(plan.table)
+    message, code = write_advice(path, replace(decision.advice, num_speculative_tokens=k,
+                                               schedule=schedule), inputs,
+                                 read_only_ok=read_only_ok)
+    return f"{message}\nbasis of what was proposed:\n{plan.basis}", code
 
 
 def write_advice(path: Path, advice: Any, inputs: adv.Inputs, *,

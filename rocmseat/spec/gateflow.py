@@ -28,10 +28,12 @@ from rocmseat.spec.gatereport import (
     SCHEMA,
     VERDICT_WORDS,
     Comparison,
+    draw,
     exit_code,
     figures_json,
     render_table,
     single_stream,
+    verify_schedule_command,
 )
 from rocmseat.spec.gaterun import (
     ArmError,
@@ -46,8 +48,15 @@ from rocmseat.spec.gaterun import (
     now_utc,
     replica_index,
 )
-from rocmseat.spec.gates import ArmFigures, GateConfig, crossover, judge, proposed_schedule
-from rocmseat.spec.plot import PlotUnavailable, gate_picture
+from rocmseat.spec.gates import (
+    ArmFigures,
+    GateConfig,
+    crossover,
+    judge,
+    k0_note,
+    proposed_schedule,
+)
+from rocmseat.spec.plot import PlotUnavailable
 from rocmseat.spec.schedule import Schedule, as_lists
 
 
@@ -193,8 +202,18 @@ def _proposal(records: list[ArmRecord], config: GateConfig, aa: bool,
         return None, comparisons, "A/A run: no schedule is proposed."
     cx = comparisons[0].crossover
     assert cx is not None
-    schedule = proposed_schedule(cx, figures(judged[0]).k, max_num_seqs)
-    return schedule, comparisons, _proposal_note(cx.concurrency, cx.last_winning, schedule)
+    method = _drafter_method(judged[0])
+    schedule = proposed_schedule(cx, figures(judged[0]).k, max_num_seqs, method)
+    return schedule, comparisons, _proposal_note(cx.concurrency, cx.last_winning, schedule) \
+        + k0_note(method, schedule, figures(judged[0]).schedule)
+
+
+def _drafter_method(record: ArmRecord) -> str | None:
+    """The candidate arm's speculative method, from the seat it ran (None: no drafter)."""
+    from rocmseat.seat.load import load_seat
+
+    seat = load_seat(record.seat_file)
+    return seat.drafter.method if seat.drafter else None
 
 
 def assemble(out: Path, base_path: Path, cand_path: Path, records: list[ArmRecord], *,
@@ -223,7 +242,7 @@ def assemble(out: Path, base_path: Path, cand_path: Path, records: list[ArmRecor
         note += (f" Drift between base and {SECOND_BASE}: {drift:.1%} measured, {used:.1%} used "
                  f"(assumed {config.drift:.1%}); the base figures pool both base arms.")
     arms = [figures(r) for r in records]
-    picture, picture_note = _picture(out, arms, comparisons[0])
+    picture, picture_note = _picture(out, arms, comparisons, config.aggregate_min_ratio)
     code = exit_code(comparisons[0].gates)
     doc = _document(base_path, cand_path, records, arms=arms, comparisons=comparisons,
                     battery=battery, config=config, schedule=schedule, note=note,
@@ -232,7 +251,9 @@ def assemble(out: Path, base_path: Path, cand_path: Path, records: list[ArmRecor
     memory = {r.name: _memory_cell(r) for r in records}
     shown = Path(picture).name if picture else picture_note  # beside the table in --out
     table = render_table(arms, memory, comparisons=comparisons, proposal=schedule,
-                         proposal_note=note, picture=shown)
+                         proposal_note=note, picture=shown,
+                         verify=verify_schedule_command(base_path, cand_path, battery.concurrency,
+                                                        battery.repeats, out))
     notes = tuple(note for note in (
         _write_note(out, "gate.json", (jsonio.dumps(doc, indent=2) + "\n").encode()),
         _write_note(out, "gate.txt", table.encode())) if note is not None)
@@ -306,15 +327,15 @@ def _proposal_note(cross: int | None, last: int | None, schedule: Schedule | Non
             "in a step, prefill chunks included).")
 
 
-def _picture(out: Path, arms: list[ArmFigures], first: Comparison) -> tuple[str | None, str]:
-    cx = first.crossover.concurrency if first.crossover else None
-    series = [(a.name, {c: list(s.values) for c, s in a.throughput.items()}) for a in arms]
+def _picture(out: Path, arms: list[ArmFigures], comparisons: list[Comparison],
+             threshold: float) -> tuple[str | None, str]:
+    """gate.png in --out, named relative to it (gate.json and gate.txt lie beside it; an
+    absolute path would name wherever the gate ran, not where the directory is now)."""
     try:
-        path = gate_picture(out / "gate.png", series, cx,
-                            "output tokens/s per arm (band: repeats' range)")
+        path = draw(out / "gate.png", arms, comparisons, threshold)
     except (PlotUnavailable, WriteRefused) as exc:
         return None, exc.message
-    return str(path), "written"
+    return path.name, "written"
 
 
 def _battery_json(battery: Battery) -> dict[str, Any]:

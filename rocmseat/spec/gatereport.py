@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rocmseat import exitcodes
 from rocmseat.spec.acceptance import CountersError, estimate
 from rocmseat.spec.gates import ArmFigures, Crossover, GateResult, Series, Verdict, ratio_gate
+from rocmseat.spec.plot import RatioSeries, gate_picture
 from rocmseat.spec.schedule import Schedule, as_lists
 
 SCHEMA = "rocmseat.gate/v1"
@@ -126,9 +129,18 @@ def _mean_sd(series: Mapping[int, Series], c: int, spec: str) -> str:
     return _fmt(s.mean, spec) + ("" if s.sd is None else f"±{s.sd:{spec}}")
 
 
+def verify_schedule_command(base_seat: Path, candidate_seat: Path, concurrency: Sequence[int],
+                   repeats: int, out: Path) -> str:
+    """The gate again with the proposal as a third arm (a runnable command line)."""
+    levels = ",".join(str(c) for c in concurrency)
+    return (f"rocmseat spec gate {shlex.quote(str(base_seat))} "
+            f"{shlex.quote(str(candidate_seat))} --verify-schedule --concurrency {levels} "
+            f"--repeats {repeats} --out {shlex.quote(f'{out}-verify')}")
+
+
 def render_table(arms: Sequence[ArmFigures], memory: Mapping[str, str], *,
                  comparisons: Sequence[Comparison], proposal: Schedule | None,
-                 proposal_note: str, picture: str) -> str:
+                 proposal_note: str, picture: str, verify: str | None = None) -> str:
     levels = sorted({c for a in arms for c in a.throughput})
     lines = []
     head = f"{'':<22}" + "".join(f"{a.name:>22}" for a in arms)
@@ -178,5 +190,34 @@ def render_table(arms: Sequence[ArmFigures], memory: Mapping[str, str], *,
     if proposal is not None:
         lines.append(f"proposed num_speculative_tokens_per_batch_size = {as_lists(proposal)}")
     lines.append(proposal_note)
+    if proposal is not None and verify is not None and not any(a.schedule for a in arms):
+        lines.append("next: the proposal is interpolated from the crossover, not measured; run "
+                     "it as a third arm before it serves:")
+        lines.append(f"  {verify}")
     lines.append(f"picture: {picture}")
     return "\n".join(lines) + "\n"
+
+
+def ratio_series(comparisons: Sequence[Comparison]) -> list[RatioSeries]:
+    """What gate.png's upper panel draws: each compared arm's ratio to the base with its 95 %
+    band, its crossover and its verdict."""
+    return [RatioSeries(c.arm.name, _verdict_words(c),
+                        dict(c.crossover.ratios) if c.crossover else {},
+                        c.crossover.concurrency if c.crossover else None)
+            for c in comparisons]
+
+
+def _verdict_words(c: Comparison) -> str:
+    """'do not ship (FAIL aggregate@64 0.536x)': the verdict and the gates that are not PASS."""
+    shown = [f"{g.verdict.value} {g.gate}" + (f" {g.value:.3g}x" if g.value is not None
+                                               and g.gate.startswith("aggregate") else "")
+             for g in c.gates if g.verdict is not Verdict.PASS]
+    words = VERDICT_WORDS[exit_code(c.gates)]
+    return f"{words} ({', '.join(shown)})" if shown else words
+
+
+def draw(path: Path, arms: Sequence[ArmFigures], comparisons: Sequence[Comparison],
+         threshold: float) -> Path:
+    """gate.png: the ratio to the base (does it pay, up to which load) and the tokens/s."""
+    series = [(a.name, {c: list(s.values) for c, s in a.throughput.items()}) for a in arms]
+    return gate_picture(path, series, ratio_series(comparisons), threshold)

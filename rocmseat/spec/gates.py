@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rocmseat.spec.acceptance import Counters
+from rocmseat.spec.basis import keeps_hidden_state, seat_k0_trap
 from rocmseat.spec.schedule import Schedule, from_crossover
 from rocmseat.spec.stats import Z975, mean, sample_sd, t975
 
@@ -280,10 +281,27 @@ def crossover(base: ArmFigures, cand: ArmFigures, floor: float,
     return Crossover(cross, last, threshold, ratios[cross][2] >= 1.0, ratios)
 
 
-def proposed_schedule(cross: Crossover, k: int, max_num_seqs: int) -> Schedule | None:
+def proposed_schedule(cross: Crossover, k: int, max_num_seqs: int,
+                      method: str | None = None) -> Schedule | None:
     """`num_speculative_tokens_per_batch_size` from the crossover: draft K up to the threshold
-    and nothing above it. None when no schedule helps (no crossover, or the candidate already
+    and nothing above it; K=1 above it for a drafter that keeps hidden state (the K=0 trap,
+    rocmseat.spec.basis). None when no schedule helps (no crossover, or the candidate already
     loses at the lowest concurrency measured)."""
     if cross.concurrency is None or cross.threshold is None or k <= 0:
         return None
-    return from_crossover(k, cross.threshold, max_num_seqs)
+    return from_crossover(k, cross.threshold, max_num_seqs,
+                          above=1 if keeps_hidden_state(method) else 0)
+
+
+def k0_note(method: str | None, schedule: Schedule | None,
+            candidate: Schedule | None = None) -> str:
+    """What the gate says about K=0 tiers for a hidden-state drafter: the proposal's tier above
+    the crossover, and the candidate seat's own schedule (rocmseat.spec.basis.seat_k0_trap)."""
+    note = ""
+    if schedule is not None and len(schedule) >= 2 and keeps_hidden_state(method):
+        note = (f" Above {schedule[0][1]} requests the tier is K=1, not 0: the {method} drafter "
+                "keeps hidden state that only its forward pass refreshes; skipping it at K=0 "
+                "leaves it stale and acceptance collapses when K comes back (vllm#53426, "
+                "TensorRT-LLM#16888). Measure a K=0 tier before preferring it.")
+    trap = seat_k0_trap(method, candidate)
+    return note + (f" The candidate: {trap}." if trap else "")

@@ -10,11 +10,15 @@ import importlib
 import io
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocmseat.atomic import write_into
 from rocmseat.errors import RocmseatError
+
+if TYPE_CHECKING:
+    from rocmseat.spec.basis import Decision
 
 
 class PlotUnavailable(RocmseatError):
@@ -31,10 +35,18 @@ def _pyplot() -> Any:
     return importlib.import_module("matplotlib.pyplot")
 
 
-def _save(plt: Any, fig: Any, path: Path) -> Path:
+def _log2_ticks(ax: Any, levels: Sequence[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(levels), [str(c) for c in levels])
+    ax.minorticks_off()
+
+
+def _save(fig: Any, path: Path) -> Path:
     """The figure as PNG bytes, written by the one writer into a handed directory (a link or
     a FIFO at the name is refused; savefig itself would follow the link or block on the FIFO).
     WriteRefused when it cannot be written."""
+    plt = _pyplot()
+    fig.tight_layout()
     buffer = io.BytesIO()
     try:
         fig.savefig(buffer, format="png")
@@ -44,83 +56,162 @@ def _save(plt: Any, fig: Any, path: Path) -> Path:
 
 
 def gate_picture(path: Path, arms: Sequence[tuple[str, Mapping[int, Sequence[float]]]],
-                 crossover: int | None, title: str) -> Path:
-    """Output tokens/s against concurrency per arm: the repeats' mean, a band from their
-    lowest to highest value, each repeat as a dot; the crossover marked."""
+                 ratios: Sequence[RatioSeries], threshold: float) -> Path:
+    """Top: candidate / base against concurrency per compared arm, its 95 % band, the gate's
+    threshold, the crossover and each comparison's verdict in the legend. Bottom: output
+    tokens/s per arm (the repeats' mean, their range as a band, each repeat a dot)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
+    verdicts = "\n".join(
+        f"{r.arm}: {r.verdict}" + (f"; crossover @{r.crossover}" if r.crossover is not None
+                                   else f"; no crossover up to {max(r.points)}" if r.points
+                                   else "")
+        for r in ratios)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colour = {name: colours[i % len(colours)] for i, (name, _) in enumerate(arms)}
+    levels_all = sorted({c for _, series in arms for c, v in series.items() if v})
+    if any(r.points for r in ratios):
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 7.2), dpi=120, sharex=True,
+                                          gridspec_kw={"height_ratios": [3, 2]})
+        _ratio_panel(top, ratios, colour, threshold, verdicts)
+    else:  # an A/A run judges no crossover: no ratio to draw, and no empty panel
+        fig, bottom = plt.subplots(figsize=(7.5, 4.8), dpi=120)
+        bottom.set_title(f"output tokens/s per arm (no ratio panel: an A/A run judges no "
+                         f"crossover)\n{verdicts}", fontsize=9)
     for name, series in arms:
         levels = sorted(c for c, v in series.items() if v)
         if not levels:
             continue
         means = [sum(series[c]) / len(series[c]) for c in levels]
-        lows = [min(series[c]) for c in levels]
-        highs = [max(series[c]) for c in levels]
-        (line,) = ax.plot(levels, means, marker="o", label=name)
-        ax.fill_between(levels, lows, highs, alpha=0.2, color=line.get_color())
+        (line,) = bottom.plot(levels, means, marker="o", label=name, color=colour[name])
+        bottom.fill_between(levels, [min(series[c]) for c in levels],
+                            [max(series[c]) for c in levels], alpha=0.2, color=line.get_color())
         for c in levels:
-            ax.scatter([c] * len(series[c]), series[c], s=8, color=line.get_color(), alpha=0.6)
-    if crossover is not None:
-        ax.axvline(crossover, color="black", linestyle="--", linewidth=1)
-        ax.annotate(f"crossover @{crossover}", (crossover, ax.get_ylim()[1]),
-                    textcoords="offset points", xytext=(4, -14), fontsize=8)
-    ax.set_xscale("log", base=2)
-    levels_all = sorted({c for _, series in arms for c, v in series.items() if v})
-    ax.set_xticks(levels_all, [str(c) for c in levels_all])
-    ax.minorticks_off()
-    ax.set_xlabel("concurrency (requests in flight)")
-    ax.set_ylabel("output tokens/s")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    return _save(plt, fig, path)
+            bottom.scatter([c] * len(series[c]), series[c], s=8, color=line.get_color(),
+                           alpha=0.6)
+    _log2_ticks(bottom, levels_all)
+    bottom.set_xlabel("concurrency (requests in flight)")
+    bottom.set_ylabel("output tokens/s")
+    bottom.grid(True, alpha=0.3)
+    bottom.legend(fontsize=7)
+    return _save(fig, path)
 
 
-def advise_picture(path: Path, best_k: Sequence[int],
-                   staircase: Mapping[int, Sequence[tuple[float, int]]], alpha: float,
-                   predicted_vs_measured: Sequence[tuple[str, float, float]]) -> Path:
-    """Left: best K per batch size. Middle: k*(alpha) per batch size with the measured alpha.
-    Right: predicted against measured tokens/s."""
+def _ratio_panel(top: Any, ratios: Sequence[RatioSeries], colour: Mapping[str, str],
+                 threshold: float, verdicts: str) -> None:
+    crossings: dict[int, list[str]] = {}
+    for r in ratios:
+        levels = sorted(r.points)
+        if not levels:
+            continue
+        c = colour.get(r.arm, "black")
+        top.plot(levels, [r.points[x][0] for x in levels], marker="o", color=c,
+                 label=f"{r.arm} / base")
+        top.fill_between(levels, [r.points[x][1] for x in levels],
+                         [r.points[x][2] for x in levels], color=c, alpha=0.18)
+        if r.crossover is not None:
+            crossings.setdefault(r.crossover, []).append(r.arm)
+    for at, names in sorted(crossings.items()):  # one line and one legend entry per level
+        top.axvline(at, color="grey", linestyle=":", linewidth=1.4,
+                    label=f"crossover @{at}: {', '.join(names)}")
+    top.axhline(1.0, color="black", linewidth=1)
+    top.axhline(threshold, color="tab:red", linestyle="--", linewidth=1,
+                label=f"gate: aggregate >= {threshold:g}x base")
+    top.set_ylabel("candidate / base (output tokens/s)")
+    top.set_title(f"does the candidate pay, up to which load? (band: 95 %)\n{verdicts}",
+                  fontsize=9)
+    top.grid(True, alpha=0.3)
+    top.legend(fontsize=7, loc="best")
+
+
+@dataclass(frozen=True, slots=True)
+class RatioSeries:
+    """One comparison for the picture: concurrency -> (ratio, low, high) against the base."""
+
+    arm: str
+    verdict: str
+    points: Mapping[int, tuple[float, float, float]]
+    crossover: int | None
+
+
+# basis -> (hatch, alpha, edge line style): measured solid, model hatched, extrapolated dotted
+_BASIS_STYLE: dict[str, tuple[str | None, float, str]] = {
+    "measured": (None, 0.55, "-"), "model": ("//", 0.25, "--"), "extrapolated": ("xx", 0.15, ":")}
+
+
+def advise_picture(path: Path, decision: Decision, source: str) -> Path:
+    """Left: the proposed K per batch size, each tier drawn by its basis (measured solid,
+    model hatched, extrapolated cross-hatched and dotted), the model's own staircase where the
+    measurements changed it. Middle: k*(alpha) per batch size with the measured alpha.
+    Right (when arms were measured): the model check, measured / predicted per arm."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), dpi=110)
-    batches = list(range(1, len(best_k) + 1))
-    axes[0].step(batches, best_k, where="mid")
-    axes[0].set_xlabel("batch size (requests scheduled per step)")
-    axes[0].set_ylabel("best K")
-    axes[0].set_yticks(range(max(best_k, default=0) + 1))
-    axes[0].set_title("best draft length per batch size", fontsize=10)
-    axes[0].grid(True, alpha=0.3)
-    for batch, steps in sorted(staircase.items()):
+    ticker = importlib.import_module("matplotlib.ticker")
+    obs = decision.observations
+    panels = 3 if obs else 2
+    fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels, 4.4), dpi=110)
+    advice = decision.advice
+    ax = axes[0]
+    shown: set[str] = set()
+    for t in decision.tiers:
+        hatch, alpha, linestyle = _BASIS_STYLE[t.basis]
+        ax.bar(t.start - 0.5, t.k, width=t.end - t.start + 1, align="edge",
+               color=(0.12, 0.47, 0.71, alpha), hatch=hatch, edgecolor="tab:blue",
+               linestyle=linestyle, linewidth=1.2,
+               label=None if t.basis in shown else t.basis)
+        shown.add(t.basis)
+    if decision.free.best_k != advice.best_k:
+        batches = list(range(1, len(decision.free.best_k) + 1))
+        ax.step(batches, decision.free.best_k, where="mid", color="tab:red", linewidth=1.6,
+                linestyle="--", label="the model alone (not proposed)")
+    ran = sorted({(o.batch, o.k) for o in obs if o.drafter and o.batch <= len(advice.best_k)})
+    if ran:
+        ax.scatter([b for b, _ in ran], [k for _, k in ran], marker="o", color="black", s=18,
+                   zorder=3, label="a gate arm ran (batch, K)")
+    top_k = max([*advice.best_k, *decision.free.best_k, *(k for _, k in ran), 1])
+    ax.set_ylim(-0.2, top_k + 0.8)
+    ax.set_xlim(0.5, len(advice.best_k) + 0.5)
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    ax.set_xlabel("batch size (requests scheduled per step)")
+    ax.set_ylabel("proposed K")
+    ax.set_title("proposal per batch size, by basis", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
+    ax = axes[1]
+    for batch, steps in sorted(advice.staircase.items()):
         xs: list[float] = []
         ys: list[int] = []
-        for i, (a, k) in enumerate(steps):
-            end = steps[i + 1][0] if i + 1 < len(steps) else 1.0
-            xs += [a, end]
-            ys += [k, k]
-        axes[1].plot(xs, ys, label=f"B={batch}")
-    axes[1].axvline(alpha, color="black", linestyle="--", linewidth=1)
-    axes[1].set_xlabel("per-token acceptance alpha")
-    axes[1].set_ylabel("best K")
-    axes[1].set_yticks(range(max((k for steps in staircase.values() for _, k in steps),
-                                 default=0) + 1))
-    axes[1].set_title("the staircase (measured alpha dashed)", fontsize=10)
-    axes[1].legend(fontsize=7)
-    axes[1].grid(True, alpha=0.3)
-    if predicted_vs_measured:
-        pred = [p for _, p, _ in predicted_vs_measured]
-        meas = [m for _, _, m in predicted_vs_measured]
-        axes[2].scatter(meas, pred, s=14)
-        top = max([*pred, *meas, 1.0]) * 1.05
-        axes[2].plot([0, top], [0, top], color="grey", linewidth=1)
-        for label, p, m in predicted_vs_measured:
-            if math.isfinite(p) and math.isfinite(m):
-                axes[2].annotate(label, (m, p), fontsize=6, alpha=0.7)
-        axes[2].set_xlim(0, top)
-        axes[2].set_ylim(0, top)
-    axes[2].set_xlabel("measured tokens/s")
-    axes[2].set_ylabel("predicted tokens/s")
-    axes[2].set_title("predicted against measured", fontsize=10)
-    axes[2].grid(True, alpha=0.3)
-    fig.tight_layout()
-    return _save(plt, fig, path)
+        for i, step in enumerate(steps):
+            end = steps[i + 1].alpha_from if i + 1 < len(steps) else 1.0
+            xs += [step.alpha_from, end]
+            ys += [step.k, step.k]
+        ax.plot(xs, ys, label=f"B={batch}")
+    ax.axvline(advice.alpha, color="black", linestyle="--", linewidth=1)
+    ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    ax.set_xlabel("per-token acceptance alpha")
+    ax.set_ylabel("best K")
+    ax.set_title("the staircase (measured alpha dashed)", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(True, alpha=0.3)
+    if obs:
+        ax = axes[2]
+        arms = sorted({o.arm for o in obs}, key=lambda a: (a != "base", a))
+        for arm in arms:
+            mine = sorted((o for o in obs if o.arm == arm and math.isfinite(o.miss)),
+                          key=lambda o: o.batch)
+            ks = sorted({o.k for o in mine})
+            ax.errorbar([o.batch for o in mine], [1.0 + o.miss for o in mine],
+                        yerr=[o.noise * (1.0 + o.miss) for o in mine], marker="o", capsize=3,
+                        label=f"{arm} (K={','.join(str(k) for k in ks)})")
+        ax.axhline(1.0, color="black", linewidth=1)
+        _log2_ticks(ax, sorted({o.batch for o in obs}))
+        ax.set_xlabel("concurrency (requests in flight)")
+        ax.set_ylabel("measured / predicted tokens/s")
+        error = decision.model_error
+        ax.set_title("model check" + ("" if error is None else f" (RMS miss {error:.0%})"),
+                     fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    else:
+        fig.text(0.5, 0.005, f"no model-check panel: the {source} source has no measured arms "
+                 "to check the model against (a gate directory has)", ha="center", fontsize=7)
+    return _save(fig, path)

@@ -88,11 +88,12 @@ def from_table(best_k: Sequence[int]) -> Schedule:
     return validate(out)
 
 
-def from_crossover(k: int, last_winning: int, max_num_seqs: int) -> Schedule:
-    """Speculate with K up to `last_winning` running requests and not above it."""
+def from_crossover(k: int, last_winning: int, max_num_seqs: int, above: int = 0) -> Schedule:
+    """Speculate with K up to `last_winning` running requests and with `above` (0: not at all)
+    above it."""
     if last_winning >= max_num_seqs:
         return ((1, max_num_seqs, k),)
-    return validate([(1, last_winning, k), (last_winning + 1, max_num_seqs, 0)])
+    return validate([(1, last_winning, k), (last_winning + 1, max_num_seqs, above)])
 
 
 def as_lists(schedule: Schedule) -> list[list[int]]:

@@ -36,6 +36,7 @@ from rocmseat.errors import ConfigError
 from rocmseat.safeio import _kind, read_regular_text
 from rocmseat.seat.load import SEAT_LIMIT_BYTES, _parse_toml, parse_seat
 from rocmseat.seat.locate import printable
+from rocmseat.seat.model import Seat
 from rocmseat.spec.schedule import Schedule
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -194,11 +195,7 @@ def _write_schedule(path: Path, shown: str, k: int, schedule: Schedule | None, *
         if file_identity(os.stat(target)) != file_identity(before):
             raise ConfigError(f"{shown}: changed while it was read: not written; run again "
                               "once the other writer is done")
-        try:
-            seat = parse_seat(text, path)
-        except ConfigError as exc:
-            raise ConfigError(f"{exc.message} (--write edits only a seat that loads)",
-                              hint=exc.hint) from None
+        seat = _loaded(text, path)
         if (advised_up_to is not None and seat.serve.max_num_seqs > advised_up_to):
             raise ConfigError(
                 f"{shown}: serve.max_num_seqs = {seat.serve.max_num_seqs}, but the advice covers "
@@ -230,6 +227,30 @@ def _write_schedule(path: Path, shown: str, k: int, schedule: Schedule | None, *
                                         edited.splitlines(keepends=True),
                                         fromfile=f"{shown} (before)", tofile=shown, n=0))
     return SeatEdit(target, True, diff, k_before, sched_before)
+
+
+def _loaded(text: str, path: Path) -> Seat:
+    try:
+        return parse_seat(text, path)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc.message} (--write edits only a seat that loads)",
+                          hint=exc.hint) from None
+
+
+def current_drafter(path: Path) -> tuple[int | None, Schedule | None]:
+    """The K and schedule the seat at `path` drafts with now ((None, None): no [drafter]), read
+    with the editor's refusals (not a seat file, a link loop, a seat that does not load): what
+    `--write` keeps at the batch sizes it does not write (rocmseat.spec.basis.write_plan)."""
+    shown = printable(str(path), 4096)
+    try:
+        seat = _loaded(read_regular_text(_seat_target(path, shown),
+                                         limit_bytes=SEAT_LIMIT_BYTES), path)
+    except OSError as exc:
+        raise ConfigError(f"{shown}: {exc.strerror or type(exc).__name__}: not written"
+                          ) from None
+    if seat.drafter is None:
+        return None, None
+    return seat.drafter.num_speculative_tokens, seat.drafter.num_speculative_tokens_per_batch_size
 
 
 def _seat_target(path: Path, shown: str) -> Path:

@@ -6,20 +6,42 @@ and the judge turns it into an `unknown` finding (never a 0, never a traceback).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rocmseat.errors import ParseError
-from rocmseat.sysfs.fs import Unreadable, Unsupported, read_attr
+from rocmseat.sysfs.fs import (
+    AttrBytes,
+    AttrValue,
+    Unreadable,
+    Unsupported,
+    read_attr,
+    read_attr_bytes,
+)
 from rocmseat.sysfs.parse import parse_free_text
 
 T = TypeVar("T")
 
 
-def read_parsed(path: Path, parser: Callable[[str, str], T]) -> tuple[T | None, str | None]:
+def read_parsed(
+    path: Path | str, parser: Callable[[str, str], T]
+) -> tuple[T | None, str | None]:
     """(value, None) on success; (None, None) when the file is absent; (None, reason) otherwise."""
-    raw = read_attr(path)
+    return _parsed(path, read_attr(path), parser)
+
+
+def read_parsed_bytes(
+    path: Path | str, parser: Callable[[bytes, str], T]
+) -> tuple[T | None, str | None]:
+    """read_parsed for a binary attribute (gpu_metrics): the parser takes the bytes."""
+    return _parsed(path, read_attr_bytes(path), parser)
+
+
+def _parsed(
+    path: Path | str, raw: AttrValue | AttrBytes, parser: Callable[[Any, str], T]
+) -> tuple[T | None, str | None]:
     if raw is None:
         return None, None
     if isinstance(raw, Unsupported):
@@ -32,7 +54,7 @@ def read_parsed(path: Path, parser: Callable[[str, str], T]) -> tuple[T | None, 
         return None, exc.message
 
 
-def read_text(path: Path) -> tuple[str | None, str | None]:
+def read_text(path: Path | str) -> tuple[str | None, str | None]:
     """A free-text attribute (product_name, unique_id): stripped text, or the reason.
 
     The text reaches a terminal, JSON and the textfile: control characters (an escape sequence,
@@ -58,6 +80,12 @@ def errors_of(errors: tuple[str, ...], *names: str) -> list[str]:
     return out
 
 
+def first_of(reasons: list[str] | tuple[str, ...]) -> str:
+    """The first reason, and how many more: "<reason> (and 2 more)"."""
+    more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
+    return f"{reasons[0]}{more}"
+
+
 def resolve_link(path: Path) -> tuple[Path | None, str | None]:
     """Follow a sysfs symlink (`class/drm/card1/device`) to its real directory."""
     try:
@@ -74,16 +102,25 @@ class Collector:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        # the attribute paths as strings: a run reads thousands, and a Path join per file was a
+        # tenth of preflight's time on a 16-GPU node (bench/bench_preflight.py)
+        self._prefix = f"{directory}{os.sep}"
         self.errors: list[str] = []
 
     def get(self, name: str, parser: Callable[[str, str], T]) -> T | None:
-        value, error = read_parsed(self.directory / name, parser)
+        value, error = read_parsed(self._prefix + name, parser)
+        if error:
+            self.errors.append(error)
+        return value
+
+    def get_bytes(self, name: str, parser: Callable[[bytes, str], T]) -> T | None:
+        value, error = read_parsed_bytes(self._prefix + name, parser)
         if error:
             self.errors.append(error)
         return value
 
     def text(self, name: str) -> str | None:
-        value, error = read_text(self.directory / name)
+        value, error = read_text(self._prefix + name)
         if error:
             self.errors.append(error)
         return value or None

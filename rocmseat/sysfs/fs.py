@@ -78,6 +78,7 @@ MAX_ATTR_BYTES = 1 << 16
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
 AttrValue = str | Unsupported | Unreadable | None
+AttrBytes = bytes | Unsupported | Unreadable | None
 
 
 def _kind(mode: int) -> str:
@@ -94,12 +95,21 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_attr(path: Path) -> AttrValue:
-    """Read a sysfs attribute as text.
+def read_attr(path: Path | str) -> AttrValue:
+    """Read a sysfs attribute as text (read_attr_bytes, decoded; trailing newline kept:
+    parsers decide)."""
+    raw = read_attr_bytes(path)
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", errors="replace")
+    return raw
 
-    Returns the text (trailing newline kept: parsers decide), None when the file is absent,
-    Unsupported or Unreadable otherwise. Reads the whole file: sysfs reports sizes of 0 or 4096
-    whatever the content (prometheus/procfs internal/util/readfile.go).
+
+def read_attr_bytes(path: Path | str) -> AttrBytes:
+    """Read a sysfs attribute as bytes (a binary attribute such as amdgpu's gpu_metrics).
+
+    Returns the bytes, None when the file is absent, Unsupported or Unreadable otherwise.
+    Reads the whole file: sysfs reports sizes of 0 or 4096 whatever the content
+    (prometheus/procfs internal/util/readfile.go).
 
     Only regular files are read. Attributes are kernfs regular files
     (Documentation/filesystems/sysfs.rst), never symlinks, FIFOs or device nodes; a tree with
@@ -144,10 +154,10 @@ def read_attr(path: Path) -> AttrValue:
         return Unreadable(str(path), reason)
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8", errors="replace")
+    return b"".join(chunks)
 
 
-def _symlink_reason(path: Path) -> str:
+def _symlink_reason(path: Path | str) -> str:
     """O_NOFOLLOW refused the final component (or the path loops): say which."""
     try:
         target = os.readlink(path)

@@ -3,7 +3,7 @@
 `<proc>/sys/kernel/random/boot_id` is a random UUID the kernel draws once per boot
 (Documentation/admin-guide/sysctl/kernel.rst, "random": "boot_id ... a UUID generated the first
 time this is read ... the same for the whole boot"); `<proc>/sys/kernel/hostname` is the UTS
-node name (the same text as uname -n). A cached verdict and an AER baseline record both, so a
+node name (the same text as uname -n). A cached verdict and the error readings record both, so a
 verdict taken before a reboot, or on another host sharing the state dir, is never read as this
 boot's. Where the proc root comes from: rocmseat.sysfs.fs.default_proc_root.
 """

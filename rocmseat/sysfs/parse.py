@@ -148,6 +148,7 @@ LONG_AER_NAMES = {
     "TLP Prefix Blocked Error": "TLPBlockedErr",
     "Poisoned TLP Egress Blocked": "PoisonTLPBlocked",
 }
+_TOTAL_NAMES = frozenset({"TOTAL_ERR_COR", "TOTAL_ERR_FATAL", "TOTAL_ERR_NONFATAL"})
 _AER_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_ \-]{0,63}(?:\[\d{1,3}\])?$")
 
 
@@ -174,6 +175,10 @@ def parse_aer_counters(text: str, source: str = "<text>") -> AerCounters:
         name, count_text = parts
         count = parse_int(count_text, f"{source}:{number}")
         if name.startswith("TOTAL_ERR_"):
+            # aer.c prints exactly TOTAL_ERR_COR, TOTAL_ERR_FATAL or TOTAL_ERR_NONFATAL; any
+            # other spelling (a NUL or garbage inside the name) is not a total
+            if name not in _TOTAL_NAMES:
+                raise ParseError(f"{source}:{number}", line, "not an AER total name")
             total = count
             continue
         if not _AER_NAME_RE.fullmatch(name):

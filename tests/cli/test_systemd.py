@@ -96,6 +96,22 @@ def test_install_under_root(rocmseat_cli, tmp_path):
         unit_dir / "rocmseat-r9700-mxfp4-dflash-r0.service").read_text()
 
 
+@pytest.fixture(autouse=True)
+def _checkout_outside_private_tmp(monkeypatch):
+    """CI may clone this repository under /tmp; then the shipped seat files themselves sit
+    under the unit's private /tmp and every render warns about them (rightly). The tests
+    here are about the seats' own paths, so the checkout counts as outside /tmp."""
+    import rocmseat.launch.install as unit_install
+
+    real = unit_install.private_tmp_paths
+
+    def outside_checkout(paths):
+        return [(what, path) for what, path in real(paths)
+                if not Path(path).resolve().is_relative_to(REPO)]
+
+    monkeypatch.setattr(unit_install, "private_tmp_paths", outside_checkout)
+
+
 PRIVATE_TMP_WARNING = (
     "under /tmp or /var/tmp, which the units cannot see (they run with PrivateTmp=yes: a "
     "private, empty /tmp and /var/tmp of their own); move them out of /tmp and /var/tmp")

@@ -36,7 +36,7 @@ def test_full_run_writes_the_verdict(rocmseat_cli, tmp_path):
     assert result.exit_code == 1
     verdict = _load(state)
     assert verdict.gpus == 4 and verdict.exit_code() == 1
-    assert verdict.families == ("aer", "numa", "pcie")
+    assert verdict.families == ("aer", "numa", "pcie", "ras")  # ras: issue 17
     failing = {(f.check_id, f.subject) for f in verdict.findings if f.severity == Severity.FAIL}
     assert failing == {("aer.badtlp", "0000:80:02.0"), ("pcie.link.degraded", "0000:89:00.0")}
     doc = json.loads(verdict_path(state).read_text())

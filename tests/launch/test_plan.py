@@ -61,7 +61,7 @@ def test_r9700_two_socket_local_replicas(tmp_path):
     assert spec == {
         "method": "dflash", "model": "/models/qwen3.8-27b-dflash-fp8",
         "num_speculative_tokens": 7,
-        "num_speculative_tokens_per_batch_size": [[1, 2, 7], [3, 4, 3], [5, 1024, 0]],
+        "num_speculative_tokens_per_batch_size": [[1, 2, 7], [3, 4, 3], [5, 1024, 1]],
         "draft_tensor_parallel_size": 1,
     }
     for flag, value in [("--tensor-parallel-size", "2"), ("--served-model-name", "qwen"),

@@ -40,7 +40,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
-TREES = ("x99-r9700", "x99-r9700-degraded", "mi300x-8gpu", "single-socket-numa-unknown")
+TREES = ("x99-r9700", "x99-r9700-degraded", "mi300x-8gpu", "single-socket-numa-unknown",
+         "vm-rdna4", "vm-qemu-rootport", "vm-polaris")
 
 MUTATIONS = (
     "garbage", "empty", "huge", "nul", "directory", "dangling", "loop", "fifo", "mode000",
@@ -53,7 +54,7 @@ AER_FILES = (
 )
 # Files whose empty content is a legal value: pp_dpm_pcie ("the ASIC prints no levels"),
 # cpulists (a memory-only NUMA node).
-EMPTY_IS_LEGAL = ("pp_dpm_pcie", "cpulist", "local_cpulist")
+EMPTY_IS_LEGAL = ("pp_dpm_pcie", "cpulist", "local_cpulist", "gpu_vram_bad_pages")
 
 
 @dataclass
@@ -69,6 +70,7 @@ class Outcome:
 
 def needed_files(tree: Path) -> set[str]:
     """Paths (relative to `tree`, no symlink resolved in the last component) the verdict needs."""
+    from rocmseat.node.firmware import firmware_link
     from rocmseat.node.inventory import read_inventory
 
     inv = read_inventory(tree)
@@ -84,12 +86,18 @@ def needed_files(tree: Path) -> set[str]:
         device_dir = Path(os.path.realpath(card))
         needed.add(rel(device_dir / "device"))
         gpu_dir = _function_dir(tree, endpoint.address)
+        # Where the GPU firmware states the link (pp_dpm_pcie's star, gpu_metrics), a damaged
+        # link file is judged from the firmware and said so (issue 17): the firmware's files are
+        # what the verdict needs then.
+        links = () if firmware_link(gpu).known else LINK_FILES
         for name in ("vendor", "device", "class", "numa_node", "local_cpulist",
-                     "pp_dpm_pcie", "pcie_replay_count", *LINK_FILES, *AER_FILES):
+                     "pp_dpm_pcie", "gpu_metrics", "pcie_replay_count", *links, *AER_FILES):
             needed.add(rel(gpu_dir / name))
+        if gpu.amdgpu.ras is not None:  # amdgpu's RAS counts decide the ras family
+            needed.update(rel(p) for p in (gpu_dir / "ras").iterdir())
         for hop in gpu.path[1:]:
             hop_dir = _function_dir(tree, hop.address)
-            for name in ("vendor", *LINK_FILES, *AER_FILES):
+            for name in (*(("vendor",) if links else ()), *links, *AER_FILES):
                 needed.add(rel(hop_dir / name))
         if gpu.numa_node is not None:
             node = tree / "devices/system/node" / f"node{gpu.numa_node}"

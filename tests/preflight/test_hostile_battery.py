@@ -79,7 +79,12 @@ def test_needed_files_are_the_verdicts_inputs():
     needed = hostile.needed_files(hostile.FIXTURES / "x99-r9700")
     gpu = "devices/pci0000:80/0000:80:03.0/0000:87:00.0/0000:88:00.0/0000:89:00.0"
     assert f"{gpu}/vendor" in needed and f"{gpu}/pp_dpm_pcie" in needed
-    assert "devices/pci0000:80/0000:80:03.0/current_link_speed" in needed  # the root port
+    # the firmware states this GPU's link (pp_dpm_pcie stars level 0): a damaged link file is
+    # judged from it, so the link files are not what the verdict needs
+    assert "devices/pci0000:80/0000:80:03.0/current_link_speed" not in needed
+    degraded = hostile.needed_files(hostile.FIXTURES / "x99-r9700-degraded")
+    # GPU3 of the degraded tree stars no row: its walked link (the root port's) decides
+    assert "devices/pci0000:80/0000:80:03.0/current_link_speed" in degraded
     assert "devices/pci0000:80/0000:80:03.0/numa_node" not in needed  # not judged on a hop
     assert "class/drm/card4" in needed
     assert "devices/system/cpu/cpu55/topology/physical_package_id" in needed

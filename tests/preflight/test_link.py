@@ -53,6 +53,14 @@ def test_unreadable_link_is_unknown(copy_tree, content):
     (root / "devices/pci0000:00/0000:00:02.0/0000:03:00.0" / "current_link_speed").write_text(
         content
     )
+    # the firmware still speaks (pp_dpm_pcie stars idle level 0): judged from it, never ok at
+    # a guessed link (issue 17)
+    (finding,) = judge_link(read_inventory(root).gpu("0000:05:00.0"))
+    assert (finding.check_id, finding.severity) == ("pcie.link.idle", Severity.WARN)
+    assert "2.5 GT/s x1 from the GPU firmware (pp_dpm_pcie level 0)" in finding.message
+    assert ("the link files cannot be read" in finding.message) == (content == "garbage\n")
+    gpu_dir = root / "devices/pci0000:00/0000:00:02.0/0000:03:00.0/0000:04:00.0/0000:05:00.0"
+    (gpu_dir / "pp_dpm_pcie").unlink()
     (finding,) = judge_link(read_inventory(root).gpu("0000:05:00.0"))
     assert finding.severity == Severity.UNKNOWN
 

@@ -86,6 +86,22 @@ def test_profile_against_another_host():
             "[thresholds]\nreplay_fail = 0\n",
             "x.toml:2: key 'thresholds.replay_fail': replay_warn 1 is above replay_fail 0",
         ),
+        (
+            "[thresholds]\nwindow_h = 0\n",
+            "x.toml:2: key 'thresholds.window_h': must be a window of 1..168 hours",
+        ),
+        (
+            "[thresholds]\nwindow_h = 169\n",
+            "x.toml:2: key 'thresholds.window_h': must be a window of 1..168 hours",
+        ),
+        (
+            "[thresholds]\nwindow_h = 1.5\n",
+            "x.toml:2: key 'thresholds.window_h': must be an integer 0..4294967295",
+        ),
+        (
+            "[thresholds]\nras_ce_warn = 9\nras_ce_fail = 3\n",
+            "x.toml:2: key 'thresholds.ras_ce_warn': ras_ce_warn 9 is above ras_ce_fail 3",
+        ),
     ],
 )
 def test_malformed_profiles_name_file_line_key(tmp_path, text, message):

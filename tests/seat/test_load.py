@@ -55,7 +55,7 @@ def test_r9700_seat() -> None:
     assert seat.name == "r9700-mxfp4-dflash" and seat.backend == "rocm" and seat.tp == 2
     assert seat.drafter is not None
     assert seat.drafter.method == "dflash" and seat.drafter.num_speculative_tokens == 7
-    assert seat.drafter.num_speculative_tokens_per_batch_size == ((1, 2, 7), (3, 4, 3), (5, 1024, 0))
+    assert seat.drafter.num_speculative_tokens_per_batch_size == ((1, 2, 7), (3, 4, 3), (5, 1024, 1))
     assert seat.serve.max_model_len == 262144 and seat.serve.max_num_seqs == 8
     assert seat.serve.gpu_memory_utilization == 0.97
     assert seat.replicas.mode == "auto" and seat.replicas.names == ("r0", "r1")

@@ -62,10 +62,14 @@ def test_advise_from_a_recorded_gate(rocmseat_cli, gate_dir):
         "num_speculative_tokens": 4,
         "num_speculative_tokens_per_batch_size": [[1, 2, 4], [3, 9, 3], [10, 16, 2]],
         "current_num_speculative_tokens": 3, "current_num_speculative_tokens_per_batch_size": None,
-        "config_key_changes": True}
+        "config_key_changes": True, "measured_only": False, "k0_tiers_allowed": True}
     assert [(b["extrapolated"], b["extrapolated_why"]) for b in doc["bands"]] == [
         (True, "E(4) beyond the measured K=3; step costs beyond the measured K=3"),
         (False, None), (False, None)]
+    # every tier says its basis: K=3 ran at concurrency 4 and 8 (inside 3-9) and held
+    assert [(b["k"], b["basis"]) for b in doc["bands"]] == [
+        (4, "extrapolated"), (3, "measured"), (2, "model")]
+    assert doc["bands"][1]["evidence"] == "candidate ran K=3 at concurrency 4, 8 and held"
     # the gate's runs, pooled per (arm, batch, K): predicted against measured
     assert len(doc["predicted_vs_measured"]) == 8
     assert result.exit_code == 1  # the seat's K=3 without a schedule is not the advice
@@ -77,7 +81,7 @@ def test_advise_table(rocmseat_cli, gate_dir):
     lines = result.stdout.splitlines()
     assert lines[0] == f"source: gate {gate_dir}"
     assert any(line.startswith("E(k): 0:1.0, 1:") for line in lines)
-    assert any(line.startswith("bands (the staircase):") for line in lines)
+    assert any(line.startswith("tiers (the staircase; basis: ") for line in lines)
     assert any(line.startswith("proposal: num_speculative_tokens = ") for line in lines)
 
 
@@ -96,7 +100,7 @@ def test_write_the_advice_into_a_seat(rocmseat_cli, gate_dir, tmp_path):
     link.symlink_to(seat)
     before = seat.read_text()
     result = rocmseat_cli("spec", "advise", "--from-gate", str(gate_dir), "--write", str(link),
-                          "--json")
+                          "--accept-model", "--json")
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     after = seat.read_text()
@@ -175,6 +179,29 @@ def test_advise_a_live_replica_with_iteration_logs(rocmseat_cli, pages):
     assert {c["source"] for c in doc["step_cost"]["cells"]} == {"iteration-log"}
     assert len(doc["best_k"]) == 8
     assert doc["predicted_vs_measured"] == []
+    # K=5, two beyond the measured K=3: extrapolated, and its confidence carries the step-cost
+    # fit's error (before: "100 % of bootstrap draws agree" and nothing else)
+    first = doc["bands"][0]
+    assert (first["k"], first["basis"]) == (5, "extrapolated")
+    assert first["bootstrap_agreement"] == 1.0 and first["confidence"] < 0.75
+    assert doc["model_check"]["from"] == "the step-cost fit (no measured arms)"
+    assert doc["model_check"]["rms_relative_miss"] == doc["step_cost"]["rms_relative"]
+    assert doc["next"].startswith("cp SEAT.toml PROPOSAL.toml && rocmseat spec advise SEAT.toml")
+    assert doc["picture"] is None and doc["picture_note"] == "not drawn (pass --picture PATH)"
+
+
+def test_a_live_picture_says_why_it_has_no_model_check_panel(rocmseat_cli, pages, tmp_path):
+    pytest.importorskip("matplotlib")
+    p = pages("spec/metrics-window-before.txt", "spec/metrics-window-after.txt")
+    result = rocmseat_cli(
+        "spec", "advise", "--target", p.url, "--window", "0.2", "--json", "--max-num-seqs", "8",
+        "--iteration-log", str(FIXTURES / "spec" / "iteration-deep-k3.log"),
+        "--iteration-log", str(FIXTURES / "spec" / "iteration-deep-base.log"),
+        "--picture", str(tmp_path / "live.png"))
+    doc = json.loads(result.stdout)
+    assert doc["picture"] == str(tmp_path / "live.png")
+    assert doc["picture_note"].startswith("written without the model-check panel: no measured "
+                                          "arms")
 
 
 def test_a_blind_replica(rocmseat_cli, pages):
@@ -229,7 +256,8 @@ def test_write_keeps_a_crlf_seat_crlf(rocmseat_cli, gate_dir, tmp_path):
     seat = _seat_of_the_gate(tmp_path)
     before = seat.read_bytes().replace(b"\n", b"\r\n")
     seat.write_bytes(before)
-    result = rocmseat_cli("spec", "advise", "--from-gate", str(gate_dir), "--write", str(seat))
+    result = rocmseat_cli("spec", "advise", "--from-gate", str(gate_dir), "--write", str(seat),
+                          "--accept-model")
     assert result.exit_code == 0, result.stderr
     after = seat.read_bytes()
     assert after != before and after.count(b"\n") == after.count(b"\r\n")

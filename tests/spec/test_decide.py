@@ -74,7 +74,7 @@ def test_advice_bands_schedule_and_uncertainty():
     assert table == advice.best_k  # the schedule reproduces the staircase exactly
     for band in advice.bands:
         assert band.gain_low <= band.gain <= band.gain_high or band.k == 0
-        assert 0.0 <= band.agreement <= 1.0
+        assert 0.0 <= band.bootstrap_agreement <= 1.0
     assert {p.batch for p in advice.points} == {1, 4, 16}
     assert any(p.extrapolated for p in advice.points)  # K above the measured 5 is labelled
 

@@ -142,6 +142,11 @@ def test_crossover_and_schedule():
     assert 2 <= cx.threshold <= 3  # where the ratio crosses 1 between 2 and 4 (log scale)
     assert not cx.within_noise
     assert proposed_schedule(cx, 3, 16) == ((1, cx.threshold, 3), (cx.threshold + 1, 16, 0))
+    assert proposed_schedule(cx, 3, 16, "draft_model") == proposed_schedule(cx, 3, 16)
+    # the K=0 trap: a drafter that keeps hidden state keeps drafting one token above the cutoff
+    for method in ("eagle", "eagle3", "dflash", "mtp", "qwen3_next_mtp"):
+        assert proposed_schedule(cx, 3, 16, method) == (
+            (1, cx.threshold, 3), (cx.threshold + 1, 16, 1))
 
 
 def test_no_crossover_and_losing_everywhere():

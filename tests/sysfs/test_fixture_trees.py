@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 
 from tests.conftest import FIXTURES
+from tests.sysfs.conftest import fixture_builder
 
 
 def _builder():
-    spec = importlib.util.spec_from_file_location(
-        "build_sysfs_fixtures", FIXTURES / "build_sysfs_fixtures.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return fixture_builder()
 
 
 def test_committed_trees_equal_the_builder(tmp_path):

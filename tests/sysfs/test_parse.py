@@ -286,3 +286,10 @@ def test_cpulist_text_roundtrip(cpus):
 def test_gfx_target_any_version(version):
     target = p.gfx_target(version)
     assert target is None if version == 0 else target.startswith("gfx")
+
+
+@pytest.mark.parametrize("line", ["TOTAL_ERR_\x00COR 0", "TOTAL_ERR_CORX 0", "TOTAL_ERR_ 3"])
+def test_aer_total_names_are_the_kernels_only(line):
+    # a NUL inside TOTAL_ERR_COR read as a total: the file counted as readable (hostile battery)
+    with pytest.raises(ParseError):
+        p.parse_aer_counters(f"RxErr 0\nBadTLP 0\n{line}\n", "aer_dev_correctable")
