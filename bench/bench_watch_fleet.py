@@ -37,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -229,14 +228,17 @@ def run_prometheus(targets_file: Path, interval: float, seconds: float, tmp: Pat
                                  f"--storage.tsdb.path={tmp / 'tsdb'}",
                                  f"--web.listen-address=127.0.0.1:{port}"],
                                 stdout=subprocess.DEVNULL, stderr=log_file)
+    from rocmseat.watch.fetch import request
+    from rocmseat.watch.scrape import ScrapeError
+
     try:
         def up_count() -> int:
             url = f"http://127.0.0.1:{port}/api/v1/query?query=count(up%3D%3D1)"
-            try:
-                with urllib.request.urlopen(url, timeout=5) as r:
-                    data = json.load(r)["data"]["result"]
+            try:  # rocmseat's one HTTP client (rocmseat.watch.fetch)
+                done = request("GET", url, timeout_s=5)
+                data = json.loads(done.body)["data"]["result"] if done.status == 200 else []
                 return int(float(data[0]["value"][1])) if data else 0
-            except OSError:
+            except (ScrapeError, ValueError, KeyError, IndexError):
                 return 0
 
         deadline = time.monotonic() + 120

@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,6 +86,31 @@ def real_engine_python() -> Path:
     return engine_python_or_skip()
 
 
+@pytest.fixture(scope="session")
+def demo_models_report(real_engine_python: Path,
+                       tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One build of the demo models per session, through the command a user runs, shared by
+    every engine test: what `rocmseat demo models DEST --json` printed."""
+    import json
+    import subprocess
+    import sys
+
+    dest = tmp_path_factory.mktemp("demo-models") / "models"
+    done = subprocess.run(
+        [sys.executable, "-m", "rocmseat", "demo", "models", str(dest), "--python",
+         str(real_engine_python), "--json"],
+        capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, f"rocmseat demo models failed:\n{done.stdout}\n{done.stderr}"
+    return dict(json.loads(done.stdout))
+
+
+@pytest.fixture(scope="session")
+def demo_models(demo_models_report: dict[str, Any]) -> Path:
+    """The session's demo models: target/, drafter/ (the target's weights), drafter-other/.
+    READ ONLY: a test that swaps weights works on its own copy."""
+    return Path(demo_models_report["models"][0]["path"]).parent
+
+
 @dataclass
 class CliResult:
     exit_code: int
@@ -149,8 +175,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         _tier_by_nodeid[item.nodeid] = _tier_of(item)
 
 
+_session_started: list[float] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _session_started.append(time.monotonic())
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    # The whole protocol: setup (a shared module or session fixture is set up in its first
+    # test's setup), call and teardown (torn down in its last test's teardown, the session's
+    # when nextitem is None): every second of a tier's fixtures is in the tier's wall time.
     start = time.monotonic()
     yield
     _tier_stats[_tier_of(item)]["wall_s"] += time.monotonic() - start
@@ -171,11 +207,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     import json
     import os
 
+    total_s = time.monotonic() - _session_started[0] if _session_started else 0.0
+    in_tests_s = sum(stats.get("wall_s", 0.0) for stats in _tier_stats.values())
     if report_path := os.environ.get(TIER_REPORT_ENV):
-        # .ci/run reads this to refuse a CI run where the engine tier silently did not run.
-        summary = {tier: {k: int(v) if k != "wall_s" else round(v, 1) for k, v in stats.items()}
-                   for tier, stats in _tier_stats.items()}
+        # .ci/run reads this to refuse a CI run where the engine tier silently did not run, and
+        # to print each tier's wall time.
+        summary: dict[str, Any] = {
+            tier: {k: int(v) if k != "wall_s" else round(v, 1) for k, v in stats.items()}
+            for tier, stats in _tier_stats.items()}
         summary["skip_reasons"] = {t: sorted(set(r)) for t, r in _tier_skips.items()}
+        summary["session"] = {"wall_s": round(total_s, 1),
+                              "outside_tests_s": round(max(0.0, total_s - in_tests_s), 1)}
         Path(report_path).write_text(json.dumps(summary, indent=2, sort_keys=True))
     terminalreporter.section("rocmseat tiers")
     for tier in ("unit", *TIERS):
@@ -192,3 +234,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(line)
         for reason in sorted(set(_tier_skips.get(tier, [])))[:5]:
             terminalreporter.write_line(f"    skipped because: {reason}")
+    terminalreporter.write_line(
+        f"session wall {total_s:.1f} s ({max(0.0, total_s - in_tests_s):.1f} s outside tests: "
+        "collection, start-up)")

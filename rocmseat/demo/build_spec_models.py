@@ -177,6 +177,8 @@ def main(argv: list[str]) -> int:
         print("usage: build_spec_models.py DEST [--eps E,..] [--acceptance A,..] "
               "[--prompts FILE]", file=sys.stderr)
         return 2
+    if (status := _TINY.missing_modules()) is not None:
+        return int(status)
     dest = Path(args[0])
     options = dict(zip(args[1::2], args[2::2], strict=False))
     eps_list = _floats(options.get("--eps", ""))

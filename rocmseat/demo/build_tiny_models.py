@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -49,6 +50,22 @@ power development light thing seemed family interest want members mind country a
 turned although open god service certain kind problem began different door thus help means sense
 whole matter perhaps itself york times human law line above name example action company hands
 """
+
+
+# The modules both builders import, and the status a builder exits with when one is missing
+# (rocmseat reads it as "the given Python is not the engine's": a usage error).
+NEEDED = ("torch", "transformers", "tokenizers")
+MISSING_MODULES_EXIT = 3
+
+
+def missing_modules() -> int | None:
+    """Say which of NEEDED this Python lacks (stderr) and return MISSING_MODULES_EXIT, or None."""
+    missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    print(f"{sys.executable} has no {', '.join(missing)} (the demo model builders need "
+          f"{', '.join(NEEDED)})", file=sys.stderr)
+    return MISSING_MODULES_EXIT
 
 
 def _lib(name: str) -> Any:
@@ -119,6 +136,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: build_tiny_models.py DEST", file=sys.stderr)
         return 2
+    if (status := missing_modules()) is not None:
+        return status
     dest = Path(argv[1])
     plan = {"target": TARGET_SEED, "drafter": TARGET_SEED, "drafter-other": OTHER_SEED}
     built = {}

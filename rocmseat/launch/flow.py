@@ -26,7 +26,7 @@ from rocmseat.launch.gate import PreflightRefused, launch_gate, needs_hip, sysfs
 from rocmseat.launch.judge import ExpectRule, JudgeContext, judge_startup
 from rocmseat.launch.placed import read_node, read_recorded, write_recorded
 from rocmseat.launch.plan import KeyStatus, ReplicaPlan, engine_env, plan_replica, plan_replicas
-from rocmseat.launch.readiness import Canary, Fetch, http_fetch
+from rocmseat.launch.readiness import Canary, Fetch, http_fetch, served_api_key
 from rocmseat.launch.report import (
     build_report,
     check_replica_tree,
@@ -359,11 +359,13 @@ def _launch_locked(
                 say(f"{finding.severity.value}: {finding.check_id}: {finding.message}")
         say(f"replica {plan.replica} ready in {after_s:.0f} s; startup report {path}")
 
+    env = engine_env(environ, plan)
     spec = EngineSpec(
-        argv=plan.argv, env=engine_env(environ, plan),
+        argv=plan.argv, env=env,
         cpus=frozenset(plan.binding.cpus) if plan.binding.method == "cpu-affinity" else None,
         canary=Canary(plan.probe_url, seat.model.served_name or seat.name,
-                      seat.readiness.canary_prompt, seat.readiness.canary_max_tokens),
+                      seat.readiness.canary_prompt, seat.readiness.canary_max_tokens,
+                      api_key=served_api_key(plan.argv, env)),
         readiness_timeout_s=seat.readiness.timeout_s, probe_interval_s=probe_interval_s,
         stop_grace_s=stop_grace_s,
     )

@@ -4,15 +4,26 @@
 so a hung-but-alive engine (an RCCL deadlock with GPUs at 100 %, vllm#40980) keeps answering 200
 (vllm/entrypoints/serve/instrumentator/health.py, vLLM 0.33.0). During
 startup the port is bound but not listening, so /health is refused until the engine is up.
+
+A server started with `--api-key` (or `VLLM_API_KEY`) answers 401 to any /v1 request without
+`Authorization: Bearer <key>`; /health is not guarded (vllm/entrypoints/serve/middleware/
+authenticate.py, GUARDED_PREFIX). The canary authenticates like any client of that server
+(`served_api_key`); the key is sent, never shown (Canary's repr leaves it out, and no detail
+line quotes a request header).
 """
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rocmseat.jsonio import dumps_line
+from rocmseat.watch.fetch import TransportError, request
+from rocmseat.watch.scrape import ScrapeError
+
+API_KEY_FLAG = "--api-key"
+API_KEY_ENV = "VLLM_API_KEY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +32,31 @@ class Canary:
     served_name: str
     prompt: str
     max_tokens: int
+    api_key: str | None = field(default=None, repr=False)  # the server's --api-key
+
+
+def served_api_key(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """The key a vLLM server started with `argv` in `env` requires, or None when it requires
+    none: as vLLM reads it (vllm/entrypoints/serve/middleware/register.py: `args.api_key or
+    [VLLM_API_KEY]`, empty keys dropped). `--api-key` takes one or more keys (any one is
+    accepted; the first is sent), the last occurrence of the flag wins, `--api_key` is the
+    same flag (vllm/utils/argparse_utils.py turns `_` into `-` in option names), and the flag
+    given, even empty, overrides the environment."""
+    given: list[str] | None = None
+    i = 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if name.replace("_", "-") == API_KEY_FLAG:
+            if eq:
+                given = [value]
+            else:  # nargs="+": the values up to the next option
+                given = []
+                while i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                    i += 1
+                    given.append(argv[i])
+        i += 1
+    keys = [k for k in (given if given else [env.get(API_KEY_ENV, "")]) if k]
+    return keys[0] if keys else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,25 +66,25 @@ class ProbeResult:
     detail: str  # why not ready, or the canary's text
 
 
-Fetch = Callable[[str, bytes | None, float], tuple[int, bytes]]
+# (url, JSON body or None for a GET, timeout, request headers) -> (status, body)
+Fetch = Callable[[str, bytes | None, float, Sequence[tuple[str, str]]], tuple[int, bytes]]
 
 
-def http_fetch(url: str, body: bytes | None, timeout_s: float) -> tuple[int, bytes]:
-    """GET (body None) or POST JSON; returns (status, body). Connection errors raise OSError."""
-    request = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
+def http_fetch(url: str, body: bytes | None, timeout_s: float,
+               headers: Sequence[tuple[str, str]] = ()) -> tuple[int, bytes]:
+    """GET (body None) or POST JSON with rocmseat's one HTTP client (rocmseat.watch.fetch);
+    returns (status, body). A transport failure raises ScrapeError."""
     if body is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return int(response.status), response.read()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read()
+        headers = [("Content-Type", "application/json"), *headers]
+    done = request("POST" if body is not None else "GET", url, timeout_s=timeout_s, body=body,
+                   headers=headers)
+    return done.status, done.body
 
 
 def probe(canary: Canary, *, timeout_s: float, fetch: Fetch = http_fetch) -> ProbeResult:
     try:
-        status, _ = fetch(f"{canary.base_url}/health", None, min(timeout_s, 5.0))
-    except (OSError, ValueError) as exc:
+        status, _ = fetch(f"{canary.base_url}/health", None, min(timeout_s, 5.0), ())
+    except (OSError, ValueError, ScrapeError) as exc:
         return ProbeResult(False, "health", f"/health: {_reason(exc)}")
     if status != 200:
         return ProbeResult(False, "health", f"/health answered {status}")
@@ -58,11 +94,12 @@ def probe(canary: Canary, *, timeout_s: float, fetch: Fetch = http_fetch) -> Pro
         "max_tokens": canary.max_tokens,
         "temperature": 0,
     }
+    auth = [("Authorization", f"Bearer {canary.api_key}")] if canary.api_key else []
     try:
         status, body = fetch(
-            f"{canary.base_url}/v1/completions", json.dumps(payload).encode(), timeout_s
+            f"{canary.base_url}/v1/completions", dumps_line(payload).encode(), timeout_s, auth
         )
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, ScrapeError) as exc:
         return ProbeResult(False, "canary", f"canary completion: {_reason(exc)}")
     if status != 200:
         tail = body.decode("utf-8", "replace").strip()[:200]
@@ -83,8 +120,8 @@ def _canary_text(body: bytes) -> ProbeResult:
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, urllib.error.URLError) and exc.reason is not None:
-        return str(exc.reason)
+    if isinstance(exc, TransportError):  # the stage names the URL
+        return exc.why
     if isinstance(exc, TimeoutError):
         return "timed out"
     return str(exc) or type(exc).__name__

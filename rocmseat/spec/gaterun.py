@@ -26,6 +26,7 @@ from rocmseat.atomic import WriteRefused, exclusive_lock, write_into
 from rocmseat.errors import ConfigError, ReadError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.launch.memplan import CHECK_ID as MEMORY_PLAN
+from rocmseat.launch.readiness import served_api_key
 from rocmseat.launch.startuplog import StartupSummary, classify_text
 from rocmseat.redact import redact_text
 from rocmseat.runner import run
@@ -140,14 +141,8 @@ def check_bench_client(python: Path) -> dict[str, Any]:
 
 def api_key(seat: Seat) -> str | None:
     """The API key the server will require: `--api-key` in serve.extra_args, else VLLM_API_KEY
-    in [env] (vllm/entrypoints/openai/cli_args.py; the server reads either)."""
-    args = list(seat.serve.extra_args)
-    for i, arg in enumerate(args):
-        if arg == "--api-key" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--api-key="):
-            return arg.split("=", 1)[1]
-    return seat.env.get("VLLM_API_KEY") or None
+    in [env], read as launch's canary reads it (rocmseat.launch.readiness.served_api_key)."""
+    return served_api_key(seat.serve.extra_args, seat.env)
 
 
 def replica_index(seat: Seat, replica: str) -> int:

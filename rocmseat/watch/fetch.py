@@ -1,4 +1,6 @@
-"""The scrapes of one evaluation: bounded in time, size and memory; no target waits on another.
+"""rocmseat's one HTTP client: the scrapes of one evaluation, bounded in time, size and memory
+(no target waits on another), and `request`, one exchange for the readiness canary, webhooks and
+the gate's probes on the same transport (docs/architecture.md, "HTTP").
 
 One event loop on one thread serves every target (asyncio streams + h11, the HTTP/1.1 state
 machine httpx itself is built on): no thread per target, one keep-alive connection per target.
@@ -26,7 +28,8 @@ Limits (docs/watch.md, "Limits"):
 `fetch_many` returns, per URL, what the sink made of the page (`new_sink`: the page text by
 default, or e.g. a `Reading` from rocmseat.watch.metrics.PageReader) or the RocmseatError that
 says what went wrong (the URL in a ScrapeError redacted: credentials in a URL are sent as Basic
-auth and never shown).
+auth and never shown). `request` returns any status with the body as bytes (capped at
+`MAX_RESPONSE_BYTES`) or raises a TransportError, one line with the URL redacted.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import asyncio
 import base64
 import codecs
 import contextlib
+import functools
 import os
 import resource
 import ssl
@@ -108,6 +112,15 @@ class Stopped(ScrapeError):
     """The watcher is stopping (SIGTERM/SIGINT) while scrapes were in flight."""
 
 
+class TransportError(ScrapeError):
+    """An exchange that failed: `<the URL, redacted>: <why>`; `why` alone for a caller that
+    names the URL itself."""
+
+    def __init__(self, shown_url: str, why: str) -> None:
+        super().__init__(f"{shown_url}: {why}")
+        self.why = why
+
+
 class _Stale(Exception):
     """A kept-alive connection the server had closed: retried once on a fresh one."""
 
@@ -154,10 +167,14 @@ class _Body:
     does the work a piece at a time (at most `_PIECE` bytes out), so a scrape that inflates a
     bomb or parses a big page gives the loop back between pieces."""
 
-    def __init__(self, encoding: str, cap: int, sink: Sink) -> None:
+    def __init__(self, encoding: str, cap: int, sink: Sink | None) -> None:
         self.cap, self.received, self.decoded = cap, 0, 0
         self._sink = sink
-        self._text = codecs.getincrementaldecoder("utf-8")("strict")
+        # No sink: the inflated bytes as they are, `finish` joins them (`request`: JSON, an
+        # error page); still within the cap.
+        self._raw: list[bytes] = []
+        self._text = (codecs.getincrementaldecoder("utf-8")("strict") if sink is not None
+                      else None)
         enc = encoding.strip().lower()
         self._gzip = enc in ("gzip", "x-gzip")
         self._compressed = self._gzip or enc == "deflate"
@@ -222,12 +239,16 @@ class _Body:
     def _decoded(self, data: bytes) -> None:
         start = self.decoded
         self.decoded += len(data)
+        sink, decoder = self._sink, self._text
+        if sink is None or decoder is None:
+            self._raw.append(data)
+            return
         try:
-            text = self._text.decode(data)
+            text = decoder.decode(data)
         except UnicodeDecodeError as exc:
             raise ScrapeError(f"the page is not UTF-8 text (byte {start + exc.start})") from None
         if text:
-            self._sink.feed(text)
+            sink.feed(text)
 
     def finish(self) -> Any:
         while self.pump():
@@ -237,13 +258,16 @@ class _Body:
                 raise ScrapeError("data after the end of the compressed body")
             if self._z is not None and not self._z.eof:
                 raise ScrapeError("the compressed body is truncated")
+        sink, decoder = self._sink, self._text
+        if sink is None or decoder is None:
+            return b"".join(self._raw)
         try:
-            tail = self._text.decode(b"", final=True)
+            tail = decoder.decode(b"", final=True)
         except UnicodeDecodeError:
             raise ScrapeError(f"the page is not UTF-8 text (byte {self.decoded})") from None
         if tail:
-            self._sink.feed(tail)
-        return self._sink.finish()
+            sink.feed(tail)
+        return sink.finish()
 
 
 class AsyncScraper:
@@ -252,7 +276,6 @@ class AsyncScraper:
     def __init__(self, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
         self.max_body_bytes = max_body_bytes
         self._idle: dict[tuple[str, str, int], _Conn] = {}
-        self._ssl: ssl.SSLContext | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rocmseat-scrape",
                                         daemon=True)
@@ -330,27 +353,14 @@ class AsyncScraper:
         self, index: int, url: str, *, deadline: float, timeout_s: float, new_sink: NewSink,
         slots: list[Result],
     ) -> None:
-        shown = redact_url(url)
         result: Result
         try:
             async with asyncio.timeout_at(deadline):
                 result = await self._get(url, new_sink)
-        except TimeoutError:
-            result = ScrapeError(f"{shown}: timed out after {timeout_s:g} s")
-        except ScrapeError as exc:
-            result = ScrapeError(f"{shown}: {exc.message}")
         except RocmseatError as exc:  # PageError: the page, not the transport
-            result = exc
-        except h11.ProtocolError as exc:
-            result = ScrapeError(f"{shown}: not a valid HTTP/1.1 response ({_short(exc)})")
-        except ssl.SSLError as exc:
-            result = ScrapeError(f"{shown}: TLS: {_short(exc)}")
-        except OSError as exc:
-            # asyncio's "Connect call failed ('127.0.0.1', 8000)" carries errno 111
-            why = os.strerror(exc.errno) if exc.errno else (exc.strerror or type(exc).__name__)
-            result = ScrapeError(f"{shown}: {why}")
+            result = exc if not isinstance(exc, ScrapeError) else _failed(url, exc, timeout_s)
         except Exception as exc:  # a scrape must never crash the loop: say what it was
-            result = ScrapeError(f"{shown}: {type(exc).__name__}: {_short(exc)}")
+            result = _failed(url, exc, timeout_s)
         slots[index] = result
 
     async def _get(self, url: str, new_sink: NewSink) -> Any:
@@ -361,16 +371,20 @@ class AsyncScraper:
             _abort(conn)  # the server closed it while idle (uvicorn keeps 5 s)
             conn = None
         if conn is None:
-            conn = await self._connect(scheme, host, port)
+            conn = await _connect(scheme, host, port)
+        head = _request_head("GET", host, port, target, auth=auth,
+                             headers=[("Accept", ACCEPT), ("Accept-Encoding", "identity")])
+
+        def on_head(response: h11.Response) -> _Body:
+            return self._check_head(response, new_sink())
+
         try:
             try:
-                page, reusable = await self._exchange(conn, host, port, target, auth=auth,
-                                                      new_sink=new_sink)
+                page, reusable = await _exchange(conn, head, None, on_head)
             except _Stale:
                 _abort(conn)
-                conn = await self._connect(scheme, host, port)
-                page, reusable = await self._exchange(conn, host, port, target, auth=auth,
-                                                      new_sink=new_sink)
+                conn = await _connect(scheme, host, port)
+                page, reusable = await _exchange(conn, head, None, on_head)
         except _Stale:
             _abort(conn)
             raise ScrapeError("the connection closed before the page was complete") from None
@@ -384,83 +398,15 @@ class AsyncScraper:
             _abort(conn)
         return page
 
-    async def _connect(self, scheme: str, host: str, port: int) -> _Conn:
-        context = None
-        if scheme == "https":
-            if self._ssl is None:
-                self._ssl = ssl.create_default_context()
-            context = self._ssl
-        reader, writer = await asyncio.open_connection(
-            host, port, ssl=context, server_hostname=host if context else None,
-            limit=_READ_BYTES)
-        http = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEADER_BYTES)
-        return _Conn(reader, writer, http)
-
-    async def _exchange(
-        self, conn: _Conn, host: str, port: int, target: str, *, auth: str | None,
-        new_sink: NewSink,
-    ) -> tuple[Any, bool]:
-        authority = f"[{host}]" if ":" in host else host
-        headers = [("Host", f"{authority}:{port}"), ("Accept", ACCEPT),
-                   ("Accept-Encoding", "identity"), ("User-Agent", f"rocmseat/{__version__}")]
-        if auth is not None:
-            headers.append(("Authorization", f"Basic {auth}"))
-        http = conn.http
-        try:
-            conn.writer.write(http.send(h11.Request(method="GET", target=target,
-                                                    headers=headers)) or b"")
-            conn.writer.write(http.send(h11.EndOfMessage()) or b"")
-            await conn.writer.drain()
-        except (ConnectionResetError, BrokenPipeError):
-            if conn.reused:
-                raise _Stale() from None
-            raise
-        body: _Body | None = None
-        while True:
-            event = http.next_event()
-            if event is h11.NEED_DATA:
-                try:
-                    data = await conn.reader.read(_READ_BYTES)
-                except ConnectionResetError:
-                    if conn.reused and body is None:
-                        raise _Stale() from None
-                    raise
-                if not data and conn.reused and body is None:
-                    raise _Stale()
-                http.receive_data(data)  # b"" is the end of the stream
-                continue
-            if isinstance(event, h11.Response):
-                body = self._check_head(event, new_sink())
-            elif isinstance(event, h11.Data):
-                assert body is not None
-                body.feed(bytes(event.data))
-                while body.pump():  # a bomb or a big page: in turns with the other scrapes
-                    await asyncio.sleep(0)
-                await asyncio.sleep(0)
-            elif isinstance(event, h11.EndOfMessage):
-                assert body is not None
-                page = body.finish()
-                reusable = http.our_state is h11.DONE and http.their_state is h11.DONE
-                if reusable:
-                    http.start_next_cycle()
-                return page, reusable
-            elif isinstance(event, h11.ConnectionClosed):
-                raise ScrapeError("the connection closed before the page was complete")
-            # InformationalResponse (1xx) and anything else: read on.
-
     def _check_head(self, response: h11.Response, sink: Sink) -> _Body:
         status = response.status_code
         if status != 200:
             raise ScrapeError(f"HTTP {status}")
-        fields = {k.decode("latin-1").lower(): v.decode("latin-1")
-                  for k, v in response.headers}
+        fields = _fields(response)
         content_type = fields.get("content-type", "")
         if "html" in content_type.lower():
             raise ScrapeError(f"answered {content_type[:60]!r}, not Prometheus metrics")
-        length = fields.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            raise ScrapeError(f"the page is {int(length):,} bytes; the limit is "
-                              f"{self.max_body_bytes:,}")
+        _check_length(fields, self.max_body_bytes)
         return _Body(fields.get("content-encoding", ""), self.max_body_bytes, sink)
 
     async def _shutdown(self) -> None:
@@ -483,6 +429,159 @@ def _abort(conn: _Conn) -> None:
 
 def _short(exc: BaseException) -> str:
     return redact_text(str(exc)).replace("\n", " ")[:160]
+
+
+def _failed(url: str, exc: BaseException, timeout_s: float) -> TransportError:
+    """The one line a failed exchange is: the URL redacted, then what went wrong."""
+    return TransportError(redact_url(url), _why(exc, timeout_s))
+
+
+def _why(exc: BaseException, timeout_s: float) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"timed out after {timeout_s:g} s"
+    if isinstance(exc, ScrapeError):
+        return exc.message
+    if isinstance(exc, h11.ProtocolError):
+        return f"not a valid HTTP/1.1 response ({_short(exc)})"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {_short(exc)}"
+    if isinstance(exc, OSError):
+        # asyncio's "Connect call failed ('127.0.0.1', 8000)" carries errno 111
+        return os.strerror(exc.errno) if exc.errno else (exc.strerror or type(exc).__name__)
+    return f"{type(exc).__name__}: {_short(exc)}"
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+async def _connect(scheme: str, host: str, port: int) -> _Conn:
+    context = _ssl_context() if scheme == "https" else None
+    reader, writer = await asyncio.open_connection(
+        host, port, ssl=context, server_hostname=host if context else None, limit=_READ_BYTES)
+    http = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEADER_BYTES)
+    return _Conn(reader, writer, http)
+
+
+def _request_head(method: str, host: str, port: int, target: str, *, auth: str | None,
+                  headers: Sequence[tuple[str, str]]) -> h11.Request:
+    authority = f"[{host}]" if ":" in host else host
+    fields = [("Host", f"{authority}:{port}"), ("User-Agent", f"rocmseat/{__version__}"),
+              *headers]
+    if auth is not None:
+        fields.append(("Authorization", f"Basic {auth}"))
+    return h11.Request(method=method, target=target, headers=fields)
+
+
+def _fields(response: h11.Response) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in response.headers}
+
+
+def _check_length(fields: dict[str, str], cap: int) -> None:
+    length = fields.get("content-length")
+    if length is not None and length.isdigit() and int(length) > cap:
+        raise ScrapeError(f"the response is {int(length):,} bytes; the limit is {cap:,}")
+
+
+async def _exchange(conn: _Conn, head: h11.Request, body: bytes | None,
+                    on_head: Callable[[h11.Response], _Body]) -> tuple[Any, bool]:
+    """One request and its whole response on `conn`: (what the body made, reusable)."""
+    http = conn.http
+    try:
+        conn.writer.write(http.send(head) or b"")
+        if body:
+            conn.writer.write(http.send(h11.Data(data=body)) or b"")
+        conn.writer.write(http.send(h11.EndOfMessage()) or b"")
+        await conn.writer.drain()
+    except (ConnectionResetError, BrokenPipeError):
+        if conn.reused:
+            raise _Stale() from None
+        raise
+    received: _Body | None = None
+    while True:
+        event = http.next_event()
+        if event is h11.NEED_DATA:
+            try:
+                data = await conn.reader.read(_READ_BYTES)
+            except ConnectionResetError:
+                if conn.reused and received is None:
+                    raise _Stale() from None
+                raise
+            if not data and conn.reused and received is None:
+                raise _Stale()
+            http.receive_data(data)  # b"" is the end of the stream
+            continue
+        if isinstance(event, h11.Response):
+            received = on_head(event)
+        elif isinstance(event, h11.Data):
+            assert received is not None
+            received.feed(bytes(event.data))
+            while received.pump():  # a bomb or a big page: in turns with the other scrapes
+                await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        elif isinstance(event, h11.EndOfMessage):
+            assert received is not None
+            made = received.finish()
+            reusable = http.our_state is h11.DONE and http.their_state is h11.DONE
+            if reusable:
+                http.start_next_cycle()
+            return made, reusable
+        elif isinstance(event, h11.ConnectionClosed):
+            raise ScrapeError("the connection closed before the page was complete")
+        # InformationalResponse (1xx) and anything else: read on.
+
+
+# ----- one request (readiness canary, webhooks, the gate's probes) ---------------------------
+MAX_RESPONSE_BYTES = 1 << 20  # a completion, an error page, a receiver's answer
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    headers: dict[str, str]  # names lower-cased
+    body: bytes
+
+
+def request(method: str, url: str, *, timeout_s: float, body: bytes | None = None,
+            headers: Sequence[tuple[str, str]] = (),
+            max_body_bytes: int = MAX_RESPONSE_BYTES) -> Response:
+    """One HTTP/1.1 exchange on a fresh connection, with the scraper's transport: `timeout_s`
+    for all of it (connect, send, headers, body), the body capped (compressed or not), URL
+    userinfo sent as Basic auth, redirects not followed. Any status is returned; a transport
+    failure raises ScrapeError (one line, the URL redacted). Headers are the caller's to keep
+    out of logs (an `Authorization` value is never in an error line: none quotes a header).
+    Runs its own event loop: not for a thread that already runs one."""
+    return asyncio.run(_request(method, url, timeout_s=timeout_s, body=body, headers=headers,
+                                max_body_bytes=max_body_bytes))
+
+
+async def _request(method: str, url: str, *, timeout_s: float, body: bytes | None,
+                   headers: Sequence[tuple[str, str]], max_body_bytes: int) -> Response:
+    scheme, host, port, target, auth = _origin(url)
+    if scheme not in ("http", "https") or not host:
+        raise ScrapeError(f"{redact_url(url)}: not an http(s) URL")
+    fields = [*headers, *([("Content-Length", str(len(body)))] if body is not None else [])]
+    head = _request_head(method, host, port, target, auth=auth, headers=fields)
+    got: list[Response] = []
+
+    def on_head(response: h11.Response) -> _Body:
+        found = _fields(response)
+        _check_length(found, max_body_bytes)
+        got.append(Response(response.status_code, found, b""))
+        return _Body(found.get("content-encoding", ""), max_body_bytes, None)
+
+    conn: _Conn | None = None
+    try:
+        async with asyncio.timeout(timeout_s):
+            conn = await _connect(scheme, host, port)
+            data, _ = await _exchange(conn, head, body, on_head)
+    except Exception as exc:
+        raise _failed(url, exc, timeout_s) from None
+    finally:
+        if conn is not None:
+            _abort(conn)
+    return Response(got[0].status, got[0].headers, data)
 
 
 class CallableScraper:

@@ -23,6 +23,7 @@ from rocmseat.jsonio import dumps_line
 from rocmseat.redact import redact_argv, redact_text, redact_url
 from rocmseat.runner import run
 from rocmseat.watch.alerts import FIRING, Transition
+from rocmseat.watch.scrape import ScrapeError
 
 Deliver = Callable[[list[dict[str, Any]]], None]
 
@@ -161,20 +162,22 @@ def _one_token(exc: BaseException) -> str:
 
 
 def webhook_deliver(url: str, *, timeout_s: float = 10.0) -> Deliver:
-    """POST the batch as Alertmanager v2 expects it: a JSON list of alerts. Userinfo in the URL
-    is sent as Basic auth (httpx does) and redacted in every error."""
-    import httpx
+    """POST the batch as Alertmanager v2 expects it: a JSON list of alerts, with rocmseat's one
+    HTTP client (rocmseat.watch.fetch.request). Userinfo in the URL is sent as Basic auth and
+    redacted in every error; a redirect is not followed (a 3xx is a failed delivery)."""
+    from rocmseat.watch.fetch import request
 
     shown = redact_url(url)
 
     def deliver(batch: list[dict[str, Any]]) -> None:
+        body = dumps_line(batch).encode()
         try:
-            response = httpx.post(url, json=batch, timeout=timeout_s)
-        except httpx.HTTPError as exc:
-            raise RuntimeError(f"POST {shown}: {type(exc).__name__}: "
-                               f"{redact_text(str(exc))}") from None
-        if response.status_code >= 300:
-            raise RuntimeError(f"POST {shown}: HTTP {response.status_code}")
+            response = request("POST", url, timeout_s=timeout_s, body=body,
+                               headers=[("Content-Type", "application/json")])
+        except ScrapeError as exc:  # the message names the redacted URL already
+            raise RuntimeError(f"POST {exc.message}") from None
+        if response.status >= 300:
+            raise RuntimeError(f"POST {shown}: HTTP {response.status}")
 
     return deliver
 

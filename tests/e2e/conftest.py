@@ -8,37 +8,31 @@ Everything else that goes wrong is a failure.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import NOTES, cli, engine_python_or_skip
+from tests.e2e.harness import NOTES
 from tests.e2e.world import World
 
 
 @pytest.fixture(scope="session")
-def engine_python() -> Path:
-    return engine_python_or_skip()
-
-
-@pytest.fixture(scope="session")
-def demo_models(engine_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One model build per session, through the one rocmseat command a user runs."""
-    dest = tmp_path_factory.mktemp("models")
-    done = cli("demo", "models", dest, "--python", engine_python, timeout_s=600)
-    assert done.returncode == 0, f"rocmseat demo models failed:\n{done.stdout}\n{done.stderr}"
-    return dest
+def engine_python(real_engine_python: Path) -> Path:
+    return real_engine_python
 
 
 @pytest.fixture(scope="module")
 def world(engine_python: Path, demo_models: Path,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("e2e")
+    # The scenarios swap the drafter's weights: their own copy of the session's models.
+    shutil.copytree(demo_models, root / "models")
     # AF_UNIX paths are limited to 108 bytes; pytest's tmp paths can be longer.
     sock_dir = Path(tempfile.mkdtemp(prefix="rocmseat-e2e-"))
-    w = World(root=root, engine_python=engine_python, models=demo_models,
+    w = World(root=root, engine_python=engine_python, models=root / "models",
               notify_path=sock_dir / "notify")
     try:
         yield w

@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -225,11 +226,17 @@ class Proc:
         return self.proc.returncode
 
 
+# The e2e seat serves with `--api-key` (issue 16): launch's canary must authenticate, and every
+# client here does too. One per session, so a grep for it finds only where it leaked.
+API_KEY = "sk-e2e-" + secrets.token_hex(16)
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
+
 def complete(port: int, model: str, prompts: tuple[str, ...] = PROMPTS,
              max_tokens: int = 64) -> list[str]:
     """Greedy completions (temperature 0, ignore_eos: always max_tokens tokens)."""
     texts = []
-    with httpx.Client(timeout=120.0) as client:
+    with httpx.Client(timeout=120.0, headers=AUTH) as client:
         for prompt in prompts:
             r = client.post(
                 f"http://127.0.0.1:{port}/v1/completions",

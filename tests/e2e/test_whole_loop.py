@@ -1,8 +1,16 @@
-"""The whole loop on a real vLLM (CPU build): launch, key, watch and alert (issue 7).
+"""The whole loop on a real vLLM (CPU build): launch, key, cache store, watch, alert and
+readiness (issues 7, 13, 16).
 
-The scenarios run in file order on one seat and reuse the running replica where that is honest
-(the healthy replica is the one that dies; the relaunched one is the one whose drafter is
-swapped). Every wait is bounded and reports what it saw. Only rocmseat's CLI drives the engine.
+The scenarios run in file order on one seat and share its engine starts (issue 16: one engine
+per model and scenario): the healthy replica is the one whose compile cache the store audit
+reads and the one that dies; the relaunched one is the one whose drafter is swapped; the one
+relaunched with good weights and a changed key is the one whose stale cache was moved aside.
+Four engine starts in all. `/ready/r0` is read like a load balancer would along the way (200
+with a good drafter, 503 while stopped, 503 when the drafter dies, 200 again after a restart
+with good weights) and judged in `test_ready_follows_the_drafter`. The seat serves with
+`--api-key`: every READY is the canary authenticating, and the last scenario looks for the key
+in every file the run wrote. Every wait is bounded and reports what it saw. Only rocmseat's CLI
+drives the engine.
 """
 
 from __future__ import annotations
@@ -13,12 +21,21 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
+import httpx
 import pytest
 
+from rocmseat.cache.key import ConfigKey
+from rocmseat.cache.store import prepare
+from rocmseat.seat.load import load_seat
 from tests.e2e.harness import (
+    API_KEY,
     ExporterSampler,
+    Timeout,
     Traffic,
     cli,
     complete,
@@ -28,6 +45,7 @@ from tests.e2e.harness import (
     tree_digest,
     wait_for,
 )
+from tests.e2e.test_ready_engine import healthz, judged_al, ready
 from tests.e2e.world import INTERVAL_S, REPLICA, SERVED, World
 
 pytestmark = pytest.mark.engine
@@ -113,6 +131,67 @@ def _component_outcomes(report: dict[str, Any]) -> dict[str, str]:
     return {name: c["outcome"] for name, c in comps.items()}
 
 
+# ----- /ready/r0 as a load balancer reads it (issue 13) ----------------------------------------
+READY_SCENARIO = "ready_follows_the_drafter"
+VERDICT_BOUND_S = 60.0  # traffic flows in the meantime; the watch interval is 2 s
+
+
+@dataclass
+class ReadySeen:
+    """What one phase of the readiness scenario saw (judged in test_ready_follows_the_drafter,
+    so a wrong answer fails that scenario, not the one it rode along with)."""
+
+    body: str | None = None  # the matching answer, None: never seen within the bound
+    seconds: float = 0.0
+    acceptance_length: float | None = None
+    answers: list[tuple[int, str]] = field(default_factory=list)
+    healthz: int | None = None
+    traffic_errors: list[str] = field(default_factory=list)
+    extra: str = ""  # what the scenario it rode along with adds to the note
+
+
+READY: dict[str, ReadySeen] = {}
+
+
+def observe_ready(world: World, phase: str, status: int, needle: str, *, traffic: bool,
+                  evidence: Callable[[], bool] = lambda: True,
+                  bound_s: float = VERDICT_BOUND_S) -> ReadySeen:
+    """Wait (bounded, traffic flowing if asked) until /ready/r0 answers `status` with `needle`
+    in its line and `evidence` holds (a verdict from judged drafts, not an idle replica);
+    record what was seen under `phase`, matched or not."""
+    seen = READY[phase] = ReadySeen()
+    started = time.monotonic()
+
+    def check() -> str | None:
+        code, body = ready(world)
+        if not seen.answers or seen.answers[-1] != (code, body):
+            seen.answers.append((code, body))
+        return body if code == status and needle in body and evidence() else None
+
+    def wait() -> None:
+        try:
+            seen.body = wait_for(f"/ready/r0 {status} {needle}", check, bound_s, lambda: "")
+        except Timeout:
+            seen.body = None
+
+    if traffic:
+        with Traffic(world.engine_port, SERVED) as flowing:
+            wait()
+        seen.traffic_errors = flowing.errors[:3]
+    else:
+        wait()
+    seen.seconds = time.monotonic() - started
+    seen.acceptance_length = judged_al(world)
+    seen.healthz = healthz(world)
+    return seen
+
+
+def _good_drafter(world: World, demo_models: Path) -> None:
+    """The session's drafter weights (the target's own) back into this world's drafter."""
+    shutil.copyfile(demo_models / "drafter" / "model.safetensors",
+                    world.models / "drafter" / "model.safetensors")
+
+
 # ----- no-op invalidation: refused before any engine starts ------------------------------------
 def test_noop_invalidation_refused(world: World) -> None:
     seat = world.write_seat("noop-seat.toml")
@@ -134,6 +213,11 @@ def test_healthy(world: World) -> None:
     seat = world.write_seat()
     proc = world.launch(seat)
     assert world.notify is not None and any("READY=1" in m for m in world.notify.messages)
+    # The seat serves with --api-key: the server refuses a client without it, so READY (the
+    # canary's completion answered) means the canary authenticated.
+    bare = httpx.post(f"http://127.0.0.1:{world.engine_port}/v1/completions", timeout=30,
+                      json={"model": SERVED, "prompt": "the", "max_tokens": 1})
+    assert bare.status_code == 401, (bare.status_code, bare.text[:200])
     world.healthy_texts = complete(world.engine_port, SERVED)
     assert all(t.strip() for t in world.healthy_texts), world.healthy_texts
 
@@ -155,8 +239,45 @@ def test_healthy(world: World) -> None:
     # An empty cache: both the backbone and the drafter compiled.
     assert outcomes == {"backbone": "fresh_compile", "draft_model": "fresh_compile"}, outcomes
     assert proc.alive()
-    note("healthy", f"READY=1 after {world.last_ready_s:.0f} s; watch --once: acceptance length "
+    note("healthy", f"READY=1 after {world.last_ready_s:.0f} s (served with --api-key; a "
+         "completion without it: 401); watch --once: acceptance length "
          f"{al} over {window.get('drafts')} drafts, alerts []; startup report {outcomes}")
+
+
+# ----- the compile cache store, read while the healthy replica serves -------------------------
+def test_engine_compiles_into_the_store(world: World) -> None:
+    """The real engine compiled into the replica's store, cache-audit sees the running server
+    use it, and a changed draft length moves its compiled graphs aside intact."""
+    proc = world.running()
+    assert proc is not None, "the healthy scenario must run first (its replica serves here)"
+    seat = world.root / "seat.toml"
+    engines = world.engine_pids(proc)
+    assert len(engines) == 1, f"expected one engine under rocmseat launch, found {engines}"
+    done = cli("cache-audit", seat, "--json", env=world.env())
+    [audited] = _json(done, "rocmseat cache-audit --json")["seats"]
+    [entry] = [r for r in audited["replicas"] if r["replica"] == REPLICA]
+    live = entry["cache"]
+    assert live is not None and live["state"] == "current", entry
+    assert live["in_use"]["state"] == "yes" and engines[0] in live["in_use"]["pids"], live
+    assert done.returncode == 0, done.stderr
+
+    # A changed draft length, on a copy of the store (the serving replica keeps its own): the
+    # key launch would start under (`rocmseat key`) moves the compiled graphs aside intact.
+    copy = world.root / "store-copy" / REPLICA
+    shutil.copytree(world.cache_root / REPLICA, copy, symlinks=True)
+    compiled = tree_digest(copy)
+    assert any("torch_compile_cache" in name for name in compiled), sorted(compiled)[:20]
+    k2 = world.write_seat("seat-k2.toml", num_speculative_tokens=2)
+    key_doc = _json(cli("key", k2, "--json", env=world.env()), "rocmseat key --json")
+    assert key_doc["unknown"] == {}, key_doc["unknown"]
+    moved = prepare(copy, ConfigKey(key_doc["key"], key_doc["factors"]),
+                    seat_name=load_seat(k2).name)
+    assert moved.moved_aside is not None
+    assert [c.describe() for c in moved.changed] == ["speculative.num_speculative_tokens: 3 -> 2"]
+    assert tree_digest(moved.moved_aside) == compiled
+    note("engine_compiles_into_the_store",
+         f"cache-audit: {REPLICA} current, in use by engine pid {engines[0]}; K 3 -> 2 moves "
+         f"all {len(compiled)} files aside intact (sizes + sha256 equal)")
 
 
 # ----- replica dies -----------------------------------------------------------------------------
@@ -166,6 +287,9 @@ def test_replica_dies_then_resolves(world: World) -> None:
     world.start_watch(seat)
     wait_for("replica_down inactive while the replica serves",
              lambda: _alert_active(world, ALERT_DOWN) == 0.0, 30, world.seen)
+    good = observe_ready(world, "good", 200, "ready", traffic=True,
+                         evidence=lambda: (judged_al(world) or 0.0) >= 3.5)
+    good.extra = f"READY after {world.last_ready_s:.0f} s"
 
     engines = world.engine_pids(proc)
     assert len(engines) == 1, f"expected one engine under rocmseat launch, found {engines}"
@@ -180,6 +304,7 @@ def test_replica_dies_then_resolves(world: World) -> None:
     fired_s = time.monotonic() - killed
     firing = wait_for("replica_down firing (webhook)",
                       lambda: _webhook_alert(world, ALERT_DOWN, "firing"), 30, world.seen)
+    observe_ready(world, "stopped", 503, "replica_down", traffic=False, bound_s=30)
 
     world.launch(seat)
     wait_for("replica_down resolved (exporter)", lambda: _alert_active(world, ALERT_DOWN) == 0.0,
@@ -229,6 +354,7 @@ def test_drafter_lost_its_mind(world: World) -> None:
                             lambda: _webhook_alert(world, ALERT_DRAFTER, "firing"), 30,
                             world.seen)
     assert not traffic.errors, traffic.errors[:3]
+    observe_ready(world, "dead", 503, "spec_drafter_dead", traffic=True)
     # "Within two intervals" of drafts flowing, counted in the watchdog's own evaluations.
     windows, latency_s = sampler.windows_until_firing()
     assert 1 <= windows <= 2, (f"{ALERT_DRAFTER} fired on drafting evaluation {windows}, "
@@ -249,8 +375,9 @@ def _digest(done: Any) -> str:
 
 
 # ----- stale cache ------------------------------------------------------------------------------
-def test_stale_cache_moved_aside(world: World) -> None:
+def test_stale_cache_moved_aside(world: World, demo_models: Path) -> None:
     world.stop_replica()
+    _good_drafter(world, demo_models)  # the drafter recovers (readiness), the key unchanged by it
     cache = world.cache_root / REPLICA
     assert cache.is_dir(), f"no replica cache at {cache}"
     before = tree_digest(cache)
@@ -259,6 +386,12 @@ def test_stale_cache_moved_aside(world: World) -> None:
 
     seat = world.write_seat(feature="b")
     world.launch(seat)
+    # The restart clears the dead-drafter verdict (a replica out of rotation drafts nothing,
+    # so only a restart can): ready before any traffic, and still ready on its own drafts.
+    restarted = observe_ready(world, "restarted", 200, "ready", traffic=False, bound_s=30)
+    restarted.extra = f"READY after {world.last_ready_s:.0f} s"
+    observe_ready(world, "recovered", 200, "ready", traffic=True,
+                  evidence=lambda: (judged_al(world) or 0.0) >= 3.5)
     moved = set(world.cache_root.glob(f"{REPLICA}.stale-*")) - siblings_before
     assert len(moved) == 1, f"expected one moved-aside cache, found {sorted(moved)}"
     aside = moved.pop()
@@ -278,3 +411,67 @@ def test_stale_cache_moved_aside(world: World) -> None:
          f"READY after {world.last_ready_s:.0f} s")
     world.stop_replica()
 
+
+# ----- readiness followed the drafter all along (issue 13) -------------------------------------
+def test_ready_follows_the_drafter(world: World) -> None:
+    """`/ready/r0`: 200 with a good drafter, 503 while the replica is stopped, 503 when the
+    drafter dies (same key: only the counters can tell), 200 right after a restart with good
+    weights and still 200 on its own judged drafts; the watcher's /healthz 200 throughout."""
+    phases = ("good", "stopped", "dead", "restarted", "recovered")
+    missing = [p for p in phases if p not in READY]
+    assert not missing, f"phases not observed (an earlier scenario failed first): {missing}"
+
+    def shown(phase: str) -> str:
+        seen = READY[phase]
+        return (f"{phase}: /ready answers {seen.answers[-6:]}, traffic errors "
+                f"{seen.traffic_errors}\n{world.seen()}")
+
+    good, stopped, dead, restarted, recovered = (READY[p] for p in phases)
+    assert good.body == f"{REPLICA}: ready", shown("good")
+    assert stopped.body is not None and "replica_down" in stopped.body, shown("stopped")
+    assert dead.body is not None and dead.body.startswith(
+        f"{REPLICA}: spec_drafter_dead: the drafter's first token"), shown("dead")
+    assert restarted.body is not None and restarted.body.startswith(f"{REPLICA}: ready"), \
+        shown("restarted")
+    assert recovered.body is not None and recovered.body.startswith(f"{REPLICA}: ready"), \
+        shown("recovered")
+    assert (recovered.acceptance_length or 0.0) >= 3.5, shown("recovered")
+    for phase in phases:
+        assert READY[phase].healthz == 200, shown(phase)  # the watcher itself is fine
+        assert READY[phase].traffic_errors == [], shown(phase)
+    note(READY_SCENARIO, f"good drafter: 200 '{good.body}' with a judged acceptance length of "
+         f"{good.acceptance_length} after {good.seconds:.1f} s of traffic ({good.extra}); "
+         f"engine stopped: 503 '{stopped.body}'")
+    note(READY_SCENARIO, f"other weights, same key, relaunched: 503 '{dead.body}' after "
+         f"{dead.seconds:.1f} s of traffic")
+    note(READY_SCENARIO, f"good weights, relaunched ({restarted.extra}): 200 "
+         f"'{restarted.body}' before any traffic (the restart cleared the verdict), still 200 "
+         f"'{recovered.body}' with a judged acceptance length of "
+         f"{recovered.acceptance_length} after {recovered.seconds:.1f} s of traffic; /healthz "
+         "200 throughout")
+
+
+# ----- the API key never leaves the seat file (issue 16) ----------------------------------------
+def test_api_key_never_in_a_log_or_state_file(world: World,
+                                              tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every file this session wrote (launch and watch logs, startup reports, placement and
+    state files, the cache store and its manifests, rocmseat's error logs), except seat files
+    (*.toml: every e2e seat serves with the key, on purpose): the key is in none of them."""
+    assert world.launches, "no launch ran: nothing to look at"
+    secret = API_KEY.encode()
+    seat_files = sorted(world.root.glob("*.toml"))
+    assert seat_files and all(secret in p.read_bytes() for p in seat_files)  # found where it is
+    looked, found = 0, []
+    for path in sorted(tmp_path_factory.getbasetemp().rglob("*")):
+        if path.suffix == ".toml" or path.is_symlink() or not path.is_file():
+            continue
+        looked += 1
+        if secret in path.read_bytes():
+            found.append(str(path))
+    assert found == [], f"the API key is in {found}"
+    logs = [p for p in world.root.glob("*.log")]
+    assert len(logs) >= 5, logs  # four launches and the watch
+    note("api_key_never_in_a_log_or_state_file",
+         f"served with --api-key: {len(world.launches)} launches READY (the canary "
+         f"authenticated); the key in none of {looked} files written "
+         f"({len(logs)} logs, the state dir, the cache store), only in the seat files")

@@ -18,6 +18,7 @@ import psutil
 
 from tests.conftest import REPO
 from tests.e2e.harness import (
+    API_KEY,
     NotifySocket,
     Proc,
     Timeout,
@@ -110,6 +111,8 @@ class World:
         doc["drafter"].update(method="draft_model", path=str(self.models / "drafter"),
                               num_speculative_tokens=num_speculative_tokens)
         doc["serve"]["port_base"] = self.engine_port
+        # Served with an API key: READY means the canary authenticated (issue 16).
+        doc["serve"]["extra_args"] = [*doc["serve"].get("extra_args", []), "--api-key", API_KEY]
         # A feature toggle the seat classifies as key (RADIANCE_* style, as in
         # launchers/r9700-mxfp4-dflash.toml): changing it
         # must move the cache aside even though vLLM's own hash does not see it.

