@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import shlex
 import signal
+import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from rocmseat.cli.options import (
     sysfs_root_option,
 )
 from rocmseat.errors import ConfigError
+from rocmseat.jsonio import dumps
 from rocmseat.redact import redact_text, redact_url
 from rocmseat.watch.baseline import check_state_dir_writable
 from rocmseat.watch.detector import DetectorParams
@@ -35,7 +39,9 @@ from rocmseat.watch.service import (
     once_exit_code,
     run_once,
     run_service,
+    stamped,
     this_node,
+    under_journald,
 )
 from rocmseat.watch.status import report_json
 
@@ -234,13 +240,28 @@ def _dupes(names: list[str]) -> set[str]:
 
 
 def _once(targets: list[Target], config: WatchConfig, as_json: bool) -> int:
-    statuses = run_once(targets, config)
+    # the window is two scrapes `interval_s` apart: on a terminal, say what the wait is for
+    statuses = run_once(targets, config,
+                        sleep=_countdown(len(targets)) if sys.stderr.isatty() else time.sleep)
     if as_json:
         # Strict JSON: a non-finite number would be a bug (the reader refuses them): exit 3.
-        click.echo(json.dumps(report_json(statuses), indent=2, sort_keys=True, allow_nan=False))
+        click.echo(dumps(report_json(statuses)))
     else:
         click.echo(render_table(statuses), nl=False)
     return once_exit_code(statuses)
+
+
+def _countdown(count: int) -> Callable[[float], None]:
+    def wait(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        what = f"{count} target{'s' if count != 1 else ''}"
+        while (left := end - time.monotonic()) > 0:
+            click.echo(f"\rrocmseat: scraped {what}; the second scrape in {left:4.0f} s "
+                       "(--interval)", err=True, nl=False)
+            time.sleep(min(left, 1.0))
+        click.echo("\r\x1b[K", err=True, nl=False)
+
+    return wait
 
 
 def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
@@ -254,9 +275,15 @@ def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
     stop = threading.Event()
     caught: list[BaseException] = []
 
+    # journald stamps each line; any other log (a file, a terminal, a pipe) needs the time
+    stamp = not under_journald(os.environ)
+
+    def log(line: str) -> None:
+        click.echo(stamped(line, time.time()) if stamp else line, err=True)
+
     def work() -> None:
         try:
-            run_service(targets, config, sinks, log=lambda line: click.echo(line, err=True),
+            run_service(targets, config, sinks, log=log,
                         stop=stop, targets_file=source, extra_targets=extra,
                         remediate=remediate)
         except BaseException as exc:  # handed to the CLI's error boundary below
