@@ -3,7 +3,7 @@ baseline "Prometheus rule on the acceptance-length ratio with for: 10m".
 
     python3 bench/bench_watch_detect.py [--days N]
 
-Traces come from rocmseat.watch.sim (10 s windows; four workload categories at K=7 with the
+Traces come from bench/sim.py (10 s windows; four workload categories at K=7 with the
 field's tokens per update 2.55 / 2.83 / 5.11 / 5.43, hours of one category, a quiet night,
 bursts, two restarts, a K=7 -> K=3 schedule under load). The Prometheus baseline is evaluated
 on the same windows the way Prometheus would: AL over the last 5 minutes (rate windows) divided
@@ -19,8 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from rocmseat.watch.detector import DetectorParams, SpecDetector
-from rocmseat.watch.sim import (
+from bench.sim import (
     DAY_S,
     Fault,
     SimWindow,
@@ -28,6 +27,7 @@ from rocmseat.watch.sim import (
     mixed_al,
     simulate,
 )
+from rocmseat.watch.detector import DetectorParams, SpecDetector
 
 INTERVAL_S = 10.0
 EXPECTED_AL = 3.3

@@ -9,8 +9,20 @@ Three shapes of secret reach rocmseat from a seat file or the command line:
   `HF_TOKEN`, `AWS_SECRET_ACCESS_KEY`, `..._PASSWORD`);
 - URL userinfo (`http://user:pass@host/`) and secret-looking query parameters (`?token=`).
 
-Names are split into words at `-`, `_` and `.` and a word must *equal* one of the secret words:
-`--tokenizer`, `--max-num-batched-tokens` and `TOKENIZERS_PARALLELISM` are not secrets.
+Names are split into words at `-`, `_`, `.` and lower-to-upper case changes (`apiToken`), and
+a word names a secret when it is one of the usual names, or holds one as a part
+(`__param_apitoken`, `MYPASSWORD`, `x_oauth`, `sessionid`):
+
+- anywhere in a word: the long, distinctive names (`password`, `passwd`, `passphrase`,
+  `secret`, `credential`, `signature`, `bearer`, `jwt`, `apikey`, `apitoken`, `session`,
+  `cookie`, `authorization`, `privatekey`, `accesskey`);
+- at the end of a word: `token`, `pass`, `auth` (`accesstoken`, `dbpass`, `oauth`), never at
+  its start: `--tokenizer`, `--max-num-batched-tokens`, `TOKENIZERS_PARALLELISM` and `author`
+  are not secrets;
+- as a whole word only: `key`, `sig`, `pwd` (`MONKEY` is not a secret).
+
+A false positive hides a harmless value; a false negative prints a credential: the rule leans
+to the first.
 Everything here is pure; callers redact at the point where a value leaves the process.
 """
 
@@ -22,19 +34,34 @@ from collections.abc import Iterable, Mapping
 
 REDACTED = "<redacted>"
 
+# the word as a whole
 SECRET_WORDS = frozenset(
-    {"key", "apikey", "token", "secret", "password", "passwd", "pwd", "credential",
-     "credentials", "auth", "authorization", "bearer", "cookie", "signature", "sig"}
+    {"key", "apikey", "token", "secret", "password", "passwd", "pwd", "pass", "credential",
+     "credentials", "auth", "authorization", "bearer", "cookie", "signature", "sig", "jwt",
+     "session", "apitoken"}
 )
+# anywhere in a word
+_SECRET_PARTS = ("password", "passwd", "passphrase", "secret", "credential", "signature",
+                 "bearer", "jwt", "apikey", "apitoken", "session", "cookie", "authorization",
+                 "privatekey", "accesskey")
+# at the end of a word
+_SECRET_ENDINGS = ("token", "pass", "auth")
 
-_WORD_SPLIT = re.compile(r"[-_.]+")
+_WORD_SPLIT = re.compile(r"[-_.\s]+")
+_CASE_CHANGE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _URL_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 
 
 def is_secret_name(name: str) -> bool:
-    """True when a flag, variable or parameter name names a credential."""
-    words = [w for w in _WORD_SPLIT.split(name.strip("-").lower()) if w]
-    return any(w in SECRET_WORDS for w in words)
+    """True when a flag, variable or parameter name names a credential (the rule above)."""
+    words = [w.lower() for w in _WORD_SPLIT.split(_CASE_CHANGE.sub("_", name.strip("-")))
+             if w]
+    return any(_secret_word(w) for w in words)
+
+
+def _secret_word(word: str) -> bool:
+    return (word in SECRET_WORDS or any(part in word for part in _SECRET_PARTS)
+            or word.endswith(_SECRET_ENDINGS))
 
 
 def redact_argv(argv: Iterable[str]) -> list[str]:
@@ -45,10 +72,11 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     out: list[str] = []
     hide_next = False
     for arg in argv:
-        if hide_next:
+        if hide_next and not arg.startswith("--"):  # a flag after a switch is no value
             out.append(REDACTED)
             hide_next = False
             continue
+        hide_next = False
         if arg.startswith("-") and len(arg) > 1:
             name, sep, _value = arg.partition("=")
             if is_secret_name(name):

@@ -22,7 +22,16 @@ from rocmseat.redact import (
      ("AWS_SECRET_ACCESS_KEY", True), ("DB_PASSWORD", True), ("--ssl-keyfile-password", True),
      ("access_token", True), ("--tokenizer", False), ("--max-num-batched-tokens", False),
      ("TOKENIZERS_PARALLELISM", False), ("NCCL_PROTO", False), ("--kv-cache-dtype", False),
-     ("--speculative-config", False), ("HIP_VISIBLE_DEVICES", False), ("MONKEY", False)],
+     ("--speculative-config", False), ("HIP_VISIBLE_DEVICES", False), ("MONKEY", False),
+     # issue 18, item 5: the usual names, as parts of a name
+     ("pass", True), ("apitoken", True), ("jwt", True), ("x-jwt-assertion", True),
+     ("apiToken", True), ("accessToken", True), ("api_key", True), ("MYPASSWORD", True),
+     ("db_passwd", True), ("dbpass", True), ("client_secret", True), ("sessionid", True),
+     ("SESSION", True), ("oauth", True), ("x-auth", True), ("authorization", True),
+     ("bearer", True), ("credential", True), ("GOOGLE_APPLICATION_CREDENTIALS", True),
+     ("signature", True), ("X-Amz-Signature", True), ("passphrase", True),
+     ("--num-speculative-tokens", False), ("author", False), ("--served-model-name", False),
+     ("AITER_JIT_DIR", False), ("OMP_NUM_THREADS", False), ("--trust-remote-code", False)],
 )
 def test_secret_names(name, secret):
     assert is_secret_name(name) is secret
@@ -91,3 +100,17 @@ def test_passwords_a_parser_would_read_as_path_or_host_are_hidden(url):
     assert redact_url(url).endswith("@" + url.rsplit("@", 1)[1])
     message = f"--target 'r={url}': the port is not a number"
     assert secret not in redact_text(message)
+
+
+def test_targets_file_params_of_the_usual_names_are_hidden():
+    """Issue 18, item 5: `__param_pass`, `__param_apitoken` and `__param_jwt` of a targets
+    file were printed in clear (`...?pass=...&apitoken=...&jwt=...&token=<redacted>`)."""
+    url = "http://10.0.0.7:8000/metrics?pass=p1&apitoken=a2&jwt=j3&token=t4&shard=2"
+    assert redact_url(url) == (f"http://10.0.0.7:8000/metrics?pass={REDACTED}&apitoken="
+                               f"{REDACTED}&jwt={REDACTED}&token={REDACTED}&shard=2")
+
+
+def test_a_flag_after_a_secret_switch_is_not_taken_for_its_value():
+    # `--disable-signature-check` takes no value: the next flag and its value stay readable
+    assert redact_argv(["--disable-signature-check", "--port", "8000", "--api-key", "k"]) == [
+        "--disable-signature-check", "--port", "8000", "--api-key", REDACTED]

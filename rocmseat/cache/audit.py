@@ -13,9 +13,10 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rocmseat.cache.current import CurrentKey, ask_engine, current_key, replica_arch
+from rocmseat import exitcodes
+from rocmseat.cache.current import CurrentKey, ask_engine, current_key
 from rocmseat.cache.key import FactorChange, diff_factors, digest_of, redact_why
 from rocmseat.cache.layout import STALE_NAME
 from rocmseat.cache.store import STAMP_FORMAT, check_root, read_manifest
@@ -23,7 +24,9 @@ from rocmseat.cache.usage import InUse, ProcessView, judge_use
 from rocmseat.errors import ConfigError
 from rocmseat.runner import Runner, run
 from rocmseat.seat.locate import printable
-from rocmseat.seat.model import Seat
+
+if TYPE_CHECKING:
+    from rocmseat.placement.place import Placement
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,22 +228,44 @@ def _parse_time(text: str | None) -> dt.datetime | None:
         return None
 
 
-def seat_current_keys(
-    seat: Seat, sysfs_root: Path | None, *, state_root: Path | None = None, runner: Runner = run
-) -> tuple[dict[str, CurrentKey], str]:
-    """The current key of every replica the seat's placement knows (rocmseat.seat.placement:
-    from the node's GPUs, else the placement.json launch recorded), and why none is known
-    when that is so. The engine Python is asked once per seat."""
-    from rocmseat.launch.placed import known_placement
-
-    known = known_placement(seat, sysfs_root=sysfs_root, state_root=state_root)
-    engine = ask_engine(seat, runner=runner)
+def seat_current_keys(placement: Placement, *,
+                      runner: Runner = run) -> tuple[dict[str, CurrentKey], str]:
+    """The current key of every replica the seat's placement knows (rocmseat.placement: from
+    the node's GPUs, else the placement.json launch recorded), and why none is known when that
+    is so. The engine Python is asked once per seat. A replica whose placement.json is unusable
+    is placed by the seat's rule: its current key says why its arch is unknown."""
+    engine = ask_engine(placement.seat, runner=runner)
     currents: dict[str, CurrentKey] = {}
-    for record in known.records:
-        arch, why = replica_arch(seat, record)
+    for record in placement.records:
+        arch, why = placement.arch(record.replica)
         currents[record.replica] = current_key(
-            seat, record.replica, gpu_arch=arch, arch_unknown_why=why, engine=engine
+            placement.seat, record.replica, gpu_arch=arch, arch_unknown_why=why, engine=engine
         )
-    # a replica whose placement.json is unusable is placed by the seat's rule: its current key
-    # says why its arch is unknown (rocmseat.seat.placement.rule_placement)
-    return currents, known.why
+    return currents, placement.why
+
+
+def audit_seat_file(path: Path, *, sysfs_root: Path | None, state_dir: Path | None,
+                    now: dt.datetime, processes: Sequence[ProcessView],
+                    runner: Runner = run) -> SeatAudit:
+    """`cache-audit` of one seat file: its placement on this host (the roots by the one rule,
+    rocmseat.placement.place.seat_roots), each replica's current key, every dir judged."""
+    from rocmseat.placement.place import place, seat_roots
+    from rocmseat.seat.load import load_seat
+
+    seat = load_seat(path)
+    sysfs, state = seat_roots(seat, sysfs_root, state_dir)
+    currents, unplaced_why = seat_current_keys(
+        place(seat, sysfs_root=sysfs, state_root=state), runner=runner)
+    return audit_seat(seat.name, str(path), seat.cache_root, currents, now=now,
+                      processes=processes, unplaced_why=unplaced_why)
+
+
+def audit_exit_code(audits: Sequence[SeatAudit]) -> int:
+    """0: every live cache matches its current key; 1: one is stale or unkeyed (the next launch
+    moves it aside); 2: one could not be judged."""
+    states = {entry.state for audit in audits for entry in audit.live()}
+    if states & {"stale", "unkeyed"}:
+        return exitcodes.PROBLEM
+    if "unknown" in states:
+        return exitcodes.CANNOT_CHECK
+    return exitcodes.OK

@@ -10,13 +10,12 @@ from typing import Any
 
 from rocmseat.cache.envclass import Classified, classify_env
 from rocmseat.cache.fingerprint import fingerprint_model
-from rocmseat.cache.key import ConfigKey, build_factors, cpu_arch, digest_of
+from rocmseat.cache.key import ConfigKey, build_factors, digest_of
 from rocmseat.cache.versions import EngineVersions, engine_versions
 from rocmseat.errors import RocmseatError
 from rocmseat.runner import Runner, run
 from rocmseat.seat.locate import format_loc, locate
 from rocmseat.seat.model import Seat
-from rocmseat.seat.placement import ReplicaPlacement
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,23 +32,6 @@ class CurrentKey:
         if self.unknown:
             return None
         return ConfigKey(digest_of(self.factors), self.factors)
-
-
-def replica_arch(seat: Seat, record: ReplicaPlacement | None,
-                 unknown_why: str = "") -> tuple[str | None, str]:
-    """The gfx target(s) of the replica's GPUs as its placement records them, or None and why
-    (the placement is the one source of a replica's pair: rocmseat.seat.placement)."""
-    if seat.backend == "cpu":
-        return cpu_arch(), ""
-    if record is None:
-        return None, unknown_why or "the replica's placement is not known here"
-    if record.gfx_targets is None and record.lost and not record.pci_pair:
-        return None, record.lost  # known by the seat's rule only (rule_placement)
-    if record.gfx_targets is None:
-        return None, (f"the gfx target of replica {record.replica}'s GPUs "
-                      f"({', '.join(record.pci_pair)}) is not known here: no readable GPU "
-                      "inventory and no recorded one")
-    return "+".join(sorted(set(record.gfx_targets))), ""
 
 
 def current_key(
@@ -83,6 +65,21 @@ def current_key(
         seat.env, seat_key=seat.env_classes.key, seat_neutral=seat.env_classes.neutral
     )
     return CurrentKey(seat.name, replica, factors, unknown, classified)
+
+
+def replica_current_key(seat: Seat, replica: str, *, sysfs_root: Path | None,
+                        state_dir: Path | None) -> CurrentKey:
+    """`rocmseat key`: the current key of `replica` of `seat` on this host, its arch from the
+    seat's placement (the roots by the one rule, rocmseat.placement.place.seat_roots; where
+    the node shows no GPU, the placement.json launch recorded). ConfigError when the seat can
+    have no replica of that name."""
+    from rocmseat.placement.place import place, seat_roots
+
+    sysfs, state = seat_roots(seat, sysfs_root, state_dir)
+    placement = place(seat, sysfs_root=sysfs, state_root=state)
+    placement.known(replica)
+    arch, why = placement.arch(replica)
+    return current_key(seat, replica, gpu_arch=arch, arch_unknown_why=why)
 
 
 def ask_engine(seat: Seat, *, runner: Runner = run) -> EngineVersions | str:

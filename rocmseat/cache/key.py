@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +58,8 @@ class ConfigKey:
 
 def canonical_json(value: Any) -> str:
     """One spelling per value: sorted keys, no whitespace, UTF-8 kept as is."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
 
 
 def digest_of(factors: Mapping[str, Any]) -> str:
@@ -302,11 +302,6 @@ def _where(seat: Seat, name: str) -> str:
     return f"{seat.source_path}:{line}: key '{loc}'" if line else f"{seat.source_path}: key '{loc}'"
 
 
-def cpu_arch(machine: str | None = None) -> str:
-    """The arch factor of a cpu-backend seat: "cpu-<machine>" (x86_64, aarch64 ...)."""
-    return f"cpu-{machine or platform.machine()}"
-
-
 def replica_key(
     seat: Seat,
     replica: str,
@@ -317,18 +312,20 @@ def replica_key(
 ) -> ConfigKey:
     """Gather every input and compute the key of one replica (the launch entry point).
 
-    `gpu_arch`: the gfx target(s) of the replica's GPUs (Gpu.gfx_target from
-    rocmseat.node.inventory.read_inventory); None for backend "cpu", where it is "cpu-<machine>".
+    `gpu_arch`: the replica's arch as its placement gives it (rocmseat.placement.record.key_arch:
+    "cpu-<machine>" for backend cpu, the pair's gfx targets for rocm); None: that rule applied
+    to no record (backend cpu: its arch; rocm: unknown, an error).
     Raises ConfigError (env), ReadError/ParseError (model), CommandError (engine python).
     """
     if gpu_arch is None:
-        if seat.backend != "cpu":
+        from rocmseat.placement.record import key_arch
+
+        gpu_arch, why = key_arch(seat, None)
+        if gpu_arch is None:
             raise RocmseatError(
-                f"replica {replica}: the GPU arch of its GPUs is unknown, so its config key "
-                "cannot be computed",
+                f"replica {replica}: {why}, so its config key cannot be computed",
                 hint="read the node inventory (rocmseat preflight) to learn each GPU's gfx target",
             )
-        gpu_arch = cpu_arch()
     versions = engine_versions(seat.engine.python, runner=runner)
     model = fingerprint_model(seat.model.path)
     drafter = None

@@ -9,10 +9,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from rocmseat.seat.model import NAME_CHARS
+
 MANIFEST_NAME = "rocmseat-manifest.json"
 
 # `<replica>.stale-<UTC stamp>[-N]`: a cache moved aside by rocmseat.cache.store.
-STALE_NAME = re.compile(r"^(?P<replica>[a-z0-9][a-z0-9-]*)\.stale-(?P<stamp>\d{8}T\d{6}Z)(-\d+)?$")
+STALE_NAME = re.compile(rf"^(?P<replica>{NAME_CHARS})\.stale-(?P<stamp>\d{{8}}T\d{{6}}Z)(-\d+)?$")
 
 
 # Variable -> subfolder of the replica root. Why each one:

@@ -3,18 +3,20 @@ process is known to use them (unknown use keeps them). The plan is computed firs
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmseat import exitcodes
 from rocmseat.atomic import exclusive_lock
 from rocmseat.cache.audit import CacheEntry, SeatAudit
 from rocmseat.cache.audit_render import human_age, human_size
 from rocmseat.cache.layout import STALE_NAME
 from rocmseat.cache.store import lock_path, refuse_link
-from rocmseat.cache.usage import InUse, Use
+from rocmseat.cache.usage import InUse, ProcessView, Use, judge_use
 from rocmseat.errors import ConfigError
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -104,3 +106,40 @@ def execute_prune(
                 continue
         done.append((item, None))
     return done
+
+
+def in_use_now(path: Path, scan: Callable[[], Iterable[ProcessView]]) -> InUse:
+    """Whether a process uses `path` right now (the last look before a removal)."""
+    return judge_use(path, list(scan()), real_directory=Path(os.path.realpath(path)))
+
+
+@dataclass(frozen=True, slots=True)
+class PruneOutcome:
+    plan: tuple[PruneItem, ...]
+    done: tuple[tuple[PruneItem, str | None], ...]  # with --yes: each removal and its error
+    acted: bool
+
+    @property
+    def errors(self) -> dict[str, str]:
+        return {str(item.entry.path): error for item, error in self.done if error is not None}
+
+    def exit_code(self, audit_code: int) -> int:
+        """The audit's exit code, or 1 when a removal failed."""
+        return exitcodes.PROBLEM if self.errors else audit_code
+
+    def to_json(self, older_than: str) -> dict[str, object]:
+        return {
+            "older_than": older_than, "acted": self.acted,
+            "plan": [{"path": str(i.entry.path), "remove": i.remove, "why": i.why}
+                     for i in self.plan],
+            "errors": self.errors,
+        }
+
+
+def prune_moved_aside(audits: Sequence[SeatAudit], *, older_than_s: float, act: bool,
+                      scan: Callable[[], Iterable[ProcessView]]) -> PruneOutcome:
+    """`cache-audit --prune`: the plan, and with `act` the removals (each dir checked again,
+    with `scan`'s processes, for one using it just before it goes)."""
+    plan = plan_prune(audits, older_than_s=older_than_s)
+    done = execute_prune(plan, recheck=lambda path: in_use_now(path, scan)) if act else []
+    return PruneOutcome(tuple(plan), tuple(done), act)

@@ -40,6 +40,7 @@ from rocmseat.cache.layout import CACHE_ENV_SUBDIRS, MANIFEST_NAME, STALE_NAME, 
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.locate import printable
+from rocmseat.seat.model import is_replica_name
 
 log = logging.getLogger("rocmseat.cache")
 # A library logger gets a handler of its own: with none anywhere, Python's last-resort handler
@@ -54,7 +55,6 @@ MANIFEST_SCHEMA = "rocmseat.cache-manifest/v1"
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 
 CrashHook = Callable[[str], None]
-_REPLICA_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")  # rocmseat.seat.model's replica names
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,12 +162,12 @@ def prepare(
     """Make `cache_dir` a cache keyed by `key`, moving any other one aside.
 
     `cache_dir` is the replica's live cache as its placement record says
-    (`ReplicaPlacement.cache_dir`, `<cache_root>/<replica>`: rocmseat.seat.placement decides it,
+    (`ReplicaPlacement.cache_dir`, `<cache_root>/<replica>`: rocmseat.placement decides it,
     not this module); the store's other names (lock, intent, fresh and moved-aside dirs) sit
     beside it in its parent, the cache root.
     """
     cache_root, replica = cache_dir.parent, cache_dir.name
-    if not _REPLICA_NAME.fullmatch(replica) or cache_root == cache_dir:
+    if not is_replica_name(replica) or cache_root == cache_dir:
         raise ConfigError(f"{cache_dir}: not a replica's cache dir (<cache_root>/<replica>)")
     uid = os.geteuid() if owner_uid is None else owner_uid
     job = _Job(cache_root, replica, key, seat_name, now, crash_hook or (lambda step: None), uid)
@@ -229,7 +229,7 @@ def move_aside(
     went, or None when there is no live cache. Nothing is deleted; the next prepare() builds a
     fresh cache at the live name ("absent")."""
     cache_root, replica = cache_dir.parent, cache_dir.name
-    if not _REPLICA_NAME.fullmatch(replica) or cache_root == cache_dir:
+    if not is_replica_name(replica) or cache_root == cache_dir:
         raise ConfigError(f"{cache_dir}: not a replica's cache dir (<cache_root>/<replica>)")
     uid = os.geteuid() if owner_uid is None else owner_uid
     check_root(cache_root, owner_uid=uid)

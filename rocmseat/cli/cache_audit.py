@@ -3,27 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
-from rocmseat import exitcodes
-from rocmseat.cache.audit import SeatAudit, audit_seat, seat_current_keys
+from rocmseat import jsonio
+from rocmseat.cache.audit import SeatAudit, audit_exit_code, audit_seat_file
 from rocmseat.cache.audit_render import audit_json, audit_table
-from rocmseat.cache.prune import execute_prune, parse_duration, plan_prune
-from rocmseat.cache.usage import InUse, ProcessView, judge_use, scan_processes
-from rocmseat.cli.options import (
-    json_option,
-    resolve_state_dir,
-    resolve_sysfs_root,
-    state_dir_option,
-    sysfs_root_option,
-)
-from rocmseat.seat.load import load_seat
+from rocmseat.cache.prune import parse_duration, prune_moved_aside
+from rocmseat.cache.usage import scan_processes
+from rocmseat.cli.options import json_option, state_dir_option, sysfs_root_option
 
 
 @click.command("cache-audit")
@@ -61,15 +52,16 @@ def cache_audit(
         raise click.UsageError("name a seat file (no ./launchers/*.toml here)")
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     processes = list(scan_processes())
-    audits = [_audit(path, sysfs_root, state_dir, now, processes) for path in files]
+    audits = [audit_seat_file(path, sysfs_root=sysfs_root, state_dir=state_dir, now=now,
+                              processes=processes) for path in files]
     document = audit_json(audits, now=now)
-    code = _exit_code(audits)
+    code = audit_exit_code(audits)
     if prune:
         return _prune(
             audits, document, older_than or "", older_than_s, yes=yes, as_json=as_json, code=code
         )
     if as_json:
-        click.echo(json.dumps(document, indent=2, sort_keys=True))
+        click.echo(jsonio.dumps(document))
     else:
         click.echo(audit_table(audits), nl=False)
     return code
@@ -85,58 +77,21 @@ def _prune(
     as_json: bool,
     code: int,
 ) -> int:
-    """Print the plan first; remove only with --yes."""
-    plan = plan_prune(audits, older_than_s=older_than_s)
-    errors: dict[str, str] = {}
-    document["prune"] = {
-        "older_than": older_than,
-        "acted": yes,
-        "plan": [{"path": str(i.entry.path), "remove": i.remove, "why": i.why} for i in plan],
-        "errors": errors,
-    }
+    """The plan, then (only with --yes) each removal (rocmseat.cache.prune)."""
+    outcome = prune_moved_aside(audits, older_than_s=older_than_s, act=yes,
+                                scan=scan_processes)
     if not as_json:
         click.echo(audit_table(audits))
         click.echo(f"prune plan (moved aside more than {older_than} ago, used by no process):")
-        click.echo("\n".join(f"  {item.describe()}" for item in plan) or "  nothing moved aside")
-        if not yes and any(i.remove for i in plan):
+        click.echo("\n".join(f"  {item.describe()}" for item in outcome.plan)
+                   or "  nothing moved aside")
+        if not yes and any(i.remove for i in outcome.plan):
             click.echo("nothing removed: run again with --yes to remove the dirs marked remove")
-    if yes:
-        def recheck(path: Path) -> InUse:
-            return judge_use(path, list(scan_processes()),
-                             real_directory=Path(os.path.realpath(path)))
-
-        for item, error in execute_prune(plan, recheck=recheck):
-            if error is not None:
-                errors[str(item.entry.path)] = error
-                code = exitcodes.PROBLEM
-            if not as_json:
-                done = "removed" if error is None else f"could not remove ({error})"
-                click.echo(f"{done} {item.entry.path}")
     if as_json:
-        click.echo(json.dumps(document, indent=2, sort_keys=True))
-    return code
-
-
-def _audit(
-    path: Path, sysfs_root: Path | None, state_dir: Path | None, now: dt.datetime,
-    processes: Sequence[ProcessView],
-) -> SeatAudit:
-    seat = load_seat(path)
-    sysfs = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
-    # where /sys shows no GPU, an auto seat's replicas are the placements launch recorded
-    state = state_dir or seat.state_dir or (
-        resolve_state_dir(None) if seat.backend == "rocm" else None)
-    currents, unplaced_why = seat_current_keys(seat, sysfs, state_root=state)
-    return audit_seat(
-        seat.name, str(path), seat.cache_root, currents, now=now, processes=processes,
-        unplaced_why=unplaced_why,
-    )
-
-
-def _exit_code(audits: Sequence[SeatAudit]) -> int:
-    states = {entry.state for audit in audits for entry in audit.live()}
-    if states & {"stale", "unkeyed"}:
-        return exitcodes.PROBLEM
-    if "unknown" in states:
-        return exitcodes.CANNOT_CHECK
-    return exitcodes.OK
+        document["prune"] = outcome.to_json(older_than)
+        click.echo(jsonio.dumps(document))
+    else:
+        for item, error in outcome.done:
+            done = "removed" if error is None else f"could not remove ({error})"
+            click.echo(f"{done} {item.entry.path}")
+    return outcome.exit_code(code)

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 
 import click
 
-from rocmseat import exitcodes
-from rocmseat.cli.options import (
-    json_option,
-    resolve_state_dir,
-    resolve_sysfs_root,
-    state_dir_option,
-    sysfs_root_option,
-)
+from rocmseat import exitcodes, jsonio
+from rocmseat.cli.options import json_option, pair_option, state_dir_option, sysfs_root_option
 
 
 def _echo_engine(line: str) -> None:
@@ -53,6 +46,7 @@ def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_onl
            sysfs_root: Path | None, state_dir: Path | None) -> int:
     """Start one replica of SEAT under supervision, or show the plan of every replica."""
     from rocmseat.launch import flow
+    from rocmseat.placement.place import seat_roots
     from rocmseat.seat.load import load_seat
 
     if dry_run == (replica is not None):
@@ -63,21 +57,20 @@ def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_onl
         raise click.UsageError("--preflight-only goes with --replica NAME")
     if pair_text is not None and replica is None:
         raise click.UsageError("--pair goes with --replica NAME")
-    pin = _pair(pair_text) if pair_text is not None else None
+    pin = pair_option(pair_text)
     seat = load_seat(seat_file)
     if no_drafter:
         from rocmseat.watch.remediate.mode import without_drafter
 
         seat = without_drafter(seat)
     # backend cpu reads no /sys: no GPUs, no pairs, no NUMA binding
-    root = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
-    state = resolve_state_dir(state_dir if state_dir is not None else seat.state_dir)
+    root, state = seat_roots(seat, sysfs_root, state_dir)
     if dry_run:
         from rocmseat.launch.planview import plan_json, plan_text
 
         plans = flow.dry_run(seat, root, state_dir=state, environ=os.environ, say=_say)
         if as_json:
-            click.echo(json.dumps(plan_json(seat, plans), indent=2, sort_keys=True))
+            click.echo(jsonio.dumps(plan_json(seat, plans)))
         else:
             click.echo(plan_text(seat, plans), nl=False)
         for plan in plans:
@@ -94,18 +87,3 @@ def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_onl
                                  echo=_echo_engine, say=_say, stop_grace_s=stop_grace_s,
                                  pin=pin)
     return result.exit_code
-
-
-def _pair(text: str) -> tuple[str, str]:
-    """`--pair A,B`: two PCI addresses (dddd:bb:dd.f, or bb:dd.f), different."""
-    from rocmseat.seat.locate import printable
-    from rocmseat.sysfs.parse import normalize_pci_address
-
-    parts = text.split(",")
-    addresses = [normalize_pci_address(p.strip()) for p in parts]
-    if len(parts) != 2 or None in addresses or addresses[0] == addresses[1]:
-        raise click.BadParameter(f"{printable(text, 80)!r} is not two different PCI addresses "
-                                 "like 0000:05:00.0,0000:09:00.0", param_hint="--pair")
-    first, second = addresses
-    assert first is not None and second is not None
-    return first, second

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -13,6 +13,9 @@ from rocmseat import state
 from rocmseat.state import STATE_ENV
 from rocmseat.sysfs import fs
 from rocmseat.sysfs.fs import SYSFS_ENV
+
+if TYPE_CHECKING:
+    from rocmseat.seat.model import Seat
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,5 +100,20 @@ def resolve_sysfs_root(value: Path | None) -> Path:
     return value if value is not None else fs.default_sysfs_root()
 
 
-def resolve_state_dir(value: Path | None) -> Path:
-    return value if value is not None else state.default_state_dir()
+def resolve_state_dir(value: Path | None, seat: Seat | None = None) -> Path:
+    """`--state-dir`, else the seat's state_dir, else the default (rocmseat.state.state_root)."""
+    return state.state_root(value, seat.state_dir if seat is not None else None)
+
+
+def pair_option(text: str | None, option: str = "--pair") -> tuple[str, str] | None:
+    """A `--pair A,B` value: two different PCI addresses, sorted (rocmseat.placement.rules
+    .parse_pair, the one parser); click's usage error naming the option otherwise."""
+    if text is None:
+        return None
+    from rocmseat.errors import ConfigError
+    from rocmseat.placement.rules import parse_pair
+
+    try:
+        return parse_pair(text, option)
+    except ConfigError as exc:
+        raise click.BadParameter(exc.message, param_hint=option) from None

@@ -33,7 +33,7 @@ WIDE_COLUMNS = 100  # the full table's rows fit from here on (docs/preflight.md,
 def _pairs(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 ) -> list[tuple[str, str]]:
-    from rocmseat.preflight.run import parse_pair
+    from rocmseat.placement.rules import parse_pair
 
     try:
         return [parse_pair(value) for value in values]

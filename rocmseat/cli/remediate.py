@@ -93,7 +93,7 @@ def reset(replica: str | None, seat_file: Path | None, state_dir: Path | None) -
     click.echo(f"reset {replica or 'every replica'} of seat {seat}: halts lifted")
     if not back:
         return exitcodes.OK
-    from rocmseat.launch.placed import read_recorded
+    from rocmseat.placement.recorded import read_recorded
     from rocmseat.seat.load import load_seat
     from rocmseat.watch.remediate.actions import SeatEdge
 

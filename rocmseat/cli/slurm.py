@@ -12,7 +12,7 @@ from rocmseat.cli.options import (
     state_dir_option,
     sysfs_root_option,
 )
-from rocmseat.fleet.slurm import DEFAULT_BUDGET_S
+from rocmseat.fleet.slurm import DEFAULT_BUDGET_S, DEFAULT_MAX_DRAINED
 from rocmseat.fleet.verdict_cache import DEFAULT_MAX_AGE_S
 
 
@@ -69,6 +69,14 @@ def slurm() -> None:
     help="Expectations profile (checks/*.toml): the cached verdict must have been judged "
     "against it, and a run uses it.",
 )
+@click.option(
+    "--max-drained",
+    default=DEFAULT_MAX_DRAINED,
+    show_default=True,
+    metavar="N|P%",
+    help="Circuit breaker: when this many of the nodes Slurm lists (a count, or a percentage of "
+    "them, at least 1) already carry a rocmseat drain, drain no other node and exit 1.",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would be done; change nothing.")
 def health(  # noqa: PLR0917 (click passes every option)
     sysfs_root: Path | None,
@@ -79,6 +87,7 @@ def health(  # noqa: PLR0917 (click passes every option)
     drain_on_unknown: bool,
     hip: bool,
     profile: Path | None,
+    max_drained: str,
     dry_run: bool,
 ) -> int:
     """Drain this node on a failing preflight; resume it when rocmseat drained it and it passes.
@@ -89,6 +98,12 @@ def health(  # noqa: PLR0917 (click passes every option)
     point).
     """
     from rocmseat.fleet.slurm import health as run_health
+    from rocmseat.fleet.slurm import parse_max_drained
+
+    try:
+        breaker = parse_max_drained(max_drained)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--max-drained'") from None
 
     outcome = run_health(
         sysfs_root=resolve_sysfs_root(sysfs_root),
@@ -100,6 +115,7 @@ def health(  # noqa: PLR0917 (click passes every option)
         hip=hip,
         profile=profile,
         dry_run=dry_run,
+        max_drained=breaker,
     )
     would = "would be " if dry_run and outcome.action.kind != "none" else ""
     click.echo(f"{outcome.node}: {outcome.verdict_line}; {would}{outcome.action.why}")

@@ -14,8 +14,6 @@ import click
 
 from rocmseat import exitcodes
 from rocmseat.cli.options import (
-    resolve_state_dir,
-    resolve_sysfs_root,
     state_dir_option,
     sysfs_root_option,
 )
@@ -37,13 +35,13 @@ def _common(func: F) -> F:
 def _render(seat_file: Path, sysfs_root: Path | None, state_dir: Path | None,
             rocmseat_bin: Path | None, user: str | None, *, live: bool) -> Any:
     from rocmseat.launch.install import render_for_host
+    from rocmseat.placement.place import seat_roots
     from rocmseat.seat.load import load_seat
 
     if rocmseat_bin is not None and not rocmseat_bin.is_absolute():
         raise click.BadParameter("must be an absolute path", param_hint="--rocmseat-bin")
     seat = load_seat(seat_file)
-    state = resolve_state_dir(state_dir if state_dir is not None else seat.state_dir)
-    root = resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None
+    root, state = seat_roots(seat, sysfs_root, state_dir)
     return render_for_host(seat_file, sysfs_root=root, state_dir=state,
                            rocmseat_bin=rocmseat_bin, user=user, live=live,
                            warn=lambda line: click.echo(line, err=True))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import shlex
 import signal
+import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +24,13 @@ from rocmseat.cli.options import (
     sysfs_root_option,
 )
 from rocmseat.errors import ConfigError
+from rocmseat.jsonio import dumps
 from rocmseat.redact import redact_text, redact_url
 from rocmseat.watch.baseline import check_state_dir_writable
 from rocmseat.watch.detector import DetectorParams
 from rocmseat.watch.exporter import parse_listen
 from rocmseat.watch.filesd import TargetsFile
-from rocmseat.watch.loop import LIMITS, WatchConfig, check_limit
+from rocmseat.watch.loop import LIMITS, WatchConfig
 from rocmseat.watch.render import render_table
 from rocmseat.watch.scrape import Target, check_http_url, parse_target
 from rocmseat.watch.service import (
@@ -35,7 +39,9 @@ from rocmseat.watch.service import (
     once_exit_code,
     run_once,
     run_service,
+    stamped,
     this_node,
+    under_journald,
 )
 from rocmseat.watch.status import report_json
 
@@ -145,16 +151,13 @@ def watch(  # noqa: PLR0917 (click passes every option)
         seat = load_seat(seat_file)
         seat_name, node = seat.name, this_node()
         expect_spec = seat.drafter is not None and not no_spec
-        state = state_dir or seat.state_dir or resolve_state_dir(None)
+        state = resolve_state_dir(state_dir, seat)
         # A rocm seat's replicas come from the node (its sysfs) merged with the placements
         # launch recorded; a cpu seat reads no sysfs (docs/launch.md, placement).
         watch_targets = seat_targets(
             seat, state,
             sysfs_root=resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None,
             say=lambda line: click.echo(f"rocmseat: warning: {line}", err=True))
-        check_limit("interval_s", seat.watch.interval_s, f"{seat_file}: key 'watch.interval_s'")
-        check_limit("pinned_al", seat.watch.expected_acceptance_length,
-                    f"{seat_file}: key 'watch.expected_acceptance_length'")
         interval = interval or seat.watch.interval_s
         pinned = pinned or seat.watch.expected_acceptance_length
         exporter_listen = exporter_listen or seat.watch.exporter_listen
@@ -237,13 +240,28 @@ def _dupes(names: list[str]) -> set[str]:
 
 
 def _once(targets: list[Target], config: WatchConfig, as_json: bool) -> int:
-    statuses = run_once(targets, config)
+    # the window is two scrapes `interval_s` apart: on a terminal, say what the wait is for
+    statuses = run_once(targets, config,
+                        sleep=_countdown(len(targets)) if sys.stderr.isatty() else time.sleep)
     if as_json:
         # Strict JSON: a non-finite number would be a bug (the reader refuses them): exit 3.
-        click.echo(json.dumps(report_json(statuses), indent=2, sort_keys=True, allow_nan=False))
+        click.echo(dumps(report_json(statuses)))
     else:
         click.echo(render_table(statuses), nl=False)
     return once_exit_code(statuses)
+
+
+def _countdown(count: int) -> Callable[[float], None]:
+    def wait(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        what = f"{count} target{'s' if count != 1 else ''}"
+        while (left := end - time.monotonic()) > 0:
+            click.echo(f"\rrocmseat: scraped {what}; the second scrape in {left:4.0f} s "
+                       "(--interval)", err=True, nl=False)
+            time.sleep(min(left, 1.0))
+        click.echo("\r\x1b[K", err=True, nl=False)
+
+    return wait
 
 
 def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
@@ -257,9 +275,15 @@ def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
     stop = threading.Event()
     caught: list[BaseException] = []
 
+    # journald stamps each line; any other log (a file, a terminal, a pipe) needs the time
+    stamp = not under_journald(os.environ)
+
+    def log(line: str) -> None:
+        click.echo(stamped(line, time.time()) if stamp else line, err=True)
+
     def work() -> None:
         try:
-            run_service(targets, config, sinks, log=lambda line: click.echo(line, err=True),
+            run_service(targets, config, sinks, log=log,
                         stop=stop, targets_file=source, extra_targets=extra,
                         remediate=remediate)
         except BaseException as exc:  # handed to the CLI's error boundary below

@@ -7,7 +7,10 @@ root, with SLURMD_NODENAME set, and is killed after 60 s (`HealthCheckTimeout` f
 on). So `rocmseat slurm health`, all of it within one budget (default 50 s):
 
 1. names the node as Slurm does: `--node`, else `SLURMD_NODENAME` (slurmd sets it), else the
-   line of `scontrol -o show node` whose NodeName or NodeHostName is this host's name;
+   one line of `scontrol -o show node` whose NodeName or NodeHostName is this host's name; every
+   source is held to one rule (a plain node name: never a hostlist such as `gpu[01-64]` or
+   `gpu07,gpu08`, never Slurm's reserved `ALL` or `DEFAULT`, which `scontrol update` would apply
+   to many nodes), and several lines for this host are refused, naming them;
 2. reads the node's state; a node whose state or reason rocmseat did not set (an administrator's
    DOWN, FAIL, DRAIN, a reboot or power-save state, a maintenance reservation) is left alone:
    no drain, no resume (LBNL NHC likewise only re-onlines nodes whose note starts with "NHC:",
@@ -15,7 +18,10 @@ on). So `rocmseat slurm health`, all of it within one budget (default 50 s):
 3. reads the node's last full preflight verdict (fleet/verdict_cache.py) and, when it is missing,
    untrusted or older than `--max-age`, runs one full preflight in this process
    (rocmseat.preflight.verdict, which records it) within what is left of the budget;
-4. drains on a failing finding, `Reason="rocmseat: <check> <subject> [+N more] [<families>]"`;
+4. drains on a failing finding, `Reason="rocmseat: <check> <subject> [+N more] [<families>]"`,
+   unless the circuit breaker holds: when `--max-drained` nodes of those Slurm lists (default
+   10 %) already carry a rocmseat drain, a wrong profile or release must not empty a partition,
+   so no further node is drained (exit 1, saying so); a resume is never held;
    resumes a node rocmseat drained only when the verdict covers every check family named in
    that reason (a drain for hip.ipc is not cleared by a run that never probed HIP: unknown, the
    drain stays); an unknown verdict changes nothing unless `--drain-on-unknown`.
@@ -25,6 +31,7 @@ on). So `rocmseat slurm health`, all of it within one budget (default 50 s):
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -62,8 +69,13 @@ MIN_PREFLIGHT_S = 2.0
 HIP_STAGE_SHARE = 8  # a pair's probe is a few children of a few stages each (docs/hip.md)
 MAX_REASON = 120
 # Slurm node names: hostname-like (slurm.conf NodeName); refuse anything else before it reaches
-# an argv
+# an argv. A hostlist expression (`gpu[01-64]`, `gpu07,gpu08`) names many nodes to `scontrol
+# update`, and so do the reserved words of slurm.conf(5) NodeName: ALL (every node) and DEFAULT.
 _NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_RESERVED_NODE_NAMES = frozenset({"all", "default"})
+DEFAULT_MAX_DRAINED = "10%"
+_MAX_DRAINED_RE = re.compile(r"([0-9]{1,7}(?:\.[0-9]{1,6})?)(%?)", re.ASCII)
+_UNPRINTABLE_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _FIELD_RE = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_]*)=")
 # what a reason rocmseat writes may hold: check ids, PCI addresses, counts, the family tag
 _REASON_UNSAFE_RE = re.compile(r"[^A-Za-z0-9 .:+_,/-]")
@@ -139,6 +151,7 @@ class Action:
     # the verdict cannot tell whether the drain's cause is gone (it did not run that family):
     # the run is "could not check" (exit 2) and the drain stays
     unknown: str | None = None
+    held: bool = False  # a drain the circuit breaker held back (exit 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +180,10 @@ def parse_node_line(line: str) -> NodeState:
 
     A value runs to the next ` Key=`; Reason comes last and scontrol appends ` [user@time]`.
     """
+    # what reaches our one line of output and the argv is printable: a control character (C0,
+    # DEL, C1, a Unicode line separator) in a name, state or reason becomes `?`, which no node
+    # name holds, so a forged name stays refused
+    line = _UNPRINTABLE_RE.sub("?", line.rstrip("\r"))
     fields: dict[str, str] = {}
     matches = list(_FIELD_RE.finditer(line))
     for index, match in enumerate(matches):
@@ -183,10 +200,21 @@ def parse_node_line(line: str) -> NodeState:
     state = fields.get("State")
     if not name or not state:
         raise SlurmError(f"scontrol printed no NodeName/State: {line[:120]!r}")
-    reason = fields.get("Reason")
-    if reason is not None:
-        reason = re.sub(r"\s*\[[^\[\]]*@[^\[\]]*\]$", "", reason) or None
-    return NodeState(name, fields.get("NodeHostName"), state, reason)
+    return NodeState(name, fields.get("NodeHostName"), state,
+                     _without_stamp(fields.get("Reason")))
+
+
+def _without_stamp(reason: str | None) -> str | None:
+    r"""The reason without scontrol's ` [user@time]` suffix. No regex: `\s*...$` over a reason
+    of many spaces backtracks quadratically (a forged answer must not hang the check)."""
+    if reason is None:
+        return None
+    if reason.endswith("]"):
+        opened = reason.rfind("[")
+        inner = reason[opened + 1 : -1]
+        if opened >= 0 and "@" in inner and "]" not in inner:
+            reason = reason[:opened].rstrip()
+    return reason or None
 
 
 # fields newer Slurm releases print after Reason (23.x: Comment=, Extra=); a reason is cut there
@@ -194,12 +222,21 @@ _AFTER_REASON = frozenset({"Comment", "Extra", "ResumeAfterTime", "InstanceId", 
 
 
 def parse_nodes(text: str) -> list[NodeState]:
-    return [parse_node_line(line) for line in text.splitlines() if line.strip().startswith(
+    # lines end at "\n" only: str.splitlines would also cut at \x1c-\x1e, \x85 and U+2028,
+    # which a reason may hold, and start a forged "NodeName=" line there
+    return [parse_node_line(line) for line in text.split("\n") if line.strip().startswith(
         "NodeName=")]
 
 
 def valid_node_name(name: str) -> bool:
-    return _NODE_NAME_RE.fullmatch(name) is not None
+    """One plain Slurm node name: never a hostlist, never ALL or DEFAULT (they name many)."""
+    return (_NODE_NAME_RE.fullmatch(name) is not None
+            and name.lower() not in _RESERVED_NODE_NAMES)
+
+
+def shown_name(name: str) -> str:
+    """A name from Slurm's answer, safe for one line of output (control characters escaped)."""
+    return ascii(name[:80])[1:-1]
 
 
 def _scontrol(
@@ -215,6 +252,9 @@ def _scontrol(
     done = runner(argv, timeout_s=timeout)
     if done.timed_out:
         raise SlurmError(f"{shown}: timed out after {timeout:.3g}s (slurmctld not answering?)")
+    if done.truncated:
+        raise SlurmError(f"{shown}: printed more than {len(done.stdout):,} characters (cut; "
+                         "not an answer to read)")
     if not done.ok:
         raise SlurmError(f"{shown}: {_tail(done.stderr or done.stdout)}")
     return done
@@ -236,15 +276,40 @@ def resolve_node_name(
                 raise SlurmError(f"{source} {value!r}: not a Slurm node name")
             return value
     names = list(hostnames) if hostnames is not None else _hostnames()
+    nodes = list_nodes(runner=runner, deadline=deadline, keep_s=keep_s)
+    mine = list(dict.fromkeys(n.name for n in nodes
+                              if n.name in names or (n.hostname or "") in names))
+    hint = "pass --node NAME (the NodeName in slurm.conf)"
+    if not mine:
+        raise SlurmError(f"no Slurm node is this host ({', '.join(names)})", hint=hint)
+    if len(mine) > 1:
+        shown = ", ".join(shown_name(n) for n in mine[:8]) + (" ..." if len(mine) > 8 else "")
+        raise SlurmError(f"{len(mine)} Slurm nodes are this host ({', '.join(names)}): {shown}",
+                         hint=hint)
+    if not valid_node_name(mine[0]):
+        raise SlurmError(f"scontrol lists {shown_name(mine[0])!r} for this host: not a Slurm "
+                         "node name (a hostlist, ALL or DEFAULT would drain many nodes)",
+                         hint=hint)
+    return mine[0]
+
+
+def list_nodes(*, runner: Runner = run, deadline: Deadline | None = None,
+               keep_s: float = 0.0) -> list[NodeState]:
+    """Every node Slurm lists (`scontrol -o show node`)."""
     done = _scontrol(["scontrol", "-o", "show", "node"], runner=runner, deadline=deadline,
                      keep_s=keep_s)
-    for node in parse_nodes(done.stdout):
-        if node.name in names or (node.hostname or "") in names:
-            return node.name
-    raise SlurmError(
-        f"no Slurm node is this host ({', '.join(names)})",
-        hint="pass --node NAME (the NodeName in slurm.conf)",
-    )
+    return parse_nodes(done.stdout)
+
+
+def pick_node(nodes: Sequence[NodeState], name: str, asked: str) -> NodeState:
+    """The one node called `name` in an answer of scontrol; SlurmError when none or several."""
+    found = [n for n in nodes if n.name == name]
+    if not found:
+        raise SlurmError(f"{asked}: no such node in its answer")
+    if len(found) > 1:
+        raise SlurmError(f"{asked}: {len(found)} nodes called {shown_name(name)!r} in its "
+                         "answer")
+    return found[0]
 
 
 def _hostnames() -> list[str]:
@@ -262,10 +327,58 @@ def node_state(
 ) -> NodeState:
     done = _scontrol(["scontrol", "-o", "show", "node", name], runner=runner,
                      deadline=deadline, keep_s=keep_s)
-    nodes = [n for n in parse_nodes(done.stdout) if n.name == name]
-    if not nodes:
-        raise SlurmError(f"scontrol -o show node {name}: no such node in its answer")
-    return nodes[0]
+    return pick_node(parse_nodes(done.stdout), name, f"scontrol -o show node {name}")
+
+
+@dataclass(frozen=True, slots=True)
+class MaxDrained:
+    """`--max-drained N|P%`: how many nodes rocmseat may hold drained at once."""
+
+    count: int | None = None
+    percent: float | None = None
+
+    def limit(self, nodes: int) -> int:
+        """The limit for a cluster of `nodes` (a percentage rounds down, and is at least 1:
+        one node of a small cluster can always be drained)."""
+        if self.count is not None:
+            return self.count
+        assert self.percent is not None
+        return max(1, math.floor(nodes * self.percent / 100.0 + 1e-9))
+
+
+def parse_max_drained(text: str) -> MaxDrained:
+    """`3` or `10%` (ValueError with the reason otherwise; ASCII digits only). Pure."""
+    match = _MAX_DRAINED_RE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not N (1..1000000) or P% (0 < P <= 100)")
+    number, percent = match.groups()
+    if percent:
+        value = float(number)
+        if not 0 < value <= 100:
+            raise ValueError(f"{text!r}: a percentage in (0, 100]")
+        return MaxDrained(percent=value)
+    if "." in number or not 1 <= int(number) <= 1_000_000:
+        raise ValueError(f"{text!r} is not N (1..1000000) or P% (0 < P <= 100)")
+    return MaxDrained(count=int(number))
+
+
+def breaker(action: Action, name: str, nodes: Sequence[NodeState],
+            max_drained: MaxDrained) -> Action:
+    """The circuit breaker on drains (pure): a drain of a node not yet drained is held when
+    `max_drained` other nodes already carry a rocmseat drain. Resumes and re-drains (a new
+    reason on a node rocmseat drained) pass."""
+    if action.kind != "drain":
+        return action
+    this = [n for n in nodes if n.name == name]
+    if this and this[0].drained:
+        return action
+    ours = sum(1 for n in nodes if n.name != name and n.drained and n.ours)
+    limit = max_drained.limit(len(nodes))
+    if ours < limit:
+        return action
+    return Action("none", action.reason,
+                  f"circuit breaker: {ours} of {len(nodes)} nodes already drained by rocmseat "
+                  f"(limit {limit}): not draining {name}", held=True)
 
 
 def _tail(text: str) -> str:
@@ -445,6 +558,7 @@ def health(
     hip: bool = False,
     profile: Path | None = None,
     dry_run: bool = False,
+    max_drained: MaxDrained | None = None,
     env: Mapping[str, str] | None = None,
     runner: Runner = run,
     record: Callable[..., RecordedRun] | None = None,
@@ -471,10 +585,12 @@ def health(
         hip=hip or "hip" in (causes or ()), profile=profile, profile_id=profile_id,
         record=record, clock=clock, monotonic=monotonic,
     )
+    nodes: list[NodeState] | None = None
     if ran:
         # the run took a while: act on the node as it is now (an administrator may have
-        # stepped in meanwhile)
-        state = node_state(name, runner=runner, deadline=deadline, keep_s=CALL_RESERVE_S)
+        # stepped in meanwhile); the whole list, which the circuit breaker counts
+        nodes = list_nodes(runner=runner, deadline=deadline, keep_s=CALL_RESERVE_S)
+        state = pick_node(nodes, name, "scontrol -o show node")
     if verdict is None:
         findings: tuple[CachedFinding, ...] = ()
         line, code = f"UNKNOWN: {how}", exitcodes.CANNOT_CHECK
@@ -487,6 +603,13 @@ def health(
                     unknown_reason=None if verdict else "no verdict")
     if action.unknown is not None:
         line, code = f"UNKNOWN: {action.unknown}", exitcodes.CANNOT_CHECK
+    if action.kind == "drain" and not state.drained:
+        if nodes is None:
+            nodes = list_nodes(runner=runner, deadline=deadline, keep_s=CALL_RESERVE_S)
+        action = breaker(action, name, nodes, max_drained or parse_max_drained(
+            DEFAULT_MAX_DRAINED))
+        if action.held:
+            code = exitcodes.PROBLEM
     if not dry_run:
         apply(action, name, runner=runner, deadline=deadline)
     return Outcome(name, line, code, action, applied=not dry_run and action.kind != "none")

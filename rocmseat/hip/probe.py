@@ -4,7 +4,8 @@ The preflight process never loads HIP: every HIP call happens in `python -m rocm
 Each child runs in its own process group, which this module kills on a timeout, an exception or
 the end of the pair; each child also asks the kernel to SIGKILL it when this process dies
 (prctl PR_SET_PDEATHSIG), so a killed preflight leaves no child behind. This is the one module of
-the room that uses subprocess.Popen (it supervises children that speak a line protocol).
+the room that starts a child (rocmseat.procgroup.spawn; it supervises children that speak a
+line protocol).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import contextlib
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import rocmseat
+from rocmseat.procgroup import kill_group, spawn
 
 PROBE_BYTES = 32 << 20  # per direction; large enough for a meaningful GB/s over PCIe
 EXIT_GRACE_S = 5.0  # a finished child gets this long to exit by itself before SIGKILL
@@ -85,13 +86,13 @@ class Child:
         self.stage = "start"
         # A file, not a pipe: a chatty runtime (AMD_LOG_LEVEL) must not block on a full pipe.
         self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in kill)
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            env=dict(env),
-            process_group=0,  # its own group: killed as a whole on timeout
+            env=env,
+            own_session=False,  # its own group: killed as a whole on timeout
         )
         self._buffer = b""
         self.hung = False
@@ -152,8 +153,7 @@ class Child:
         self.kill()
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        kill_group(self.proc)
         self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:

@@ -1,8 +1,9 @@
 """`rocmseat launch` end to end (the edge: reads /sys, asks the engine's Python, runs it).
 
-seat -> inventory -> placement (rocmseat.seat.placement) -> config key -> HIP's own numbering
--> replica plan (placement.json saved) -> the pair's preflight gate -> cache store (keep or move
-aside) -> supervised engine -> startup report in the state dir.
+seat -> placement (rocmseat.placement.place) -> config key -> HIP's own numbering -> replica
+plan -> the pair's preflight gate -> placement.json saved -> cache store (keep or move aside)
+-> supervised engine -> startup report in the state dir. A start the gate refuses leaves the
+recorded placement and the cache as they were.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocmseat import exitcodes
 from rocmseat.atomic import LockTimeout, exclusive_lock
@@ -24,7 +25,6 @@ from rocmseat.findings import Finding, Severity
 from rocmseat.hip.numbering import ROCR_MASK, without_hip_masks
 from rocmseat.launch.gate import PreflightRefused, launch_gate, needs_hip, sysfs_gate
 from rocmseat.launch.judge import ExpectRule, JudgeContext, judge_startup
-from rocmseat.launch.placed import read_node, read_recorded, write_recorded
 from rocmseat.launch.plan import KeyStatus, ReplicaPlan, engine_env, plan_replica, plan_replicas
 from rocmseat.launch.readiness import Canary, Fetch, http_fetch, served_api_key
 from rocmseat.launch.report import (
@@ -36,62 +36,32 @@ from rocmseat.launch.report import (
 from rocmseat.launch.sdnotify import Notifier
 from rocmseat.launch.startuplog import StartupLogReader, StartupSummary, classify_text
 from rocmseat.launch.supervise import EngineSpec, SupervisionResult, supervise
-from rocmseat.node.inventory import Inventory
+from rocmseat.placement.place import Placement, place
+from rocmseat.placement.record import HipNumbering, ReplicaPlacement
+from rocmseat.placement.recorded import write_recorded
+from rocmseat.placement.resolve import probed_numbering
+from rocmseat.placement.rules import replica_index
 from rocmseat.redact import redact_argv
 from rocmseat.seat.model import Seat
-from rocmseat.seat.placement import (
-    HipNumbering,
-    ReplicaPlacement,
-    assumed_numbering,
-    pick,
-    probed_numbering,
-    replica_index,
-    resolve,
-)
+
+if TYPE_CHECKING:
+    from rocmseat.cache.key import ConfigKey
 
 Say = Callable[[str], None]
 HIP_ORDER_TIMEOUT_S = 30.0
 
 
-@dataclass(frozen=True, slots=True)
-class NodePlacement:
-    inventory: Inventory | None
-    records: tuple[ReplicaPlacement, ...]
-    # replica -> the pair that is its identity (auto seats: the unit's --pair, else the
-    # placement.json it ran with); the resolver keeps each replica on it (docs/launch.md)
-    identities: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
-    problems: Mapping[str, str] = dataclasses.field(default_factory=dict)  # unused records
-
-    def resolve(self, seat: Seat, *, state_dir: Path,
-                numbering: HipNumbering | None) -> tuple[ReplicaPlacement, ...]:
-        """The same placement again with another HIP numbering (the probe's)."""
-        return resolve(seat, self.inventory, state_root=state_dir, numbering=numbering,
-                       identities=self.identities)
+def place_for_launch(seat: Seat, sysfs_root: Path | None, *, state_dir: Path,
+                     environ: Mapping[str, str] | None = None,
+                     pin: tuple[str, str] | None = None,
+                     replica: str | None = None) -> Placement:
+    """The seat's placement as launch starts from it: the node must be readable (a rocm seat),
+    `pin` is `replica`'s identity (rocmseat.placement.place)."""
+    return place(seat, sysfs_root=sysfs_root, state_root=state_dir, environ=environ, pin=pin,
+                 replica=replica, require_node=True)
 
 
-def place(seat: Seat, sysfs_root: Path | None, *, state_dir: Path,
-          environ: Mapping[str, str] | None = None,
-          numbering: HipNumbering | None = None,
-          pin: tuple[str, str] | None = None, replica: str | None = None) -> NodePlacement:
-    """Read the inventory (rocm only) and place every replica (rocmseat.seat.placement).
-
-    Each replica of an auto seat keeps its identity: the pair `pin` (the unit's `--pair`) for
-    `replica`, else the pair of its placement.json under `state_dir` (rocmseat.launch.placed).
-    Without `numbering`, HIP indices are assumed from PCI bus order after the environment's
-    ROCR_VISIBLE_DEVICES (launch replaces them with the HIP probe's, `hip_numbering`)."""
-    inventory = read_node(seat, sysfs_root)
-    recorded = read_recorded(seat, state_dir)
-    identities = recorded.identities(seat)
-    if pin is not None and replica is not None and seat.replicas.mode == "auto":
-        identities[replica] = pin
-    if numbering is None and inventory is not None:
-        numbering = assumed_numbering(inventory, (environ or {}).get(ROCR_MASK))
-    return NodePlacement(inventory, resolve(seat, inventory, state_root=state_dir,
-                                            numbering=numbering, identities=identities),
-                         identities, recorded.problems)
-
-
-def placed_replica(seat: Seat, placed: NodePlacement, replica: str, *,
+def placed_replica(seat: Seat, placed: Placement, replica: str, *,
                    pin: tuple[str, str] | None = None, say: Say) -> ReplicaPlacement:
     """The record of `replica`, or why it must not start (exit 1): its pair is not what the unit
     pinned (an explicit seat edited since the units were rendered), or its pair, a stable
@@ -111,14 +81,14 @@ def placed_replica(seat: Seat, placed: NodePlacement, replica: str, *,
                             "has no socket-local GPU pair for it"
                             + (f" (the node's pairs: {held})" if held else ""),
                             hint="`rocmseat preflight` shows the node's GPUs and pairs")
-    record = pick(placed.records, replica)
+    record = placed.pick(replica)
     if record.lost:
         raise RocmseatError(f"replica {replica} of seat {seat.name}: start refused: "
                             f"{record.lost}",
                             hint="a replica never moves to another replica's GPUs: bring the "
                             "GPU back, or re-render the units (`rocmseat systemd render`) and "
                             "remove the replica's placement.json if the node changed for good")
-    if pin is not None and record.pci_pair != pin:
+    if pin is not None and tuple(sorted(record.pci_pair)) != pin:
         raise RocmseatError(f"replica {replica} of seat {seat.name}: start refused: its unit "
                             f"pins the pair {', '.join(pin)} but the seat places it on "
                             f"{', '.join(record.pci_pair) or 'no GPU'}",
@@ -148,12 +118,21 @@ def find_numactl() -> str | None:
     return shutil.which("numactl")
 
 
-def key_status(seat: Seat, record: ReplicaPlacement) -> KeyStatus:
-    """The replica's key, or unknown with the reason (a dry run needs no engine Python)."""
+def launch_key(seat: Seat, placed: Placement, replica: str) -> ConfigKey:
+    """The config key `replica` starts under: its arch from the placement (key_arch, the rule
+    `rocmseat key` and `cache-audit` use too), every other factor gathered now."""
     from rocmseat.cache.key import replica_key
 
+    arch, why = placed.arch(replica)
+    if arch is None:
+        raise RocmseatError(f"replica {replica}: its config key cannot be computed: {why}")
+    return replica_key(seat, replica, arch)
+
+
+def key_status(seat: Seat, placed: Placement, record: ReplicaPlacement) -> KeyStatus:
+    """The replica's key, or unknown with the reason (a dry run needs no engine Python)."""
     try:
-        key = replica_key(seat, record.replica, record.gfx_targets)
+        key = launch_key(seat, placed, record.replica)
     except ConfigError:
         raise
     except RocmseatError as exc:
@@ -166,11 +145,11 @@ def dry_run(seat: Seat, sysfs_root: Path | None, *, state_dir: Path,
             say: Say | None = None) -> tuple[ReplicaPlan, ...]:
     """Every replica's plan (a lost or HIP-invisible replica too: the plan says launch refuses
     it, and `refused_exit` gives the exit status launch would have)."""
-    placed = place(seat, sysfs_root, state_dir=state_dir, environ=environ)
+    placed = place_for_launch(seat, sysfs_root, state_dir=state_dir, environ=environ)
     if say is not None:
         for name, problem in sorted(placed.problems.items()):
             say(f"{problem}: not used as replica {name}'s identity" if name else problem)
-    keys = {r.replica: key_status(seat, r) for r in placed.records if not r.lost}
+    keys = {r.replica: key_status(seat, placed, r) for r in placed.records if not r.lost}
     return plan_replicas(seat, placed.records, numactl=find_numactl(), keys=keys)
 
 
@@ -216,8 +195,8 @@ def preflight_only(seat: Seat, replica: str, *, sysfs_root: Path | None, state_d
                    pin: tuple[str, str] | None = None) -> list[Finding]:
     """`launch --preflight-only` (the replica unit's ExecStartPre=): see launch/gate.py."""
     environ = os.environ if environ is None else environ
-    placed = place(seat, sysfs_root, state_dir=state_dir, environ=environ, pin=pin,
-                   replica=replica)
+    placed = place_for_launch(seat, sysfs_root, state_dir=state_dir, environ=environ, pin=pin,
+                              replica=replica)
     record = placed_replica(seat, placed, replica, pin=pin, say=say)
     usable_state_dir(record, state_dir)
     return sysfs_gate(seat, plan_replica(seat, record, numactl=None), sysfs_root, state_dir,
@@ -239,8 +218,8 @@ def launch_replica(
     pin: tuple[str, str] | None = None,
 ) -> LaunchResult:
     environ = dict(os.environ if environ is None else environ)
-    placed = place(seat, sysfs_root, state_dir=state_dir, environ=environ, pin=pin,
-                   replica=replica)
+    placed = place_for_launch(seat, sysfs_root, state_dir=state_dir, environ=environ, pin=pin,
+                              replica=replica)
     record = placed_replica(seat, placed, replica, pin=pin, say=say)
     # One launch per replica: a second one would move the cache of a running engine aside and
     # race it for the port. The kernel drops the lock when we die; the engine does not inherit
@@ -258,19 +237,18 @@ def launch_replica(
                             hint="stop that one first (systemctl stop, or SIGTERM)") from None
 
 
-def placed_plan(seat: Seat, placed: NodePlacement, record: ReplicaPlacement, *,
-                sysfs_root: Path | None, state_dir: Path, environ: Mapping[str, str],
+def placed_plan(seat: Seat, placed: Placement, record: ReplicaPlacement, *,
+                sysfs_root: Path | None, environ: Mapping[str, str],
                 say: Say, key: KeyStatus | None = None) -> ReplicaPlan:
     """The plan the engine starts with: the placement renumbered by HIP itself when the seat
-    runs the HIP probe, refused when HIP cannot see the pair; its record saved as
-    placement.json in the replica's state dir."""
+    runs the HIP probe, refused when HIP cannot see the pair. Nothing is saved here: launch
+    records the plan's placement only once the gate passed."""
     numactl = find_numactl()
     plan = plan_replica(seat, record, numactl=numactl, key=key)
     if needs_hip(seat, plan, sysfs_root):
         numbering = hip_numbering(plan, environ, say=say)
         if numbering is not None:
-            probed = pick(placed.resolve(seat, state_dir=state_dir, numbering=numbering),
-                          record.replica)
+            probed = placed.renumbered(numbering).pick(record.replica)
             if probed.hip_indices != record.hip_indices and probed.hip_indices is not None:
                 assumed = ",".join(map(str, record.hip_indices or ())) or "none"
                 say(f"HIP numbers {', '.join(record.pci_pair)} as "
@@ -282,16 +260,14 @@ def placed_plan(seat: Seat, placed: NodePlacement, record: ReplicaPlacement, *,
         raise NoDeviceError(f"replica {record.replica}: {record.hip_note}",
                             hint="check ROCR_VISIBLE_DEVICES in the environment launch runs "
                             "in, and `rocmseat preflight --only hip`")
-    write_recorded(record)
     return plan
 
 
 def _launch_locked(
-    seat: Seat, placed: NodePlacement, record: ReplicaPlacement, *, sysfs_root: Path | None,
+    seat: Seat, placed: Placement, record: ReplicaPlacement, *, sysfs_root: Path | None,
     state_dir: Path, echo: Say, say: Say, environ: dict[str, str],
     stop_grace_s: float, probe_interval_s: float, fetch: Fetch,
 ) -> LaunchResult:
-    from rocmseat.cache.key import replica_key
     from rocmseat.cache.store import prepare
     from rocmseat.launch.memplan import checkpoint_total_from_factors
 
@@ -299,13 +275,14 @@ def _launch_locked(
     check_engine_command(initial, seat.engine.python, engine_env(environ, initial))
     notifier = Notifier.from_environ(environ)
     started = dt.datetime.now(dt.UTC)
-    # Order: key (cheap, no side effect) -> HIP numbering and preflight gate -> cache prepare
-    # (the side effect: a move-aside) -> engine, so a refused start leaves the cache as it was.
+    # Order: key (cheap, no side effect) -> HIP numbering -> plan -> preflight gate ->
+    # placement.json -> cache prepare (the side effect: a move-aside) -> engine, so a refused
+    # start leaves the recorded placement and the cache as they were (docs/launch.md).
     notifier.status("computing the config key")
-    key = replica_key(seat, record.replica, record.gfx_targets)
+    key = launch_key(seat, placed, record.replica)
     notifier.status("preflight of the pair")
-    plan = placed_plan(seat, placed, record, sysfs_root=sysfs_root, state_dir=state_dir,
-                       environ=environ, say=say, key=KeyStatus(key.digest, ""))
+    plan = placed_plan(seat, placed, record, sysfs_root=sysfs_root, environ=environ, say=say,
+                       key=KeyStatus(key.digest, ""))
     try:
         preflight = launch_gate(seat, plan, sysfs_root, state_dir, environ=environ, say=say)
     except PreflightRefused as refused:
@@ -318,6 +295,7 @@ def _launch_locked(
                      "exit_code": refused.exit_code, "engine_returncode": None,
                      "signal_received": None, "refused": True, "reason": refused.message}))
         raise
+    write_recorded(plan.placement)
     try:
         prepared = prepare(plan.cache_dir, key, seat_name=seat.name)
     except OSError as exc:  # e.g. cache_root is a file

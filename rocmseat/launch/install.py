@@ -145,8 +145,8 @@ def render_for_host(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path
     # indices are not in them (launch numbers the pair at each start). Each replica keeps the
     # pair it ran on (its placement.json in the state dir): a re-render after a GPU is lost
     # never moves another replica onto its GPUs.
-    placed = flow.place(seat, sysfs_root if seat.backend == "rocm" else None,
-                        state_dir=state_dir)
+    placed = flow.place_for_launch(seat, sysfs_root if seat.backend == "rocm" else None,
+                                   state_dir=state_dir)
     for name, problem in sorted(placed.problems.items()):
         warn(f"rocmseat: warning: {problem}: not used as replica {name}'s identity")
     for record in placed.records:

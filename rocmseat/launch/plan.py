@@ -1,26 +1,25 @@
 """The replica plan (pure): a replica's placement + the seat -> how the engine starts.
 
 Where a replica runs (its name, port, GPU pair, HIP indices, NUMA node, cache and state dirs) is
-the placement's answer (rocmseat.seat.placement); this module only turns one placement record
+the placement's answer (rocmseat.placement); this module only turns one placement record
 into the engine's environment, argv and CPU binding method. It derives none of the record's
 fields again.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmseat import exitcodes
+from rocmseat import exitcodes, jsonio
 from rocmseat.cache.layout import cache_env
 from rocmseat.hip.numbering import HIP_MASKS
 from rocmseat.launch.sdnotify import NOTIFY_ENV
+from rocmseat.placement.record import HIP_ORDER_ASSUMED, HIP_ORDER_PROBED, ReplicaPlacement
 from rocmseat.redact import redact_argv, redact_env
 from rocmseat.seat.model import Seat
-from rocmseat.seat.placement import HIP_ORDER_ASSUMED, HIP_ORDER_PROBED, ReplicaPlacement
 
 __all__ = ["HIP_ORDER_ASSUMED", "HIP_ORDER_PROBED", "Binding", "KeyStatus", "ReplicaPlan",
            "engine_argv", "engine_env", "plan_replica", "plan_replicas", "speculative_config"]
@@ -158,7 +157,7 @@ def engine_argv(seat: Seat, port: int) -> tuple[str, ...]:
         argv += ["--tensor-parallel-size", str(seat.tp)]
     spec = speculative_config(seat)
     if spec is not None:
-        argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+        argv += ["--speculative-config", jsonio.dumps_line(spec)]
     argv += ["--max-model-len", str(serve.max_model_len), "--max-num-seqs", str(serve.max_num_seqs)]
     if serve.max_num_batched_tokens is not None:
         argv += ["--max-num-batched-tokens", str(serve.max_num_batched_tokens)]

@@ -24,10 +24,10 @@ from rocmseat.findings import Finding
 from rocmseat.launch.judge import PreviousStart
 from rocmseat.launch.plan import ReplicaPlan
 from rocmseat.launch.startuplog import StartupSummary
+from rocmseat.placement.rules import replica_state_dir
 from rocmseat.redact import redact_argv
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.locate import printable
-from rocmseat.seat.placement import replica_state_dir
 
 __all__ = ["SCHEMA", "build_report", "previous_start", "replica_state_dir", "save_report"]
 
@@ -38,38 +38,6 @@ REPORT_MODE = 0o600  # the files hold an argv
 
 def utc_stamp(now: dt.datetime) -> str:
     return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def summary_json(summary: StartupSummary) -> dict[str, Any]:
-    return {
-        "components": {
-            c.component: {
-                "outcome": c.outcome.value,
-                "outcomes": [o.value for o in c.outcomes],
-                "paths": list(c.paths),
-                "load_failure_reasons": list(c.load_failure_reasons),
-            }
-            for c in summary.components
-        },
-        "compile_disabled": summary.compile_disabled,
-        "kv_cache_tokens": summary.kv_cache_tokens,
-        "kv_cache_device": summary.kv_cache_device,
-        "max_concurrency": summary.max_concurrency,
-        "max_concurrency_tokens_per_request": summary.max_concurrency_tokens_per_request,
-        "available_kv_cache_gib": summary.available_kv_cache_gib,
-        "model_memory_gib": summary.model_memory_gib,
-        "model_load_s": summary.model_load_s,
-        "graph_capture_gib": summary.graph_capture_gib,
-        "init_engine_s": summary.init_engine_s,
-        "compilation_s": summary.compilation_s,
-        "speculative_config": summary.speculative_config,
-        "drafter_loaded": summary.drafter_loaded,
-        "drafter_evidence": summary.drafter_evidence,
-        "server_started": summary.server_started,
-        "fatal": [{"signature": f.signature, "line": f.line} for f in summary.fatal],
-        "warnings": [{"kind": w.kind, "line": w.line} for w in summary.warnings],
-        "lines_read": summary.lines_read,
-    }
 
 
 def build_report(
@@ -107,7 +75,7 @@ def build_report(
             "argv": redact_argv(plan.argv),
         },
         "outcome": outcome,
-        "log": summary_json(summary),
+        "log": summary.to_json(),
         "findings": [f.to_json() for f in findings],
     }
 

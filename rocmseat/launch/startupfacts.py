@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 UNTAGGED = "model"  # compile lines of releases that print no model tag
 
@@ -86,3 +87,38 @@ class StartupSummary:
 
     def component(self, name: str) -> ComponentCompile | None:
         return next((c for c in self.components if c.component == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The one serialisation of a startup summary: launch's startup report ("log") and
+        the gate's arm records (docs/launch.md, "Startup report")."""
+        return {
+            "components": {
+                c.component: {
+                    "outcome": c.outcome.value,
+                    "outcomes": [o.value for o in c.outcomes],
+                    "paths": list(c.paths),
+                    "load_failure_reasons": list(c.load_failure_reasons),
+                }
+                for c in self.components
+            },
+            "compile_disabled": self.compile_disabled,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "kv_cache_device": self.kv_cache_device,
+            "max_concurrency": self.max_concurrency,
+            "max_concurrency_tokens_per_request": self.max_concurrency_tokens_per_request,
+            "available_kv_cache_gib": self.available_kv_cache_gib,
+            "model_memory_gib": self.model_memory_gib,
+            "model_memory_gib_ranks": list(self.model_memory_gib_ranks),
+            "checkpoint_gib": list(self.checkpoint_gib),
+            "model_load_s": self.model_load_s,
+            "graph_capture_gib": self.graph_capture_gib,
+            "init_engine_s": self.init_engine_s,
+            "compilation_s": self.compilation_s,
+            "speculative_config": self.speculative_config,
+            "drafter_loaded": self.drafter_loaded,
+            "drafter_evidence": self.drafter_evidence,
+            "server_started": self.server_started,
+            "fatal": [{"signature": f.signature, "line": f.line} for f in self.fatal],
+            "warnings": [{"kind": w.kind, "line": w.line} for w in self.warnings],
+            "lines_read": self.lines_read,
+        }

@@ -1,4 +1,5 @@
-"""Run the engine in the foreground of `rocmseat launch` (the one Popen of this room, argv only).
+"""Run the engine in the foreground of `rocmseat launch` (this room's one child, started and
+stopped through rocmseat/procgroup.py; argv only).
 
 - The engine runs in its own session and process group, so a stop reaches every process it
   spawned (vLLM's EngineCore and TP workers are children of the API server): SIGTERM to the
@@ -14,7 +15,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import signal
 import subprocess
@@ -27,17 +27,19 @@ from typing import IO, Any
 
 from rocmseat import exitcodes
 from rocmseat.errors import RocmseatError
-from rocmseat.launch.procgroup import (
+from rocmseat.launch.readiness import Canary, Fetch, ProbeResult, http_fetch, probe
+from rocmseat.launch.sdnotify import Notifier
+from rocmseat.launch.startuplog import LogEvent, StartupLogReader, StartupSummary
+from rocmseat.procgroup import (
     affinity,
     describe_returncode,
     exit_code_of,
+    signal_group,
+    spawn,
     stop_group,
     sweep_group,
     wait_for,
 )
-from rocmseat.launch.readiness import Canary, Fetch, ProbeResult, http_fetch, probe
-from rocmseat.launch.sdnotify import Notifier
-from rocmseat.launch.startuplog import LogEvent, StartupLogReader, StartupSummary
 
 CANARY_TIMEOUT_S = 60.0  # one canary request; a hung engine must not hold the probe forever
 
@@ -123,10 +125,8 @@ def supervise(
     previous = _install_forwarding(state)
     try:
         with affinity(spec.cpus):
-            proc = subprocess.Popen(
-                spec.argv, env=dict(spec.env), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            )
+            proc = spawn(spec.argv, env=spec.env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
     except FileNotFoundError:
         _restore(previous)
         raise RocmseatError(f"{spec.argv[0]}: command not found",
@@ -165,8 +165,7 @@ class _State:
     def _send(self, signum: int) -> None:
         if self.pid is None:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signum)
+        signal_group(self.pid, signum)
 
 
 def _install_forwarding(state: _State) -> dict[int, Any]:

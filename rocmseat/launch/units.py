@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmseat.errors import ConfigError, ReadError
+from rocmseat.placement.record import ReplicaPlacement
+from rocmseat.placement.rules import RESERVED_REPLICA_NAMES, located
 from rocmseat.seat.model import Seat
-from rocmseat.seat.placement import RESERVED_REPLICA_NAMES, ReplicaPlacement, located
 
 PREFLIGHT_MARGIN_S = 180  # preflight with the HIP probe, the config key and the cache move
 STOP_GRACE_S = 30  # `rocmseat launch --stop-grace`: SIGTERM -> SIGKILL of the engine
@@ -268,7 +269,7 @@ def check_unit_values(seat: Seat, ctx: UnitContext) -> None:
 def render_units(seat: Seat, records: Sequence[ReplicaPlacement], ctx: UnitContext,
                  templates: Mapping[str, str]) -> dict[str, str]:
     """File name -> unit text. `templates`: replica/preflight/watch template texts. Every name,
-    pair, NUMA node and port is the placement's (rocmseat.seat.placement)."""
+    pair, NUMA node and port is the placement's (rocmseat.placement)."""
     check_unit_values(seat, ctx)
     try:
         return _render(seat, records, ctx, templates)

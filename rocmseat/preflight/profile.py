@@ -16,20 +16,18 @@ and the AER thresholds. Loading fails with a ConfigError naming the file, the li
 
 from __future__ import annotations
 
-import hashlib
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmseat.errors import ConfigError, ReadError
+from rocmseat.errors import ConfigError
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Inventory
 from rocmseat.preflight.aer import AerThresholds
 from rocmseat.preflight.windows import MAX_WINDOW_S
-from rocmseat.safeio import read_regular_bytes
 from rocmseat.sysfs.parse import KNOWN_SPEEDS_GTS, normalize_pci_address
+from rocmseat.tomlio import TomlDoc, load_toml
 
 _THRESHOLD_KEYS = {
     "aer_correctable_warn": "correctable_warn",
@@ -73,26 +71,27 @@ class Profile:
 
 
 class _Where:
-    def __init__(self, path: Path, text: str) -> None:
-        self.path = path
-        self.lines = text.splitlines()
+    """Errors located in the profile's text by the TOML loader's locator (rocmseat.tomlio)."""
 
-    def line_of(self, key: str, occurrence: int = 0) -> int:
-        """1-based line of the `occurrence`-th `key = ...` (0 if not found)."""
-        pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
-        seen = -1
-        for number, line in enumerate(self.lines, 1):
-            if pattern.match(line):
-                seen += 1
-                if seen == occurrence:
-                    return number
-        return 0
+    def __init__(self, doc: TomlDoc) -> None:
+        self.doc = doc
 
     def error(
         self, key: str, why: str, *, line_key: str | None = None, nth: int = 0
     ) -> ConfigError:
-        line = self.line_of(line_key or key.rsplit(".", 1)[-1], nth)
-        return ConfigError(f"{self.path}:{line}: key '{key}': {why}")
+        """`key` as written in messages ("gpu[0].speed_gts"); its line from the document.
+        (`line_key` and `nth` are what a line scan needed; the locator counts [[gpu]] itself.)"""
+        return self.doc.error(_loc(key), why)
+
+
+def _loc(key: str) -> tuple[str | int, ...]:
+    """"gpu[0].speed_gts" -> ("gpu", 0, "speed_gts")."""
+    loc: list[str | int] = []
+    for part in key.split("."):
+        name, _, rest = part.partition("[")
+        loc.append(name)
+        loc.extend(int(i) for i in re.findall(r"(\d+)\]", "[" + rest) if rest)
+    return tuple(loc)
 
 
 MAX_SOCKET = 4095  # physical_package_id; numa_node has the same kernel bound (MAX_NUMNODES)
@@ -101,28 +100,10 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def load_profile(path: Path) -> Profile:
-    try:
-        # a regular file only, capped: a FIFO would hang and /dev/zero never ends (issue 11)
-        raw = read_regular_bytes(path)
-    except ReadError as exc:
-        raise ConfigError(f"{path}: cannot read the profile: {exc.cause}") from None
-    try:
-        text = raw.decode("utf-8")  # TOML is UTF-8 (toml.io, v1.0.0 "Spec")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {exc.start})") from None
-    where = _Where(path, text)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        # Python 3.11's TOMLDecodeError has no lineno; its message says "(at line N, ...)"
-        # or "(at end of document)".
-        match = re.search(r"at line (\d+)", str(exc))
-        line = int(match.group(1)) if match else max(len(text.splitlines()), 1)
-        raise ConfigError(f"{path}:{line}: not valid TOML: {exc}") from None
-    except RecursionError:
-        # tomllib recurses per nested array or inline table: 5,000 levels exhaust the stack
-        raise ConfigError(f"{path}:1: not valid TOML: nested too deeply") from None
+    # one loader for every TOML file: a regular file only, capped, UTF-8, nesting bounded, a
+    # 5,000-digit integer a located error (rocmseat.tomlio)
+    doc = load_toml(path, what="profile", invalid="not valid TOML")
+    data, where = doc.data, _Where(doc)
     unknown = set(data) - {"name", "description", "thresholds", "gpu", "pair"}
     if unknown:
         key = sorted(unknown)[0]
@@ -144,7 +125,7 @@ def load_profile(path: Path) -> Profile:
         gpus=_gpus(data.get("gpu", []), where),
         pairs=_pairs(data.get("pair", []), where),
         thresholds=_thresholds(data.get("thresholds", {}), where),
-        sha256=hashlib.sha256(raw).hexdigest(),
+        sha256=doc.sha256,
     )
 
 

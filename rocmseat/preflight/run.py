@@ -31,7 +31,6 @@ from rocmseat.preflight.windows import (
 )
 from rocmseat.sysfs.fs import default_proc_root, is_live_root
 from rocmseat.sysfs.host import NO_PROC, BootIdentity, read_boot_identity
-from rocmseat.sysfs.parse import normalize_pci_address
 
 if TYPE_CHECKING:
     # profile.py brings tomllib: imported only when a profile is given (start-up budget)
@@ -54,20 +53,6 @@ class PreflightReport:
     full: bool = False  # every default family on every GPU: the node's verdict
     profile_sha256: str | None = None
     identity: BootIdentity = NO_PROC  # this boot (rocmseat.sysfs.host)
-
-
-def parse_pair(text: str) -> tuple[str, str]:
-    """`05:00.0,09:00.0` -> ("0000:05:00.0", "0000:09:00.0"); ConfigError on anything else."""
-    parts = [p.strip() for p in text.split(",")]
-    addresses = [normalize_pci_address(p) for p in parts]
-    if len(parts) != 2 or None in addresses:
-        raise ConfigError(
-            f"--pair {text!r}: expected two PCI addresses A,B (0000:05:00.0 or 05:00.0)"
-        )
-    a, b = addresses[0] or "", addresses[1] or ""
-    if a == b:
-        raise ConfigError(f"--pair {text!r}: a pair needs two different GPUs")
-    return (min(a, b), max(a, b))
 
 
 def _now() -> str:

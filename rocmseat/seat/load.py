@@ -1,37 +1,39 @@
 """Load a seat file: TOML -> validated Seat, or one ConfigError naming the file, line and key.
 
-Every input is hostile until checked (docs/seat.md, "Hostile input"): the file is read only if it
-is a regular file of at most SEAT_LIMIT_BYTES (rocmseat.safeio), nesting is bounded before
-tomllib recurses, the whole document is checked for control characters, non-finite numbers,
-dates and sizes before the schema, and every error is one line with the path and values shown
-through `printable`.
+Every input is hostile until checked (docs/seat.md, "Hostile input"): the file is read and
+parsed by the one TOML loader (rocmseat.tomlio: a regular file of at most SEAT_LIMIT_BYTES,
+UTF-8, nesting bounded before tomllib recurses, located errors), the whole document is checked
+for control characters, non-finite numbers, dates and sizes before the schema, and every error
+names the file, line and key with the values shown through `printable`. A document the schema
+refuses is reported with every problem it has, an unknown key first (with the nearest known
+key), before the "Field required" a misspelt key causes.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
-import tomllib
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from rocmseat.cache.envclass import classify_env
 from rocmseat.cache.key import normalise_flag
 from rocmseat.cache.layout import FORBIDDEN_SEAT_ENV
-from rocmseat.errors import ConfigError, ReadError
-from rocmseat.safeio import read_regular_text
-from rocmseat.seat.locate import Loc, format_loc, locate, printable, toml_lines, too_deep_line
+from rocmseat.errors import ConfigError
+from rocmseat.seat.locate import Loc, format_loc, locate, printable, too_deep_line
 from rocmseat.seat.model import Seat
-from rocmseat.seat.rules import MAX_NESTING, document_problems, seat_problems
+from rocmseat.seat.rules import document_problems, seat_problems
+from rocmseat.tomlio import MAX_NESTING, TomlDoc, load_toml, parse_toml
 
 # A seat file is a few KiB; 1 MiB leaves room for comments and stops /dev/zero-like input.
 SEAT_LIMIT_BYTES = 1 << 20
+MAX_SHOWN_PROBLEMS = 20  # a file with more is not a seat file: the first twenty say so
 
-_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
-_LONG_NUMBER = re.compile(r"[0-9A-Fa-f_]{1000,}")
 _SCHEMA_TAG = re.compile(
     r"^(function-(after|before|wrap|plain)\[|constrained-|nullable\[|tagged-union\[|"
     r"lax-or-strict\[|json-or-python\[|is-instance\[)"
@@ -54,19 +56,17 @@ def load_seat(path: Path) -> Seat:
     A FIFO, a device, a directory, a file over SEAT_LIMIT_BYTES or one that is not UTF-8 is a
     one-line ConfigError (exit 2), never a hang or a traceback.
     """
-    try:
-        text = read_regular_text(path, limit_bytes=SEAT_LIMIT_BYTES)
-    except ReadError as exc:
-        raise ConfigError(
-            f"{printable(str(path), 4096)}: cannot read the seat file: {printable(exc.cause)}"
-        ) from None
-    return parse_seat(text, path)
+    doc = load_toml(path, what="seat file", limit_bytes=SEAT_LIMIT_BYTES)
+    return _validate(doc, path)
 
 
 def parse_seat(text: str, path: Path) -> Seat:
     """Validate seat TOML `text`; `path` names it in errors and anchors relative paths."""
-    shown = printable(str(path), 4096)
-    data = _parse_toml(text, shown)
+    return _validate(parse_toml(text, printable(str(path), 4096)), path)
+
+
+def _validate(doc: TomlDoc, path: Path) -> Seat:
+    text, shown, data = doc.text, doc.shown, doc.data
 
     def fail(loc: Loc, why: str, hint: str | None = None) -> ConfigError:
         line = locate(text, loc)
@@ -83,16 +83,11 @@ def parse_seat(text: str, path: Path) -> Seat:
     try:
         seat = Seat.model_validate(data, context={"base_dir": path.parent.absolute()})
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        first = errors[0]
-        loc = _clean_loc(first["loc"])
-        missing = [_clean_loc(e["loc"]) for e in errors if e["type"] == "missing"]
-        same_table = all(m[:-1] == loc[:-1] for m in missing)
-        if len(missing) > 1 and len(missing) == len(errors) and same_table:
-            names = ", ".join(str(m[-1]) for m in missing)
-            raise fail(loc, f"Field required (missing required keys: {names})") from None
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise fail(loc, _clean_msg(first["msg"]) + more) from None
+        problems = schema_problems(exc)
+        shown_problems = [str(fail(loc, why)) for loc, why in problems[:MAX_SHOWN_PROBLEMS]]
+        if len(problems) > MAX_SHOWN_PROBLEMS:
+            shown_problems.append(f"{len(problems) - MAX_SHOWN_PROBLEMS} more problems")
+        raise ConfigError("; and ".join(shown_problems)) from None
     for loc, why in seat_problems(seat):
         raise fail(loc, why)
     for loc, why, hint in cache_escapes(seat):
@@ -112,42 +107,6 @@ def _where(text: str, shown: str, loc: Loc) -> str:
     line = locate(text, loc)
     where = f"{shown}:{line}" if line else shown
     return f"{where}: key '{format_loc(loc)}'"
-
-
-def _parse_toml(text: str, shown: str) -> dict[str, Any]:
-    """tomllib.loads with every failure as one located ConfigError (tomllib recurses on nested
-    values and turns a 5,000-digit integer into ValueError, not TOMLDecodeError)."""
-    deep = too_deep_line(text, MAX_NESTING)
-    if deep is not None:
-        raise ConfigError(
-            f"{shown}:{deep}: invalid seat file: arrays and inline tables nested more than "
-            f"{MAX_NESTING} levels deep"
-        )
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        match = _TOML_POSITION.search(message)
-        if match is None:
-            raise ConfigError(f"{shown}: invalid TOML: {printable(message)}") from None
-        why = message[: match.start()]
-        line_no = int(match.group(1))
-        key = _key_on_line(text, line_no) if "overwrite" in why or "declare" in why else None
-        if key is not None:
-            why = f"key '{printable(key, 80)}' is set twice ({why})"
-        raise ConfigError(
-            f"{shown}:{line_no}: invalid TOML: {printable(why)} (column {match.group(2)})"
-        ) from None
-    except RecursionError:
-        raise ConfigError(f"{shown}: invalid seat file: values nested too deeply") from None
-    except ValueError:
-        # int() of more than sys.get_int_max_str_digits() digits (4300)
-        run = _LONG_NUMBER.search(text)
-        line = f":{text.count(chr(10), 0, run.start()) + 1}" if run is not None else ""
-        raise ConfigError(
-            f"{shown}{line}: invalid seat file: a number with thousands of digits (TOML "
-            "integers are 64-bit)"
-        ) from None
 
 
 def _deep_engine_args(data: dict[str, Any]) -> list[tuple[Loc, str]]:
@@ -194,16 +153,6 @@ def _speculative_arg_removed_key(data: dict[str, Any]) -> list[tuple[Loc, str, s
         if flag in _SPECULATIVE_FLAGS and "disable_by_batch_size" in value.replace("-", "_"):
             return [(("serve", "extra_args", index), _REMOVED_WHY, _REMOVED_HINT)]
     return []
-
-
-def _key_on_line(text: str, line_no: int) -> str | None:
-    """The dotted key or table header written on a line (for duplicate-key errors)."""
-    lines = toml_lines(text)
-    if not 0 < line_no <= len(lines):
-        return None
-    line = lines[line_no - 1].strip().lstrip("[").rstrip("]")
-    name = line.split("=", 1)[0].strip() if "=" in line else line.strip()
-    return name or None
 
 
 def _default_served_name(data: dict[str, Any]) -> None:
@@ -262,6 +211,63 @@ def _json_sets_cache_dir(value: str) -> bool:
     except (ValueError, RecursionError):
         return "cache_dir" in value or "cache-dir" in value
     return isinstance(parsed, dict) and bool({"cache_dir", "cache-dir"} & set(parsed))
+
+
+def schema_problems(exc: ValidationError) -> list[tuple[Loc, str]]:
+    """Every problem the schema found, an unknown key first (with the nearest known key of its
+    table: a misspelt `num_speculative_token` is the unknown key it is, before the "Field
+    required" it causes), the missing keys of one table as one problem."""
+    errors = exc.errors(include_url=False)
+    unknown: list[tuple[Loc, str]] = []
+    missing: dict[Loc, list[str]] = {}
+    other: list[tuple[Loc, str]] = []
+    for error in errors:
+        loc = _clean_loc(error["loc"])
+        if error["type"] == "extra_forbidden":
+            unknown.append((loc, _unknown_key(loc)))
+        elif error["type"] == "missing" and loc:
+            missing.setdefault(loc[:-1], []).append(str(loc[-1]))
+        else:
+            other.append((loc, _clean_msg(error["msg"])))
+    required: list[tuple[Loc, str]] = []
+    for table, names in missing.items():
+        why = "Field required" + (f" (missing required keys: {', '.join(names)})"
+                                  if len(names) > 1 else "")
+        required.append(((*table, names[0]), why))
+    return unknown + required + other
+
+
+def _unknown_key(loc: Loc) -> str:
+    known = _table_keys(loc[:-1])
+    name = str(loc[-1])
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key (did you mean '{close[0]}'?)"
+    return f"unknown key (known here: {', '.join(known)})" if known else "unknown key"
+
+
+def _table_keys(table: Loc) -> list[str]:
+    """The keys the schema knows in the table at `table` ([] where that is not a model)."""
+    model: type[BaseModel] | None = Seat
+    for part in table:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part) if model is not None else None
+        model = _model_in(info.annotation) if info is not None else None
+        if model is None:
+            return []
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation (`Drafter | None`, `tuple[ExpectLog, ...]`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def _clean_loc(loc: Sequence[str | int]) -> Loc:

@@ -33,9 +33,13 @@ from rocmseat.sysfs.fs import REAL_SYSFS_MOUNT
 from rocmseat.sysfs.parse import is_pci_address
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"  # seat and replica names: unit names, state dirs
+# Seat and replica names: unit names, state dirs, cache dirs. The one name rule of the house
+# (docs/seat.md): NAME_CHARS, at most SEAT_NAME_MAX / REPLICA_NAME_MAX characters.
+NAME_CHARS = r"[a-z0-9][a-z0-9-]*"
+NAME_PATTERN = rf"^{NAME_CHARS}$"
 SEAT_NAME_MAX = 64
 REPLICA_NAME_MAX = 32
+_NAME = re.compile(NAME_CHARS)
 INT32_MAX = 2**31 - 1
 # Linux: PATH_MAX is 4096 bytes with the terminating NUL, NAME_MAX 255 bytes per component.
 PATH_MAX_BYTES = 4095
@@ -62,6 +66,16 @@ METHODS_NEEDING_PATH = frozenset({"draft_model", "eagle", "eagle3", "dflash", "c
 RESERVED_EXTRA_KEYS = frozenset(
     {"method", "model", "num_speculative_tokens", "num_speculative_tokens_per_batch_size"}
 )
+
+
+def is_replica_name(text: str) -> bool:
+    """The replica name rule: NAME_CHARS, at most REPLICA_NAME_MAX characters."""
+    return len(text) <= REPLICA_NAME_MAX and _NAME.fullmatch(text) is not None
+
+
+def is_seat_name(text: str) -> bool:
+    """The seat name rule: NAME_CHARS, at most SEAT_NAME_MAX characters."""
+    return len(text) <= SEAT_NAME_MAX and _NAME.fullmatch(text) is not None
 
 
 def is_host(text: str) -> bool:
@@ -339,9 +353,9 @@ class Replicas(_Section):
     @classmethod
     def _names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         for name in value or ():
-            if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name) or len(name) > REPLICA_NAME_MAX:
+            if not is_replica_name(name):
                 raise ValueError(f"replica name '{printable(name, 40)}' must match "
-                                 f"[a-z0-9][a-z0-9-]* (at most {REPLICA_NAME_MAX} characters)")
+                                 f"{NAME_CHARS} (at most {REPLICA_NAME_MAX} characters)")
         if value is not None and len(set(value)) != len(value):
             raise ValueError("replica names must be unique")
         return value

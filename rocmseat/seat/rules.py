@@ -14,14 +14,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from rocmseat.placement.rules import RESERVED_REPLICA_NAMES, planned_port, replica_name
 from rocmseat.seat.locate import control_char
 from rocmseat.seat.model import METHODS_NEEDING_PATH, RESERVED_EXTRA_KEYS, Seat, check_listen
-from rocmseat.seat.placement import RESERVED_REPLICA_NAMES, planned_port, replica_name
+from rocmseat.tomlio import MAX_NESTING
 
 Location = tuple[str | int, ...]
 
 # Limits of a seat document (docs/seat.md, "Hostile input").
-MAX_NESTING = 16  # tables, arrays and inline tables, counted from the top of the document
 MAX_ITEMS = 4096  # entries of one array or table
 MAX_KEY_CHARS = 256
 MAX_STRING_CHARS = 4096
@@ -200,7 +200,7 @@ def known_replica_count(seat: Seat) -> int:
 def port_problems(seat: Seat) -> list[tuple[Location, str]]:
     """Replica ports past 65535, and an exporter listening on a replica's port, as far as the
     file alone tells (an auto seat's replicas beyond its names are counted where the placement
-    is resolved: rocmseat.seat.placement.check_exporter_port)."""
+    is resolved: rocmseat.placement.resolve.check_exporter_port)."""
     problems: list[tuple[Location, str]] = []
     count = known_replica_count(seat)
     first, last = planned_port(seat, 0), planned_port(seat, count - 1)

@@ -86,12 +86,12 @@ def _inputs(request: AdviseRequest) -> adv.Inputs:
         window_s = DEFAULT_WINDOW_S if request.window_s is None else request.window_s
         seat = None
         if request.seat_file is not None:
-            from rocmseat.state import default_state_dir
+            from rocmseat.state import state_root
             from rocmseat.watch.targets import seat_targets
 
             seat = adv.seat_for(request.seat_file)
-            urls = [t.url for t in seat_targets(seat, request.state_dir or seat.state_dir
-                                                or default_state_dir())]
+            urls = [t.url for t in seat_targets(seat, state_root(request.state_dir,
+                                                                 seat.state_dir))]
         else:
             from rocmseat.watch.scrape import parse_target
 

@@ -46,7 +46,7 @@ from rocmseat.spec.gaterun import (
     gate_lock,
     new_run_id,
     now_utc,
-    replica_index,
+    replica_slot,
 )
 from rocmseat.spec.gates import (
     ArmFigures,
@@ -100,7 +100,7 @@ def run_gate(base_path: Path, cand_path: Path, options: GateOptions,
     for loaded, path in ((base, base_path), (cand, cand_path)):
         _check_battery_fits(loaded, path, battery, options=options, cand=cand,
                             cand_path=cand_path)
-        replica_index(loaded.seat, options.replica)  # before --out is created (issue 18)
+        replica_slot(loaded.seat, options.replica)  # before --out is created (issue 18)
     out = prepare_out(options.out)  # the arms' seat files name their cache and state by it
     with gate_lock(out):
         claim_out(out, base_path, cand_path)

@@ -28,12 +28,19 @@ from rocmseat.findings import Finding, Severity
 from rocmseat.launch.memplan import CHECK_ID as MEMORY_PLAN
 from rocmseat.launch.readiness import served_api_key
 from rocmseat.launch.startuplog import StartupSummary, classify_text
+from rocmseat.placement.rules import (
+    http_base,
+    known_names,
+    replica_index,
+    replica_port,
+    replica_state_dir,
+)
 from rocmseat.redact import redact_text
 from rocmseat.runner import run
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.load import load_seat
+from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
-from rocmseat.seat.placement import http_base, replica_port, replica_state_dir
 from rocmseat.spec import battery as battery_mod
 from rocmseat.spec.acceptance import Counters
 from rocmseat.spec.benchresult import BenchResult, parse_bench_result
@@ -145,13 +152,13 @@ def api_key(seat: Seat) -> str | None:
     return served_api_key(seat.serve.extra_args, seat.env)
 
 
-def replica_index(seat: Seat, replica: str) -> int:
-    names = seat.replicas.names
-    if names is not None and replica in names:
-        return names.index(replica)
-    if replica.startswith("r") and replica[1:].isdigit():
-        return int(replica[1:])
-    raise ConfigError(f"--replica {replica!r}: not a replica of seat {seat.name}")
+def replica_slot(seat: Seat, replica: str) -> int:
+    """The index of `replica` in an arm's seat by the seat's naming rule (rocmseat.placement)."""
+    index = replica_index(seat, replica)
+    if index is None:
+        raise ConfigError(f"--replica {printable(replica, 40)!r}: not a replica of seat "
+                          f"{seat.name}", hint=f"its replicas: {known_names(seat)}")
+    return index
 
 
 def arm_seat_text(source: SeatWithGate, *, arm_dir: Path, port_base: int,
@@ -252,7 +259,7 @@ class GateRun:
                            seat.drafter.num_speculative_tokens_per_batch_size
                            if seat.drafter else None)
         spec_expected = seat.drafter is not None if expect_spec is None else expect_spec
-        port = replica_port(seat, replica_index(seat, self.replica))
+        port = replica_port(seat, replica_slot(seat, self.replica))
         base_url = http_base(seat.engine.host, port)
         if port_in_use(seat.engine.host if seat.engine.host not in ("0.0.0.0", "::")
                        else "127.0.0.1", port):
@@ -561,22 +568,7 @@ def arm_json(record: ArmRecord, out: Path) -> dict[str, Any]:
         "num_speculative_tokens": record.k,
         "schedule": as_lists(record.schedule) if record.schedule else None,
         "ready_after_s": _finite(record.ready_after_s),
-        "startup": None if startup is None else {
-            "kv_cache_tokens": startup.kv_cache_tokens,
-            "kv_cache_device": startup.kv_cache_device,
-            "max_concurrency": startup.max_concurrency,
-            "max_concurrency_tokens_per_request": startup.max_concurrency_tokens_per_request,
-            "available_kv_cache_gib": startup.available_kv_cache_gib,
-            "model_memory_gib": startup.model_memory_gib,
-            "model_memory_gib_ranks": list(startup.model_memory_gib_ranks),
-            "checkpoint_gib": list(startup.checkpoint_gib),
-            "init_engine_s": startup.init_engine_s,
-            "compilation_s": startup.compilation_s,
-            "compile": {c.component: c.outcome.value for c in startup.components},
-            "drafter_loaded": startup.drafter_loaded,
-            "speculative_config": startup.speculative_config,
-            "fatal": [f.signature for f in startup.fatal],
-        },
+        "startup": None if startup is None else startup.to_json(),  # launch's serialiser
         "config_key": (record.startup_report or {}).get("config_key"),
         "memory_plan": record.memory.to_json() if record.memory else None,
         "runs": [{

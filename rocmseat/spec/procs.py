@@ -1,6 +1,6 @@
 """The gate's long-running children: `rocmseat launch` (one arm), `rocmseat watch` beside it and
-vLLM's benchmark client. The one module of this room that starts a process with Popen (argv
-lists only, never a shell); rocmseat.runner runs the short ones.
+vLLM's benchmark client. The one module of this room that starts a long-running process
+(rocmseat.procgroup.spawn; argv lists only, never a shell); rocmseat.runner runs the short ones.
 
 Every child runs in its own session. Stopping one sends SIGTERM to it (launch forwards it to the
 engine's process group and waits its --stop-grace), then SIGKILL to its group and to every
@@ -35,6 +35,7 @@ import psutil
 
 from rocmseat.errors import RocmseatError
 from rocmseat.launch.sdnotify import NOTIFY_ENV
+from rocmseat.procgroup import signal_group, spawn
 from rocmseat.redact import redact_text
 
 ROCMSEAT = (sys.executable, "-m", "rocmseat")
@@ -133,13 +134,12 @@ class Child:
         self._log_file = open_log(log)
         self._groups: set[int] = set()
         try:
-            self.proc = subprocess.Popen(
+            self.proc = spawn(
                 self.argv,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE if stdout_pipe else self._log_file,
                 stderr=self._log_file,
-                env=dict(env) if env is not None else None,
-                start_new_session=True,
+                env=env,
             )
         except OSError as exc:
             self._log_file.close()
@@ -169,11 +169,8 @@ class Child:
             while self.alive() and time.monotonic() < deadline:
                 self.note_groups()
                 time.sleep(0.2)
-        own = os.getpgrp()
         for group in sorted(self._groups):
-            if group != own:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(group, signal.SIGKILL)
+            signal_group(group, signal.SIGKILL)  # never our own group (procgroup)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=30)
         for stream in (self.proc.stdin, self.proc.stdout):

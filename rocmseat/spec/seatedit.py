@@ -34,10 +34,11 @@ import tomlkit.exceptions
 from rocmseat.atomic import WriteRefused, exclusive_lock, file_identity, write_into
 from rocmseat.errors import ConfigError
 from rocmseat.safeio import _kind, read_regular_text
-from rocmseat.seat.load import SEAT_LIMIT_BYTES, _parse_toml, parse_seat
+from rocmseat.seat.load import SEAT_LIMIT_BYTES, parse_seat
 from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
 from rocmseat.spec.schedule import Schedule
+from rocmseat.tomlio import parse_toml
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -95,9 +96,9 @@ def dump_toml(data: Mapping[str, Any], header: str = "") -> str:
 
 
 def _loads(text: str, where: str) -> dict[str, Any]:
-    """The seat loader's TOML parse (one rule: every failure one located ConfigError; a seat
-    handed to `--write` is hostile input like any other, docs/architecture.md)."""
-    return _parse_toml(text, where)
+    """The one TOML loader's parse (rocmseat.tomlio: every failure one located ConfigError; a
+    seat handed to `--write` is hostile input like any other, docs/architecture.md)."""
+    return parse_toml(text, where).data
 
 
 def edit_drafter_schedule(text: str, where: str, k: int,

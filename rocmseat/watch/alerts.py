@@ -76,7 +76,8 @@ FIRING = "firing"
 RESOLVED = "resolved"
 
 
-# Labels that rocmseat sets on every alert: a target's own labels may not take these names.
+# Labels that rocmseat sets on every alert: a target's own labels may not take these names,
+# except `seat` (a targets file may name the seat its replicas serve; filesd.OWN_LABELS).
 RESERVED_LABELS = frozenset({"alertname", "replica", "severity", "source", "seat"})
 
 
@@ -101,6 +102,8 @@ class Transition:
         self, *, generator_url: str = "", seat: str | None = None, node: str | None = None
     ) -> dict[str, Any]:
         labels = {k: v for k, v in self.labels if k not in RESERVED_LABELS}
+        # a targets file may say which seat its replicas serve (its `seat` label): theirs
+        seat = dict(self.labels).get("seat") or seat
         labels.update({
             "alertname": self.alert,
             "replica": self.replica,

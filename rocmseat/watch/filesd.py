@@ -22,12 +22,14 @@ are dropped as Prometheus drops them after relabelling. `rocmseat_spec: "false"`
 replica does not speculate (its /ready is not held at 503 spec_blind; "true" says it does);
 it is consumed, not carried. The replica's name is its `replica` label, else its `instance`
 label, else the address; `instance` defaults to the address, as in Prometheus. The rest of the
-labels ride on the replica's alerts and exporter series. rocmseat's own labels (alertname,
-severity, source, seat on alerts; alert, position on the exporter's series) are refused.
+labels ride on the replica's alerts and exporter series; a `seat` label names the seat those
+replicas serve (the `seat` label of their alerts). rocmseat's own labels (alertname, severity,
+source on alerts; alert, position on the exporter's series) are refused.
 
 Stricter than Prometheus, on purpose (docs/watch.md, "Targets file"): a label value must be valid
 UTF-8 (a JSON `\ud800` is a lone surrogate; Go replaces it with U+FFFD, the exporter could not
-encode it), hold no control character and at most 1,024 characters; URL credentials in a value
+encode it), hold no control character (C0, DEL, C1 such as U+009B, U+2028/U+2029) and at most
+1,024 characters; URL credentials in a value
 are carried redacted; a target is `host:port`.
 
 The file is read with rocmseat/safeio.py (a regular file, at most 1 MiB) and checked whole: a
@@ -45,6 +47,7 @@ import binascii
 import json
 import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,15 +64,22 @@ MAX_LABEL_VALUE = 1024
 # YAML nodes visited: a 1 MiB file has fewer; aliases are converted once (shared, as PyYAML's
 # own constructor shares them), so this only stops a pathological document.
 MAX_NODES = 2_000_000
+# The work of one file, counted before it is done: each distinct label mapping's labels once,
+# and for each target the labels it carries. The most a 1 MiB file without aliases can ask is
+# MAX_TARGETS targets sharing a group's ~18 labels; YAML aliases repeat a group or a label
+# mapping at 5 bytes a time (one 2,000-label group referenced 60,000 times in 320 KiB ran 90 s).
+MAX_WORK = 2_000_000
 SPEC_LABEL = "rocmseat_spec"
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # host:port (Prometheus refuses a scheme or a path in a target); [v6]:port allowed.
 _ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?$")
 _NAME = re.compile(r"^[A-Za-z0-9\[][A-Za-z0-9._:\[\]-]*$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0, DEL, C1 (U+009B is a terminal's CSI) and the Unicode line separators
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 # rocmseat's own labels: on alerts (alertname, severity, source, seat) and on the exporter's
 # series (alert, position); `replica` names the target.
-OWN_LABELS = (RESERVED_LABELS | {"alert", "position"}) - {"replica"}
+# `seat` is the user's to give: the seat those replicas serve, carried on their alerts.
+OWN_LABELS = (RESERVED_LABELS | {"alert", "position"}) - {"replica", "seat"}
 _YAML = "tag:yaml.org,2002:"
 # The YAML 1.1 tags yaml.v2 knows; any other tag (`!!python/object`) is not a targets file.
 _SCALAR_TAGS = frozenset(_YAML + t for t in ("str", "int", "float", "bool", "null",
@@ -155,6 +165,8 @@ def _load(text: str, path: Path) -> Any:
         if suffix in (".yml", ".yaml"):
             import yaml
 
+            # PyYAML's own parser, not libyaml's (CSafeLoader): that one recurses in C and
+            # crashes the process on a deeply nested document
             node = yaml.compose(text, Loader=yaml.SafeLoader)
             return None if node is None else _Yaml(path).convert(node)
     except RecursionError:
@@ -187,9 +199,16 @@ def _parse(text: str, path: Path) -> list[Target]:
         raise ConfigError(f"{path}: expected a list of target groups, got {type(doc).__name__}")
     targets: list[Target] = []
     names: dict[str, int] = {}
+    budget = _Budget(path)
+    empty: set[int] = set()  # groups (YAML: one node, however many aliases) with no targets
     for index, group in enumerate(doc, start=1):
         where = f"{path}: entry {index}"
-        for target in _group(group, where):
+        if id(group) in empty:
+            continue  # checked once, adds nothing
+        made = _group(group, where, budget)
+        if not made:
+            empty.add(id(group))
+        for target in made:
             if target.name in names:
                 raise ConfigError(f"{where}: the replica name {target.name!r} is also used by "
                                   f"entry {names[target.name]}")
@@ -200,7 +219,29 @@ def _parse(text: str, path: Path) -> list[Target]:
     return targets
 
 
-def _group(group: Any, where: str) -> list[Target]:
+class _Budget:
+    """The work one file may cost (MAX_WORK), and each label mapping checked once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.left = MAX_WORK
+        self.labels: dict[int, dict[str, str]] = {}
+
+    def spend(self, units: int, where: str) -> None:
+        self.left -= units
+        if self.left < 0:
+            raise ConfigError(f"{where}: more than {MAX_WORK:,} labels in all, counting each "
+                              "target's (YAML aliases repeat a group or its labels)")
+
+    def checked_labels(self, raw: dict[Any, Any], where: str) -> dict[str, str]:
+        known = self.labels.get(id(raw))
+        if known is None:
+            self.spend(len(raw), where)
+            known = self.labels[id(raw)] = _labels(raw, where)
+        return dict(known)
+
+
+def _group(group: Any, where: str, budget: _Budget) -> list[Target]:
     if not isinstance(group, dict):
         raise ConfigError(f"{where}: expected a mapping with 'targets' and 'labels'")
     twice: tuple[str, ...] = getattr(group, "twice", ())
@@ -222,7 +263,8 @@ def _group(group: Any, where: str) -> list[Target]:
     twice = getattr(raw_labels, "twice", ())
     if twice:
         raise ConfigError(f"{where}: key 'labels.{twice[0][:40]}' is given twice")
-    labels = _labels(raw_labels, where)
+    budget.spend(len(addresses) * (len(raw_labels) + 1), where)
+    labels = budget.checked_labels(raw_labels, where)
     scheme = labels.pop("__scheme__", "http")
     if scheme not in ("http", "https"):
         raise ConfigError(f"{where}: key 'labels.__scheme__': {scheme[:40]!r} is not http or "
@@ -361,3 +403,44 @@ class TargetsFile:
             return Reload(None)
         self._last_error = message
         return Reload(None, message)
+
+
+class BackgroundPoll:
+    """`TargetsFile.poll()` on a thread of its own, so that reading and checking a changed file
+    (up to MAX_WORK) never holds an evaluation: `/healthz` and `/ready` stay fresh while a big
+    file is re-read. The evaluation thread calls `take()` (a finished poll's Reload, or None)
+    and `request()` (start a poll unless one runs) between steps; polls never overlap, so the
+    file's two-reads-agree rule holds."""
+
+    def __init__(self, source: TargetsFile) -> None:
+        self.source = source
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._done: Reload | None = None
+
+    def request(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(target=self._poll, name="rocmseat-targets-file",
+                                            daemon=True)
+            self._thread.start()
+
+    def take(self) -> Reload | None:
+        with self._lock:
+            done, self._done = self._done, None
+        return done
+
+    def join(self, timeout_s: float) -> None:
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
+
+    def _poll(self) -> None:
+        try:
+            done = self.source.poll()
+        except Exception as exc:  # a bug here must not end the watch: said like a bad file
+            done = Reload(None, f"{self.source.path}: could not be re-read "
+                                f"({type(exc).__name__}: {exc})"[:300])
+        with self._lock:
+            self._done = done

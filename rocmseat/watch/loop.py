@@ -405,6 +405,7 @@ class Watcher:
             labels=rep.target.labels,
             restarts_in_row=rep.restarts,
             gpus=rep.target.gpus,
+            speculating=self._expects_spec(rep),
         )
 
     def run(self, stop: threading.Event, on_step: Callable[[list[ReplicaStatus]], None]) -> None:

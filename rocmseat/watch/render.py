@@ -52,9 +52,15 @@ def render_table(statuses: list[ReplicaStatus]) -> str:
         if s.restarted:
             notes.append(f"{s.replica}: restarted between the two scrapes (no window to judge; "
                          f"{s.restarts_in_row} reset(s) in a row)")
-        if s.up and not s.blind and s.baseline is None:
+        if s.up and s.speculating and not s.blind and s.baseline is None:
             notes.append(f"{s.replica}: no baseline yet (learning; pin one with --baseline-al "
                          "or the seat's [watch].expected_acceptance_length)")
+        if s.undrafted and w is not None:
+            notes.append(f"{s.replica}: no drafts in this window while it generated "
+                         f"{w.generation_tokens or 0:.0f} tokens ({w.running or 0:.0f} "
+                         "running): acceptance not judged "
+                         "(the schedule turned drafting off at this batch size, or the drafter "
+                         "stopped drafting)")
         for alert in s.alerts:
             if alert not in _NOTED:  # down and blind already have their note
                 notes.append(f"{s.replica}: {alert}: {SUMMARY.get(alert, alert)}")

@@ -7,18 +7,20 @@ the evaluation in flight is cut, and the listener and sinks close within a secon
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rocmseat import exitcodes
 from rocmseat.errors import ConfigError
 from rocmseat.watch import alerts as A
+from rocmseat.watch.alerts import iso
 from rocmseat.watch.exporter import ExportState, start_exporter
 from rocmseat.watch.fetch import FD_RESERVE, ensure_descriptors
-from rocmseat.watch.filesd import TargetsFile
+from rocmseat.watch.filesd import BackgroundPoll, Reload, TargetsFile
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.remediate.service import Remediator
 from rocmseat.watch.scrape import Target
@@ -54,13 +56,34 @@ def run_once(
 
 def once_exit_code(statuses: list[ReplicaStatus]) -> int:
     """1 a problem; 2 could not check (a scrape error, blind, no window: restarted between the
-    two scrapes or an impossible window); 0 nothing active."""
+    two scrapes or an impossible window; requests served with no draft, so no acceptance to
+    judge); 0 nothing active."""
     active = {a for s in statuses for a in s.alerts}
     if active - CANNOT_CHECK:
         return exitcodes.PROBLEM
-    if active or any(not s.up or s.restarted for s in statuses):
+    if active or any(not s.up or s.restarted or s.undrafted for s in statuses):
         return exitcodes.CANNOT_CHECK
     return exitcodes.OK
+
+
+def under_journald(environ: Mapping[str, str], fd: int = 2) -> bool:
+    """True when `fd` is the journal stream systemd connected (systemd.exec(5),
+    $JOURNAL_STREAM: "the device and inode numbers of the file descriptor", `DEV:INODE`, set
+    when stdout or stderr is connected to the journal): journald stamps each line itself."""
+    dev, sep, ino = environ.get("JOURNAL_STREAM", "").partition(":")
+    if not (sep and dev.isdigit() and ino.isdigit()):
+        return False
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return False
+    return (info.st_dev, info.st_ino) == (int(dev), int(ino))
+
+
+def stamped(line: str, now_s: float) -> str:
+    """A log line with its time first, logfmt style (`ts=2026-12-01T09:44:27.123Z ...`), for
+    a log that is not the journal."""
+    return f"ts={iso(now_s)} {line}"
 
 
 def check_targets(targets: list[Target], where: str = "") -> None:
@@ -142,12 +165,19 @@ def run_service(
         log(f"rocmseat-watch start replicas={names} interval_s={config.interval_s:g} "
             f"timeout_s={config.timeout_s:g} exporter={where}")
 
+        # the file is re-read on a thread of its own; a finished read is applied here, between
+        # two evaluations (the watcher's targets change only on its own thread)
+        polling = BackgroundPoll(targets_file) if targets_file is not None else None
+
         def after_step(statuses: list[ReplicaStatus]) -> None:
             if remediator is not None:
                 remediator.after_step(watcher)
             fanout.keepalive(time.time())
-            if targets_file is not None:
-                _reload(targets_file, watcher, extra_targets or [], log)
+            if polling is not None:
+                done = polling.take()
+                if done is not None:
+                    _reload(polling.source, done, watcher, extra_targets or [], log)
+                polling.request()
 
         watcher.run(stop, after_step)
     finally:
@@ -164,9 +194,9 @@ def run_service(
 
 
 def _reload(
-    source: TargetsFile, watcher: Watcher, extra: list[Target], log: Callable[[str], None]
+    source: TargetsFile, reload: Reload, watcher: Watcher, extra: list[Target],
+    log: Callable[[str], None],
 ) -> None:
-    reload = source.poll()
     if reload.error is not None:
         log(f"rocmseat-watch targets-file-error keeping={len(watcher.targets)} "
             f"error={'_'.join(reload.error.split())}")

@@ -36,6 +36,17 @@ class ReplicaStatus:
     labels: tuple[tuple[str, str], ...] = ()  # the target's labels (file_sd)
     restarts_in_row: int = 0
     gpus: tuple[str, ...] = ()  # the replica's PCI pair (its placement), for node events
+    speculating: bool = True  # the replica is expected to draft (a drafter; not --no-spec)
+
+    @property
+    def undrafted(self) -> bool:
+        """A replica that should draft served requests in its window and drafted nothing: its
+        acceptance could not be judged (the schedule turned drafting off at this batch size,
+        or the drafter stopped drafting)."""
+        w = self.window
+        if not self.speculating or w is None or w.drafts > 0:
+            return False
+        return (w.running or 0.0) > 0 or (w.generation_tokens or 0.0) > 0
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
@@ -88,6 +99,8 @@ def status_json(status: ReplicaStatus) -> dict[str, Any]:
         "restarted": status.restarted,
         "restarts_in_row": status.restarts_in_row,
         "blind": status.blind,
+        "speculating": status.speculating,
+        "undrafted": status.undrafted,
         "window": window_json(status.window),
         "baseline": None
         if baseline is None

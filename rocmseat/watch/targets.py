@@ -1,6 +1,6 @@
 """The replicas of a seat as watch targets: names, /metrics URLs, cache dirs, GPUs.
 
-Every field comes from the seat's placement (rocmseat.seat.placement): the replica's own port
+Every field comes from the seat's placement (rocmseat.placement): the replica's own port
 (port_base + its index in the seat, never its position in a list of what was found), its GPU
 pair (node events need it), its cache dir. The node is read (a rocm seat: the sysfs root, by
 default the real one, rocmseat.sysfs.fs.default_sysfs_root) and merged with the record launch
@@ -10,7 +10,7 @@ has a record (a monitoring host whose /sys shows no GPU) is watched from it. A r
 record is unusable is watched on the port the seat's rule gives it, with one line saying why
 its record was not used: it never stops the others from being watched. An auto seat with
 neither a readable node nor any record is a config error that says so
-(rocmseat.launch.placed.known_placement).
+(rocmseat.placement.place).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def seat_targets(seat: Seat, state_dir: Path | None, *,
     only the seat file and the recorded placements). A cpu seat reads no sysfs. `say`: where a
     one-line problem goes (a placement.json that was not used); default: this module's logger.
     """
-    from rocmseat.launch.placed import known_placement
+    from rocmseat.placement.place import place
+    from rocmseat.state import state_root
 
     tell = say if say is not None else log.warning
     root: Path | None
@@ -58,7 +59,7 @@ def seat_targets(seat: Seat, state_dir: Path | None, *,
         root = fs.default_sysfs_root()
     else:
         root = sysfs_root
-    known = known_placement(seat, sysfs_root=root, state_root=state_dir)
+    known = place(seat, sysfs_root=root, state_root=state_root(state_dir, seat.state_dir))
     for name, problem in sorted(known.problems.items()):
         placed = "watched on its port by the seat's rule" if name in known.unplaced else (
             "watched from the node's placement" if name in {r.replica for r in known.records}

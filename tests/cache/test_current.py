@@ -1,5 +1,5 @@
 """The GPU-arch factor of a rocm replica: the gfx targets of the pair its placement gives it
-(rocmseat.seat.placement), from fixture sysfs trees or the placement.json launch recorded
+(rocmseat.placement), from fixture sysfs trees or the placement.json launch recorded
 (never the host's /sys)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rocmseat.cache.current import replica_arch
 from rocmseat.errors import ConfigError
-from rocmseat.launch.placed import known_placement, write_recorded
+from rocmseat.placement.place import place
+from rocmseat.placement.recorded import write_recorded
 from tests.cache.builders import rocm_seat
 from tests.conftest import FIXTURES
 
@@ -20,10 +20,8 @@ EXPLICIT = ("[env_classes]",
             '["0000:05:00.0", "0000:0d:00.0"]]\nnames = ["s1", "s0"]\n\n[env_classes]')
 
 
-def arch_of(seat, replica, sysfs, state=None):
-    known = known_placement(seat, sysfs_root=sysfs, state_root=state)
-    record = next((r for r in known.records if r.replica == replica), None)
-    return replica_arch(seat, record, known.why)
+def arch_of(seat, replica, sysfs, state=Path("/nonexistent/state")):
+    return place(seat, sysfs_root=sysfs, state_root=state).arch(replica)
 
 
 def test_auto_pairs_from_the_inventory(tmp_path: Path) -> None:
@@ -56,7 +54,7 @@ def test_no_gpu_is_unknown_with_the_reason(tmp_path: Path) -> None:
 def test_recorded_placement_where_sysfs_shows_no_gpu(tmp_path: Path) -> None:
     """A host without the GPUs (a monitoring host) reads the arch launch recorded."""
     seat = rocm_seat(tmp_path)
-    launched = known_placement(seat, sysfs_root=SYSFS / "mi300x-8gpu",
+    launched = place(seat, sysfs_root=SYSFS / "mi300x-8gpu",
                                state_root=tmp_path / "state")
     write_recorded(launched.records[1])
     assert arch_of(seat, "r1", SYSFS / "no-amdgpu", tmp_path / "state") == ("gfx942", "")

@@ -20,6 +20,14 @@ from tests.conftest import CliResult
 Cli = Callable[..., CliResult]
 
 
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every seat's placement names its state dir (rocmseat.state.state_root): these seats set
+    # none, so the environment variable gives it, as --state-dir would
+    monkeypatch.setenv("ROCMSEAT_STATE_DIR", str(tmp_path / "state"))
+
+
 @pytest.fixture
 def seat_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr("rocmseat.cli.cache_audit.scan_processes", lambda: iter(()))
@@ -130,7 +138,8 @@ def test_auto_seat_on_a_host_without_its_gpus(rocmseat_cli: Cli, tmp_path: Path,
     """Issue 10: an auto seat's replicas come from the node's GPUs. Where /sys shows none (a
     monitoring host), cache-audit reads the placement launch recorded, and with neither it
     says why instead of guessing a replica list from the dirs in the cache root."""
-    from rocmseat.launch.placed import known_placement, write_recorded
+    from rocmseat.placement.place import place
+    from rocmseat.placement.recorded import write_recorded
     from tests.cache.builders import DIGEST_A, ROCM_SEAT
     from tests.conftest import FIXTURES
 
@@ -156,7 +165,7 @@ def test_auto_seat_on_a_host_without_its_gpus(rocmseat_cli: Cli, tmp_path: Path,
     assert "no current key: seat t places its replicas from the node's GPUs" in table.stdout
     # launch on the GPU node recorded r1's placement in the state dir: now it is known here
     seat = load_seat(seat_file)
-    on_node = known_placement(seat, sysfs_root=FIXTURES / "sysfs" / "x99-r9700", state_root=state)
+    on_node = place(seat, sysfs_root=FIXTURES / "sysfs" / "x99-r9700", state_root=state)
     write_recorded(on_node.records[1])
     known = rocmseat_cli(*args)
     [replica] = json.loads(known.stdout)["seats"][0]["replicas"]

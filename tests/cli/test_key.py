@@ -61,9 +61,17 @@ def fake_python(path: Path, engine: Mapping[str, object] | None = ENGINE) -> Non
     os.chmod(path, 0o755)
 
 
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every seat's placement names its state dir (rocmseat.state.state_root): these seats set
+    # none, so the environment variable gives it, as --state-dir would
+    monkeypatch.setenv("ROCMSEAT_STATE_DIR", str(tmp_path / "state"))
+
+
 @pytest.fixture
 def seat_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr("rocmseat.cache.key.platform.machine", lambda: "x86_64")
+    monkeypatch.setattr("rocmseat.placement.record.platform.machine", lambda: "x86_64")
     write_model(tmp_path / "models" / "target")
     write_model(tmp_path / "models" / "drafter", hidden=32, layers=1, shards=1)
     fake_python(tmp_path / "engine-python")
@@ -142,7 +150,8 @@ def test_missing_model_names_key_and_line(rocmseat_cli: Callable[..., CliResult]
 def test_rocm_replica_arch_comes_from_its_placement(rocmseat_cli: Callable[..., CliResult], tmp_path: Path) -> None:
     """`key` reads a replica's pair from the placement: the node's when /sys shows the GPUs,
     the placement.json launch recorded when it does not, and says why when neither is there."""
-    from rocmseat.launch.placed import known_placement, write_recorded
+    from rocmseat.placement.place import place
+    from rocmseat.placement.recorded import write_recorded
     from rocmseat.seat.load import load_seat
     from tests.cache.builders import DIGEST_A, ROCM_SEAT
     from tests.conftest import FIXTURES
@@ -159,7 +168,7 @@ def test_rocm_replica_arch_comes_from_its_placement(rocmseat_cli: Callable[..., 
                          str(sysfs / "no-amdgpu"), "--state-dir", str(state))
     assert blind.exit_code == 2
     assert "  gpu_arch: seat t places its replicas from the node's GPUs" in blind.stderr
-    write_recorded(known_placement(load_seat(seat_file), sysfs_root=sysfs / "mi300x-8gpu",
+    write_recorded(place(load_seat(seat_file), sysfs_root=sysfs / "mi300x-8gpu",
                                    state_root=state).records[1])
     recorded = rocmseat_cli("key", str(seat_file), "--replica", "r1", "--json", "--sysfs-root",
                             str(sysfs / "no-amdgpu"), "--state-dir", str(state))

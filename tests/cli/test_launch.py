@@ -183,10 +183,10 @@ A, B, C, D = "0000:05:00.0", "0000:09:00.0", "0000:86:00.0", "0000:89:00.0"
 
 def record_both(state: Path) -> None:
     """What launch leaves when r0 and r1 ran on the whole node: their placement.json."""
-    from rocmseat.launch.placed import write_recorded
+    from rocmseat.placement.recorded import write_recorded
     from rocmseat.seat.load import load_seat
 
-    for record in rocmseat.launch.flow.place(load_seat(REPO / R9700), Path(X99),
+    for record in rocmseat.launch.flow.place_for_launch(load_seat(REPO / R9700), Path(X99),
                                              state_dir=state).records:
         write_recorded(record)
 
@@ -196,7 +196,7 @@ def test_unit_pins_keep_each_replica_on_its_own_pair(rocmseat_cli, monkeypatch, 
     and r1's unit failed "no such replica". The units pin each replica's pair (--pair, fixed at
     render time): r0 is refused naming the missing GPU (exit 1), r1 still runs its preflight
     on its own pair."""
-    from tests.seat.test_placement import lost_tree
+    from tests.placement.test_placement import lost_tree
 
     monkeypatch.chdir(REPO)
     lost, state = lost_tree(tmp_path), tmp_path / "state"
@@ -217,11 +217,27 @@ def test_unit_pins_keep_each_replica_on_its_own_pair(rocmseat_cli, monkeypatch, 
     assert usage.exit_code == 2 and "--pair" in usage.stderr
 
 
+def test_a_pin_is_one_pair_whatever_order_it_is_written_in(rocmseat_cli, monkeypatch, tmp_path):
+    """Issue 16: `--pair` was parsed twice, sorted once: preflight sorted it, launch did not, so
+    `launch --pair 09:00.0,05:00.0` refused r0 ("its unit pins the pair 0000:09:00.0,
+    0000:05:00.0 but the seat places it on 0000:05:00.0, 0000:09:00.0"). One parser, sorted."""
+    monkeypatch.chdir(REPO)
+    for pin in (f"{A},{B}", f"{B},{A}", "09:00.0, 05:00.0"):
+        result = rocmseat_cli("launch", R9700, "--replica", "r0", "--pair", pin,
+                              "--preflight-only", "--sysfs-root", X99, "--state-dir",
+                              str(tmp_path / "state"))
+        assert result.exit_code == 0, (pin, result.stderr)
+        assert f"rocmseat: replica r0: sysfs preflight of {A}, {B}: " in result.stderr
+    same = rocmseat_cli("launch", R9700, "--replica", "r0", "--pair", f"{A},0000:05:00.0",
+                        "--preflight-only", "--sysfs-root", X99)
+    assert same.exit_code == 2 and "a pair needs two different GPUs" in same.stderr
+
+
 def test_recorded_pairs_hold_without_a_pin(rocmseat_cli, monkeypatch, tmp_path):
     """Started by hand (no --pair), each replica's placement.json is its identity: the dry run
     on the node that lost 09:00.0 shows r0 refused (exit 1, naming the GPU) and r1 on its own
     pair and port; launch refuses r0 before anything is touched."""
-    from tests.seat.test_placement import lost_tree
+    from tests.placement.test_placement import lost_tree
 
     monkeypatch.chdir(REPO)
     lost, state = lost_tree(tmp_path), tmp_path / "state"
@@ -250,7 +266,7 @@ def test_recorded_pairs_hold_without_a_pin(rocmseat_cli, monkeypatch, tmp_path):
 def test_a_replica_with_no_pair_left_is_refused_not_shifted(rocmseat_cli, monkeypatch, tmp_path):
     """r1 recorded, r0 never launched here, 09:00.0 gone: the node's one pair is r1's, so r0
     has none; it is refused (exit 1), never given r1's pair."""
-    from tests.seat.test_placement import lost_tree
+    from tests.placement.test_placement import lost_tree
 
     monkeypatch.chdir(REPO)
     lost, state = lost_tree(tmp_path), tmp_path / "state"

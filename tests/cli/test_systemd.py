@@ -446,8 +446,8 @@ def test_a_control_character_never_reaches_a_unit(tmp_path):
     from rocmseat.errors import ConfigError
     from rocmseat.launch.units import UnitContext, load_templates, render_units
     from rocmseat.node.inventory import read_inventory
+    from rocmseat.placement.resolve import resolve
     from rocmseat.seat.load import load_seat
-    from rocmseat.seat.placement import resolve
 
     seat = load_seat(Path(R9700))
     evil = seat.model_copy(update={"cache_root": Path("/srv/x\0ExecStartPre=+/srv/evil.sh\0#")})
@@ -528,7 +528,7 @@ def test_a_rerender_after_a_lost_gpu_keeps_every_replica_on_its_pair(rocmseat_cl
     placement.json): r0's unit still pins (05, 09), with a warning that it will refuse to
     start; r1's unit is r1's."""
     from tests.cli.test_launch import A, B, C, D, record_both
-    from tests.seat.test_placement import lost_tree
+    from tests.placement.test_placement import lost_tree
 
     lost, state, out = lost_tree(tmp_path), tmp_path / "state", tmp_path / "units"
     record_both(state)
@@ -575,8 +575,8 @@ def test_unit_names_refuse_a_collision_as_a_second_lock(tmp_path):
     from rocmseat.errors import ConfigError
     from rocmseat.launch.units import unit_names
     from rocmseat.node.inventory import read_inventory
+    from rocmseat.placement.resolve import resolve
     from rocmseat.seat.load import load_seat
-    from rocmseat.seat.placement import resolve
 
     seat = load_seat(Path(R9700))
     records = resolve(seat, read_inventory(Path(X99)), state_root=tmp_path)

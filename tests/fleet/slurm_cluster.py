@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol")
+OTHER_PREFIX = "other"
 
 
 def missing_reason() -> str | None:
@@ -79,7 +80,8 @@ class Cluster:
         return "\n".join(out)
 
 
-def _conf(root: Path, node: str, health_check: Path | None) -> str:
+def _conf(root: Path, node: str, health_check: Path | None, others: int = 0,
+          others_on_this_host: bool = False) -> str:
     lines = [
         "ClusterName=rocmseattest",
         f"SlurmctldHost={node}(127.0.0.1)",
@@ -114,6 +116,14 @@ def _conf(root: Path, node: str, health_check: Path | None) -> str:
                   "HealthCheckNodeState=ANY"]
     lines += [
         f"NodeName={node} NodeAddr=127.0.0.1 CPUs=1 RealMemory=100 State=UNKNOWN",
+    ]
+    if others:
+        # nodes slurm.conf defines but no slurmd serves: at an address of TEST-NET-1 (RFC 5737)
+        # nothing answers, so slurmctld never mistakes this host's slurmd for them
+        host = f" NodeHostName={node}" if others_on_this_host else ""
+        lines.append(f"NodeName={OTHER_PREFIX}[01-{others:02d}]{host} NodeAddr=192.0.2.1 CPUs=1 "
+                     "RealMemory=100 State=UNKNOWN")
+    lines += [
         f"PartitionName=test Nodes={node} Default=YES MaxTime=INFINITE State=UP",
     ]
     return "\n".join(lines) + "\n"
@@ -146,15 +156,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def running_cluster(root: Path, *, health_check: Path | None = None) -> Iterator[Cluster]:
-    """Start munged, slurmctld and slurmd under `root`; yield when the node answers."""
+def running_cluster(root: Path, *, health_check: Path | None = None, others: int = 0,
+                    others_on_this_host: bool = False) -> Iterator[Cluster]:
+    """Start munged, slurmctld and slurmd under `root`; yield when the node answers.
+    `others`: more nodes in slurm.conf (`other01`...), which no slurmd serves; with
+    `others_on_this_host` their NodeHostName is this host's name too."""
     for sub in ("run", "state", "spool", "log"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o755)
     os.chmod(root / "run", 0o755)
     node = socket.gethostname().split(".", 1)[0]
     conf = root / "slurm.conf"
-    conf.write_text(_conf(root, node, health_check))
+    conf.write_text(_conf(root, node, health_check, others, others_on_this_host))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
     env["SLURM_CONF"] = str(conf)
     key = root / "munge.key"

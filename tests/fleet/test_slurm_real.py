@@ -230,3 +230,72 @@ def test_slurmd_runs_it_as_health_check_program(cluster_root, tmp_path):
         text = log.read_text()
         assert text.startswith(f"{cluster.node}: FAIL "), text  # named via SLURMD_NODENAME
         assert os.path.exists(root / "state-rocmseat" / "preflight" / "verdict.json")
+
+
+def test_the_circuit_breaker_holds_and_lifts(cluster_root, rocmseat_cli, monkeypatch, tmp_path):
+    """Issue 20: a wrong profile or release must not empty a partition. slurm.conf defines ten
+    nodes (this one and nine no slurmd serves); with one already drained by rocmseat, the
+    default --max-drained (10 %: 1 of 10) holds the drain of this node; a larger limit lets it
+    through; once the other node is resumed the default drains again."""
+    from tests.fleet.slurm_cluster import OTHER_PREFIX
+
+    with running_cluster(cluster_root / "breaker", others=9) as cluster:
+        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+        monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+        other = f"{OTHER_PREFIX}01"
+        cluster.scontrol("update", f"NodeName={other}", "State=DRAIN",
+                         "Reason=rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]")
+        listed = cluster.scontrol("-o", "show", "node").strip().splitlines()
+        assert len(listed) == 10
+
+        def health(*args):
+            return rocmseat_cli("slurm", "health", "--sysfs-root", str(DEGRADED),
+                                "--state-dir", str(tmp_path / "state"), *args)
+
+        result = health()
+        assert result.exit_code == 1, result.stdout + result.stderr
+        assert result.stdout.endswith(
+            "; circuit breaker: 1 of 10 nodes already drained by rocmseat (limit 1): not "
+            f"draining {cluster.node}\n"), result.stdout
+        assert "DRAIN" not in _state_reason(cluster.node_line())[0]
+
+        # the limit is the operator's: two of ten may be drained
+        result = health("--max-drained", "2")
+        assert result.exit_code == 1, result.stdout + result.stderr
+        assert cluster.wait_for(lambda line: "DRAIN" in _state_reason(line)[0], "the drain")
+        cluster.scontrol("update", f"NodeName={cluster.node}", "State=RESUME")
+        cluster.wait_for(lambda line: "DRAIN" not in _state_reason(line)[0], "the resume")
+
+        # the breaker lifts when the other drain is gone
+        # the breaker lifts when the other node no longer carries a rocmseat drain (one no
+        # slurmd serves cannot RESUME, its base state is UNKNOWN: an administrator takes it
+        # DOWN with a reason of their own)
+        cluster.scontrol("update", f"NodeName={other}", "State=DOWN", "Reason=sent for repair")
+        result = health()
+        assert result.exit_code == 1
+        assert "; drained (rocmseat: aer.badtlp 0000:80:02.0 +1 more [aer,pcie])" in (
+            result.stdout), result.stdout
+        cluster.wait_for(lambda line: "DRAIN" in _state_reason(line)[0], "the drain")
+
+
+def test_several_nodes_on_this_host_are_refused(cluster_root, rocmseat_cli, monkeypatch,
+                                                tmp_path):
+    """Issue 18, item 3, on a real Slurm: slurm.conf gives two more nodes this host's
+    NodeHostName; with neither --node nor SLURMD_NODENAME the health check named the first and
+    acted on it. Now it refuses (exit 2) naming the candidates, and drains nothing."""
+    from tests.fleet.slurm_cluster import OTHER_PREFIX
+
+    with running_cluster(cluster_root / "ambiguous", others=2,
+                         others_on_this_host=True) as cluster:
+        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+        monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+        result = rocmseat_cli("slurm", "health", "--sysfs-root", str(DEGRADED),
+                              "--state-dir", str(tmp_path / "state"))
+        assert (result.exit_code, result.stdout) == (2, ""), result.stderr
+        # in Slurm's order (its node table, sorted by name here)
+        names = ", ".join(sorted([cluster.node, f"{OTHER_PREFIX}01", f"{OTHER_PREFIX}02"]))
+        assert result.stderr.startswith("rocmseat: error: 3 Slurm nodes are this host ("), (
+            result.stderr)
+        assert f"): {names}\n" in result.stderr, result.stderr
+        for line in cluster.scontrol("-o", "show", "node").strip().splitlines():
+            assert "DRAIN" not in _state_reason(line)[0], line

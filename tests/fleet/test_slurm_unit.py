@@ -356,7 +356,9 @@ def test_dry_run_changes_nothing(tmp_path, rocmseat_cli):
     outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=tmp_path,
                            node="vm", runner=runner, dry_run=True)
     assert outcome.action.kind == "drain" and not outcome.applied
-    assert [argv[:2] for argv, _ in runner.calls] == [["scontrol", "-o"]]
+    # the node, then every node (the circuit breaker counts them); no update
+    assert [argv for argv, _ in runner.calls] == [["scontrol", "-o", "show", "node", "vm"],
+                                                  ["scontrol", "-o", "show", "node"]]
 
 
 def test_a_hung_scontrol_is_killed_and_named(tmp_path, rocmseat_cli, monkeypatch):
@@ -402,3 +404,240 @@ def test_a_forged_ok_verdict_never_resumes_a_drained_node(tmp_path, rocmseat_cli
     assert outcome.action.kind != "resume"
     assert not any("State=RESUME" in argv for argv, _ in runner.calls)
     assert outcome.verdict_code in (1, 2)
+
+
+def _node(name, host=None, state="IDLE", reason=None):
+    """A node line as Slurm 22.05 prints it (the recorded IDLE line, renamed)."""
+    line = IDLE.replace("NodeName=vm ", f"NodeName={name} ").replace(
+        "NodeHostName=vm ", f"NodeHostName={host or name} ").replace(
+        "State=IDLE+NOT_RESPONDING", f"State={state}")
+    return line + (f" Reason={reason} [root@2026-11-30T14:22:54]" if reason else "")
+
+
+@pytest.mark.parametrize("listed", ["gpu[01-64]", "gpu07,gpu08", "ALL", "all", "DEFAULT",
+                                    "gpu 07", "-gpu07", "gpu\x1b[2J07"])
+def test_a_listed_name_that_is_not_one_node_is_refused(listed):
+    """Issue 18, item 3: with neither --node nor SLURMD_NODENAME, a listed
+    `NodeName=gpu[01-64]` whose NodeHostName is this host led to `scontrol update
+    NodeName=gpu[01-64] State=DRAIN`."""
+    runner = FakeRunner(show=_node(listed, host="gpu07"))
+    with pytest.raises(slurm.SlurmError) as info:
+        slurm.resolve_node_name(None, {}, runner=runner, hostnames=["gpu07"])
+    assert "not a Slurm node name" in str(info.value) or "Slurm nodes are this host" in str(
+        info.value)
+    assert "\x1b" not in str(info.value)
+
+
+def test_several_nodes_on_this_host_are_refused_naming_them():
+    """Issue 18, item 3: several nodes sharing this host's name silently picked the first."""
+    show = "\n".join(_node(n, host="gpu07") for n in ("gpu07a", "gpu07b")) + "\n" + _node("x")
+    runner = FakeRunner(show=show)
+    with pytest.raises(slurm.SlurmError) as info:
+        slurm.resolve_node_name(None, {}, runner=runner, hostnames=["gpu07"])
+    assert str(info.value) == "2 Slurm nodes are this host (gpu07): gpu07a, gpu07b"
+    assert info.value.exit_code == 2
+    assert info.value.hint == "pass --node NAME (the NodeName in slurm.conf)"
+
+
+@pytest.mark.parametrize("source", ["--node", "SLURMD_NODENAME"])
+@pytest.mark.parametrize("bad", ["ALL", "Default", "gpu[01-64]", "gpu07,gpu08"])
+def test_the_rule_holds_for_every_source(source, bad):
+    runner = FakeRunner()
+    with pytest.raises(slurm.SlurmError, match="not a Slurm node name"):
+        if source == "--node":
+            slurm.resolve_node_name(bad, {}, runner=runner)
+        else:
+            slurm.resolve_node_name(None, {"SLURMD_NODENAME": bad}, runner=runner)
+    assert runner.calls == []
+
+
+def test_one_answer_with_two_lines_for_the_node_is_refused():
+    runner = FakeRunner(show=IDLE + "\n" + IDLE)
+    with pytest.raises(slurm.SlurmError, match="2 nodes called 'vm' in its answer"):
+        slurm.node_state("vm", runner=runner)
+
+
+def test_a_reason_does_not_start_a_line_at_a_unicode_separator():
+    forged = IDLE + " Reason=x\u2028NodeName=evil State=IDLE"
+    nodes = slurm.parse_nodes(forged)
+    assert [n.name for n in nodes] == ["vm"] and nodes[0].reason == "x?NodeName=evil State=IDLE"
+
+
+@pytest.mark.parametrize(("text", "limit_of_10", "limit_of_1"), [
+    ("10%", 1, 1), ("25%", 2, 1), ("100%", 10, 1), ("0.5%", 1, 1), ("3", 3, 3), (" 2 ", 2, 2),
+])
+def test_max_drained(text, limit_of_10, limit_of_1):
+    parsed = slurm.parse_max_drained(text)
+    assert (parsed.limit(10), parsed.limit(1)) == (limit_of_10, limit_of_1)
+
+
+@pytest.mark.parametrize("bad", ["", "0", "-1", "0%", "101%", "nan%", "inf%", "1e3", "x%",
+                                 "3.5", "%", "1000001", "\u0661\u0662", "1_0", "\u00b2",
+                                 "1_0%", "\u0661%", "10 %"])
+def test_max_drained_refuses(bad):
+    with pytest.raises(ValueError):
+        slurm.parse_max_drained(bad)
+
+
+def _cluster(drained_by_us, *, others=10, extra=""):
+    lines = [_node("vm", state="IDLE")]
+    for i in range(1, others):
+        name = f"gpu{i:02d}"
+        if i <= drained_by_us:
+            lines.append(_node(name, state="IDLE+DRAIN",
+                               reason="rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]"))
+        else:
+            lines.append(_node(name, state="IDLE+DRAIN" if extra else "IDLE",
+                               reason=extra or None))
+    return lines
+
+
+class ClusterRunner(FakeRunner):
+    """`show node vm` answers vm's line, `show node` every line."""
+
+    def __init__(self, lines, **kw):
+        super().__init__(show=lines[0], **kw)
+        self.lines = lines
+
+    def __call__(self, argv, *, timeout_s=None, env=None, cwd=None, input_text=None):
+        argv = [str(a) for a in argv]
+        if argv == ["scontrol", "-o", "show", "node"]:
+            self.calls.append((argv, timeout_s))
+            return Completed(tuple(argv), 0, "\n".join(self.lines) + "\n", "")
+        return super().__call__(argv, timeout_s=timeout_s)
+
+
+@pytest.fixture
+def degraded_verdict(tmp_path, rocmseat_cli):
+    rocmseat_cli("preflight", "--sysfs-root", str(SYSFS_FIXTURES / "x99-r9700-degraded"),
+                 "--state-dir", str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.parametrize(("drained", "max_drained", "held"), [
+    (0, None, False), (1, None, True), (2, "3", False), (3, "3", True), (2, "30%", False),
+    (3, "30%", True),
+])
+def test_the_circuit_breaker_holds_a_drain(degraded_verdict, drained, max_drained, held):
+    runner = ClusterRunner(_cluster(drained))
+    outcome = slurm.health(
+        sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=degraded_verdict,
+        node="vm", runner=runner,
+        max_drained=slurm.parse_max_drained(max_drained) if max_drained else None)
+    updates = [argv for argv, _ in runner.calls if argv[1] == "update"]
+    assert outcome.verdict_code == 1
+    if held:
+        limit = slurm.parse_max_drained(max_drained or "10%").limit(10)
+        assert outcome.action.why == (f"circuit breaker: {drained} of 10 nodes already drained "
+                                      f"by rocmseat (limit {limit}): not draining vm")
+        assert updates == [] and not outcome.applied
+    else:
+        assert outcome.action.kind == "drain" and len(updates) == 1
+
+
+def test_the_breaker_counts_only_rocmseats_drains_and_never_holds_a_resume(tmp_path,
+                                                                           rocmseat_cli):
+    # nine drains an administrator set: not rocmseat's, not counted
+    runner = ClusterRunner(_cluster(0, extra="disk swap"))
+    rocmseat_cli("preflight", "--sysfs-root", str(SYSFS_FIXTURES / "x99-r9700-degraded"),
+                 "--state-dir", str(tmp_path / "bad"))
+    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded",
+                           state_dir=tmp_path / "bad", node="vm", runner=runner)
+    assert outcome.action.kind == "drain" and outcome.applied
+    # vm drained by rocmseat among nine others: a pass resumes it whatever the count
+    lines = _cluster(9)
+    lines[0] = TAGGED
+    runner = ClusterRunner(lines)
+    rocmseat_cli("preflight", "--sysfs-root", str(SYSFS_FIXTURES / "x99-r9700"),
+                 "--state-dir", str(tmp_path / "good"))
+    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700",
+                           state_dir=tmp_path / "good", node="vm", runner=runner)
+    assert outcome.action.kind == "resume" and outcome.verdict_code == 0
+
+
+def test_the_breaker_on_the_command_line(degraded_verdict, rocmseat_cli, tmp_path,
+                                         monkeypatch):
+    """The CLI with a real process: a fake `scontrol` on PATH that lists ten nodes, one of
+    them drained by rocmseat; the default 10 % holds the drain."""
+    import os
+    import shlex
+
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    listing = tmp_path / "listing.txt"
+    listing.write_text("\n".join(_cluster(1)) + "\n")
+    one = tmp_path / "one.txt"
+    one.write_text(_cluster(1)[0] + "\n")
+    asked = tmp_path / "asked.txt"
+    (fakebin / "scontrol").write_text(
+        "#!/bin/sh\n"
+        f"echo \"$*\" >> {shlex.quote(str(asked))}\n"
+        f"if [ \"$*\" = \"-o show node\" ]; then exec cat {shlex.quote(str(listing))}; fi\n"
+        f"if [ \"$*\" = \"-o show node vm\" ]; then exec cat {shlex.quote(str(one))}; fi\n"
+        "exit 1\n")
+    (fakebin / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fakebin}{os.pathsep}{os.environ['PATH']}")
+    args = ["slurm", "health", "--node", "vm", "--sysfs-root",
+            str(SYSFS_FIXTURES / "x99-r9700-degraded"), "--state-dir", str(degraded_verdict)]
+    result = rocmseat_cli(*args)
+    assert result.exit_code == 1, result.stderr
+    assert result.stdout.endswith("; circuit breaker: 1 of 10 nodes already drained by rocmseat "
+                                  "(limit 1): not draining vm\n")
+    assert "update" not in asked.read_text()
+    result = rocmseat_cli(*args, "--max-drained", "nope")
+    assert result.exit_code == 2 and "--max-drained" in result.stderr
+
+
+def test_an_scontrol_that_floods_its_output_is_cut_and_named(tmp_path, rocmseat_cli,
+                                                             monkeypatch):
+    """Issue 18, item 9: 400 MB of scontrol output took 1.2 GB of memory. The runner keeps at
+    most its cap, kills the flood, and the health check says so (exit 2)."""
+    import os
+
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    (fakebin / "scontrol").write_text("#!/bin/sh\nexec yes 'NodeName=vm State=IDLE'\n")
+    (fakebin / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fakebin}{os.pathsep}{os.environ['PATH']}")
+    result = rocmseat_cli("slurm", "health", "--node", "vm", "--sysfs-root",
+                          str(SYSFS_FIXTURES / "x99-r9700"), "--state-dir", str(tmp_path / "s"))
+    assert result.exit_code == 2
+    assert result.stderr.startswith("rocmseat: error: scontrol -o show node vm: printed more "
+                                    "than 67,108,864 characters (cut; not an answer to read)")
+
+
+def test_an_scontrol_whose_setsid_child_holds_its_output_ends_within_the_budget(
+        tmp_path, rocmseat_cli, monkeypatch):
+    """Issue 18, item 9: a child whose `setsid` grandchild holds stdout made `slurm health
+    --budget 20` take 100 s (the runner waited on the pipe after the kill; Slurm kills health
+    programs at 60 s). The real runner, a real process tree."""
+    import os
+    import threading
+
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    pidfile = tmp_path / "grandchild.pid"
+    (fakebin / "scontrol").write_text(
+        "#!/bin/sh\n"
+        f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 100' &\n"
+        "exec sleep 100\n")
+    (fakebin / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fakebin}{os.pathsep}{os.environ['PATH']}")
+    box = []
+    args = ("slurm", "health", "--node", "vm", "--budget", "20", "--sysfs-root",
+            str(SYSFS_FIXTURES / "x99-r9700"), "--state-dir", str(tmp_path / "s"))
+    thread = threading.Thread(target=lambda: box.append(rocmseat_cli(*args)), daemon=True)
+    try:
+        thread.start()
+        thread.join(40)  # a bound on a hang: 20 s of budget and a grace, far below 100 s
+        assert not thread.is_alive(), "slurm health still waiting on the pipe"
+    finally:
+        if pidfile.exists():
+            try:
+                os.killpg(int(pidfile.read_text()), 9)
+            except (ProcessLookupError, ValueError):
+                pass
+    (result,) = box
+    assert result.exit_code == 2
+    assert result.stderr.startswith("rocmseat: error: scontrol -o show node vm: timed out after "
+                                    "10s (slurmctld not answering?)"), result.stderr

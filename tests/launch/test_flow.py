@@ -14,7 +14,8 @@ from rocmseat.errors import RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.launch import flow, gate
 from rocmseat.launch.plan import engine_env, plan_replica
-from rocmseat.seat.placement import pick
+from rocmseat.placement.recorded import write_recorded
+from rocmseat.placement.resolve import pick
 from tests.conftest import FIXTURES, REPO
 from tests.launch.test_plan import R9700, seat_from
 
@@ -42,7 +43,8 @@ def seat(tmp_path, refuse=True, hip=False, python=None):
 
 
 def plan_of(s, host, replica, tmp_path):
-    record = pick(flow.place(s, SYSFS / host, state_dir=tmp_path / "state").records, replica)
+    record = pick(flow.place_for_launch(s, SYSFS / host, state_dir=tmp_path / "state").records,
+                  replica)
     return plan_replica(s, record, numactl=None)
 
 
@@ -218,9 +220,15 @@ def test_launch_refuses_a_linked_state_dir_before_anything(tmp_path, fake_engine
 
 
 def test_refused_start_leaves_the_cache_untouched(tmp_path, fake_engine_python):
-    """Order: key -> preflight gate -> cache prepare. A start the gate refuses must not have
-    moved the old cache aside (it would cost the next good start a cold compile)."""
+    """Order: key -> HIP numbering -> plan -> preflight gate -> placement.json -> cache
+    prepare. A start the gate refuses must not have moved the old cache aside (it would cost
+    the next good start a cold compile), nor rewritten the placement the replica last ran with
+    (issue 16: it did, so watch and cache-audit read a placement that never ran)."""
     s = seat(tmp_path, python=fake_engine_python)
+    state = tmp_path / "state"
+    ran = flow.place_for_launch(s, SYSFS / "x99-r9700", state_dir=state).pick("r1")
+    recorded = write_recorded(ran)
+    ran_text, ran_inode = recorded.read_text(), recorded.stat().st_ino
     old = tmp_path / "cache" / "r1"
     old.mkdir(parents=True)
     (old / "rocmseat-manifest.json").write_text('{"key": "an-older-key"}')
@@ -239,10 +247,15 @@ def test_refused_start_leaves_the_cache_untouched(tmp_path, fake_engine_python):
     assert report["outcome"]["reason"].startswith("replica r1: start refused by preflight: ")
     assert "pcie.link.degraded" in {f["check_id"] for f in report["findings"]}
     assert report["cache"]["moved_aside"] is None and len(report["config_key"]["digest"]) == 64
-    # the placement it would have run with is on record (watch and cache-audit read it)
-    placement = json.loads((tmp_path / "state" / "seats" / s.name / "r1" / "placement.json")
-                           .read_text())
-    assert placement["pci_pair"] == ["0000:86:00.0", "0000:89:00.0"] and placement["port"] == 8001
+    # the placement it last ran with stays on record, untouched (the same file, the same text)
+    assert recorded.stat().st_ino == ran_inode and recorded.read_text() == ran_text
+    # and a replica refused on its first start has none: nothing ran
+    recorded.unlink()
+    with pytest.raises(RocmseatError, match="start refused by preflight"):
+        flow.launch_replica(s, "r1", sysfs_root=SYSFS / "x99-r9700-degraded",
+                            state_dir=state, echo=lambda _: None, say=lambda _: None,
+                            environ={})
+    assert not recorded.exists()
 
 
 def demo_seat_with_test_engine(tmp_path, python, port, extra_args):

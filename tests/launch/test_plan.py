@@ -17,21 +17,8 @@ from rocmseat.launch.plan import (
 )
 from rocmseat.launch.planview import argv_lines, plan_json, plan_text
 from rocmseat.node.inventory import read_inventory
-from rocmseat.seat.load import load_seat
-from rocmseat.seat.placement import probed_numbering, resolve
-from tests.conftest import FIXTURES, REPO
-
-SYSFS = FIXTURES / "sysfs"
-R9700 = (REPO / "launchers" / "r9700-mxfp4-dflash.toml").read_text()
-DEMO = (REPO / "launchers" / "demo-cpu.toml").read_text()
-
-
-def seat_from(tmp_path, text, name="seat.toml"):
-    (tmp_path / "checks").mkdir(exist_ok=True)
-    path = tmp_path / "launchers" / name
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(text)
-    return load_seat(path)
+from rocmseat.placement.resolve import probed_numbering, resolve
+from tests.placement.test_placement import DEMO, R9700, SYSFS, seat_from
 
 
 def plans_for(seat, host="x99-r9700", numbering=None, **kw):

@@ -17,7 +17,7 @@ from rocmseat.launch.report import (
     save_report,
 )
 from rocmseat.launch.startuplog import classify_text
-from rocmseat.seat.placement import NumaBinding, ReplicaPlacement
+from rocmseat.placement.record import NumaBinding, ReplicaPlacement
 from tests.conftest import FIXTURES
 
 
@@ -260,3 +260,19 @@ def test_pruning_never_removes_what_is_not_a_regular_entry(tmp_path):
     assert "2000-01-01T000000Z-1.json" in names and "2000-01-01T000001Z-1.json" in names
     assert "2000-01-01T000002Z-1.json" not in names  # the link itself, never its target
     assert outside.read_text() == "keep"
+
+
+def test_one_startup_summary_serialiser_for_the_report_and_the_gate(tmp_path):
+    """Issue 16: launch's startup report ("log") and the gate's arm record ("startup") wrote a
+    startup summary with different keys (the report had no per-rank memory, the arm "compile"
+    for "components"). Both are StartupSummary.to_json now."""
+    from rocmseat.spec.gaterun import ArmRecord, arm_json
+
+    text = (FIXTURES / "logs" / "rocm-0.33-aot-hit-eagle3.log").read_text()
+    summary = classify_text(text)
+    doc = report_at(27, text)
+    assert doc["log"] == summary.to_json()
+    assert {"model_memory_gib_ranks", "checkpoint_gib", "components"} <= set(doc["log"])
+    arm = ArmRecord("base", tmp_path / "seat.toml", tmp_path / "src.toml", 3, None,
+                    startup=summary)
+    assert arm_json(arm, tmp_path)["startup"] == doc["log"]

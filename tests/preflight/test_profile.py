@@ -251,3 +251,22 @@ def test_profile_numbers_and_strings_are_checked(tmp_path, text, message):
         load_profile(path)
     assert str(info.value).startswith(str(tmp_path) + "/" + message), str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_5000_digit_integer_exits_2_naming_the_file_and_key(tmp_path, rocmseat_cli):
+    """Issue 16: tomllib turns an integer of more than 4,300 digits into ValueError, not
+    TOMLDecodeError, and the profile loader let it through: `preflight --profile` died with an
+    internal error (exit 3). The one TOML loader (rocmseat.tomlio) names the file, line and key."""
+    path = tmp_path / "x.toml"
+    path.write_text('name = "x"\n[thresholds]\nreplay_fail = ' + "9" * 5000 + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_profile(path)
+    assert str(info.value) == (f"{path}:3: not valid TOML: key 'thresholds.replay_fail': a number "
+                               "with thousands of digits (TOML integers are 64-bit)")
+    result = rocmseat_cli("preflight", "--profile", str(path), "--sysfs-root",
+                          str(SYSFS_FIXTURES / "x99-r9700"), "--state-dir",
+                          str(tmp_path / "state"))
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.startswith(f"rocmseat: error: {path}:3: not valid TOML: key "
+                                    "'thresholds.replay_fail': ")
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from rocmseat.errors import ConfigError, NoDeviceError
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import read_inventory
+from rocmseat.placement.rules import parse_pair
 from rocmseat.preflight import render, textfile
 from rocmseat.preflight.pairs import propose_pairs
-from rocmseat.preflight.run import parse_pair, preflight_report, run_preflight
+from rocmseat.preflight.run import preflight_report, run_preflight
 from tests.sysfs.conftest import SYSFS_FIXTURES
 
 X99 = SYSFS_FIXTURES / "x99-r9700"

@@ -341,7 +341,8 @@ def test_expected_acceptance_length_needs_a_drafter(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("raw", "why"), [
-    ("9" * 5000, "invalid seat file: a number with thousands of digits"),  # tomllib: ValueError
+    # tomllib: ValueError, not TOMLDecodeError; the loader names the key (rocmseat.tomlio)
+    ("9" * 5000, "invalid TOML: key 'watch.interval_s': a number with thousands of digits"),
     ("0x" + "f" * 5000, "key 'watch.interval_s': is an integer outside the 64-bit range"),
     ("1" + "0" * 400 + ".0", "key 'watch.interval_s': inf is not a finite number"),  # overflows
 ])
@@ -608,14 +609,14 @@ def _socket(tmp_path: Path) -> Path:
     (_zero_link, "cannot read the seat file: is a character device, not a regular file"),
     (lambda tmp: tmp, "cannot read the seat file: is a directory"),
     (_huge, "cannot read the seat file: is 2,"),
-    (_latin1, "cannot read the seat file: is not UTF-8 text (byte"),
+    (_latin1, "not UTF-8 text (byte"),
     (_socket, "cannot read the seat file: "),
     (lambda tmp: tmp / "missing.toml", "cannot read the seat file: No such file or directory"),
 ], ids=["fifo", "dev-zero", "link-to-dev-zero", "directory", "huge", "latin1", "socket", "missing"])
 def test_seat_file_kinds(tmp_path: Path, make: Callable[[Path], Path], why: str) -> None:
     path = make(tmp_path)
     message = _load_bounded(path)
-    assert message.startswith(f"{path}: {why}"), message
+    assert re.match(rf"{re.escape(str(path))}(:\d+)?: {re.escape(why)}", message), message
     assert "\n" not in message
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from rocmseat.cache.layout import FORBIDDEN_SEAT_ENV
 from rocmseat.errors import ConfigError
+from rocmseat.placement.rules import planned_port, replica_name
 from rocmseat.seat.load import load_seat
-from rocmseat.seat.placement import planned_port, replica_name
 from tests.conftest import REPO
 
 R9700 = REPO / "launchers" / "r9700-mxfp4-dflash.toml"
@@ -125,7 +125,7 @@ MALFORMED = [
     (_replace("max_num_seqs = 4", 'max_num_seqs = "4"'),
      ":22: key 'serve.max_num_seqs': Input should be a valid integer"),
     (_replace("max_num_seqs = 4", "max_num_seqs = 4\nbogus = 1"),
-     ":23: key 'serve.bogus': Extra inputs are not permitted"),
+     ":23: key 'serve.bogus': unknown key"),
     (_replace('name = "t"', 'name = "Bad Name"'),
      ":1: key 'name': String should match pattern"),
     (_replace("tp = 1", "tp = 2"), ":3: key 'tp': backend 'cpu' runs with tp = 1"),
@@ -147,16 +147,16 @@ MALFORMED = [
     (MINIMAL + "\n[[expect_log]]\npattern = '(unclosed'\n", ":25: key 'expect_log[0].pattern': not a Python regex"),
     (MINIMAL + "\n[watch]\ninterval_s = 0\n", ":25: key 'watch.interval_s': Input should be greater than or equal to 0.05"),
     # an unknown key in every table, nested ones included
-    (_replace('name = "t"', 'name = "t"\nnmae = "u"'), ":2: key 'nmae': Extra inputs are not permitted"),
-    (_replace('model_flag = "--model"', 'model_flag = "--model"\npyhton = "x"'), ":9: key 'engine.pyhton': Extra inputs are not permitted"),
-    (_replace('path = "../models/target"', 'path = "../models/target"\nserved = "x"'), ":13: key 'model.served': Extra inputs are not permitted"),
-    (_replace("num_speculative_tokens = 3", "num_speculative_tokens = 3\nnum_spec_tokens = 3"), ":18: key 'drafter.num_spec_tokens': Extra inputs are not permitted"),
-    (MINIMAL + '\n[replicas]\nmdoe = "auto"\n', ":25: key 'replicas.mdoe': Extra inputs are not permitted"),
-    (MINIMAL + '\n[env_classes]\nkeys = ["A_*"]\n', ":25: key 'env_classes.keys': Extra inputs are not permitted"),
-    (MINIMAL + "\n[preflight]\nhipp = true\n", ":25: key 'preflight.hipp': Extra inputs are not permitted"),
-    (MINIMAL + "\n[readiness]\ntimeout = 5\n", ":25: key 'readiness.timeout': Extra inputs are not permitted"),
-    (MINIMAL + "\n[watch]\ninterval = 5\n", ":25: key 'watch.interval': Extra inputs are not permitted"),
-    (MINIMAL + "\n[[expect_log]]\npattern = 'a'\n\n[[expect_log]]\npattern = 'b'\nseverty = 'warn'\n", ":29: key 'expect_log[1].severty': Extra inputs are not permitted"),
+    (_replace('name = "t"', 'name = "t"\nnmae = "u"'), ":2: key 'nmae': unknown key"),
+    (_replace('model_flag = "--model"', 'model_flag = "--model"\npyhton = "x"'), ":9: key 'engine.pyhton': unknown key"),
+    (_replace('path = "../models/target"', 'path = "../models/target"\nserved = "x"'), ":13: key 'model.served': unknown key"),
+    (_replace("num_speculative_tokens = 3", "num_speculative_tokens = 3\nnum_spec_tokens = 3"), ":18: key 'drafter.num_spec_tokens': unknown key"),
+    (MINIMAL + '\n[replicas]\nmdoe = "auto"\n', ":25: key 'replicas.mdoe': unknown key"),
+    (MINIMAL + '\n[env_classes]\nkeys = ["A_*"]\n', ":25: key 'env_classes.keys': unknown key"),
+    (MINIMAL + "\n[preflight]\nhipp = true\n", ":25: key 'preflight.hipp': unknown key"),
+    (MINIMAL + "\n[readiness]\ntimeout = 5\n", ":25: key 'readiness.timeout': unknown key"),
+    (MINIMAL + "\n[watch]\ninterval = 5\n", ":25: key 'watch.interval': unknown key"),
+    (MINIMAL + "\n[[expect_log]]\npattern = 'a'\n\n[[expect_log]]\npattern = 'b'\nseverty = 'warn'\n", ":29: key 'expect_log[1].severty': unknown key"),
     (MINIMAL + "\n[[expect_log]]\npattern = 'a'\nwhen = 'sometimes'\n", ":26: key 'expect_log[0].when': Input should be 'must_appear' or 'must_not_appear'"),
     # wrong types and ranges
     (_replace("tp = 1", "tp = 1.0"), ":3: key 'tp': Input should be a valid integer"),
@@ -241,3 +241,36 @@ def test_compilation_config_without_cache_dir_is_fine(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.toml: cannot read the seat file"):
         load_seat(tmp_path / "nope.toml")
+
+
+def test_a_misspelt_key_is_named_first_with_the_nearest_key_then_every_other_problem(tmp_path):
+    """Issue 19: `num_speculative_token = 3` gave "key 'drafter.num_speculative_tokens': Field
+    required (and 1 more)": the cause hidden behind its effect, the other problem unnamed. The
+    unknown key comes first, with the nearest valid key, then every other problem, each with
+    its line."""
+    text = MINIMAL.replace("num_speculative_tokens = 3", "num_speculative_token = 3").replace(
+        "max_num_seqs = 4", 'max_num_seqs = "4"')
+    path = tmp_path / "launchers" / "t.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_seat(path)
+    line = {k: i for i, t in enumerate(text.split("\n"), 1) for k in ("num_speculative_token",
+                                                                      "[drafter]", "max_num_seqs")
+            if t.startswith(k)}
+    assert str(info.value) == (
+        f"{path}:{line['num_speculative_token']}: key 'drafter.num_speculative_token': unknown key "
+        "(did you mean 'num_speculative_tokens'?); "
+        f"and {path}:{line['[drafter]']}: key 'drafter.num_speculative_tokens': Field required; "
+        f"and {path}:{line['max_num_seqs']}: key 'serve.max_num_seqs': Input should be a valid "
+        "integer")
+    assert "more)" not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_unknown_key_far_from_every_key_lists_the_tables_keys(tmp_path):
+    path = tmp_path / "launchers" / "t.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(MINIMAL + "\n[readiness]\nzzz = 5\n")
+    with pytest.raises(ConfigError, match=r"key 'readiness\.zzz': unknown key \(known here: "
+                                          r"timeout_s, "):
+        load_seat(path)

@@ -49,7 +49,7 @@ def test_a_gate_table(tmp_path):
 @pytest.mark.parametrize(
     ("gate", "key", "why"),
     [
-        ("repeat = 3\n", "gate.repeat", "Extra inputs are not permitted"),
+        ("repeat = 3\n", "gate.repeat", "unknown key (did you mean 'repeats'?)"),
         ("repeats = true\n", "gate.repeats", "valid integer"),
         ("repeats = \"3\"\n", "gate.repeats", "valid integer"),
         ("repeats = 2.5\n", "gate.repeats", "valid integer"),

@@ -168,9 +168,10 @@ def test_write_keeps_a_missing_final_newline(eol):
          r"^s\.toml:3: invalid TOML: "),
         # the seat loader's own messages (one TOML parse for the loader and the editor)
         ("[drafter]\nnum_speculative_tokens = " + "1" * 5000 + "\n",
-         r"^s\.toml:2: invalid seat file: a number with thousands of digits"),
-        ("x = " + "[" * 5000 + "\n", r"^s\.toml:1: invalid seat file: arrays and inline tables "
-                                      "nested more than"),
+         r"^s\.toml:2: invalid TOML: key 'drafter\.num_speculative_tokens': a number with "
+         r"thousands of digits"),
+        ("x = " + "[" * 5000 + "\n", r"^s\.toml:1: invalid TOML: nested too deeply: arrays and "
+                                      "inline tables nested more than"),
     ],
     ids=["unclosed table", "key set twice", "5000 digits", "nested 5000 deep"],
 )

@@ -16,16 +16,21 @@ random generator; each case says what the watcher must conclude:
 from __future__ import annotations
 
 import gzip
+import json
+import os
 import random
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, REPO
 
 SEQ = FIXTURES / "metrics" / "seq"
 RECORDED = FIXTURES / "recorded"
@@ -417,3 +422,57 @@ def write_pages(tmp: Path) -> None:  # pragma: no cover - a helper for manual ru
     for i, (a, b) in enumerate(base_pages()):
         (tmp / f"{i}-a.txt").write_text(a)
         (tmp / f"{i}-b.txt").write_text(b)
+
+
+# ----- shared by the watch tests that run servers and the CLI ---------------------------------
+CLI = [sys.executable, "-c", "from rocmseat.cli.main import main; main()"]
+
+
+GOOD_0, GOOD_1 = ((SEQ / "00-healthy.txt").read_text(), (SEQ / "01-healthy.txt").read_text())
+ACCEPTED_1 = 'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} 20691.0'
+DRAFTS_1 = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 10600.0'
+
+
+@contextmanager
+def reaped(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """A `rocmseat watch` child that is killed on the way out if the test did not stop it."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def env() -> dict[str, str]:
+    """The environment of a `rocmseat` child that imports this tree."""
+    return {**os.environ, "PYTHONPATH": str(REPO), "ROCMSEAT_ERROR_LOG": "/dev/null"}
+
+
+def serve(*replies: str | Reply) -> HostileServer:
+    """A server that plays `replies` in order, the last one from then on."""
+    plays = [r if isinstance(r, Reply) else http(r.encode()) for r in replies]
+    return HostileServer(lambda n: plays[min(n, len(plays) - 1)])
+
+
+def once_at(rocmseat_cli: Callable[..., object], url: str, tmp_path: Path, *extra: str) -> object:
+    return rocmseat_cli("watch", "--target", f"r0={url}", "--once", "--interval", "0.05",
+                        "--state-dir", str(tmp_path / "state"), *extra)
+
+
+def strict_json(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def hung_listeners(count: int) -> list[socket.socket]:
+    """Ports that accept a connection (the kernel completes the handshake) and never answer."""
+    out = []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(128)
+        out.append(s)
+    return out

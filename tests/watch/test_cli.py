@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -233,8 +234,10 @@ def test_running_loop_logs_serves_and_stops_cleanly_on_sigterm(page_server, tmp_
         if proc.poll() is None:
             proc.kill()
     reader.join(10)
-    assert lines[0].startswith("rocmseat-watch start replicas=r0 interval_s=0.2")
-    assert lines[-1] == "rocmseat-watch stop"
+    # not under journald: each line carries its time first (logfmt)
+    assert all(re.match(r"ts=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", line) for line in lines)
+    assert lines[0].split(" ", 1)[1].startswith("rocmseat-watch start replicas=r0 interval_s=0.2")
+    assert lines[-1].split(" ", 1)[1] == "rocmseat-watch stop"
     assert json.loads(hook_out.read_text().splitlines()[0])["alert"] == "spec_drafter_dead"
 
 
@@ -301,3 +304,124 @@ def test_seat_without_a_drafter_is_not_blind(rocmseat_cli, page_server, tmp_path
     # the same page from a seat that drafts is blind: could not check (exit 2)
     with_drafter = write_seat(tmp_path / "with", port, "c" * 64)
     assert rocmseat_cli("watch", str(with_drafter), "--once").exit_code == 2
+
+
+def _undrafted_pair():
+    """Two real pages where requests ran and tokens were generated but no draft was made: the
+    second page is 01-healthy with the spec-decode counters of 00-healthy (what a schedule
+    that turns drafting off at this batch size, K = 0, produces)."""
+    first, second = page("00-healthy.txt"), page("01-healthy.txt")
+    spec = {line.split(" ")[0]: line for line in first.splitlines()
+            if line.startswith("vllm:spec_decode_") and "_created" not in line}
+    lines = [spec.get(line.split(" ")[0], line) if line.startswith("vllm:spec_decode_") else line
+             for line in second.splitlines()]
+    return first, "\n".join(lines) + "\n"
+
+
+def test_once_with_no_drafts_while_requests_ran_says_so_and_exits_2(rocmseat_cli, page_server,
+                                                                    tmp_path):
+    """Issue 19: a window with 0 drafts while requests run printed `AL -` and exited 0 without
+    a word."""
+    first, second = _undrafted_pair()
+    page_server.play(Answer(first), Answer(second))
+    result = once(rocmseat_cli, page_server, tmp_path, "--baseline-al", "2.9")
+    assert result.exit_code == 2, result.stdout + result.stderr
+    row = result.stdout.splitlines()[1].split()
+    assert row[:3] == ["r0", "yes", "-"]
+    assert any(line.startswith("r0: no drafts in this window while it generated ")
+               and line.endswith("acceptance not judged (the schedule turned drafting off at "
+                                 "this batch size, or the drafter stopped drafting)")
+               for line in result.stdout.splitlines()), result.stdout
+    # a replica that does not speculate is judged on what it does: nothing to say
+    page_server.play(Answer(first), Answer(second))
+    quiet = once(rocmseat_cli, page_server, tmp_path, "--no-spec")
+    assert quiet.exit_code == 0, quiet.stdout
+    assert "no drafts" not in quiet.stdout
+
+
+def test_no_spec_never_asks_for_a_baseline(rocmseat_cli, page_server, tmp_path):
+    """Issue 19: `watch --no-spec` still said "no baseline yet (learning; pin one with
+    --baseline-al)"."""
+    page_server.play(Answer(page("00-healthy.txt")), Answer(page("01-healthy.txt")))
+    result = once(rocmseat_cli, page_server, tmp_path, "--no-spec")
+    assert result.exit_code == 0, result.stderr
+    assert "no baseline yet" not in result.stdout
+    page_server.play(Answer(page("00-healthy.txt")), Answer(page("01-healthy.txt")))
+    assert "r0: no baseline yet (learning" in once(rocmseat_cli, page_server, tmp_path).stdout
+
+
+def test_service_log_lines_carry_a_timestamp_unless_under_journald(tmp_path):
+    from rocmseat.watch.service import stamped, under_journald
+
+    assert stamped("rocmseat-watch stop", 1_790_000_000.25) == (
+        "ts=2026-09-21T14:13:20.250Z rocmseat-watch stop")
+    stream = tmp_path / "journal"
+    stream.write_text("")
+    with open(stream) as handle:
+        info = os.fstat(handle.fileno())
+        mine = {"JOURNAL_STREAM": f"{info.st_dev}:{info.st_ino}"}
+        assert under_journald(mine, handle.fileno())
+        # another stream's numbers, garbage, or none: not the journal
+        for env in ({"JOURNAL_STREAM": f"{info.st_dev}:{info.st_ino + 1}"},
+                    {"JOURNAL_STREAM": "x:y"}, {"JOURNAL_STREAM": ""}, {}):
+            assert not under_journald(env, handle.fileno())
+
+
+def test_once_on_a_terminal_shows_the_wait(page_server, tmp_path):
+    """Issue 19: `watch --once` was silent for its whole interval (10 s by default). On a
+    terminal (a real pty here) it counts down on stderr; in a pipe it stays quiet."""
+    import pty
+
+    page_server.play(Answer(page("00-healthy.txt")), Answer(page("01-healthy.txt")))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ROCMSEAT_ERROR_LOG": "/dev/null"}
+    controller, terminal = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rocmseat", "watch", "--target", f"r0={page_server.url}",
+             "--once", "--interval", "1.5", "--baseline-al", "2.9", "--state-dir",
+             str(tmp_path / "s")],
+            stdout=subprocess.PIPE, stderr=terminal, text=True, env=env, cwd=REPO)
+        os.close(terminal)
+        out, _ = proc.communicate(timeout=60)
+        said = b""
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            said += chunk
+    finally:
+        os.close(controller)
+    assert proc.returncode == 0, out
+    assert b"rocmseat: scraped 1 target; the second scrape in " in said, said
+
+
+def test_under_journald_the_lines_are_not_stamped_twice(tmp_path):
+    """The real command with stderr on a stream named by JOURNAL_STREAM (as systemd sets it
+    for a unit whose output goes to the journal): journald stamps each line, rocmseat adds
+    no `ts=`; the same command on another stream stamps every line."""
+    def first_and_last(journal: bool) -> list[str]:
+        read_end, write_end = os.pipe()
+        info = os.fstat(write_end)
+        env = {**os.environ, "PYTHONPATH": str(REPO), "ROCMSEAT_ERROR_LOG": "/dev/null"}
+        env.pop("JOURNAL_STREAM", None)
+        if journal:
+            env["JOURNAL_STREAM"] = f"{info.st_dev}:{info.st_ino}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rocmseat", "watch", "--target", "r0=http://127.0.0.1:1/",
+             "--interval", "0.2", "--exporter-listen", "off", "--state-dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL, stderr=write_end, env=env, cwd=REPO)
+        os.close(write_end)
+        with os.fdopen(read_end) as stream:
+            lines = [stream.readline().rstrip("\n")]
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+            lines += [line.rstrip("\n") for line in stream]
+        return [lines[0], lines[-1]]
+
+    assert [line.split(" ", 1)[0] for line in first_and_last(True)] == ["rocmseat-watch"] * 2
+    stamped_lines = first_and_last(False)
+    assert all(re.match(r"ts=\S+Z rocmseat-watch ", line) for line in stamped_lines)
+    assert stamped_lines[-1].endswith(" rocmseat-watch stop")

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.sim import DAY_S, Fault, factor_for_mixed_al, simulate
 from rocmseat.watch.baseline import pinned_baseline
 from rocmseat.watch.detector import DetectorParams, SpecDetector
-from rocmseat.watch.sim import DAY_S, Fault, factor_for_mixed_al, simulate
 from rocmseat.watch.window import Window
 
 

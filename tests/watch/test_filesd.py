@@ -71,6 +71,11 @@ def test_json_and_yaml_read_alike(tmp_path):
     ("t.json", '[{"targets": ["h:1"], "labels": {"zone": 7}}]',
      "entry 1: key 'labels.zone': the value must be a string, not int"),
     ("t.json", '[{"targets": ["h:1"], "labels": {"zone": "a\\u0000b"}}]', "control characters"),
+    # issue 18, item 12: C1 control characters (U+009B is a terminal's CSI) were accepted
+    ("t.json", '[{"targets": ["h:1"], "labels": {"zone": "a\\u009b2Jb"}}]',
+     "control characters"),
+    ("t.yml", '- {targets: ["h:1"], labels: {zone: "a\\x85b"}}\n', "control characters"),
+    ("t.json", '[{"targets": ["h:1"], "labels": {"zone": "a\\u2028b"}}]', "control characters"),
     ("t.json", '[{"targets": ["h:1"], "labels": {"bad-name": "x"}}]', "label name 'bad-name'"),
     ("t.json", '[{"targets": ["h:1"], "labels": {"severity": "page"}}]',
      "rocmseat sets this label itself"),
@@ -238,6 +243,210 @@ def test_running_loop_rereads_the_file_and_keeps_the_last_good_set(page_server, 
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
-    assert bad.startswith("rocmseat-watch targets-file-error keeping=1 error=")
+    assert bad.split(" ", 1)[1].startswith("rocmseat-watch targets-file-error keeping=1 error=")
     assert str(path) in bad
     assert "targets=2 added=2 removed=1 relabelled=0" in good
+
+
+def _anchored(groups: int, labels: int) -> str:
+    """One group of `labels` labels and no targets, anchored, then referenced `groups` times,
+    then one real target (issue 18, item 7: 2,000 labels x 60,000 references, 320 KiB)."""
+    body = "\n".join(f"    l{i}: v{i}" for i in range(labels))
+    return (f"- &g\n  targets: []\n  labels:\n{body}\n" + "- *g\n" * groups
+            + "- targets: ['127.0.0.1:9']\n")
+
+
+def test_an_anchored_group_is_checked_once(tmp_path):
+    """Issue 18, item 7: one 2,000-label group referenced 60,000 times ran over 90 s at start
+    (each reference validated its 2,000 labels again). Each distinct group is checked once."""
+    path = write(tmp_path, "t.yml", _anchored(60_000, 2_000))
+    assert path.stat().st_size < 340_000
+    targets = _within(lambda: read_targets_file(path))
+    assert [t.name for t in targets] == ["127.0.0.1:9"]
+
+
+def _within(call, bound_s=20.0):
+    """The call's value; a failure when it is still running after `bound_s` (a bound on a
+    hang, far above the ~0.1 s it takes, far below the 90 s it took)."""
+    import threading
+
+    box = []
+    thread = threading.Thread(target=lambda: box.append(call()), daemon=True)
+    thread.start()
+    thread.join(bound_s)
+    assert not thread.is_alive(), f"still parsing after {bound_s:g} s"
+    return box[0]
+
+
+def test_aliased_labels_on_many_targets_are_bounded(tmp_path):
+    # the other shape: one 2,000-label mapping given to 20,000 targets would carry 40 million
+    # labels; the work of a file is counted before it is done
+    text = ("- targets: ['h0:1']\n  labels: &L\n"
+            + "\n".join(f"    l{i}: v{i}" for i in range(2_000)) + "\n"
+            + "".join(f"- {{targets: ['h{i}:1'], labels: *L}}\n" for i in range(1, 20_000)))
+    path = write(tmp_path, "t.yml", text)
+
+    def refused():
+        with pytest.raises(ConfigError, match=r"entry \d+: more than 2,000,000 labels in all"):
+            read_targets_file(path)
+        return True
+
+    assert _within(refused)
+
+
+def test_the_same_labels_under_the_limit_are_shared_and_right(tmp_path):
+    text = ("- targets: ['h0:1']\n  labels: &L {zone: z1, rack: '12'}\n"
+            + "".join(f"- {{targets: ['h{i}:1'], labels: *L}}\n" for i in range(1, 300)))
+    targets = read_targets_file(write(tmp_path, "t.yml", text))
+    assert len(targets) == 300
+    assert all(dict(t.labels)["zone"] == "z1" and dict(t.labels)["rack"] == "12"
+               for t in targets)
+
+
+def test_a_symlink_loop_is_named_as_one(tmp_path):
+    """Issue 18, item 12: a symlink loop must be named as such, at start and on a re-read."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    with pytest.raises(ReadError, match="Too many levels of symbolic links"):
+        read_targets_file(a)
+    good = write(tmp_path, "t.json", [{"targets": ["h:1"]}])
+    source = TargetsFile(good)
+    source.load()
+    good.unlink()
+    good.symlink_to(a)
+    said = source.poll()
+    assert said.targets is None and "Too many levels of symbolic links" in (said.error or "")
+
+
+def test_a_seat_label_is_the_seat_of_those_replicas(tmp_path):
+    """Issue 19: a targets-file group labelled `seat` was refused ("rocmseat sets this label
+    itself"); a user who labels replicas with the seat they serve means exactly that."""
+    from rocmseat.watch.alerts import Transition
+
+    path = write(tmp_path, "t.json", [{"targets": ["h:1"], "labels": {"seat": "qwen-mxfp4"}},
+                                      {"targets": ["h:2"]}])
+    one, two = read_targets_file(path)
+    assert dict(one.labels)["seat"] == "qwen-mxfp4"
+    fired = Transition(one.name, A.REPLICA_DOWN, A.FIRING, 0.0, None, labels=one.labels)
+    assert fired.to_alertmanager(node="n1")["labels"]["seat"] == "qwen-mxfp4"
+    other = Transition(two.name, A.REPLICA_DOWN, A.FIRING, 0.0, None, labels=two.labels)
+    assert "seat" not in other.to_alertmanager(node="n1")["labels"]
+
+
+def test_a_slow_reread_never_holds_an_evaluation(tmp_path):
+    """Issue 18, item 7: a re-read of a big file in a running watcher froze evaluation for
+    more than 30 s (`/healthz` stale). The file is polled on a thread of its own; here its
+    poll is held on an event while evaluations go on."""
+    import threading
+
+    from rocmseat.watch.filesd import BackgroundPoll
+
+    release = threading.Event()
+    entered = threading.Event()
+
+    class Slow(TargetsFile):
+        def poll(self):
+            entered.set()
+            release.wait(30)
+            return Reload([Target("new", "http://127.0.0.1:9/metrics")])
+
+    path = write(tmp_path, "t.json", [{"targets": ["h:1"]}])
+    polling = BackgroundPoll(Slow(path))
+    polling.request()
+    assert entered.wait(10)
+    polling.request()  # one poll at a time: this does not start a second
+    assert polling.take() is None  # the evaluation thread goes on meanwhile
+    release.set()
+    polling.join(10)
+    done = polling.take()
+    assert done is not None and [t.name for t in done.targets or []] == ["new"]
+    assert polling.take() is None
+
+
+def test_a_poll_that_breaks_is_said_and_the_watch_goes_on(tmp_path):
+    from rocmseat.watch.filesd import BackgroundPoll
+
+    class Broken(TargetsFile):
+        def poll(self):
+            raise RuntimeError("boom")
+
+    polling = BackgroundPoll(Broken(write(tmp_path, "t.json", [{"targets": ["h:1"]}])))
+    polling.request()
+    polling.join(10)
+    done = polling.take()
+    assert done is not None and done.targets is None
+    assert done.error == f"{tmp_path / 't.json'}: could not be re-read (RuntimeError: boom)"
+
+
+def test_a_running_watcher_keeps_evaluating_while_a_big_file_is_reread(page_server, tmp_path):
+    """Issue 18, item 7, the running watcher: a re-read of an anchored file froze evaluation
+    (`/healthz` stale, `/ready` "no fresh verdict"). The file is swapped for a 770 KiB one
+    (a 2,000-label group referenced 150,000 times: two reads of it take seconds here) and the
+    watchdog's own counter of evaluations keeps moving until the reload is said (3 evaluations
+    when the reads ran on the evaluation thread, 18 with them on a thread of their own)."""
+    import threading
+
+    import httpx
+
+    from rocmseat.watch.service import Sinks, run_service
+
+    port = page_server.url.split(":")[2].split("/")[0]
+    page_server.play(Answer(page("01-healthy.txt")))
+    path = write(tmp_path, "t.yml", f"- targets: ['127.0.0.1:{port}']\n")
+    lines: list[str] = []
+    stop = threading.Event()
+    source = TargetsFile(path)
+    targets = source.load()
+    worker = threading.Thread(target=run_service, args=(
+        targets, WatchConfig(interval_s=0.1, timeout_s=1.0, state_dir=tmp_path / "s"),
+        Sinks("127.0.0.1:0")), kwargs={"log": lines.append, "stop": stop,
+                                       "targets_file": source}, daemon=True)
+    worker.start()
+
+    def said(needle, bound_s=60.0):  # a bound for a broken build
+        deadline = time.monotonic() + bound_s
+        while time.monotonic() < deadline:
+            found = [line for line in list(lines) if needle in line]
+            if found:
+                return found[0]
+            time.sleep(0.02)
+        raise AssertionError(f"{needle!r} not in {lines}")
+
+    def evaluations(base):
+        text = httpx.get(f"{base}/metrics", timeout=5).text
+        return float(next(line.split()[1] for line in text.splitlines()
+                          if line.startswith("rocmseat_watch_evaluations_total ")))
+
+    try:
+        start = said("rocmseat-watch start")
+        base = "http://" + start.rsplit("exporter=", 1)[1]
+        while evaluations(base) < 3:
+            time.sleep(0.05)
+        big = _anchored(150_000, 2_000).replace("127.0.0.1:9", f"localhost:{port}")
+        tmp = tmp_path / "t.yml.new"
+        tmp.write_text(big)
+        os.replace(tmp, path)
+        before = evaluations(base)
+        said("targets-file-reloaded")
+        during = evaluations(base) - before
+    finally:
+        stop.set()
+        worker.join(30)
+    print(f"evaluations while a 770 KiB anchored file was re-read: {during:.0f}")
+    assert during >= 8, lines
+    assert said("targets-file-reloaded").endswith("targets=1 added=1 removed=1 relabelled=0")
+
+
+def test_watch_once_starts_at_once_on_an_anchored_file(rocmseat_cli, page_server, tmp_path):
+    """Issue 18, item 7, the command: `watch --targets-file` on the 320 KiB anchored file ran
+    for over 90 s at start; now it reads it and judges its one replica."""
+    port = page_server.url.split(":")[2].split("/")[0]
+    page_server.play(Answer(page("00-healthy.txt")), Answer(page("01-healthy.txt")))
+    path = write(tmp_path, "t.yml",
+                 _anchored(60_000, 2_000).replace("127.0.0.1:9", f"127.0.0.1:{port}"))
+    result = _within(lambda: rocmseat_cli("watch", "--targets-file", str(path), "--once",
+                                          "--interval", "0.05", "--baseline-al", "2.9",
+                                          "--state-dir", str(tmp_path / "s")))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[1].split()[:2] == [f"127.0.0.1:{port}", "yes"]

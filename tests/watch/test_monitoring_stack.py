@@ -281,7 +281,7 @@ def test_targets_files_read_as_prometheus_reads_them(tmp_path: Path) -> None:
     labels) and through rocmseat.watch.filesd: the same labels for every target (issue 13,
     review 2: `rack: 12` in YAML is the label "12", a null or empty value is no label)."""
     from rocmseat.watch.filesd import parse_targets_file
-    from tests.watch.test_review2 import SCALARS_YAML
+    from tests.watch.test_filesd_rules import SCALARS_YAML
 
     prometheus = _binary("prometheus")
     files = {"scalars.yml": SCALARS_YAML,

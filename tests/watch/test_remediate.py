@@ -16,12 +16,12 @@ import pytest
 
 from rocmseat.cache.key import ConfigKey
 from rocmseat.cache.store import MOVED_ASIDE_NAME, prepare
-from rocmseat.launch.placed import read_recorded, write_recorded
-from rocmseat.launch.report import summary_json
 from rocmseat.launch.startuplog import classify_text
+from rocmseat.placement.recorded import read_recorded, write_recorded
+from rocmseat.placement.resolve import resolve
+from rocmseat.placement.rules import replica_state_dir
 from rocmseat.runner import run
 from rocmseat.seat.load import load_seat
-from rocmseat.seat.placement import replica_state_dir, resolve
 from rocmseat.watch import alerts as A
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.readiness import replica_readiness
@@ -171,7 +171,7 @@ class World:
         (directory / "startup.json").write_text(json.dumps({
             "schema": "rocmseat.startup/v1", "seat": "heal", "replica": replica,
             "started_at": "2026-12-01T08:00:00Z",
-            "log": summary_json(classify_text(log_text))}))
+            "log": classify_text(log_text).to_json()}))
 
     def runner(self, argv, **kw):
         """The real runner runs the restart command; then the replayed engine restarts as

@@ -4,7 +4,8 @@ with the placement.json launch recorded; a record that is not usable is said and
 still watched on its port.
 
 The recorded placements here are written the way launch writes them: the resolver's record for
-the fixture node (rocmseat.launch.flow.place) saved with rocmseat.launch.placed.write_recorded;
+the fixture node (rocmseat.launch.flow.place_for_launch) saved with
+rocmseat.placement.recorded.write_recorded;
 the hostile ones are those records, edited.
 """
 
@@ -21,7 +22,7 @@ import pytest
 import rocmseat.sysfs.fs
 from rocmseat.errors import ConfigError
 from rocmseat.launch import flow
-from rocmseat.launch.placed import write_recorded
+from rocmseat.placement.recorded import write_recorded
 from rocmseat.seat.load import load_seat
 from rocmseat.watch.targets import seat_targets
 from tests.conftest import FIXTURES, REPO
@@ -49,7 +50,7 @@ def copy_seat(tmp_path: Path, *replacements: tuple[str, str]) -> Path:
 def launched(seat_path: Path, state: Path, *replicas: str) -> None:
     """What launch leaves in the state dir of each replica it started: its placement.json."""
     seat = load_seat(seat_path)
-    for record in flow.place(seat, X99, state_dir=state).records:
+    for record in flow.place_for_launch(seat, X99, state_dir=state).records:
         if record.replica in replicas:
             write_recorded(record)
 
@@ -75,7 +76,7 @@ def test_r1_alone_is_watched_on_its_own_port_with_its_gpus(tmp_path):
 
 def test_shipped_seat_r1_only(tmp_path):
     seat = load_seat(SHIPPED)
-    for record in flow.place(seat, X99, state_dir=tmp_path / "state").records[1:]:
+    for record in flow.place_for_launch(seat, X99, state_dir=tmp_path / "state").records[1:]:
         write_recorded(record)
     targets = seat_targets(seat, tmp_path / "state", sysfs_root=NO_GPU)
     assert [(t.name, t.url, t.gpus) for t in targets] == [

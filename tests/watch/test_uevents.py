@@ -175,7 +175,7 @@ def test_the_service_resolves_and_starts_the_monitor_for_an_auto_seat(tmp_path, 
     recorded); the service resolves them to device paths, starts the monitor, and an AER
     failure on r1's root port reaches r1 as an alert."""
     from rocmseat.launch import flow
-    from rocmseat.launch.placed import write_recorded
+    from rocmseat.placement.recorded import write_recorded
     from rocmseat.seat.load import load_seat
     from rocmseat.watch.service import Sinks, run_service
     from rocmseat.watch.targets import seat_targets
@@ -189,7 +189,8 @@ def test_the_service_resolves_and_starts_the_monitor_for_an_auto_seat(tmp_path, 
                          .replace("port_base = 8000", f"port_base = {port - 1}"))
     seat = load_seat(seat_file)
     state = tmp_path / "state"
-    write_recorded(flow.place(seat, x99, state_dir=state).records[1])  # launch ran r1 only
+    # launch ran r1 only
+    write_recorded(flow.place_for_launch(seat, x99, state_dir=state).records[1])
     # a monitoring host: its /sys shows no GPU, the placement launch recorded is all there is
     targets = seat_targets(seat, state, sysfs_root=FIXTURES / "sysfs" / "no-amdgpu")
     assert [(t.name, t.gpus) for t in targets] == [("r1", ("0000:86:00.0", "0000:89:00.0"))]

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat.errors import RocmseatError
+from rocmseat.placement.record import ReplicaPlacement
 from rocmseat.runner import Runner, run
 from rocmseat.seat.model import Seat
-from rocmseat.seat.placement import ReplicaPlacement
 
 SYSTEMCTL_TIMEOUT_S = 60.0
 UNIT_LIMIT_BYTES = 1 << 20

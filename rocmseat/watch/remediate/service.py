@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rocmseat.errors import RocmseatError
+from rocmseat.placement.record import ReplicaPlacement
+from rocmseat.placement.rules import replica_state_dir
 from rocmseat.seat.model import Seat
-from rocmseat.seat.placement import ReplicaPlacement, replica_state_dir
 from rocmseat.watch import alerts as A
 from rocmseat.watch.remediate import journal
 from rocmseat.watch.remediate import policy as P

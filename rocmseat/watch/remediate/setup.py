@@ -1,7 +1,7 @@
 """Wiring: a seat's remediator for `rocmseat watch SEAT --remediate` (docs/remediate.md).
 
 The replicas it may act on are the ones launch recorded (their placement.json in the state dir:
-rocmseat.launch.placed.read_recorded); a rocm seat's node must have a passing preflight verdict
+rocmseat.placement.recorded.read_recorded); a rocm seat's node must have a passing preflight verdict
 of this boot (rocmseat.fleet.verdict_cache), read afresh before each step.
 """
 
@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rocmseat.placement.record import ReplicaPlacement
 from rocmseat.seat.model import Seat
-from rocmseat.seat.placement import ReplicaPlacement
 from rocmseat.watch.remediate.actions import SeatEdge
 from rocmseat.watch.remediate.service import VERDICT_MAX_AGE_S, Remediator
 
@@ -39,7 +39,7 @@ def node_refusal(state_dir: Path, sysfs_root: Path | None) -> Callable[[], str |
 
 def remediator_factory(seat: Seat, seat_file: Path, state_dir: Path, mode: str, *, node: str,
                        sysfs_root: Path | None) -> Callable[[Callable[[str], None]], Remediator]:
-    from rocmseat.launch.placed import read_recorded
+    from rocmseat.placement.recorded import read_recorded
 
     def launched() -> dict[str, ReplicaPlacement]:
         return {r.replica: r for r in read_recorded(seat, state_dir).records}

@@ -169,7 +169,7 @@ def _mixed_al_at(alphas: dict[str, float], factor: float) -> float:
     return sum(w * _al(alphas[c] * factor) for c, w in BASE_MIX.items())
 
 
-def _window(  # noqa: PLR0917 (one call site, all positional state of the simulation)
+def _window(
     rng: random.Random,
     requests: list[tuple[float, int]],
     n_total: int,

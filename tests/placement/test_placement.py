@@ -1,4 +1,4 @@
-"""The placement resolver (rocmseat.seat.placement): one record per replica, from the shipped
+"""The placement resolver (rocmseat.placement.resolve): one record per replica, from the shipped
 seats and the fixture trees; the HIP numbering rules; placement.json both ways."""
 
 from __future__ import annotations
@@ -12,19 +12,16 @@ import pytest
 from rocmseat.errors import ConfigError, NoDeviceError
 from rocmseat.hip.numbering import rocr_selection
 from rocmseat.node.inventory import read_inventory
-from rocmseat.seat.load import load_seat
-from rocmseat.seat.placement import (
+from rocmseat.placement.record import (
     HIP_ORDER_ASSUMED,
     HIP_ORDER_PROBED,
     PlacementFileError,
-    assumed_numbering,
-    http_base,
-    pick,
-    placement_from_json,
+    parse_placement,
     placement_json,
-    probed_numbering,
-    resolve,
 )
+from rocmseat.placement.resolve import assumed_numbering, pick, probed_numbering, resolve
+from rocmseat.placement.rules import http_base
+from rocmseat.seat.load import load_seat
 from tests.conftest import FIXTURES, REPO
 
 SYSFS = FIXTURES / "sysfs"
@@ -218,14 +215,14 @@ def test_http_base_refuses_what_is_not_a_host(host):
 def test_placement_json_round_trip():
     seat = load_seat(REPO / "launchers" / "r9700-mxfp4-dflash.toml")
     for record in resolve(seat, x99(), state_root=STATE):
-        doc = json.loads(json.dumps(placement_json(record), allow_nan=False))
+        doc = json.loads(placement_json(record))
         assert doc["schema"] == "rocmseat.placement/v1"
-        assert placement_from_json(doc) == record
+        assert parse_placement(placement_json(record)) == record
 
 
 def _doc():
     seat = load_seat(REPO / "launchers" / "r9700-mxfp4-dflash.toml")
-    return placement_json(resolve(seat, x99(), state_root=STATE)[1])
+    return json.loads(placement_json(resolve(seat, x99(), state_root=STATE)[1]))
 
 
 @pytest.mark.parametrize(("change", "why"), [
@@ -240,20 +237,22 @@ def _doc():
     (lambda d: d.update(hip_indices=[0, "1"]), "key 'hip_indices'"),
     (lambda d: d.update(cache_dir="relative/dir"), "key 'cache_dir'"),
     (lambda d: d.update(state_dir="/srv/\nExecStartPre=/evil"), "key 'state_dir'"),
-    (lambda d: d["numa"].update(node="1"), "key 'node'"),
+    (lambda d: d["numa"].update(node="1"), "key 'numa.node'"),
+    (lambda d: d.update(extra="x"), "key 'extra'"),
+    (lambda d: d.update(replica="r" * 33), "key 'replica'"),
     (lambda d: d.pop("hip_note"), "key 'hip_note'"),
 ])
 def test_malformed_placement_json_names_the_key(change, why):
     doc = _doc()
     change(doc)
     with pytest.raises(PlacementFileError, match=re.escape(why)):
-        placement_from_json(doc)
+        parse_placement(json.dumps(doc))
 
 
 def test_placement_json_that_is_not_an_object():
     for doc in ([], "x", None, 3):
         with pytest.raises(PlacementFileError, match="not a JSON object"):
-            placement_from_json(doc)
+            parse_placement(json.dumps(doc))
 
 
 # ----- a replica's pair is its identity (review of issue 10, defect 1) ------------------------
@@ -352,7 +351,7 @@ def _recorded(index: int = 1) -> tuple[object, object]:
 def test_record_problem_names_what_disagrees_with_the_rule(field, value, why):
     import dataclasses
 
-    from rocmseat.seat.placement import record_problem
+    from rocmseat.placement.record import record_problem
 
     seat, record = _recorded()
     assert record_problem(seat, record, STATE) is None
@@ -360,7 +359,7 @@ def test_record_problem_names_what_disagrees_with_the_rule(field, value, why):
 
 
 def test_replica_index_is_the_naming_rule(tmp_path):
-    from rocmseat.seat.placement import replica_index
+    from rocmseat.placement.rules import replica_index
 
     named = load_seat(REPO / "launchers" / "r9700-mxfp4-dflash.toml")
     assert [replica_index(named, n) for n in ("r0", "r1", "r2", "x")] == [0, 1, None, None]
@@ -368,3 +367,24 @@ def test_replica_index_is_the_naming_rule(tmp_path):
     assert [replica_index(auto, n) for n in ("r0", "r7", "r07", "r", "r-1")] == [
         0, 7, None, None, None]
     assert replica_index(load_seat(REPO / "launchers" / "demo-cpu.toml"), "r1") is None
+
+
+@pytest.mark.parametrize(("name", "index"), [("r0", 0), ("r1", 1), ("r07", None), ("r", None),
+                                             ("r-1", None), ("x", None)])
+def test_the_gate_finds_a_replica_by_the_seats_one_naming_rule(tmp_path, name, index):
+    """Issue 16: the speculation gate looked a replica up by its own looser rule (`r07` was
+    replica 7, `r5` of a one-replica cpu seat was 5): it asks the placement's rule now."""
+    from rocmseat.placement.rules import replica_index
+    from rocmseat.spec.gaterun import replica_slot
+
+    auto = seat_from(tmp_path, R9700.replace('names = ["r0", "r1"]', ""))
+    assert replica_index(auto, name) == index
+    if index is None:
+        with pytest.raises(ConfigError, match="not a replica of seat"):
+            replica_slot(auto, name)
+    else:
+        assert replica_slot(auto, name) == index
+    cpu = load_seat(REPO / "launchers" / "demo-cpu.toml")
+    with pytest.raises(ConfigError, match=r"not a replica of seat demo-cpu$") as info:
+        replica_slot(cpu, "r5")
+    assert info.value.hint == "its replicas: r0"
