@@ -3,7 +3,8 @@
 At every acceptance level (a target of `rocmseat demo spec-models` with its one-layer drafter):
 
 1. calibration, before any sweep: one base arm (the target alone, K=0) and, per level, one arm
-   at K_max; the advisor (rocmseat.spec.decide) sees the per-position counters of that level's
+   at K_max; the advisor (rocmseat.speculation.advise.decide) sees the per-position counters of
+   that level's
    K_max arm and measured step costs, nothing else. Two variants: the step cost fitted per level
    (base + that level's arm; `advice.json`, written before the first sweep) and pooled over
    every calibration arm (the step cost does not depend on acceptance; `advice-pooled.json`);
@@ -37,13 +38,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rocmseat.spec.acceptance import Counters, estimate, expected_tokens
-from rocmseat.spec.decide import advise
-from rocmseat.spec.gateconf import Battery, load_seat_with_gate
-from rocmseat.spec.gaterun import GateRun, check_bench_client, load_arm_record
-from rocmseat.spec.gates import GateConfig
-from rocmseat.spec.stats import mean, sample_sd
-from rocmseat.spec.stepcost import cells_from_runs, choose
+from rocmseat.speculation.advise.acceptance import Counters, estimate, expected_tokens
+from rocmseat.speculation.advise.decide import advise
+from rocmseat.speculation.advise.stepcost import cells_from_runs, choose
+from rocmseat.speculation.gate.gateconf import Battery, load_seat_with_gate
+from rocmseat.speculation.gate.gaterun import GateRun, check_bench_client, load_arm_record
+from rocmseat.speculation.gate.gates import GateConfig
+from rocmseat.speculation.stats import mean, sample_sd
 
 SEAT = """\
 name = "{name}"
@@ -87,7 +88,7 @@ num_speculative_tokens = {k}
 
 def arm_measurements(arm_dir: Path) -> dict[str, Any] | None:
     """(concurrency -> [tok/s], [(c, K, ITL ms)], pooled counters) of a finished arm, read
-    back through the gate's own reader (rocmseat.spec.gaterun.load_arm_record)."""
+    back through the gate's own reader (rocmseat.speculation.gate.gaterun.load_arm_record)."""
     if not (arm_dir / "arm.json").exists():
         return None
     record = load_arm_record(arm_dir.parent.parent, arm_dir.name)
@@ -219,7 +220,8 @@ def main() -> int:
         for c in concurrency:
             passes = [base_values[c]] + [measured[level][k][c] for k in range(1, args.k_max + 1)]
             values = [mean(v) for v in passes]
-            # The same tie rule as the advisor (rocmseat.spec.decide: the larger K on a tie).
+            # The same tie rule as the advisor (rocmseat.speculation.advise.decide: the larger K
+            # on a tie).
             best = max(range(len(values)), key=lambda k, v=values: (v[k], k))
             tied = statistically_tied(passes, best)
             picks = {"level": info["advisor_best"][str(c)],

@@ -1,6 +1,6 @@
 """The long hostile batteries of the speculation room (issue 18): mutated gate directories
 through `spec advise --from-gate` and seat edits through `write_drafter_schedule`, as the
-unit-tier test tests/spec/test_hostile_spec_battery.py does with a few dozen.
+unit-tier test tests/speculation/test_hostile_spec_battery.py does with a few dozen.
 
 Prints each battery's counts and failures (exit 3, a traceback, a hang past the per-call
 deadline, a write outside the directory, a byte of a file outside in the output, a seat edit
@@ -24,7 +24,7 @@ def main() -> int:
     args, workdir = battery_args(__doc__, rounds=500, seed=20261201,
                                  prefix="rocmseat-hostile-spec-")
     from tests.seat.test_hostile_battery import cli_runner
-    from tests.spec.test_hostile_spec_battery import GATE, GateBattery, SeatEditBattery
+    from tests.speculation.test_hostile_spec_battery import GATE, GateBattery, SeatEditBattery
 
     cli = cli_runner()
     clean = workdir / "clean"

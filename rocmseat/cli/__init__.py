@@ -1,1 +1,2 @@
-"""click commands only: parse -> call the library -> render. No logic lives here."""
+"""The CLI room: click commands only: options -> one library call -> render -> exit code. No
+policy lives here (docs/architecture.md, "The house")."""

@@ -117,7 +117,7 @@ def spec_models(  # noqa: PLR0917 (click passes every option)
 ) -> int:
     """Build DEST/spec-drafter (one layer) and 12-layer targets with settable acceptance."""
     from rocmseat.demo import build_spec_models
-    from rocmseat.spec.battery import PROMPTS_FILE
+    from rocmseat.speculation.gate.battery import PROMPTS_FILE
 
     with progress(f"building the speculation demo models in {dest}"):
         built = build_spec_models(

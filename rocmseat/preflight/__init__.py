@@ -1,1 +1,2 @@
-"""Preflight: pure judges from an inventory to findings, and the report renderers."""
+"""Preflight: pure judges from readings (inventory, firmware link, AER/RAS counters over fixed
+windows) to findings, the recorded verdict (`verdict`), and the report renderers."""
