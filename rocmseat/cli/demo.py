@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import threading
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from rocmseat import exitcodes
+from rocmseat import exitcodes, jsonio
 from rocmseat.cli.options import json_option
 from rocmseat.demo import PYTHON_ENV, build_models, default_engine_python
 
@@ -82,7 +81,7 @@ def models(dest: Path, python: Path | None, force: bool, as_json: bool) -> int:
                 for m in built
             ],
         }
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        click.echo(jsonio.dumps(doc))
         return exitcodes.OK
     for m in built:
         click.echo(
@@ -124,10 +123,10 @@ def spec_models(  # noqa: PLR0917 (click passes every option)
             dest, python or default_engine_python(), eps=_floats(eps, "--eps"),
             acceptance=_floats(acceptance, "--acceptance"), prompts=PROMPTS_FILE, force=force)
     if as_json:
-        click.echo(json.dumps({"schema": "rocmseat.demo-spec-models/v1", "models": [
+        click.echo(jsonio.dumps({"schema": "rocmseat.demo-spec-models/v1", "models": [
             {"name": m.name, "path": str(m.path), "eps": m.eps,
              "offline_agreement": m.offline_agreement, "size_bytes": m.size_bytes}
-            for m in built]}, indent=2, sort_keys=True))
+            for m in built]}))
         return exitcodes.OK
     for m in built:
         what = "drafter (layer 0 of the targets)" if m.eps is None else (
