@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import click
@@ -83,7 +85,49 @@ def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_onl
     if preflight_only:
         flow.preflight_only(seat, replica, sysfs_root=root, state_dir=state, say=_say, pin=pin)
         return exitcodes.OK
-    result = flow.launch_replica(seat, replica, sysfs_root=root, state_dir=state,
-                                 echo=_echo_engine, say=_say, stop_grace_s=stop_grace_s,
-                                 pin=pin)
+    progress = _ReadyProgress() if sys.stderr.isatty() else None
+    try:
+        result = flow.launch_replica(seat, replica, sysfs_root=root, state_dir=state,
+                                     echo=_echo_engine, say=_say, stop_grace_s=stop_grace_s,
+                                     pin=pin, on_status=progress.on_message if progress else None)
+    finally:
+        if progress is not None:
+            progress.stop()
     return result.exit_code
+
+
+class _ReadyProgress:
+    """On a terminal, the wait for READY says where it is: every sd_notify status as it
+    changes, and every `every_s` seconds how long it has waited (engine starts take minutes,
+    docs/launch.md). Silent off a terminal: systemd has the same text in `systemctl status`."""
+
+    def __init__(self, every_s: float = 15.0) -> None:
+        self.started = time.monotonic()
+        self.last = "starting"
+        self.done = threading.Event()
+        self.lock = threading.Lock()  # a tick never speaks after READY was said
+        self.every_s = every_s
+        self.ticker = threading.Thread(target=self._tick, name="rocmseat-ready-wait",
+                                       daemon=True)
+        self.ticker.start()
+
+    def on_message(self, message: str) -> None:
+        fields = dict(line.partition("=")[::2] for line in message.splitlines())
+        status = fields.get("STATUS", "")
+        with self.lock:
+            if fields.get("READY") == "1" or fields.get("STOPPING") == "1":
+                self.done.set()
+            if status and status != self.last:
+                self.last = status
+                _say(f"{status} ({time.monotonic() - self.started:.0f} s)")
+
+    def _tick(self) -> None:
+        while not self.done.wait(self.every_s):
+            with self.lock:
+                if not self.done.is_set():
+                    _say(f"waiting for READY: {time.monotonic() - self.started:.0f} s "
+                         f"(last: {self.last})")
+
+    def stop(self) -> None:
+        self.done.set()
+        self.ticker.join(timeout=1.0)

@@ -215,8 +215,10 @@ def launch_replica(
     seat: Seat, replica: str, *, sysfs_root: Path | None, state_dir: Path, echo: Say, say: Say,
     environ: Mapping[str, str] | None = None, stop_grace_s: float = 30.0,
     probe_interval_s: float = 2.0, fetch: Fetch = http_fetch,
-    pin: tuple[str, str] | None = None,
+    pin: tuple[str, str] | None = None, on_status: Callable[[str], None] | None = None,
 ) -> LaunchResult:
+    """Start one replica in the foreground. `on_status` is told every sd_notify message
+    (STATUS=, READY=1, STOPPING=1) as it is sent, with or without a systemd socket."""
     environ = dict(os.environ if environ is None else environ)
     placed = place_for_launch(seat, sysfs_root, state_dir=state_dir, environ=environ, pin=pin,
                               replica=replica)
@@ -230,7 +232,7 @@ def launch_replica(
             return _launch_locked(seat, placed, record, sysfs_root=sysfs_root,
                                   state_dir=state_dir, echo=echo, say=say, environ=environ,
                                   stop_grace_s=stop_grace_s, probe_interval_s=probe_interval_s,
-                                  fetch=fetch)
+                                  fetch=fetch, on_status=on_status)
     except LockTimeout:
         raise RocmseatError(f"replica {record.replica} of seat {seat.name} is already being "
                             f"launched by another process (lock {lock})",
@@ -267,13 +269,14 @@ def _launch_locked(
     seat: Seat, placed: Placement, record: ReplicaPlacement, *, sysfs_root: Path | None,
     state_dir: Path, echo: Say, say: Say, environ: dict[str, str],
     stop_grace_s: float, probe_interval_s: float, fetch: Fetch,
+    on_status: Callable[[str], None] | None = None,
 ) -> LaunchResult:
     from rocmseat.cache.store import prepare
     from rocmseat.launch.memplan import checkpoint_total_from_factors
 
     initial = plan_replica(seat, record, numactl=None)
     check_engine_command(initial, seat.engine.python, engine_env(environ, initial))
-    notifier = Notifier.from_environ(environ)
+    notifier = Notifier.from_environ(environ, on_status)
     started = dt.datetime.now(dt.UTC)
     # Order: key (cheap, no side effect) -> HIP numbering -> plan -> preflight gate ->
     # placement.json -> cache prepare (the side effect: a move-aside) -> engine, so a refused

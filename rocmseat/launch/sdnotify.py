@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 NOTIFY_ENV = "NOTIFY_SOCKET"
 
@@ -23,13 +23,17 @@ def socket_address(value: str) -> str:
 
 
 class Notifier:
-    def __init__(self, address: str | None) -> None:
+    def __init__(self, address: str | None,
+                 listener: Callable[[str], None] | None = None) -> None:
         self.address = address
         self.sent: list[str] = []  # what was sent, for the startup report and tests
+        # Also told every message (a terminal's progress display until READY: the CLI's).
+        self.listener = listener
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> Notifier:
-        return cls(environ.get(NOTIFY_ENV) or None)
+    def from_environ(cls, environ: Mapping[str, str],
+                     listener: Callable[[str], None] | None = None) -> Notifier:
+        return cls(environ.get(NOTIFY_ENV) or None, listener)
 
     @property
     def enabled(self) -> bool:
@@ -43,6 +47,8 @@ class Notifier:
         """
         message = "\n".join(f.replace("\n", " ") for f in fields)
         self.sent.append(message)
+        if self.listener is not None:
+            self.listener(message)
         if self.address is None:
             return False
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:

@@ -328,3 +328,42 @@ def test_kv_shrink_under_the_same_key_does_not_say_the_key_changed(tmp_path, fak
     [shrunk] = [f for f in result.findings if f.check_id == "launch.kv.shrunk"]
     assert "(config key changed)" not in shrunk.message
     assert shrunk.message.endswith("(same config key)") and shrunk.data["key_changed"] is False
+
+
+def test_the_wait_for_ready_shows_progress_on_a_terminal(tmp_path, fake_engine_python,
+                                                         free_tcp_port, monkeypatch):
+    """Issue 19: launch's wait for READY said nothing of its own on a terminal (engine starts
+    take minutes). Every sd_notify message now reaches the CLI's progress display, which says
+    each status as it changes, how long it has waited, and stops at READY."""
+    import time
+
+    import rocmseat.cli.launch as cli_launch
+
+    s = demo_seat_with_test_engine(tmp_path, fake_engine_python, free_tcp_port,
+                                   ["--exit-after-canary", "0"])
+    lines: list[str] = []
+    monkeypatch.setattr(cli_launch, "_say", lines.append)
+    progress = cli_launch._ReadyProgress(every_s=0.01)
+    time.sleep(0.05)  # the ticker speaks while nothing else does
+    messages: list[str] = []
+
+    def listen(message: str) -> None:
+        messages.append(message)
+        progress.on_message(message)
+
+    result = flow.launch_replica(s, "r0", sysfs_root=None, state_dir=tmp_path / "state",
+                                 echo=lambda _: None, say=lambda _: None,
+                                 environ={k: v for k, v in os.environ.items()
+                                          if k != "NOTIFY_SOCKET"},
+                                 probe_interval_s=0.05, stop_grace_s=2.0, on_status=listen)
+    progress.stop()
+    assert result.exit_code == 0
+    assert messages[0] == "STATUS=computing the config key"
+    assert any(m.startswith("READY=1\nSTATUS=ready in ") for m in messages), messages
+    assert any(line.startswith("waiting for READY: ") for line in lines), lines
+    statuses = [line for line in lines if not line.startswith("waiting for READY")]
+    assert statuses[0].startswith("computing the config key (")
+    assert any(line.startswith("ready in ") for line in statuses), statuses
+    time.sleep(0.05)
+    after_ready = lines[next(i for i, line in enumerate(lines) if line.startswith("ready in ")):]
+    assert not [line for line in after_ready[1:] if line.startswith("waiting for READY")]
