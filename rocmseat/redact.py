@@ -67,16 +67,19 @@ def _secret_word(word: str) -> bool:
 def redact_argv(argv: Iterable[str]) -> list[str]:
     """The argv with the values of secret-bearing flags replaced.
 
-    `--api-key VALUE` and `--api-key=VALUE` both; a URL argument loses its userinfo.
+    `--api-key VALUE` and `--api-key=VALUE` both; every value up to the next option, since
+    vLLM's `--api-key` takes one or more keys (nargs="+", vllm/entrypoints/openai/cli_args.py);
+    a URL argument loses its userinfo.
     """
     out: list[str] = []
-    hide_next = False
+    hide_next = False  # the first value after a secret flag (it may itself start with "-")
+    hide_more = False  # the further values of that flag, up to the next option
     for arg in argv:
-        if hide_next and not arg.startswith("--"):  # a flag after a switch is no value
-            out.append(REDACTED)
-            hide_next = False
+        if (hide_next and not arg.startswith("--")) or (hide_more and not arg.startswith("-")):
+            out.append(REDACTED)  # a flag after a switch is no value
+            hide_next, hide_more = False, True
             continue
-        hide_next = False
+        hide_next = hide_more = False
         if arg.startswith("-") and len(arg) > 1:
             name, sep, _value = arg.partition("=")
             if is_secret_name(name):

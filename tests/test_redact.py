@@ -114,3 +114,13 @@ def test_a_flag_after_a_secret_switch_is_not_taken_for_its_value():
     # `--disable-signature-check` takes no value: the next flag and its value stay readable
     assert redact_argv(["--disable-signature-check", "--port", "8000", "--api-key", "k"]) == [
         "--disable-signature-check", "--port", "8000", "--api-key", REDACTED]
+
+
+def test_every_key_of_a_multi_key_api_key_flag_is_redacted():
+    """vLLM's --api-key takes one or more keys (nargs="+"): the second one was printed in clear."""
+    from rocmseat.redact import redact_argv
+
+    assert redact_argv(["vllm", "serve", "m", "--api-key", "k1", "k2", "--port", "1"]) == [
+        "vllm", "serve", "m", "--api-key", "<redacted>", "<redacted>", "--port", "1"]
+    assert redact_argv(["--api-key", "-dash-key", "--port", "1"]) == [
+        "--api-key", "<redacted>", "--port", "1"]

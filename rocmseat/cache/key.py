@@ -270,6 +270,10 @@ def split_engine_args(args: Sequence[str]) -> tuple[list[str], dict[str, Any] | 
             continue
         if flag in NEUTRAL_FLAGS:
             index += step
+            if not eq and is_secret_name(flag):
+                # `--api-key a b`: one or more keys (nargs="+"); none of them is a key factor
+                while index < len(args) and not args[index].startswith("-"):
+                    index += 1
             continue
         kept.append(arg)
         index += 1

@@ -267,3 +267,11 @@ def test_a_changed_secret_changes_the_key_without_saying_it(tmp_path: Path) -> N
     assert "sk-one" not in text and "hf_two" not in text
     changes = [c.describe() for c in diff_factors(first.factors, second.factors)]
     assert changes and not any("sk-" in c or "hf_" in c for c in changes)
+
+
+def test_no_key_of_a_multi_key_api_key_flag_is_a_key_factor():
+    """`--api-key k1 k2` kept k2 as an engine arg, so it reached the manifest in clear."""
+    from rocmseat.cache.key import split_engine_args
+
+    kept, _ = split_engine_args(["--api-key", "k1", "k2", "--max-num-seqs", "8"])
+    assert "k1" not in kept and "k2" not in kept and kept == ["--max-num-seqs", "8"]
