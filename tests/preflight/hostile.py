@@ -204,7 +204,12 @@ def judge(outcome: Outcome, stdout: str, stderr: str, pristine_cards: set[str]) 
             outcome.violations.append(f"stdout is not strict JSON: {exc}")
     elif code != 2 or len(stderr.strip().splitlines()) != 1:
         outcome.violations.append("no report and no one-line error")
-    if isinstance(doc, dict):
+    if isinstance(doc, dict) and "error" in doc:
+        # `--json` that could not check prints its error document (schema, exit_code, error)
+        if code != 2 or doc.get("exit_code") != 2 or not isinstance(doc["error"], str) \
+                or "\n" in doc["error"] or doc.get("schema") != "rocmseat.preflight/v1":
+            outcome.violations.append(f"error document that is not one exit-2 line: {doc}")
+    elif isinstance(doc, dict):
         seen = {g["card"] for g in doc["gpus"]}
         named = {f["subject"] for f in doc["findings"] if f["check_id"] == "inventory.card"}
         lost = pristine_cards - seen - named
