@@ -44,6 +44,15 @@ def read_regular_bytes(path: Path, *, limit_bytes: int = DEFAULT_LIMIT_BYTES) ->
             raise ReadError(path, "is a directory, not a file") from None
         raise ReadError(path, exc.strerror or type(exc).__name__) from None
     try:
+        return _read_open(fd, path, limit_bytes)
+    finally:
+        os.close(fd)
+
+
+def _read_open(fd: int, path: Path, limit_bytes: int) -> bytes:
+    """The bytes behind an open descriptor, checked on it with fstat (no race with a rename):
+    a regular file of at most `limit_bytes`, else ReadError naming `path`."""
+    try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise ReadError(path, f"is {_kind(info.st_mode)}, not a regular file")
@@ -62,17 +71,18 @@ def read_regular_bytes(path: Path, *, limit_bytes: int = DEFAULT_LIMIT_BYTES) ->
         return b"".join(chunks)
     except OSError as exc:
         raise ReadError(path, exc.strerror or type(exc).__name__) from None
-    finally:
-        os.close(fd)
 
 
-def read_regular_text(path: Path, *, limit_bytes: int = DEFAULT_LIMIT_BYTES) -> str:
-    """The text of a regular UTF-8 file of at most `limit_bytes`; ReadError naming it otherwise."""
-    data = read_regular_bytes(path, limit_bytes=limit_bytes)
+def _decode(path: Path, data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ReadError(path, f"is not UTF-8 text (byte {exc.start})") from None
+
+
+def read_regular_text(path: Path, *, limit_bytes: int = DEFAULT_LIMIT_BYTES) -> str:
+    """The text of a regular UTF-8 file of at most `limit_bytes`; ReadError naming it otherwise."""
+    return _decode(path, read_regular_bytes(path, limit_bytes=limit_bytes))
 
 
 class UntrustedState(ReadError):
@@ -148,15 +158,12 @@ def read_trusted_state(path: Path, *, trusted_root: Path | None = None,
             raise UntrustedState(path, "is a symlink; state is never read through a link") from None
         raise ReadError(path, exc.strerror or type(exc).__name__) from None
     try:
+        # checked again on the descriptor that is read: no window for a swap after the check
         info = os.fstat(fd)
         if (problem := _trust_problem(info, os.geteuid())) is not None:
             raise UntrustedState(path, problem)
         if not stat.S_ISREG(info.st_mode):
             raise UntrustedState(path, f"is {_kind(info.st_mode)}, not a regular file")
-    except BaseException:
+        return _decode(path, _read_open(fd, path, limit_bytes))
+    finally:
         os.close(fd)
-        raise
-    os.close(fd)
-    # The checks held on the descriptor; read through the capped reader (it reopens the same
-    # name, which the checks above made a non-link regular file owned by a trusted user).
-    return read_regular_text(path, limit_bytes=limit_bytes)

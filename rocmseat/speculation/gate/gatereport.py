@@ -18,6 +18,7 @@ from rocmseat.speculation.gate.gates import (
     GateResult,
     Series,
     Verdict,
+    overall,
     ratio_gate,
 )
 from rocmseat.speculation.plot import RatioSeries, gate_picture
@@ -92,12 +93,9 @@ def crossover_json(c: Crossover) -> dict[str, Any]:
 
 
 def exit_code(results: Sequence[GateResult]) -> int:
-    verdicts = {r.verdict for r in results}
-    if Verdict.FAIL in verdicts:
-        return exitcodes.PROBLEM
-    if verdicts & {Verdict.INCONCLUSIVE, Verdict.UNKNOWN}:
-        return exitcodes.CANNOT_CHECK
-    return exitcodes.OK
+    """The exit code of the gates' overall verdict (one rule: gates.overall)."""
+    return {Verdict.FAIL: exitcodes.PROBLEM, Verdict.INCONCLUSIVE: exitcodes.CANNOT_CHECK,
+            Verdict.PASS: exitcodes.OK}[overall(results)]
 
 
 def single_stream(base: ArmFigures, cand: ArmFigures, floor: float,
