@@ -17,6 +17,9 @@ SEED = 11
 COUNT = 300
 TIMEOUT_S = 0.25
 HANG_SLACK_S = 2.0  # an evaluation is two scrapes of at most TIMEOUT_S each; more is a hang
+# The healthy replica of a multi-target round must answer within the deadline on a machine that
+# also runs the engine tier (CI runs both at once on 2 cores): 0.25 s missed there once.
+MULTI_TIMEOUT_S = 1.0
 
 
 def test_hostile_battery_no_crash_no_hang_no_verdict_on_unreadable(tmp_path):
@@ -62,7 +65,7 @@ def test_multi_target_rounds_always_judge_the_healthy_replica(tmp_path):
     rounds = []
     try:
         def factory(named):
-            cfg = WatchConfig(interval_s=1.0, timeout_s=TIMEOUT_S, down_after=1,
+            cfg = WatchConfig(interval_s=1.0, timeout_s=MULTI_TIMEOUT_S, down_after=1,
                               state_dir=tmp_path, pinned_al=2.9)
             return Watcher([Target(n, u) for n, u in named], cfg, scraper=scraper)
 
@@ -83,7 +86,7 @@ def test_multi_target_rounds_always_judge_the_healthy_replica(tmp_path):
           f"{len(wrong)} wrong verdicts; slowest round {slowest:.2f} s")
     assert judged == len(rounds), [r.healthy.error for r in rounds if not r.healthy.healthy]
     assert not wrong, wrong[:5]
-    assert slowest < 2 * TIMEOUT_S + HANG_SLACK_S
+    assert slowest < 2 * MULTI_TIMEOUT_S + HANG_SLACK_S
     assert {o.kind for o in outcomes} >= {"hang", "drip", "blackhole"}
 
 

@@ -353,8 +353,10 @@ def test_watch_once_on_the_node_reports_a_replica_without_a_record_down(rocmseat
         state = tmp_path / "state"
         launched(seat_path, state, live)
         server.play(Answer(page("00-healthy.txt")), Answer(page("01-healthy.txt")))
+        # --timeout 2: the live replica must answer in time while CI runs the engine tier
+        # beside this one; the dead port refuses at once, so this costs nothing
         result = rocmseat_cli("watch", str(seat_path), "--once", "--json", "--interval", "0.05",
-                              "--timeout", "0.5", "--state-dir", str(state))
+                              "--timeout", "2", "--state-dir", str(state))
     finally:
         dead.close()
         server.close()
