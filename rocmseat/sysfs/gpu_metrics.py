@@ -16,6 +16,18 @@ Only what rocmseat judges is decoded: the PCIe link (`pcie_link_width` in lanes,
 counters. A revision this module does not know, or a file whose size is not its header's
 `structure_size` (or the size of that revision's struct), is a ParseError with the reason:
 never a guess at a layout.
+
+Format 1.9 (AMD's amdgpu since 2025-09, the driver ROCm 7 installs: MI300/MI325/MI350 through
+smu_v13_0_6_ppt.c, `smu_v13_0_6_gpu_metrics_init(gpu_metrics, 1, 9)`) is no fixed struct but a
+self-describing attribute table: `struct gpu_metrics_v1_9 { struct metrics_table_header
+common_header; int attr_count; struct gpu_metrics_attr metrics_attrs[]; }` in kgd_pp_interface.h,
+laid out on the wire by DECLARE_SMU_METRICS_CLASS (drivers/gpu/drm/amd/pm/swsmu/smu_cmn.h) as a
+`__packed` struct: the header, the s32 attr_count, then per attribute a u64 encoding
+(AMDGPU_METRICS_ENC_ATTR: unit << 24 | type << 20 | id << 10 | instance count) followed by that
+many values of the type, 0xFF-filled first (SMU_METRICS_INIT_SCALAR/_ARRAY), structure_size =
+sizeof. parse_attr_table walks it: an id it does not know is skipped by its encoded size, a type
+it cannot size, a count that disagrees with attr_count, or a walk that does not end exactly at
+structure_size is a ParseError.
 """
 
 from __future__ import annotations
@@ -231,12 +243,14 @@ def parse_gpu_metrics(data: bytes, source: str = "<bytes>") -> GpuMetrics:
         raise ParseError(source, f"{len(data)} bytes", "shorter than the gpu_metrics header")
     size = int.from_bytes(data[0:2], "little")
     frev, crev = data[2], data[3]
+    if (frev, crev) == ATTR_TABLE:
+        return _from_values(frev, crev, size, parse_attr_table(data, source))
     known = _LAYOUTS.get((frev, crev))
     if known is None:
         raise ParseError(
             source, f"format {frev}, content {crev}",
             f"gpu_metrics v{frev}.{crev} is a layout rocmseat does not know (known: "
-            + ", ".join(f"v{f}.{c}" for f, c in LAYOUTS) + ")",
+            + ", ".join(f"v{f}.{c}" for f, c in (*LAYOUTS, ATTR_TABLE)) + ")",
         )
     offsets = known.get(size)
     if offsets is None:
@@ -250,8 +264,21 @@ def parse_gpu_metrics(data: bytes, source: str = "<bytes>") -> GpuMetrics:
             source, f"{len(data)} bytes",
             f"gpu_metrics v{frev}.{crev} is {size} bytes, the file holds {len(data)}",
         )
-    raw_speed = _field(data, offsets, "pcie_link_speed")
-    width = _field(data, offsets, "pcie_link_width")
+    fields = ("pcie_link_speed", "pcie_link_width", *PCIE_COUNTERS)
+    return _from_values(frev, crev, size, {f: _field(data, offsets, f) for f in fields})
+
+
+# The lane counts a PCIe link trains to (PCIe Base Spec, Link Capabilities: x1 x2 x4 x8 x12 x16
+# x32). Early MI300 kernels wrote a width *level* (6 for x16) into pcie_link_width (fixed by
+# amd-gfx "Update PCIE link width format ... smu v13.0.6", 2023-08-12): 6 is no width.
+LANE_COUNTS = frozenset({1, 2, 4, 8, 12, 16, 32})
+
+
+def _from_values(frev: int, crev: int, size: int, values: dict[str, int | None]) -> GpuMetrics:
+    """The judged fields from a decoded table ({field: value or None (not provided)}); the
+    speed in 0.1 GT/s (smu_cmn.c link_speed[] = {25, 50, 80, 160, 320, 640})."""
+    raw_speed = values.get("pcie_link_speed")
+    width = values.get("pcie_link_width")
     speed = None if raw_speed is None else raw_speed / 10
     problem = None
     if raw_speed is not None and speed not in KNOWN_SPEEDS_GTS:
@@ -260,12 +287,129 @@ def parse_gpu_metrics(data: bytes, source: str = "<bytes>") -> GpuMetrics:
             + (" (some firmware writes a generation index there)" if raw_speed <= 6 else "")
         )
         speed = None
-    if width is not None and not 1 <= width <= 32:
-        problem = problem or f"pcie_link_width {width} is no lane count"
+    if width is not None and width not in LANE_COUNTS:
+        problem = problem or (
+            f"pcie_link_width {width} is no lane count"
+            + (" (early MI300 kernels wrote a width level there)" if width <= 7 else "")
+        )
         width = None
     counters = tuple(
         (name, value)
         for field, name in PCIE_COUNTERS.items()
-        if (value := _field(data, offsets, field)) is not None
+        if (value := values.get(field)) is not None
     )
     return GpuMetrics(frev, crev, size, speed, width, problem, counters)
+
+
+# --- format 1.9: the attribute table -------------------------------------------------------------
+ATTR_TABLE = (1, 9)
+# enum amdgpu_metrics_attr_type (kgd_pp_interface.h): U8, S8, U16, S16, U32, S32, U64, S64
+ATTR_TYPE_BYTES = (1, 1, 2, 2, 4, 4, 8, 8)
+# enum amdgpu_metrics_attr_unit: SPEED_1 is GT/s, SPEED_2 0.1 GT/s (PCIE_LINK_SPEED's unit in
+# SMU_13_0_6_METRICS_FIELDS, smu_v13_0_6_ppt.h)
+UNIT_SPEED_1, UNIT_SPEED_2 = 6, 7
+# enum amdgpu_metrics_attr_id (kgd_pp_interface.h, amd-gfx "drm/amd/pm: Add gpu metrics
+# definition", v4): only the ids preflight judges. Later kernels append ids (TEMPERATURE_HBM,
+# _MID, _AID, _XCD ...) after GFX_BELOW_HOST_LIMIT_TOTAL_ACC (47); these never move.
+ATTR_IDS = {
+    16: "pcie_link_width",
+    17: "pcie_link_speed",
+    24: "pcie_l0_to_recov_count_acc",
+    25: "pcie_replay_count_acc",
+    26: "pcie_replay_rover_count_acc",
+    27: "pcie_nak_sent_count_acc",
+    28: "pcie_nak_rcvd_count_acc",
+    39: "pcie_lc_perf_other_end_recovery",
+}
+_ATTR_HEAD_BYTES = 8  # metrics_table_header (4) + int attr_count (4), __packed
+_ENC_BYTES = 8  # u64 NAME##_ftype before each attribute's values
+
+
+@dataclass(frozen=True, slots=True)
+class Attr:
+    """One decoded attribute encoding (AMDGPU_METRICS_ENC_ATTR) and where its values start."""
+
+    attr_id: int
+    type_id: int
+    unit: int
+    count: int
+    offset: int
+
+
+def decode_encoding(encoding: int) -> tuple[int, int, int, int]:
+    """(unit, type, id, count) of AMDGPU_METRICS_ENC_ATTR: unit bits 31..24
+    (AMDGPU_METRICS_ATTR_UNIT_MASK), type 23..20, id 19..10, instances 9..0."""
+    return (
+        (encoding >> 24) & 0xFF, (encoding >> 20) & 0xF, (encoding >> 10) & 0x3FF,
+        encoding & 0x3FF,
+    )
+
+
+def walk_attrs(data: bytes, source: str = "<bytes>") -> list[Attr]:
+    """Every attribute of a format 1.9 table, in order; ParseError when the walk does not fit
+    the header's structure_size, the file's length or attr_count."""
+    size = int.from_bytes(data[0:2], "little")
+    if len(data) != size:
+        raise ParseError(
+            source, f"{len(data)} bytes",
+            f"gpu_metrics v1.9 says {size} bytes (structure_size), the file holds {len(data)}",
+        )
+    if size < _ATTR_HEAD_BYTES:
+        raise ParseError(source, f"structure_size {size}", "shorter than the v1.9 header")
+    count = int.from_bytes(data[4:8], "little", signed=True)
+    if not 0 <= count <= (size - _ATTR_HEAD_BYTES) // _ENC_BYTES:
+        raise ParseError(source, f"attr_count {count}", "not an attribute count this size holds")
+    attrs: list[Attr] = []
+    at = _ATTR_HEAD_BYTES
+    for index in range(count):
+        if at + _ENC_BYTES > size:
+            raise ParseError(
+                source, f"attribute {index} of {count}", f"ends past structure_size {size}"
+            )
+        unit, type_id, attr_id, items = decode_encoding(
+            int.from_bytes(data[at:at + _ENC_BYTES], "little")
+        )
+        if type_id >= len(ATTR_TYPE_BYTES):
+            raise ParseError(
+                source, f"attribute {index} type {type_id}",
+                "a value type rocmseat cannot size (enum amdgpu_metrics_attr_type)",
+            )
+        at += _ENC_BYTES
+        attrs.append(Attr(attr_id, type_id, unit, items, at))
+        at += ATTR_TYPE_BYTES[type_id] * items
+        if at > size:
+            raise ParseError(
+                source, f"attribute {index} (id {attr_id})",
+                f"its values end at byte {at}, past structure_size {size}",
+            )
+    if at != size:
+        raise ParseError(
+            source, f"{count} attributes",
+            f"end at byte {at}, structure_size is {size}",
+        )
+    return attrs
+
+
+def parse_attr_table(data: bytes, source: str = "<bytes>") -> dict[str, int | None]:
+    """A format 1.9 table -> {judged field: value, None if all-ones (not provided)}. Unknown ids
+    are skipped by their encoded size; the speed is brought to 0.1 GT/s from its unit."""
+    values: dict[str, int | None] = {}
+    for attr in walk_attrs(data, source):
+        name = ATTR_IDS.get(attr.attr_id)
+        if name is None or attr.count < 1:
+            continue
+        width = ATTR_TYPE_BYTES[attr.type_id]
+        raw = int.from_bytes(data[attr.offset:attr.offset + width], "little")
+        value: int | None = None if raw == (1 << (8 * width)) - 1 else raw
+        if value is not None and attr.type_id % 2 == 1:
+            value = None if raw >= 1 << (8 * width - 1) else raw  # a negative count is none
+        if name == "pcie_link_speed" and value is not None:
+            if attr.unit == UNIT_SPEED_1:
+                value *= 10
+            elif attr.unit != UNIT_SPEED_2:
+                raise ParseError(
+                    source, f"pcie_link_speed unit {attr.unit}",
+                    "not a speed unit (AMDGPU_METRICS_UNIT_SPEED_1/_2)",
+                )
+        values[name] = value
+    return values

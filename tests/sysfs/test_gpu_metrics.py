@@ -116,7 +116,9 @@ def test_apu_layouts_have_no_pcie_fields(name):
     [
         ("v1_3-truncated.bin", "gpu_metrics v1.3 is 120 bytes, the file holds 64"),
         ("v1_3-size-mismatch.bin", "gpu_metrics v1.3 is 120 bytes, the header says 128"),
-        ("v1_9-future.bin", "gpu_metrics v1.9 is a layout rocmseat does not know"),
+        ("v1_9-future.bin", "not an attribute count this size holds: 'attr_count -1'"),
+        ("v1_9-truncated.bin", "gpu_metrics v1.9 says 1150 bytes (structure_size), the file "
+                               "holds 1000"),
     ],
 )
 def test_refused_tables(name, reason):
@@ -202,3 +204,111 @@ def test_every_layout_round_trips_its_link(variant, data):
         assert (metrics.pcie_link_speed_gts, metrics.pcie_link_width) == (speed / 10, width)
     else:
         assert (metrics.pcie_link_speed_gts, metrics.pcie_link_width) == (None, None)
+
+
+# --- format 1.9: the attribute table (issue 24) --------------------------------------------------
+def _builder():
+    from tests.sysfs.conftest import fixture_builder
+
+    return fixture_builder()
+
+
+def test_v1_9_table_is_1150_bytes_for_47_attributes():
+    """SMU_13_0_6_METRICS_FIELDS as DECLARE_SMU_METRICS_CLASS packs it: 8 + 47 x 8 encodings +
+    766 bytes of values = 1,150 (the figure of the issue, computed from the field list)."""
+    builder = _builder()
+    fields = builder.SMU_13_0_6_METRICS_FIELDS
+    assert len(fields) == 47
+    values = sum(builder._ATTR_BYTES[t] * n for _name, _id, t, _unit, n in fields)
+    assert (values, 8 + 8 * len(fields) + values) == (766, 1150)
+    data = (TABLES / "v1_9-mi300x.bin").read_bytes()
+    assert len(data) == 1150 and data[:8] == (1150).to_bytes(2, "little") + b"\x01\x09" + (
+        47).to_bytes(4, "little")
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+def test_v1_9_size_is_what_gcc_packs(tmp_path):
+    """The kernel's struct, as the macros expand it (u64 NAME##_ftype; then the values), compiled
+    __packed: sizeof is the fixture's length."""
+    builder = _builder()
+    ctypes = ("uint8_t", "int8_t", "uint16_t", "int16_t", "uint32_t", "int32_t", "uint64_t",
+              "int64_t")
+    members = "".join(
+        f"  uint64_t {name}_ftype; {ctypes[t]} {name}{f'[{n}]' if n > 1 else ''};\n"
+        for name, _id, t, _unit, n in builder.SMU_13_0_6_METRICS_FIELDS
+    )
+    source = tmp_path / "v19.c"
+    source.write_text(
+        "#include <stdio.h>\n#include <stdint.h>\n"
+        "struct __attribute__((packed)) hdr { uint16_t s; uint8_t f; uint8_t c; };\n"
+        "struct __attribute__((packed)) m { struct hdr h; int attr_count;\n" + members + "};\n"
+        'int main(void) { printf("%zu\\n", sizeof(struct m)); return 0; }\n'
+    )
+    subprocess.run(["gcc", "-o", str(tmp_path / "v19"), str(source)], check=True)
+    out = subprocess.run([str(tmp_path / "v19")], check=True, capture_output=True, text=True)
+    assert int(out.stdout) == len((TABLES / "v1_9-mi300x.bin").read_bytes()) == 1150
+
+
+def test_v1_9_decodes_link_and_every_pcie_counter():
+    metrics = parse_gpu_metrics((TABLES / "v1_9-mi300x.bin").read_bytes())
+    assert metrics.revision == "v1.9" and metrics.structure_size_bytes == 1150
+    assert (metrics.pcie_link_speed_gts, metrics.pcie_link_width) == (32.0, 16)
+    assert dict(metrics.pcie_counters) == {
+        "replay": 12, "replay_rollover": 1, "l0_to_recovery": 3, "nak_sent": 2,
+        "nak_received": 5, "other_end_recovery": 0,
+    }
+
+
+def test_v1_9_an_unseen_attribute_is_skipped_by_its_encoded_size():
+    data = (TABLES / "v1_9-unseen-attr.bin").read_bytes()
+    assert len(data) == 1150 + 8 + 16
+    metrics = parse_gpu_metrics(data)
+    assert (metrics.pcie_link_speed_gts, metrics.pcie_link_width) == (32.0, 16)
+    assert dict(metrics.pcie_counters) == {"replay": 4}  # the rest left all-ones: not provided
+
+
+def test_v1_9_speed_in_gts_units_and_a_foreign_unit():
+    builder = _builder()
+    fields = list(builder.SMU_13_0_6_METRICS_FIELDS)
+    speed = [i for i, f in enumerate(fields) if f[0] == "pcie_link_speed"][0]
+    fields[speed] = ("pcie_link_speed", 17, 2, 6, 1)  # AMDGPU_METRICS_UNIT_SPEED_1: GT/s
+    data = builder.attr_table({"pcie_link_speed": 16, "pcie_link_width": 16}, fields=tuple(fields))
+    assert parse_gpu_metrics(data).pcie_link_speed_gts == 16.0
+    fields[speed] = ("pcie_link_speed", 17, 2, 2, 1)  # TEMP_1: no speed
+    with pytest.raises(ParseError, match="not a speed unit"):
+        parse_gpu_metrics(builder.attr_table({"pcie_link_speed": 16}, fields=tuple(fields)))
+
+
+@pytest.mark.parametrize(("mutate", "reason"), [
+    (lambda d: d[:8] + (9 << 20 | 17 << 10 | 1).to_bytes(8, "little") + d[16:],
+     "a value type rocmseat cannot size"),
+    (lambda d: d[:4] + (48).to_bytes(4, "little") + d[8:], "ends past structure_size"),
+    (lambda d: d[:4] + (200).to_bytes(4, "little") + d[8:], "not an attribute count"),
+    (lambda d: d[:4] + (46).to_bytes(4, "little") + d[8:], "end at byte"),
+    (lambda d: d[:16] + (2 << 20 | 1023).to_bytes(8, "little") + d[24:], "past structure_size"),
+])
+def test_v1_9_walk_that_does_not_fit_is_refused(mutate, reason):
+    data = (TABLES / "v1_9-mi300x.bin").read_bytes()
+    with pytest.raises(ParseError, match=reason):
+        parse_gpu_metrics(mutate(data))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=0, max_size=1200))
+def test_v1_9_any_bytes_are_a_table_or_a_parse_error(body):
+    data = (len(body) + 4).to_bytes(2, "little")[:2] + b"\x01\x09" + body
+    try:
+        parse_gpu_metrics(data)
+    except ParseError:
+        pass
+
+
+def test_an_early_mi300_width_level_is_no_width():
+    """Early MI300 kernels wrote a width level (6 = x16) into pcie_link_width."""
+    data = _builder().mi300x_metrics()
+    offsets, _size = layout(LAYOUTS[(1, 5)][0])
+    at = offsets["pcie_link_width"][0]
+    data = data[:at] + (6).to_bytes(2, "little") + data[at + 2:]
+    metrics = parse_gpu_metrics(data)
+    assert metrics.pcie_link_width is None
+    assert "pcie_link_width 6 is no lane count" in (metrics.link_problem or "")
