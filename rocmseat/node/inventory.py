@@ -16,6 +16,7 @@ from rocmseat.sysfs.attrs import errors_of
 from rocmseat.sysfs.dmi import read_dmi
 from rocmseat.sysfs.drm import Card, list_cards
 from rocmseat.sysfs.kfd import read_kfd_topology
+from rocmseat.sysfs.module_params import NO_PARAMS, DriverParams, read_driver_params
 from rocmseat.sysfs.numa import CpuTopology, NumaNode, read_cpu_topology, read_numa_nodes
 from rocmseat.sysfs.pci import VENDOR_AMD_ATI, LinkState, PciDevice, parent_chain, read_pci_device
 
@@ -64,6 +65,8 @@ class Gpu:
     # kept (bound to amdgpu, or listed by KFD) and judged, and preflight says it could not check
     identity_errors: tuple[str, ...] = ()
     hypervisor: str | None = None  # Inventory.hypervisor (the host's DMI), for the link judge
+    # the loaded amdgpu's module parameters (host-wide), for the RAS judge's bad-page rule
+    driver_params: DriverParams = NO_PARAMS
 
     @property
     def endpoint(self) -> Hop:
@@ -106,6 +109,7 @@ def read_inventory(sysfs_root: Path) -> Inventory:
     kfd = read_kfd_topology(sysfs_root)
     gfx = kfd.as_dict()
     hypervisor = read_dmi(sysfs_root).hypervisor
+    params = read_driver_params(sysfs_root)
     gpus: dict[str, Gpu] = {}
     others: list[str] = []
     problems: list[str] = []
@@ -150,6 +154,7 @@ def read_inventory(sysfs_root: Path) -> Inventory:
             topology=topology,
             identity_errors=identity,
             hypervisor=hypervisor,
+            driver_params=params,
         )
     sockets = tuple(sorted(set(topology.package_of().values())))
     return Inventory(
@@ -212,6 +217,7 @@ def _gpu(
     topology: CpuTopology,
     identity_errors: tuple[str, ...] = (),
     hypervisor: str | None = None,
+    driver_params: DriverParams = NO_PARAMS,
 ) -> Gpu:
     path = [_hop(device, "endpoint")]
     chain = parent_chain(device.path)
@@ -242,6 +248,7 @@ def _gpu(
         errors=device.errors,
         identity_errors=identity_errors,
         hypervisor=hypervisor,
+        driver_params=driver_params,
     )
 
 

@@ -34,13 +34,21 @@ FIRMWARE_COUNTERS = {
     "other_end_recovery": ("aer.fw_other_end_recovery", "link recoveries the other end began"),
 }
 SINCE_BOOT = Window(None, "since boot")
+# CDNA parts with multi-AID SMUs (gfx 9.4.x: MI300 gfx942; 9.5.x: MI350 gfx950): their
+# gpu_metrics (v1.4 and later, or format 1.9) carry the firmware's PCIe counters, and RAS is
+# always supported (amdgpu_ras.c amdgpu_ras_asic_supported())
+INSTINCT_GFX_PREFIXES = ("gfx94", "gfx95")
+
+
+def is_instinct(gpu: Gpu) -> bool:
+    return gpu.gfx_target is not None and gpu.gfx_target.startswith(INSTINCT_GFX_PREFIXES)
 
 
 @dataclass(frozen=True, slots=True)
 class AerThresholds:
     """Correctable errors and replays in one window: warn at >= *_warn, fail at >= *_fail
     (docs/preflight.md, "Thresholds as rates"). RAS: correctable counts likewise; retired VRAM
-    pages above `ras_bad_pages_fail` fail (None: the driver's own threshold, VRAM / 100 MiB).
+    pages above `ras_bad_pages_fail` fail (None: the driver's own, rocmseat.preflight.badpages).
     `window_s`: the error window (rocmseat.preflight.windows)."""
 
     correctable_warn: int = 1
@@ -86,6 +94,17 @@ def counter_deltas(
     return deltas, bool(reset_groups)
 
 
+def vanished_counts(
+    current: Mapping[str, int], base: Mapping[str, int] | None
+) -> list[tuple[str, int]]:
+    """Counters the window's base holds above zero that the current reading lacks: the file or
+    field that counted them is gone (a RAS block's count file, a gpu_metrics counter the table no
+    longer provides). Its growth can no longer be told: unknown, never 0."""
+    if not base:
+        return []
+    return sorted((k, v) for k, v in base.items() if v > 0 and k not in current)
+
+
 def _error_name(key: str) -> str:
     return key.split(".", 1)[1]
 
@@ -111,10 +130,19 @@ def judge_aer(
     findings: list[Finding] = []
     read_errors = [e for hop in gpu.path for e in hop.aer.errors]
     read_errors += errors_of(gpu.amdgpu.errors, "pcie_replay_count")
-    # gpu_metrics holds the firmware's PCIe counters (v1.4+): a table that exists and cannot be
-    # decoded (truncated, an unknown revision) hides them; "not supported" is absent
-    read_errors += [e for e in errors_of(gpu.amdgpu.errors, "gpu_metrics")
-                    if ": not supported by the kernel (" not in e]
+    # gpu_metrics holds the firmware's PCIe counters on Instinct parts (v1.4+, format 1.9): a
+    # table that exists and cannot be decoded (truncated, an unknown revision) hides them;
+    # "not supported" is absent. A Radeon's table (format 1.3 class: width and speed only,
+    # smu_v13_0_0/smu_v14_0_2_ppt.c) carries no AER data, so its absence hides nothing here.
+    if is_instinct(gpu):
+        read_errors += [e for e in errors_of(gpu.amdgpu.errors, "gpu_metrics")
+                        if ": not supported by the kernel (" not in e]
+    window_base = windows.get(gpu.pci_address, SINCE_BOOT).base
+    own = {k: v for k, v in current.get(gpu.pci_address, {}).items()
+           if k.startswith(FIRMWARE_PREFIX)}
+    base_own = {k: v for k, v in (window_base or {}).items() if k.startswith(FIRMWARE_PREFIX)}
+    read_errors += [f"{key} counted {count:,} and is not in this reading (the firmware no longer "
+                    "provides it)" for key, count in vanished_counts(own, base_own)]
     if read_errors:
         findings.append(
             Finding(

@@ -3,11 +3,15 @@
 Over the same error window as AER (rocmseat.preflight.windows): uncorrectable (`ue`) growth in
 any block fails; correctable (`ce`) growth warns or fails by threshold; deferred (`de`, UMC)
 growth warns (an uncorrectable error the hardware deferred until the data is used). Retired VRAM
-pages (`gpu_vram_bad_pages`) above a threshold fail: the profile's `ras_bad_pages_fail`, else
-the driver's own, VRAM size / 100 MiB (amdgpu_ras.c, amdgpu_ras_validate_threshold() with
-RAS_BAD_PAGE_COVER), past which amdgpu stops retiring pages and marks the GPU bad. No `ras/`
-(Radeon parts) is not applicable (no finding); unreadable, or "Query currently inaccessible"
-(RAS recovery), is unknown.
+pages (`gpu_vram_bad_pages`) fail above the profile's `ras_bad_pages_fail`, else at the driver's
+own threshold as the loaded driver computes it (rocmseat.preflight.badpages: the module parameter
+bad_page_threshold and the MP0 version, amdgpu_ras.c amdgpu_ras_validate_threshold()).
+
+No `ras/` on a Radeon part is not applicable (no finding); on an Instinct part (CDNA, gfx 9.4.x /
+9.5.x, whose amdgpu_ras_asic_supported() always holds) it means RAS is disabled (`ras_enable=0`,
+`ras_mask`) or amdgpu_ras_init() failed, and nothing counts memory errors: unknown. Unreadable,
+"Query currently inaccessible" (RAS recovery), a feature mask that enables blocks with no count
+file at all, or a count that grew and then vanished (its file gone): unknown, never clean.
 """
 
 from __future__ import annotations
@@ -16,19 +20,41 @@ from collections.abc import Mapping
 
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Gpu
-from rocmseat.preflight.aer import RAS_PREFIX, SINCE_BOOT, AerThresholds, counter_deltas
+from rocmseat.preflight.aer import (
+    RAS_PREFIX,
+    SINCE_BOOT,
+    AerThresholds,
+    counter_deltas,
+    is_instinct,
+    vanished_counts,
+)
+from rocmseat.preflight.badpages import BadPageRule, driver_bad_page_rule
 from rocmseat.preflight.windows import Window
 from rocmseat.sysfs.attrs import first_of
 
-BAD_PAGE_COVER_BYTES = 100 * 1024 * 1024  # amdgpu_ras.c RAS_BAD_PAGE_COVER
 DEFAULT_THRESHOLDS = AerThresholds()
+
+def bad_page_rule(gpu: Gpu, thresholds: AerThresholds) -> BadPageRule:
+    if thresholds.ras_bad_pages_fail is not None:
+        return BadPageRule(thresholds.ras_bad_pages_fail, "the profile's ras_bad_pages_fail")
+    return driver_bad_page_rule(gpu)
 
 
 def bad_page_threshold(gpu: Gpu, thresholds: AerThresholds) -> int | None:
-    if thresholds.ras_bad_pages_fail is not None:
-        return thresholds.ras_bad_pages_fail
-    vram = gpu.amdgpu.mem_info_vram_total_bytes
-    return None if not vram else vram // BAD_PAGE_COVER_BYTES
+    return bad_page_rule(gpu, thresholds).pages
+
+
+def _unknown(subject: str, reasons: list[str], hint: str) -> list[Finding]:
+    return [
+        Finding(
+            "ras.unknown",
+            Severity.UNKNOWN,
+            subject,
+            f"cannot read the RAS counts: {first_of(reasons)}",
+            hint,
+            {"errors": reasons},
+        )
+    ]
 
 
 def judge_ras(
@@ -40,6 +66,14 @@ def judge_ras(
     subject = gpu.pci_address
     ras = gpu.amdgpu.ras
     if ras is None:
+        if is_instinct(gpu):
+            return _unknown(
+                subject,
+                [f"GPU {subject} ({gpu.gfx_target}) has no ras/ directory: RAS disabled or "
+                 "failed to initialise: memory errors are not counted"],
+                "check the amdgpu module parameters ras_enable and ras_mask, and dmesg for "
+                "amdgpu RAS init errors",
+            )
         # not applicable (Radeon parts have no ras/): no finding, as for a family that does not
         # concern the GPU (docs/preflight.md, "RAS")
         return []
@@ -48,21 +82,28 @@ def judge_ras(
             f"{block}_err_count: Query currently inaccessible (the GPU is in RAS recovery)"
             for block in ras.inaccessible
         ]
-        return [
-            Finding(
-                "ras.unknown",
-                Severity.UNKNOWN,
-                subject,
-                f"cannot read the RAS counts: {first_of(reasons)}",
-                "run as root; a GPU in RAS recovery answers again once it is reset",
-                {"errors": reasons},
-            )
-        ]
+        return _unknown(subject, reasons,
+                        "run as root; a GPU in RAS recovery answers again once it is reset")
+    if ras.features_mask and not ras.blocks:
+        return _unknown(
+            subject,
+            [f"ras/features enables blocks (feature mask 0x{ras.features_mask:x}) and no "
+             "<block>_err_count file exists: the counts are not exposed"],
+            "check dmesg for amdgpu RAS sysfs errors; reload amdgpu",
+        )
     window = windows.get(subject, SINCE_BOOT)
     now = {k: v for k, v in current.get(subject, {}).items() if k.startswith(RAS_PREFIX)}
     base = None if window.base is None else {
         k: v for k, v in window.base.items() if k.startswith(RAS_PREFIX)
     }
+    gone = vanished_counts(now, base)
+    if gone:
+        return _unknown(
+            subject,
+            [f"{key} counted {count:,} and is gone now (its file vanished)"
+             for key, count in gone],
+            "a count file that disappears hides what it counted: check dmesg, reload amdgpu",
+        )
     deltas, reset = counter_deltas(now, base)
     span = "since the counts reset (the driver reloaded)" if reset else window.phrase
     boot = "" if span.startswith("since") else "; {:,} since the driver loaded"
@@ -115,20 +156,11 @@ def judge_ras(
                 )
             )
     pages = ras.bad_pages or ()
-    threshold = bad_page_threshold(gpu, thresholds)
+    rule = bad_page_rule(gpu, thresholds)
+    threshold = rule.pages
     unreserved = [p for p in pages if p.flag == "F"]
-    if threshold is not None and len(pages) > threshold:
-        findings.append(
-            Finding(
-                "ras.bad_pages",
-                Severity.FAIL,
-                subject,
-                f"GPU {subject}: {len(pages):,} retired VRAM pages (gpu_vram_bad_pages), above "
-                f"the threshold of {threshold:,}",
-                "past the bad-page threshold the GPU is to be replaced (RMA)",
-                {"pages": len(pages), "threshold": threshold},
-            )
-        )
+    if threshold is not None and _exceeds(len(pages), rule, thresholds):
+        findings.append(_bad_pages(gpu, len(pages), rule))
     elif unreserved:
         findings.append(
             Finding(
@@ -143,7 +175,9 @@ def judge_ras(
         )
     if findings:
         return findings
-    limit = "" if threshold is None else f" (threshold {threshold:,})"
+    limit = f" (no threshold: {rule.words})" if threshold is None else (
+        f" (threshold {threshold:,}: {rule.words})"
+    )
     return [
         Finding(
             "ras.clean",
@@ -155,3 +189,34 @@ def judge_ras(
             {"window": span, "pages": len(pages)},
         )
     ]
+
+
+def _exceeds(pages: int, rule: BadPageRule, thresholds: AerThresholds) -> bool:
+    """The profile's threshold fails above it; the driver's is reached at it
+    (amdgpu_ras_eeprom_check(): `bad_page_cnt_threshold > ras_num_bad_pages` is the only fine
+    case)."""
+    if thresholds.ras_bad_pages_fail is not None:
+        return pages > thresholds.ras_bad_pages_fail
+    assert rule.pages is not None
+    return pages >= rule.pages
+
+
+def _bad_pages(gpu: Gpu, pages: int, rule: BadPageRule) -> Finding:
+    assert rule.pages is not None
+    subject = gpu.pci_address
+    if rule.halts:
+        hint = ("the driver marks the GPU for RMA and halts its runtime services past a "
+                "user-defined threshold: replace the GPU")
+    else:
+        hint = ("the driver keeps the GPU running and asks to 'consult AMD Service Action Guide "
+                "(SAG) for appropriate service procedures'; older amdgpu (before 2025) used VRAM "
+                "/ 100 MiB for -1")
+    return Finding(
+        "ras.bad_pages",
+        Severity.FAIL,
+        subject,
+        f"GPU {subject}: RAS records:{pages} exceed threshold:{rule.pages} ({pages:,} retired "
+        f"VRAM pages in gpu_vram_bad_pages; {rule.words})",
+        hint,
+        {"pages": pages, "threshold": rule.pages, "rule": rule.words},
+    )

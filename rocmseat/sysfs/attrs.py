@@ -6,6 +6,7 @@ and the judge turns it into an `unknown` finding (never a 0, never a traceback).
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -118,6 +119,22 @@ class Collector:
         if error:
             self.errors.append(error)
         return value
+
+    def get_pm(
+        self, name: str, parser: Callable[[Any, str], T], *, binary: bool = False
+    ) -> tuple[T | None, bool]:
+        """An amdgpu power-management getter (amdgpu_pm.c): (value, denied). `denied`: the read
+        failed with EPERM, what amdgpu_pm_get_access_if_active() answers while the GPU is
+        runtime-suspended (or in reset, or system suspend) instead of waking it; that is not a
+        read error (nothing is added to `errors`)."""
+        path = self._prefix + name
+        raw = read_attr_bytes(path) if binary else read_attr(path)
+        if isinstance(raw, Unreadable) and raw.errno == errno.EPERM:
+            return None, True
+        value, error = _parsed(path, raw, parser)
+        if error:
+            self.errors.append(error)
+        return value, False
 
     def text(self, name: str) -> str | None:
         value, error = read_text(self._prefix + name)

@@ -67,6 +67,9 @@ class Unreadable:
 
     path: str
     reason: str
+    # the errno of the failed open or read (EPERM: amdgpu's pm getters on a runtime-suspended
+    # GPU, rocmseat.sysfs.amdgpu); None when the failure was no system call's (a FIFO, too big)
+    errno: int | None = None
 
 
 _UNSUPPORTED_ERRNOS = {errno.EOPNOTSUPP, errno.ENODATA, errno.EINVAL, errno.ENOTSUP}
@@ -127,7 +130,7 @@ def read_attr_bytes(path: Path | str) -> AttrBytes:
         reason = exc.strerror or type(exc).__name__
         if exc.errno in _UNSUPPORTED_ERRNOS:
             return Unsupported(str(path), reason)
-        return Unreadable(str(path), reason)
+        return Unreadable(str(path), reason, exc.errno)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -151,7 +154,7 @@ def read_attr_bytes(path: Path | str) -> AttrBytes:
         reason = exc.strerror or type(exc).__name__
         if exc.errno in _UNSUPPORTED_ERRNOS:
             return Unsupported(str(path), reason)
-        return Unreadable(str(path), reason)
+        return Unreadable(str(path), reason, exc.errno)
     finally:
         os.close(fd)
     return b"".join(chunks)

@@ -30,8 +30,11 @@ def test_clean_mi300x_has_clean_ras_and_firmware_counters(tmp_path):
     report = preflight_report(SYSFS_FIXTURES / "mi300x-8gpu", tmp_path)
     assert _bad(report) == []
     (ras,) = [f for f in report.findings if f.check_id == "ras.clean" and f.subject == GPU]
-    # mem_info_vram_total 206,141,652,992 bytes / 100 MiB: the driver's own bad-page threshold
-    assert ras.message.endswith("in 8 blocks; 0 retired VRAM pages (threshold 1,965)")
+    # the driver's own bad-page threshold: the default -1 on MP0 13.0.6 (16 MiB reserved: 128)
+    assert ras.message.endswith(
+        "in 8 blocks; 0 retired VRAM pages (threshold 128: bad_page_threshold -1 (the default: "
+        "the module parameter is not exposed): 16 MiB of reserved VRAM on MP0 13.0.6 (gfx942's))"
+    )
 
 
 def test_firmware_pcie_counters_and_ras_ue_growing_fail(copy_tree, tmp_path, builder):
@@ -84,7 +87,7 @@ def test_retired_pages_above_the_threshold_fail(copy_tree, tmp_path, builder):
     report = preflight_report(root, tmp_path / "s", families={"ras"}, profile=profile)
     assert _bad(report) == [("ras.bad_pages", Severity.FAIL, None)]
     report = preflight_report(root, tmp_path / "s2", families={"ras"})
-    assert _bad(report) == []  # under the driver's threshold of 1,965
+    assert _bad(report) == []  # under the driver's threshold of 128
 
 
 @pytest.mark.parametrize(
