@@ -7,6 +7,16 @@ rows with equal values are one active level; starred rows that differ, or none s
 nothing certain (a runtime-suspended GPU stars no row); the two sources disagreeing is unknown
 too. Never a guess: `problem` carries the reason whenever the firmware spoke but `speed_gts` is
 None.
+
+Two kernel quirks are facts, not contradictions:
+- smu_v14_0_2_ppt.c (SMU 14.0.2/14.0.3: RDNA4, gfx1200/gfx1201), smu_v14_0_2_get_gpu_metrics():
+  `#define LINK_SPEED_MAX 3` and `if ((metrics->PcieRate - 1) > LINK_SPEED_MAX)
+  gpu_metrics->pcie_link_speed = pcie_gen_to_speed(1)`: any rate above Gen4 reads 2.5 GT/s in
+  gpu_metrics. With pp_dpm_pcie starring a faster level at the same width, pp_dpm_pcie's figure
+  is the link (amdgpu_top's dump of an RX 9060 XT shows the same: Gen5 x16 starred, 25).
+- smu7_hwmgr.c smu7_print_clock_levels(), case PP_PCIE (Polaris, Tonga, Fiji: gfx802/gfx803/
+  gfx805): each row is a fixed string ("2.5GT/s, x8", "5.0GT/s, x16", "8.0GT/s, x16") whatever
+  the lanes, and the star marks the current speed only. Its rows give a speed, never a width.
 """
 
 from __future__ import annotations
@@ -44,6 +54,18 @@ class FirmwareLink:
         return f"{format_speed(self.speed_gts)} {width}"
 
 
+# SMU 14.0.2 / 14.0.3 (smu_v14_0_2_ppt.c): gpu_metrics' speed is clamped to 2.5 GT/s above Gen4
+SMU_14_0_2_GFX = frozenset({"gfx1200", "gfx1201"})
+# smu7_hwmgr.c parts: pp_dpm_pcie rows carry fixed lane strings
+SMU7_GFX = frozenset({"gfx802", "gfx803", "gfx805"})
+CLAMPED_SPEED_GTS = 2.5
+
+
+def dpm_lanes_known(gpu: Gpu) -> bool:
+    """Whether pp_dpm_pcie's `x<lanes>` are the level's lanes (not on smu7: fixed strings)."""
+    return gpu.gfx_target not in SMU7_GFX
+
+
 def _levels_words(levels: list[DpmLevel]) -> str:
     return ", ".join(f"{lv.index} ({format_speed(lv.speed_gts)} x{lv.width})" for lv in levels)
 
@@ -59,7 +81,8 @@ def dpm_star_problem(gpu: Gpu) -> str | None:
     Several starred rows with equal values are one level."""
     levels = gpu.amdgpu.pp_dpm_pcie or ()
     active = [lv for lv in levels if lv.active]
-    if not levels or len({(lv.speed_gts, lv.width) for lv in active}) == 1:
+    lanes = dpm_lanes_known(gpu)
+    if not levels or len({(lv.speed_gts, lv.width if lanes else 0) for lv in active}) == 1:
         return None
     if active:
         return f"pp_dpm_pcie stars rows that differ: {_levels_words(active)}"
@@ -74,7 +97,7 @@ def firmware_link(gpu: Gpu) -> FirmwareLink:
     problems: list[str] = []  # contradictions: the firmware's word is uncertain
     read_errors: list[str] = []  # a source that exists and cannot be read: uncertain too
     sources: list[str] = []
-    dpm_link: tuple[float, int] | None = None
+    dpm_link: tuple[float, int | None] | None = None
     active_index = None
     top = None
     levels = amdgpu.pp_dpm_pcie or ()
@@ -86,7 +109,8 @@ def firmware_link(gpu: Gpu) -> FirmwareLink:
         if star_problem is not None:
             problems.append(star_problem)
         else:
-            dpm_link = (active[0].speed_gts, active[0].width)
+            # smu7 prints a fixed lane string: the speed only (the module's docstring)
+            dpm_link = (active[0].speed_gts, active[0].width if dpm_lanes_known(gpu) else None)
             active_index = active[0].index
             sources.append("pp_dpm_pcie level " + ", ".join(str(lv.index) for lv in active))
     metrics_link: tuple[float, int] | None = None
@@ -101,10 +125,22 @@ def firmware_link(gpu: Gpu) -> FirmwareLink:
         elif metrics.pcie_link_speed_gts is not None and metrics.pcie_link_width is not None:
             metrics_link = (metrics.pcie_link_speed_gts, metrics.pcie_link_width)
             sources.append(f"gpu_metrics {metrics.revision}")
+    if _clamped(gpu, dpm_link, metrics_link):
+        assert metrics is not None
+        sources[-1] = (f"gpu_metrics {metrics.revision} clamped to 2.5 GT/s above Gen4 "
+                       "(smu_v14_0_2)")
+        metrics_link = dpm_link  # type: ignore[assignment]
     link = dpm_link or metrics_link
     if link is None and metrics_problem is not None:
         problems.append(metrics_problem)
-    if dpm_link is not None and metrics_link is not None and dpm_link != metrics_link:
+    if dpm_link is not None and dpm_link[1] is None:
+        problems.append(
+            f"pp_dpm_pcie says {format_speed(dpm_link[0])} and no width (smu7 prints fixed lane "
+            "strings, smu7_hwmgr.c)"
+            + (f"; gpu_metrics says x{metrics_link[1]}" if metrics_link else "")
+        )
+        link = None
+    elif dpm_link is not None and metrics_link is not None and dpm_link != metrics_link:
         problems.append(
             f"pp_dpm_pcie's active level says {format_speed(dpm_link[0])} x{dpm_link[1]}, "
             f"gpu_metrics says {format_speed(metrics_link[0])} x{metrics_link[1]}"
@@ -117,4 +153,19 @@ def firmware_link(gpu: Gpu) -> FirmwareLink:
         return FirmwareLink(
             None, None, tuple(sources), top, None, "; ".join(reasons) if reasons else None
         )
+    assert link[1] is not None
     return FirmwareLink(link[0], link[1], tuple(sources), top, active_index, None)
+
+
+def _clamped(
+    gpu: Gpu, dpm_link: tuple[float, int | None] | None, metrics_link: tuple[float, int] | None
+) -> bool:
+    """smu_v14_0_2's clamp: gpu_metrics 2.5 GT/s, the starred level faster at the same width."""
+    return (
+        gpu.gfx_target in SMU_14_0_2_GFX
+        and dpm_link is not None
+        and metrics_link is not None
+        and metrics_link[0] == CLAMPED_SPEED_GTS
+        and dpm_link[0] > CLAMPED_SPEED_GTS
+        and dpm_link[1] == metrics_link[1]
+    )

@@ -141,8 +141,10 @@ def judge_aer(
     own = {k: v for k, v in current.get(gpu.pci_address, {}).items()
            if k.startswith(FIRMWARE_PREFIX)}
     base_own = {k: v for k, v in (window_base or {}).items() if k.startswith(FIRMWARE_PREFIX)}
-    read_errors += [f"{key} counted {count:,} and is not in this reading (the firmware no longer "
-                    "provides it)" for key, count in vanished_counts(own, base_own)]
+    if not gpu.amdgpu.asleep:
+        # asleep, the table was not read (rocmseat.sysfs.amdgpu): nothing vanished
+        read_errors += [f"{key} counted {count:,} and is not in this reading (the firmware no "
+                        "longer provides it)" for key, count in vanished_counts(own, base_own)]
     if read_errors:
         findings.append(
             Finding(

@@ -10,7 +10,7 @@ unless an expectations profile says otherwise.
 from __future__ import annotations
 
 from rocmseat.findings import Finding, Severity
-from rocmseat.node.firmware import dpm_star_problem
+from rocmseat.node.firmware import dpm_lanes_known, dpm_star_problem
 from rocmseat.node.inventory import Gpu, Hop
 from rocmseat.node.link import (
     WALKED,
@@ -23,6 +23,11 @@ from rocmseat.node.link import (
 )
 from rocmseat.sysfs.attrs import errors_of
 from rocmseat.sysfs.parse import DpmLevel, format_speed
+
+# amdgpu's pm getters answer EPERM on a runtime-suspended GPU rather than wake it
+# (amdgpu_pm.c amdgpu_pm_get_access_if_active(); rocmseat.sysfs.amdgpu): an idle node, not one
+# that could not be checked
+ASLEEP_WORDS = "GPU in runtime suspend: firmware not read (it wakes when a client opens it)"
 
 ROLE_WORDS = {
     "root-port": "root port",
@@ -71,6 +76,13 @@ def _dpm_idle(gpu: Gpu, link: PhysicalLink) -> DpmLevel | None:
     levels = gpu.amdgpu.pp_dpm_pcie or ()
     if not levels:
         return None
+    if not dpm_lanes_known(gpu):
+        # smu7's rows carry a speed only (rocmseat.node.firmware): the star names the speed
+        fastest = max(lv.speed_gts for lv in levels)
+        for level in levels:
+            if level.active and level.speed_gts == link.trained_speed_gts < fastest:
+                return level
+        return None
     top = max(levels, key=lambda lv: (lv.speed_gts, lv.width))
     for level in levels:
         if (
@@ -105,6 +117,12 @@ def judge_link(gpu: Gpu, expected: tuple[float, int] | None = None) -> list[Find
     }
     if truth.source == "firmware":
         return _judge_from_firmware(gpu, truth, expected, errors, data)
+    if truth.source == "none" and gpu.amdgpu.asleep and not errors:
+        # the hierarchy is hidden (a VM) and the firmware was not asked: nothing to judge, and
+        # nothing wrong either
+        return [Finding("pcie.link.asleep", Severity.OK, subject,
+                        f"{ASLEEP_WORDS}; {truth.hierarchy.why}, so the link is judged when it "
+                        f"is awake ({gpu.amdgpu.asleep})", "", data)]
     if truth.source == "none":
         if truth.hierarchy.kind != WALKED and not errors:
             said = fw.problem or "no pp_dpm_pcie level and no gpu_metrics link"
@@ -320,6 +338,10 @@ def _capability_note(gpu: Gpu, eff: EffectiveLink) -> str:
 def judge_dpm(gpu: Gpu) -> list[Finding]:
     """`pcie.dpm.*`: pp_dpm_pcie's active and highest level against the trained link."""
     subject = gpu.pci_address
+    if gpu.amdgpu.asleep:
+        return [Finding("pcie.dpm.asleep", Severity.OK, subject,
+                        f"{ASLEEP_WORDS} ({gpu.amdgpu.asleep})", "",
+                        {"asleep": gpu.amdgpu.asleep})]
     dpm_errors = errors_of(gpu.amdgpu.errors, "pp_dpm_pcie")
     if dpm_errors:
         return [
@@ -378,7 +400,8 @@ def judge_dpm(gpu: Gpu) -> list[Finding]:
     if (
         truth.speed_gts is not None
         and truth.width is not None
-        and (top.speed_gts < truth.speed_gts or top.width < truth.width)
+        and (top.speed_gts < truth.speed_gts
+             or (dpm_lanes_known(gpu) and top.width < truth.width))
     ):
         return [
             Finding(

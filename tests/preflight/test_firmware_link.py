@@ -54,11 +54,12 @@ def test_rdna2_x8_card_on_a_gen3_host():
     assert "the endpoint claims 16 GT/s x16" in link.message
 
 
-def test_polaris_with_empty_link_files_is_judged_from_the_firmware():
+def test_polaris_with_empty_link_files_gets_no_width_from_smu7():
+    """Issue 24: smu7 prints fixed lane strings (smu7_hwmgr.c): its star gives the speed only,
+    so with the link files unreadable the width is not known (issue 17 took "x16" as lanes)."""
     (link,) = judge_link(_gpu("vm-polaris"))
-    assert (link.check_id, link.severity) == ("pcie.link.ok", Severity.OK)
-    assert link.message.startswith("8 GT/s x16 from the GPU firmware (pp_dpm_pcie level 1)")
-    assert "the link files cannot be read" in link.message
+    assert (link.check_id, link.severity) == ("pcie.link.unknown", Severity.UNKNOWN)
+    assert "pp_dpm_pcie says 8 GT/s and no width (smu7 prints fixed lane strings" in link.message
 
 
 def test_rdna3_laptop_with_no_starred_row_is_unknown_never_ok():
@@ -73,10 +74,13 @@ def test_a_suspended_gpu_says_runtime_status(copy_tree):
     root = copy_tree("vm-rdna3-laptop")
     status = next(root.glob("devices/pci0000:00/0000:00:05.0/power/runtime_status"))
     status.write_text("suspended\n")
+    # issue 24: asleep, not unreadable: the pm getters are not read, an ok finding says why
     (dpm,) = judge_dpm(_gpu(root))
-    assert "the GPU is runtime-suspended (power/runtime_status)" in dpm.message
+    assert (dpm.check_id, dpm.severity) == ("pcie.dpm.asleep", Severity.OK)
+    assert dpm.message.startswith("GPU in runtime suspend: firmware not read (it wakes when a "
+                                  "client opens it)")
     (link,) = judge_link(_gpu(root))
-    assert link.severity == Severity.UNKNOWN and "runtime-suspended" in link.message
+    assert (link.check_id, link.severity) == ("pcie.link.asleep", Severity.OK)
 
 
 # --- stars ---------------------------------------------------------------------------------------
