@@ -84,6 +84,10 @@ def judge_ras(
         ]
         return _unknown(subject, reasons,
                         "run as root; a GPU in RAS recovery answers again once it is reset")
+    if thresholds.ras_bad_pages_fail is None and gpu.driver_params.errors:
+        # the driver's threshold depends on it: never a guessed default over an unreadable value
+        return _unknown(subject, list(gpu.driver_params.errors),
+                        "the amdgpu module parameter bad_page_threshold must be readable")
     if ras.features_mask and not ras.blocks:
         return _unknown(
             subject,
