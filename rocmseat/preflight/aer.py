@@ -79,6 +79,29 @@ def snapshot(gpus: Iterable[Gpu]) -> dict[str, dict[str, int]]:
     return out
 
 
+def unknown_sources(gpus: Iterable[Gpu]) -> dict[str, tuple[str, ...]]:
+    """Per function, the counter sources this reading could not read (rocmseat.preflight.windows
+    records them: such a reading is never a window's base, its missing counts are not zeros).
+    Absent or unsupported sources are not unknown; an Instinct's gpu_metrics asleep is."""
+    out: dict[str, set[str]] = {}
+    for gpu in gpus:
+        for hop in gpu.path:
+            if hop.aer.errors:
+                out.setdefault(hop.address, set()).add("aer")
+        own = out.setdefault(gpu.pci_address, set())
+        if errors_of(gpu.amdgpu.errors, "pcie_replay_count"):
+            own.add("amdgpu.pcie_replay_count")
+        if is_instinct(gpu) and (gpu.amdgpu.asleep or [
+            e for e in errors_of(gpu.amdgpu.errors, "gpu_metrics")
+            if ": not supported by the kernel (" not in e
+        ]):
+            own.add("gpu_metrics")
+        ras = gpu.amdgpu.ras
+        if ras is not None and (ras.errors or ras.inaccessible):
+            own.add("ras")
+    return {address: tuple(sorted(found)) for address, found in out.items() if found}
+
+
 def counter_deltas(
     current: Mapping[str, int], base: Mapping[str, int] | None
 ) -> tuple[dict[str, int], bool]:

@@ -80,7 +80,9 @@ def _dpm_idle(gpu: Gpu, link: PhysicalLink) -> DpmLevel | None:
         # smu7's rows carry a speed only (rocmseat.node.firmware): the star names the speed
         fastest = max(lv.speed_gts for lv in levels)
         for level in levels:
-            if level.active and level.speed_gts == link.trained_speed_gts < fastest:
+            if level.active and level.speed_gts == link.trained_speed_gts and (
+                level.speed_gts < fastest
+            ):
                 return level
         return None
     top = max(levels, key=lambda lv: (lv.speed_gts, lv.width))

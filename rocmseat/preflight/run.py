@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING
 from rocmseat.errors import ConfigError, NoDeviceError
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Gpu, Inventory, read_inventory
-from rocmseat.preflight.aer import AerThresholds, judge_aer, snapshot
+from rocmseat.preflight.aer import AerThresholds, judge_aer, snapshot, unknown_sources
 from rocmseat.preflight.link import judge_dpm, judge_link
 from rocmseat.preflight.numa import judge_locality, judge_proposed, judge_requested
 from rocmseat.preflight.pairs import Pair, propose_pairs
 from rocmseat.preflight.windows import (
+    Stamp,
     Window,
     load_ring,
     save_readings,
@@ -30,7 +31,7 @@ from rocmseat.preflight.windows import (
     window_words,
 )
 from rocmseat.sysfs.fs import default_proc_root, is_live_root
-from rocmseat.sysfs.host import NO_PROC, BootIdentity, read_boot_identity
+from rocmseat.sysfs.host import NO_PROC, BootIdentity, read_boot_identity, read_uptime_s
 
 if TYPE_CHECKING:
     # profile.py brings tomllib: imported only when a profile is given (start-up budget)
@@ -114,9 +115,8 @@ def preflight_report(
         raise NoDeviceError(
             f"no amdgpu device under {sysfs_root / 'class' / 'drm'}{others}{problems}"
         )
-    identity = read_boot_identity(
-        proc_root if proc_root is not None else default_proc_root(sysfs_root)
-    )
+    proc = proc_root if proc_root is not None else default_proc_root(sysfs_root)
+    identity = read_boot_identity(proc)
     requested = tuple(pairs or ())
     if not requested and loaded is not None and "numa" in selected:
         requested = loaded.pairs
@@ -146,7 +146,7 @@ def preflight_report(
     if "aer" in selected or "ras" in selected:
         error_findings, window = _error_windows(
             sysfs_root, state_dir, checked, thresholds, families=selected, sample_s=sample_s,
-            sleep=sleep, now=now, identity=identity,
+            sleep=sleep, now=now, identity=identity, proc_root=proc,
         )
         findings += error_findings
     if "amdsmi" in selected:
@@ -294,13 +294,14 @@ def _error_windows(
     sleep: Callable[[float], None],
     now: Callable[[], str],
     identity: BootIdentity,
+    proc_root: Path | None = None,
 ) -> tuple[list[Finding], str]:
     """AER and RAS findings over the error window (rocmseat.preflight.windows): the fixed span
     every run judges, whoever looked; a `--sample` judges its own two readings."""
     findings: list[Finding] = []
     current = snapshot(gpus)
     windows: dict[str, Window] = {}
-    stamp: str | None = None  # set when this run's reading joins the error readings
+    stamp: Stamp | None = None  # set when this run's reading joins the error readings
     if sample_s is not None:
         first = current
         sleep(sample_s)
@@ -346,10 +347,11 @@ def _error_windows(
                     else "remove the file; the next run writes a fresh one",
                 )
             )
-        stamp = None if loaded.untrusted else now()
+        stamp = None if loaded.untrusted else _stamp(now, proc_root, findings)
         stored = loaded.ring.devices if loaded.ring is not None else {}
+        at = stamp or Stamp(now())
         windows = {
-            address: window_for(stored.get(address, ()), stamp or now(), thresholds.window_s)
+            address: window_for(stored.get(address, ()), at, thresholds.window_s)
             for address in current
         }
         phrases = sorted({w.phrase for w in windows.values()})
@@ -369,7 +371,7 @@ def _error_windows(
         # overwritten
         return findings, window
     problem = save_readings(state_dir, sysfs_root, identity.boot_id, current, stamp,
-                            seen=stored)
+                            seen=stored, unknown=unknown_sources(gpus))
     if problem:
         findings.append(
             Finding(
@@ -381,6 +383,23 @@ def _error_windows(
             )
         )
     return findings, window
+
+
+def _stamp(now: Callable[[], str], proc_root: Path | None, findings: list[Finding]) -> Stamp:
+    """This reading's time: the wall clock, and the boot clock (`<proc>/uptime`) beside it; a
+    proc root whose uptime cannot be read leaves the window on the wall clock, and says so."""
+    boot_s, error = read_uptime_s(proc_root)
+    if error is not None:
+        findings.append(
+            Finding(
+                "aer.window",
+                Severity.WARN,
+                "node",
+                f"cannot read the boot clock ({error}); the window is measured on the wall clock",
+                "check the proc root (ROCMSEAT_PROC_ROOT)",
+            )
+        )
+    return Stamp(now(), boot_s)
 
 
 def _hip(

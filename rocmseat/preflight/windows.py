@@ -13,9 +13,22 @@ are a lower bound of the counts at S, so the growth judged is never less than th
 (it may include errors seen just before S, never hide one inside it). With no reading that old
 yet in this boot, the window is "since boot" (every count this boot has).
 
+Windows run on the boot clock. Each reading is stamped with the wall clock (`first`, `last`: what
+a person reads) and, beside it, the seconds since boot (`first_boot_s`, `last_boot_s`:
+CLOCK_BOOTTIME, `<proc>/uptime`, rocmseat.sysfs.host.read_uptime_s). All readings of a ring are of
+one boot (a ring of another boot id is dropped), so within it the boot clock orders them and
+measures the window: a wall clock a month slow at boot (a CMOS reset) and stepped by NTP later
+moves nothing, and the boot's first reading can never look "older than the window". Without a
+proc root (a fixture tree, no boot of its own) the wall clock measures, as before. A reading
+taken while a source could not be read (a GPU reset answering EPERM, a RAS count file
+inaccessible) records that source under `unknown`: its counts are missing, not zero, so that
+reading is never a window's base (an older one is, or "since boot"): a gap never charges old
+errors to the window.
+
 `<state dir>/preflight/error-readings.json` (`rocmseat.error-readings/v1`): the sysfs root, the
-boot id, and per device a list of {first, last, counters}: the counts (nonzero ones only) seen
-unchanged from `first` to `last`. Bounded: entries older than MAX_KEEP_S go (but the newest of
+boot id, and per device a list of {first, last, counters} (plus first_boot_s, last_boot_s and
+unknown when known: fields a reader of the v1 file may ignore): the counts (nonzero ones only)
+seen unchanged from `first` to `last`. Bounded: entries older than MAX_KEEP_S go (but the newest of
 them, the base of the longest window), and a device keeps at most MAX_ENTRIES (thinned in the
 middle, which only moves a base earlier: a longer window, never a shorter one). Written
 atomically under an exclusive lock; read back through read_trusted_state (it decides a verdict:
@@ -42,6 +55,7 @@ DEFAULT_WINDOW_S = 24 * 3600
 MAX_WINDOW_S = 7 * 24 * 3600  # the longest window a profile may ask
 MAX_KEEP_S = MAX_WINDOW_S
 MAX_ENTRIES = 512
+MAX_BOOT_S = 1e10  # seconds since boot: three centuries
 # With nothing counted since a device's last reading, the file is rewritten (and fsynced) only to
 # move that reading's `last` on, at most this often: a base's `last` only words the window's
 # start ("since ..."), and an older one words a longer window, never a shorter one.
@@ -62,6 +76,17 @@ class Entry:
     first: str  # UTC stamps, "YYYY-MM-DDTHH:MM:SSZ"
     last: str
     counters: Counters  # nonzero counts only (absent = 0)
+    first_boot_s: float | None = None  # seconds since boot (CLOCK_BOOTTIME); None: not known
+    last_boot_s: float | None = None
+    unknown: tuple[str, ...] = ()  # sources unreadable in this reading: never a base
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """When a reading is taken: the wall clock, and the boot clock when the proc root gives it."""
+
+    wall: str
+    boot_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +173,20 @@ def _entry(raw: Any, address: str) -> Entry:
     ):
         raise ValueError(f"bad counters in a reading for {address}")
     assert isinstance(first, str) and isinstance(last, str)
-    return Entry(first, last, dict(counters))
+    boots = [raw.get(k) for k in ("first_boot_s", "last_boot_s")]
+    for boot in boots:
+        if boot is not None and (
+            not isinstance(boot, (int, float)) or isinstance(boot, bool)
+            or not 0 <= boot < MAX_BOOT_S
+        ):
+            raise ValueError(f"bad seconds since boot in a reading for {address}")
+    unknown = raw.get("unknown", [])
+    if not isinstance(unknown, list) or len(unknown) > 64 or not all(
+        isinstance(u, str) and _KEY_RE.fullmatch(u) for u in unknown
+    ):
+        raise ValueError(f"bad unknown sources in a reading for {address}")
+    first_boot, last_boot = (None if b is None else float(b) for b in boots)
+    return Entry(first, last, dict(counters), first_boot, last_boot, tuple(unknown))
 
 
 def _refuse_constant(name: str) -> Any:
@@ -182,11 +220,20 @@ def load_ring(state_dir: Path, sysfs_root: Path, boot_id: str | None) -> Loaded:
 
 
 # --- windows -----------------------------------------------------------------------------------
-def window_for(entries: tuple[Entry, ...], now: str, window_s: int) -> Window:
-    """The base of a window of `window_s` ending at `now` (see the module's docstring)."""
-    start = parse_stamp(now) - dt.timedelta(seconds=window_s)
+def window_for(
+    entries: tuple[Entry, ...], now: str | Stamp, window_s: int
+) -> Window:
+    """The base of a window of `window_s` ending at `now` (see the module's docstring): on the
+    boot clock when `now` carries it, else on the wall clock. A reading with an unknown source
+    is never the base."""
+    stamp = now if isinstance(now, Stamp) else Stamp(now)
+    if stamp.boot_s is not None:
+        return _boot_window(entries, stamp, stamp.boot_s, window_s)
+    start = parse_stamp(stamp.wall) - dt.timedelta(seconds=window_s)
     base = None
     for entry in entries:
+        if entry.unknown:
+            continue
         if parse_stamp(entry.first) <= start and (
             base is None or parse_stamp(entry.first) >= parse_stamp(base.first)
         ):
@@ -198,20 +245,47 @@ def window_for(entries: tuple[Entry, ...], now: str, window_s: int) -> Window:
     return Window(base.counters, f"in the last {span} (since {since:%Y-%m-%d %H:%M} UTC)")
 
 
+def _boot_window(entries: tuple[Entry, ...], stamp: Stamp, now_boot: float,
+                 window_s: int) -> Window:
+    """The boot-clock window: the base is the newest reading first taken at or before
+    (now - window) on the boot clock; its start is worded in the wall clock of now, so a
+    stepped clock words it right too."""
+    start = now_boot - window_s
+    base = None
+    for entry in entries:
+        if entry.unknown or entry.first_boot_s is None:
+            continue  # a gap, or a reading no boot clock placed: never a base
+        if entry.first_boot_s <= start and (
+            base is None or entry.first_boot_s >= (base.first_boot_s or 0.0)
+        ):
+            base = entry
+    span = window_words(window_s)
+    if base is None:
+        return Window(None, f"since boot (no reading of this boot is {span} old yet)")
+    last = base.last_boot_s if base.last_boot_s is not None else base.first_boot_s
+    assert last is not None
+    since = parse_stamp(stamp.wall) - dt.timedelta(seconds=now_boot - min(last, start))
+    return Window(base.counters, f"in the last {span} (since {since:%Y-%m-%d %H:%M} UTC)")
+
+
 def save_readings(
     state_dir: Path,
     sysfs_root: Path,
     boot_id: str | None,
     readings: Mapping[str, Mapping[str, int]],
-    now: str,
+    now: str | Stamp,
     *,
     seen: Mapping[str, tuple[Entry, ...]] | None = None,
+    unknown: Mapping[str, tuple[str, ...]] | None = None,
 ) -> str | None:
     """Add this run's readings to the ring; returns a one-line problem or None. `seen`: the
     ring as this run read it; with nothing new against it, nothing is written (a reading that
-    another run added meanwhile is at least as new)."""
+    another run added meanwhile is at least as new). `unknown`: per device, the sources this
+    reading could not read (recorded, so the reading is never a base)."""
     path = state_path(state_dir)
-    if seen and not _news(seen, readings, now):
+    stamp = now if isinstance(now, Stamp) else Stamp(now)
+    gaps = unknown or {}
+    if seen and not _news(seen, readings, stamp.wall, gaps):
         return None
     try:
         with exclusive_lock(path.with_suffix(".lock"), timeout_s=LOCK_TIMEOUT_S):
@@ -219,20 +293,18 @@ def save_readings(
             if loaded.untrusted:
                 return loaded.problem
             devices = dict(loaded.ring.devices) if loaded.ring is not None else {}
-            if loaded.ring is not None and not _news(devices, readings, now):
+            if loaded.ring is not None and not _news(devices, readings, stamp.wall, gaps):
                 return None
             for address, counters in readings.items():
-                devices[address] = _add(devices.get(address, ()), counters, now)
+                devices[address] = _add(devices.get(address, ()), counters, stamp,
+                                        gaps.get(address, ()))
             devices = _bounded(devices)
             doc = {
                 "schema": SCHEMA,
                 "sysfs_root": root_key(sysfs_root),
                 "boot_id": boot_id,
                 "devices": {
-                    address: [
-                        {"first": e.first, "last": e.last, "counters": e.counters}
-                        for e in entries
-                    ]
+                    address: [_entry_doc(e) for e in entries]
                     for address, entries in sorted(devices.items())
                 },
             }
@@ -244,41 +316,82 @@ def save_readings(
     return None
 
 
+def _entry_doc(entry: Entry) -> dict[str, Any]:
+    """An entry as the file holds it: the v1 keys, and the boot clock and the unknown sources
+    only when known (additive: a v1 reader ignores them)."""
+    doc: dict[str, Any] = {"first": entry.first, "last": entry.last, "counters": entry.counters}
+    if entry.first_boot_s is not None:
+        doc["first_boot_s"] = round(entry.first_boot_s, 3)
+    if entry.last_boot_s is not None:
+        doc["last_boot_s"] = round(entry.last_boot_s, 3)
+    if entry.unknown:
+        doc["unknown"] = list(entry.unknown)
+    return doc
+
+
 def _news(
-    devices: Mapping[str, tuple[Entry, ...]], readings: Mapping[str, Mapping[str, int]], now: str
+    devices: Mapping[str, tuple[Entry, ...]], readings: Mapping[str, Mapping[str, int]],
+    now: str, unknown: Mapping[str, tuple[str, ...]],
 ) -> bool:
-    """Whether this run's readings change the ring: a device unseen, a count that moved, or a
-    last reading older than REFRESH_S."""
+    """Whether this run's readings change the ring: a device unseen, a count that moved, a
+    source now (un)readable, or a last reading older than REFRESH_S."""
     horizon = parse_stamp(now) - dt.timedelta(seconds=REFRESH_S)
     for address, counters in readings.items():
         entries = devices.get(address)
         if not entries or entries[-1].counters != {k: v for k, v in counters.items() if v}:
+            return True
+        if entries[-1].unknown != tuple(unknown.get(address, ())):
             return True
         if parse_stamp(entries[-1].last) <= horizon:
             return True
     return False
 
 
-def _add(entries: tuple[Entry, ...], counters: Mapping[str, int], now: str) -> tuple[Entry, ...]:
+def _add(
+    entries: tuple[Entry, ...], counters: Mapping[str, int], stamp: Stamp,
+    unknown: tuple[str, ...] = (),
+) -> tuple[Entry, ...]:
     nonzero = {k: v for k, v in counters.items() if v}
+    now, boot = stamp.wall, stamp.boot_s
     now_at = parse_stamp(now)
     kept = list(entries)
-    if kept and kept[-1].counters == nonzero and parse_stamp(kept[-1].first) <= now_at:
-        last = kept[-1]
-        kept[-1] = Entry(last.first, max(last.last, now, key=parse_stamp), last.counters)
+    if boot is not None:
+        # on the boot clock a reading no boot clock placed can never be a base: it goes
+        kept = [e for e in kept if e.first_boot_s is not None]
+    last = kept[-1] if kept else None
+    if (
+        last is not None and last.counters == nonzero and last.unknown == unknown
+        and _order(last, boot is not None) <= (boot if boot is not None else now_at.timestamp())
+    ):
+        kept[-1] = Entry(last.first, max(last.last, now, key=parse_stamp), last.counters,
+                         last.first_boot_s, boot if boot is not None else last.last_boot_s,
+                         last.unknown)
     else:
-        # a clock stepped back leaves readings "in the future": they are kept (dropping them
-        # would move a later window's base later, a shorter window), in time order
-        kept.append(Entry(now, now, nonzero))
-        kept.sort(key=lambda e: parse_stamp(e.first))
-    return _pruned(tuple(kept), now_at)
+        # a wall clock stepped back leaves readings "in the future": they are kept (dropping
+        # them would move a later window's base later, a shorter window), in time order (the
+        # boot clock's when there is one: it never steps)
+        kept.append(Entry(now, now, nonzero, boot, boot, unknown))
+        kept.sort(key=lambda e: _order(e, boot is not None))
+    return _pruned(tuple(kept), now_at, boot)
 
 
-def _pruned(entries: tuple[Entry, ...], now_at: dt.datetime) -> tuple[Entry, ...]:
+def _order(entry: Entry, on_boot_clock: bool) -> float:
+    if on_boot_clock and entry.first_boot_s is not None:
+        return entry.first_boot_s
+    return parse_stamp(entry.first).timestamp()
+
+
+def _pruned(
+    entries: tuple[Entry, ...], now_at: dt.datetime, boot: float | None = None
+) -> tuple[Entry, ...]:
     """Drop what no window can use: entries older than the newest one at or before
     now - MAX_KEEP_S (the base of the longest window); then thin the middle to MAX_ENTRIES."""
-    cutoff = now_at - dt.timedelta(seconds=MAX_KEEP_S)
-    old = [i for i, e in enumerate(entries) if parse_stamp(e.first) <= cutoff]
+    if boot is not None:
+        old = [i for i, e in enumerate(entries)
+               if e.first_boot_s is not None and e.first_boot_s <= boot - MAX_KEEP_S]
+    else:
+        cutoff = now_at - dt.timedelta(seconds=MAX_KEEP_S)
+        old = [i for i, e in enumerate(entries) if parse_stamp(e.first) <= cutoff]
     kept = list(entries[old[-1]:] if old else entries)
     while len(kept) > MAX_ENTRIES:
         # every other entry of the older half goes; the first (the oldest base) and the newest

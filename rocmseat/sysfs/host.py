@@ -33,6 +33,29 @@ class BootIdentity:
 
 
 NO_PROC = BootIdentity(None, None)
+_UPTIME_RE = re.compile(r"^(\d{1,12}\.\d{1,9}) \d{1,15}\.\d{1,9}$")
+
+
+def parse_uptime(text: str, source: str = "<text>") -> float:
+    """`<proc>/uptime`: "<seconds since boot> <idle seconds>" (fs/proc/uptime.c uptime_proc_show
+    prints ktime_get_boottime_ts64(): CLOCK_BOOTTIME, which counts suspend and never steps with
+    the wall clock) -> the seconds since boot."""
+    match = _UPTIME_RE.fullmatch(text.strip())
+    if match is None:
+        raise ParseError(source, text, "not '<seconds since boot> <idle seconds>'")
+    return float(match.group(1))
+
+
+def read_uptime_s(proc_root: Path | None) -> tuple[float | None, str | None]:
+    """(seconds since boot, None), (None, reason) when it cannot be read, (None, None) without a
+    proc root (a fixture tree has no boot)."""
+    if proc_root is None:
+        return None, None
+    path = proc_root / "uptime"
+    value, error = read_parsed(path, parse_uptime)
+    if value is None and error is None:
+        error = f"{path}: missing"
+    return value, error
 
 
 def parse_boot_id(text: str, source: str = "<text>") -> str:

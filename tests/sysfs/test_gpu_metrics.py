@@ -270,7 +270,7 @@ def test_v1_9_an_unseen_attribute_is_skipped_by_its_encoded_size():
 def test_v1_9_speed_in_gts_units_and_a_foreign_unit():
     builder = _builder()
     fields = list(builder.SMU_13_0_6_METRICS_FIELDS)
-    speed = [i for i, f in enumerate(fields) if f[0] == "pcie_link_speed"][0]
+    speed = next(i for i, f in enumerate(fields) if f[0] == "pcie_link_speed")
     fields[speed] = ("pcie_link_speed", 17, 2, 6, 1)  # AMDGPU_METRICS_UNIT_SPEED_1: GT/s
     data = builder.attr_table({"pcie_link_speed": 16, "pcie_link_width": 16}, fields=tuple(fields))
     assert parse_gpu_metrics(data).pcie_link_speed_gts == 16.0
