@@ -9,6 +9,7 @@ drained: rocmseat: aer.badtlp ...)"), and `--format npd --cached --only aer` sai
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 import pytest
@@ -81,4 +82,43 @@ def test_a_hand_run_keeps_the_node_drained(
         assert result.exit_code == 1, result.stderr
         assert "resumed" not in result.stdout
         assert result.stdout.startswith(f"{cluster.node}: FAIL ")
+        assert "DRAIN" in _state(cluster.node_line()), cluster.node_line()
+
+
+def test_a_month_slow_clock_stepped_in_one_boot_keeps_the_node_drained(
+    cluster_root, rocmseat_cli, copy_tree, monkeypatch, tmp_path  # noqa: F811
+):
+    """Issue 24: the node-preflight timer fires 1 min after boot with the clock a month slow
+    (a CMOS reset), then NTP steps it. Before: the boot's 6,655 BadTLP reading, stamped a month
+    ago, became the base of the 24 h window: `slurm health` said OK and resumed the node. The
+    window runs on the boot clock now (<proc>/uptime): the node stays drained."""
+    from rocmseat.findings import Severity
+    from rocmseat.preflight.run import preflight_report
+    from tests.preflight.test_boot_clock import proc_root
+
+    root = _badtlp_only(copy_tree)
+    state_dir = tmp_path / "state"
+    month_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # the timer's run, one minute after boot, before time sync
+    first = preflight_report(root, state_dir, now=lambda: month_ago,
+                             proc_root=proc_root(tmp_path, 60.0))
+    assert [f.check_id for f in first.findings if f.severity == Severity.FAIL] == ["aer.badtlp"]
+    # NTP has stepped the clock; ten minutes of uptime later Slurm's health checks run
+    monkeypatch.setenv("ROCMSEAT_PROC_ROOT", str(proc_root(tmp_path, 660.0)))
+    with running_cluster(cluster_root / "clock") as cluster:
+        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+        monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+
+        def health():
+            return rocmseat_cli("slurm", "health", "--sysfs-root", str(root),
+                                "--state-dir", str(state_dir))
+
+        result = health()
+        assert result.exit_code == 1, result.stdout + result.stderr
+        assert "DRAIN" in _state(cluster.node_line()), cluster.node_line()
+        assert "rocmseat: aer.badtlp 0000:80:02.0" in cluster.node_line()
+        (proc_root(tmp_path, 1260.0))  # ten more minutes
+        result = health()
+        assert result.exit_code == 1, result.stderr
+        assert "resumed" not in result.stdout
         assert "DRAIN" in _state(cluster.node_line()), cluster.node_line()
