@@ -27,6 +27,7 @@ from pathlib import Path
 from rocmseat.sysfs.attrs import Collector, read_text
 from rocmseat.sysfs.gpu_metrics import GpuMetrics, parse_gpu_metrics
 from rocmseat.sysfs.parse import DpmLevel, parse_int, parse_pp_dpm_pcie
+from rocmseat.sysfs.pci import Bar, parse_resource
 from rocmseat.sysfs.ras import RasReading, read_ras
 
 
@@ -47,6 +48,8 @@ class AmdgpuReading:
     asleep: str | None = None
     # MP0 (PSP) IP version from ip_discovery, for the driver's bad-page rule; None: not exposed
     mp0_version: tuple[int, int, int] | None = None
+    # the function's assigned BARs (`resource`, rocmseat.sysfs.pci.parse_resource); None: absent
+    bars: tuple[Bar, ...] | None = None
 
 
 # The pm getters read here (amdgpu_pm.c): each goes through amdgpu_pm_get_access_if_active().
@@ -89,6 +92,7 @@ def read_amdgpu(device_dir: Path) -> AmdgpuReading:
         errors=tuple(attrs.errors),
         asleep=asleep,
         mp0_version=_mp0_version(attrs),
+        bars=attrs.get("resource", parse_resource),
     )
 
 

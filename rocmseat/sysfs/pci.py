@@ -8,9 +8,11 @@ Files (Documentation/ABI/testing/sysfs-bus-pci, drivers/pci/pci-sysfs.c): `vendo
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmseat.errors import ParseError
 from rocmseat.sysfs.attrs import Collector, read_parsed
 from rocmseat.sysfs.parse import (
     is_pci_address,
@@ -21,6 +23,7 @@ from rocmseat.sysfs.parse import (
     parse_numa_node,
 )
 
+_RESOURCE_RE = re.compile(r"0x([0-9a-fA-F]{1,16}) 0x([0-9a-fA-F]{1,16}) 0x([0-9a-fA-F]{1,16})")
 VENDOR_AMD_ATI = 0x1002  # PCI_VENDOR_ID_ATI: the GPU and its internal switch ports
 CLASS_BRIDGE_PCI = 0x0604
 
@@ -128,3 +131,51 @@ def parent_chain(device_dir: Path) -> tuple[Path, ...]:
         chain.append(parent)
         parent = parent.parent
     return tuple(chain)
+
+
+# include/linux/ioport.h: the flags resource_show() prints per BAR
+IORESOURCE_MEM = 0x00000200
+IORESOURCE_PREFETCH = 0x00002000
+IORESOURCE_MEM_64 = 0x00100000
+PCI_STD_NUM_BARS = 6  # include/uapi/linux/pci_regs.h: BARs 0-5 are the first six lines
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    index: int
+    start: int
+    size_bytes: int
+    flags: int
+
+    @property
+    def prefetchable_64(self) -> bool:
+        wanted = IORESOURCE_MEM | IORESOURCE_PREFETCH | IORESOURCE_MEM_64
+        return self.flags & wanted == wanted
+
+
+def parse_resource(text: str, source: str = "<text>") -> tuple[Bar, ...]:
+    """A function's `resource` file (drivers/pci/pci-sysfs.c resource_show(): one
+    "0x%016llx 0x%016llx 0x%016llx" start, end, flags line per resource, BARs 0-5 first) -> its
+    assigned BARs (an all-zero line is an unassigned BAR: left out)."""
+    bars = []
+    lines = text.splitlines()
+    if len(lines) < PCI_STD_NUM_BARS or len(lines) > 64:
+        raise ParseError(source, f"{len(lines)} lines", "not a PCI resource table")
+    for index, line in enumerate(lines[:PCI_STD_NUM_BARS]):
+        match = _RESOURCE_RE.fullmatch(line.strip())
+        if match is None:
+            raise ParseError(f"{source}:{index + 1}", line, "not 'start end flags' in hex")
+        start, end, flags = (int(g, 16) for g in match.groups())
+        if start == end == 0:
+            continue
+        if end < start:
+            raise ParseError(f"{source}:{index + 1}", line, "ends before it starts")
+        bars.append(Bar(index, start, end - start + 1, flags))
+    return tuple(bars)
+
+
+def vram_bar(bars: tuple[Bar, ...]) -> Bar | None:
+    """The VRAM aperture of an AMD GPU: its largest 64-bit prefetchable memory BAR (BAR0; the
+    doorbell BAR2 is 64-bit prefetchable too, and small)."""
+    candidates = [b for b in bars if b.prefetchable_64]
+    return max(candidates, key=lambda b: b.size_bytes) if candidates else None
