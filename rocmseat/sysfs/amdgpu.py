@@ -78,6 +78,9 @@ def read_amdgpu(device_dir: Path) -> AmdgpuReading:
                                     strict=True) if d]
         if denied:
             asleep = f"{', '.join(denied)}: Operation not permitted (EPERM)"
+    # read before the reading is built: their errors join `errors`
+    mp0 = _mp0_version(attrs)
+    bars = attrs.get("resource", parse_resource)
     return AmdgpuReading(
         driver=driver_name(device_dir),
         pp_dpm_pcie=dpm,
@@ -91,8 +94,8 @@ def read_amdgpu(device_dir: Path) -> AmdgpuReading:
         ras=read_ras(device_dir),
         errors=tuple(attrs.errors),
         asleep=asleep,
-        mp0_version=_mp0_version(attrs),
-        bars=attrs.get("resource", parse_resource),
+        mp0_version=mp0,
+        bars=bars,
     )
 
 
