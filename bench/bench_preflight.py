@@ -5,7 +5,7 @@ venv that sees the system's site-packages for the dependencies). Also times the
 node-problem-detector answer from a cached verdict (`--format npd --cached`) and prints its
 length in bytes.
 
-    python3 bench/bench_preflight.py [--gpus 16] [--runs 21]
+    python3 bench/bench_preflight.py [--gpus 16] [--runs 21] [--metrics-format 1.5|1.9]
     python3 bench/bench_preflight.py --hostile 5000 [--seed 1]   # issue 11's long battery
 
 Budget (issue 10): the regular install within 4x `python -c pass`, with gpu_metrics decoded and
@@ -43,9 +43,15 @@ def _builder() -> ModuleType:
     return module
 
 
+# The regular install runs without PYTHONPATH: `PYTHONPATH=$PWD` (how a worktree's editable
+# command reaches its own checkout) would otherwise shadow the venv's installed copy.
+_NO_PYTHONPATH = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 def _once(argv: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
     start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
+    env = _NO_PYTHONPATH if f"{os.sep}venv{os.sep}bin{os.sep}" in argv[0] else None
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env)
     return time.perf_counter() - start, proc
 
 
@@ -74,7 +80,7 @@ def regular_install(tmp: Path) -> Path:
     subprocess.run([*pip, "install", "--no-deps", "--no-index", str(wheel)], check=True)
     probe = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import rocmseat; print(rocmseat.__file__)"],
-        capture_output=True, text=True, check=True, cwd=tmp,
+        capture_output=True, text=True, check=True, cwd=tmp, env=_NO_PYTHONPATH,
     )
     if not probe.stdout.strip().startswith(str(venv)):
         sys.exit(f"the venv imports rocmseat from {probe.stdout.strip()}, not its own install")
@@ -91,9 +97,13 @@ def timing(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="rocmseat-bench-") as tmp_name:
         tmp = Path(tmp_name)
         tree = tmp / "tree"
-        builder.write_host(tree, builder.many_gpus(args.gpus))
-        # every GPU of the tree carries the firmware's gpu_metrics (v1.5) and amdgpu's ras/
-        # (issue 17): preflight decodes one table and reads the RAS counts per GPU
+        rocm7 = args.metrics_format == "1.9"
+        builder.write_host(tree, builder.many_gpus(args.gpus, rocm7=rocm7))
+        # every GPU of the tree carries the firmware's gpu_metrics (v1.5, or with 1.9 the
+        # attribute table of the amdgpu ROCm 7 installs, issue 24, with ip_discovery, the BARs
+        # and the module parameter) and amdgpu's ras/ (issue 17): preflight decodes one table
+        # and reads the RAS counts per GPU
+        print(f"gpu_metrics format {args.metrics_format}")
         metrics = sorted(tree.rglob("gpu_metrics"))
         ras = sorted(tree.rglob("ras"))
         print(f"{len(metrics)} gpu_metrics tables and {len(ras)} ras/ directories in the tree")
@@ -147,6 +157,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--gpus", type=int, default=16)
     parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--metrics-format", choices=("1.5", "1.9"), default="1.5",
+                        help="the gpu_metrics tables of the tree (1.9: the ROCm 7 amdgpu)")
     parser.add_argument("--hostile", type=int, default=0, metavar="ROUNDS",
                         help="run issue 11's hostile sysfs battery this many rounds instead")
     parser.add_argument("--seed", type=int, default=1)
