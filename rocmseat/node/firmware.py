@@ -14,6 +14,8 @@ Two kernel quirks are facts, not contradictions:
   gpu_metrics->pcie_link_speed = pcie_gen_to_speed(1)`: any rate above Gen4 reads 2.5 GT/s in
   gpu_metrics. With pp_dpm_pcie starring a faster level at the same width, pp_dpm_pcie's figure
   is the link (amdgpu_top's dump of an RX 9060 XT shows the same: Gen5 x16 starred, 25).
+  smu_v13_0_0/smu_v13_0_7 (RDNA3) carry the same clause, but their links stop at Gen4, which it
+  never clamps: there a 2.5 GT/s gpu_metrics against a faster star stays a contradiction.
 - smu7_hwmgr.c smu7_print_clock_levels(), case PP_PCIE (Polaris, Tonga, Fiji: gfx802/gfx803/
   gfx805): each row is a fixed string ("2.5GT/s, x8", "5.0GT/s, x16", "8.0GT/s, x16") whatever
   the lanes, and the star marks the current speed only. Its rows give a speed, never a width.
