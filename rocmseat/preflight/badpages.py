@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rocmseat.node.inventory import Gpu
+from rocmseat.sysfs.attrs import errors_of
 from rocmseat.sysfs.module_params import DEFAULT_BAD_PAGE_THRESHOLD
 
 BAD_PAGE_COVER_BYTES = 100 * 1024 * 1024  # amdgpu_ras.c RAS_BAD_PAGE_COVER
@@ -58,6 +59,19 @@ def _mp0(gpu: Gpu) -> tuple[tuple[int, int, int] | None, str]:
 
 def _version(mp0: tuple[int, int, int]) -> str:
     return ".".join(str(n) for n in mp0)
+
+
+def rule_problem(gpu: Gpu) -> str | None:
+    """Why the driver's threshold cannot be told: the module parameter, or (for -1) the MP0
+    version it derives from, exists and cannot be read. Never a guessed default over it."""
+    if gpu.driver_params.errors:
+        return gpu.driver_params.errors[0]
+    param = gpu.driver_params.bad_page_threshold
+    if param in (None, DEFAULT_BAD_PAGE_THRESHOLD):
+        unreadable = errors_of(gpu.amdgpu.errors, "major", "minor", "revision")
+        if unreadable:
+            return f"{unreadable[0]} (the MP0 version the default threshold derives from)"
+    return None
 
 
 def driver_bad_page_rule(gpu: Gpu) -> BadPageRule:

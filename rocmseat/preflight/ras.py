@@ -28,7 +28,7 @@ from rocmseat.preflight.aer import (
     is_instinct,
     vanished_counts,
 )
-from rocmseat.preflight.badpages import BadPageRule, driver_bad_page_rule
+from rocmseat.preflight.badpages import BadPageRule, driver_bad_page_rule, rule_problem
 from rocmseat.preflight.windows import Window
 from rocmseat.sysfs.attrs import first_of
 
@@ -84,10 +84,12 @@ def judge_ras(
         ]
         return _unknown(subject, reasons,
                         "run as root; a GPU in RAS recovery answers again once it is reset")
-    if thresholds.ras_bad_pages_fail is None and gpu.driver_params.errors:
+    problem = None if thresholds.ras_bad_pages_fail is not None else rule_problem(gpu)
+    if problem is not None:
         # the driver's threshold depends on it: never a guessed default over an unreadable value
-        return _unknown(subject, list(gpu.driver_params.errors),
-                        "the amdgpu module parameter bad_page_threshold must be readable")
+        return _unknown(subject, [problem],
+                        "the amdgpu module parameter bad_page_threshold and ip_discovery must "
+                        "be readable")
     if ras.features_mask and not ras.blocks:
         return _unknown(
             subject,

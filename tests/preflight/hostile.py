@@ -40,7 +40,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
-TREES = ("x99-r9700", "x99-r9700-degraded", "mi300x-8gpu", "single-socket-numa-unknown",
+TREES = ("x99-r9700", "x99-r9700-degraded", "mi300x-8gpu", "mi300x-8gpu-rocm7",
+         "single-socket-numa-unknown",
          "vm-rdna4", "vm-qemu-rootport", "vm-polaris")
 
 MUTATIONS = (
@@ -95,6 +96,11 @@ def needed_files(tree: Path) -> set[str]:
             needed.add(rel(gpu_dir / name))
         if gpu.amdgpu.ras is not None:  # amdgpu's RAS counts decide the ras family
             needed.update(rel(p) for p in (gpu_dir / "ras").iterdir())
+            # and the driver's bad-page threshold: its module parameter and MP0 version
+            needed.add("module/amdgpu/parameters/bad_page_threshold")
+            mp0 = gpu_dir / "ip_discovery/die/0/255/0"
+            needed.update(rel(mp0 / n) for n in ("major", "minor", "revision"))
+        needed.add(rel(gpu_dir / "resource"))  # the large-BAR check (issue 24)
         for hop in gpu.path[1:]:
             hop_dir = _function_dir(tree, hop.address)
             for name in (*(("vendor",) if links else ()), *links, *AER_FILES):

@@ -279,3 +279,17 @@ def test_an_idle_x16_rx580_at_gen1_is_idle_not_degraded(copy_tree, tmp_path):
     mine = [(f.check_id, f.severity) for f in report.findings if f.subject == gpu]
     assert ("pcie.link.idle", Severity.WARN) in mine
     assert ("pcie.link.degraded", Severity.FAIL) not in mine
+
+
+def test_an_unreadable_mp0_version_is_unknown_under_the_default(copy_tree, tmp_path):
+    """The default threshold derives from MP0's version: unreadable, it is not guessed."""
+    root = copy_tree(ROCM7)
+    (_dev(root, MI_GPU) / "ip_discovery/die/0/255/0/minor").write_text("zero\n")
+    report = preflight_report(root, tmp_path, families={"ras"}, pairs=[(MI_GPU, MI_GPU)])
+    (finding,) = [f for f in report.findings if f.subject == MI_GPU]
+    assert (finding.check_id, finding.severity) == ("ras.unknown", Severity.UNKNOWN)
+    assert "the MP0 version the default threshold derives from" in finding.message
+    # a positive module parameter needs no MP0 version
+    (root / "module/amdgpu/parameters/bad_page_threshold").write_text("50\n")
+    report = preflight_report(root, tmp_path, families={"ras"}, pairs=[(MI_GPU, MI_GPU)])
+    assert [f.check_id for f in report.findings if f.subject == MI_GPU] == ["ras.clean"]
