@@ -138,19 +138,12 @@ def _check_id(kind: str, name: str) -> str:
     return "aer." + name.lower()
 
 
-def judge_aer(
-    gpu: Gpu,
-    current: Mapping[str, Mapping[str, int]],
-    windows: Mapping[str, Window],
-    thresholds: AerThresholds = AerThresholds(),
-) -> list[Finding]:
-    """`aer.*` findings for the functions on one GPU's path.
-
-    `windows` holds each function's window (its base counters and the phrase: "in the last
-    24 h (since ...)", "during the 30 s sample"); a function without one counts since boot.
-    """
-    window = windows.get(gpu.pci_address, SINCE_BOOT).phrase
-    findings: list[Finding] = []
+def _read_errors(
+    gpu: Gpu, current: Mapping[str, Mapping[str, int]], windows: Mapping[str, Window]
+) -> list[str]:
+    """Why this GPU's error counters cannot all be judged (`aer.unknown`): unreadable AER files
+    on its path, an unreadable replay count, an Instinct's undecodable gpu_metrics, a firmware
+    counter that grew and is gone."""
     read_errors = [e for hop in gpu.path for e in hop.aer.errors]
     read_errors += errors_of(gpu.amdgpu.errors, "pcie_replay_count")
     # gpu_metrics holds the firmware's PCIe counters on Instinct parts (v1.4+, format 1.9): a
@@ -168,6 +161,23 @@ def judge_aer(
         # asleep, the table was not read (rocmseat.sysfs.amdgpu): nothing vanished
         read_errors += [f"{key} counted {count:,} and is not in this reading (the firmware no "
                         "longer provides it)" for key, count in vanished_counts(own, base_own)]
+    return read_errors
+
+
+def judge_aer(
+    gpu: Gpu,
+    current: Mapping[str, Mapping[str, int]],
+    windows: Mapping[str, Window],
+    thresholds: AerThresholds = AerThresholds(),
+) -> list[Finding]:
+    """`aer.*` findings for the functions on one GPU's path.
+
+    `windows` holds each function's window (its base counters and the phrase: "in the last
+    24 h (since ...)", "during the 30 s sample"); a function without one counts since boot.
+    """
+    window = windows.get(gpu.pci_address, SINCE_BOOT).phrase
+    findings: list[Finding] = []
+    read_errors = _read_errors(gpu, current, windows)
     if read_errors:
         findings.append(
             Finding(

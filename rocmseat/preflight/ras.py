@@ -31,6 +31,7 @@ from rocmseat.preflight.aer import (
 from rocmseat.preflight.badpages import BadPageRule, driver_bad_page_rule, rule_problem
 from rocmseat.preflight.windows import Window
 from rocmseat.sysfs.attrs import first_of
+from rocmseat.sysfs.ras import RasReading
 
 DEFAULT_THRESHOLDS = AerThresholds()
 
@@ -57,26 +58,28 @@ def _unknown(subject: str, reasons: list[str], hint: str) -> list[Finding]:
     ]
 
 
-def judge_ras(
-    gpu: Gpu,
-    current: Mapping[str, Mapping[str, int]],
-    windows: Mapping[str, Window],
-    thresholds: AerThresholds = DEFAULT_THRESHOLDS,
-) -> list[Finding]:
+def _no_ras(gpu: Gpu) -> list[Finding]:
+    """No ras/: not applicable on a Radeon part; on an Instinct part RAS is off or failed."""
     subject = gpu.pci_address
-    ras = gpu.amdgpu.ras
-    if ras is None:
-        if is_instinct(gpu):
-            return _unknown(
-                subject,
-                [f"GPU {subject} ({gpu.gfx_target}) has no ras/ directory: RAS disabled or "
-                 "failed to initialise: memory errors are not counted"],
-                "check the amdgpu module parameters ras_enable and ras_mask, and dmesg for "
-                "amdgpu RAS init errors",
-            )
-        # not applicable (Radeon parts have no ras/): no finding, as for a family that does not
-        # concern the GPU (docs/preflight.md, "RAS")
-        return []
+    if is_instinct(gpu):
+        return _unknown(
+            subject,
+            [f"GPU {subject} ({gpu.gfx_target}) has no ras/ directory: RAS disabled or "
+             "failed to initialise: memory errors are not counted"],
+            "check the amdgpu module parameters ras_enable and ras_mask, and dmesg for "
+            "amdgpu RAS init errors",
+        )
+    # not applicable (Radeon parts have no ras/): no finding, as for a family that does not
+    # concern the GPU (docs/preflight.md, "RAS")
+    return []
+
+
+def _cannot_judge(
+    gpu: Gpu, ras: RasReading, thresholds: AerThresholds,
+    now: Mapping[str, int], base: Mapping[str, int] | None,
+) -> list[Finding]:
+    """The `ras.unknown` of a ras/ that cannot be judged (the module's docstring), else []."""
+    subject = gpu.pci_address
     if ras.errors or ras.inaccessible:
         reasons = list(ras.errors) + [
             f"{block}_err_count: Query currently inaccessible (the GPU is in RAS recovery)"
@@ -97,11 +100,6 @@ def judge_ras(
              "<block>_err_count file exists: the counts are not exposed"],
             "check dmesg for amdgpu RAS sysfs errors; reload amdgpu",
         )
-    window = windows.get(subject, SINCE_BOOT)
-    now = {k: v for k, v in current.get(subject, {}).items() if k.startswith(RAS_PREFIX)}
-    base = None if window.base is None else {
-        k: v for k, v in window.base.items() if k.startswith(RAS_PREFIX)
-    }
     gone = vanished_counts(now, base)
     if gone:
         return _unknown(
@@ -110,6 +108,27 @@ def judge_ras(
              for key, count in gone],
             "a count file that disappears hides what it counted: check dmesg, reload amdgpu",
         )
+    return []
+
+
+def judge_ras(
+    gpu: Gpu,
+    current: Mapping[str, Mapping[str, int]],
+    windows: Mapping[str, Window],
+    thresholds: AerThresholds = DEFAULT_THRESHOLDS,
+) -> list[Finding]:
+    subject = gpu.pci_address
+    ras = gpu.amdgpu.ras
+    if ras is None:
+        return _no_ras(gpu)
+    window = windows.get(subject, SINCE_BOOT)
+    now = {k: v for k, v in current.get(subject, {}).items() if k.startswith(RAS_PREFIX)}
+    base = None if window.base is None else {
+        k: v for k, v in window.base.items() if k.startswith(RAS_PREFIX)
+    }
+    cannot = _cannot_judge(gpu, ras, thresholds, now, base)
+    if cannot:
+        return cannot
     deltas, reset = counter_deltas(now, base)
     span = "since the counts reset (the driver reloaded)" if reset else window.phrase
     boot = "" if span.startswith("since") else "; {:,} since the driver loaded"
