@@ -63,17 +63,25 @@ def judge_bar(gpu: Gpu) -> list[Finding]:
                     "(large BAR)", "", data)]
 
 
-def cite_small_bar(findings: Sequence[Finding]) -> list[Finding]:
-    """The `hip` family's failures, citing the small BARs seen in the same run: a failed peer or
-    IPC probe on a small-BAR node has its cause named beside it."""
-    small = sorted({f.subject for f in findings if f.check_id == "pcie.bar.small"})
-    if not small:
-        return list(findings)
-    note = (f"; GPU {', '.join(small)} {'has' if len(small) == 1 else 'have'} a small VRAM BAR "
-            f"(pcie.bar.small): ROCm disables peer access over PCIe without large BAR")
-    return [
-        dataclasses.replace(f, message=f.message + note,
-                            hint=f"{BIOS_WORDS}; {f.hint}".rstrip("; "))
-        if f.family == "hip" and f.severity == Severity.FAIL else f
-        for f in findings
-    ]
+def small_bar_gpus(gpus: Sequence[Gpu]) -> list[str]:
+    """The GPUs whose VRAM BAR is smaller than their VRAM (judge_bar's `pcie.bar.small`)."""
+    return sorted(g.pci_address for g in gpus
+                  if any(f.check_id == "pcie.bar.small" for f in judge_bar(g)))
+
+
+def cite_small_bar(findings: Sequence[Finding], small: Sequence[str]) -> list[Finding]:
+    """The `hip` family's failures, citing the small-BAR GPUs (`small`, small_bar_gpus) of the
+    pair they name: a failed peer or IPC probe has its likely cause named beside it, whether or
+    not the pcie family ran."""
+    out = []
+    for finding in findings:
+        named = [a for a in small if a in finding.subject.split("+")]
+        if finding.family != "hip" or finding.severity != Severity.FAIL or not named:
+            out.append(finding)
+            continue
+        note = (f"; GPU {', '.join(named)} {'has' if len(named) == 1 else 'have'} a small VRAM "
+                "BAR (pcie.bar.small): ROCm disables peer access over PCIe without large BAR")
+        out.append(dataclasses.replace(
+            finding, message=finding.message + note,
+            hint=f"{BIOS_WORDS}; {finding.hint}".rstrip("; ")))
+    return out

@@ -19,7 +19,7 @@ from rocmseat.errors import ConfigError, NoDeviceError
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Gpu, Inventory, read_inventory
 from rocmseat.preflight.aer import AerThresholds, judge_aer, snapshot, unknown_sources
-from rocmseat.preflight.bar import cite_small_bar, judge_bar
+from rocmseat.preflight.bar import cite_small_bar, judge_bar, small_bar_gpus
 from rocmseat.preflight.link import judge_dpm, judge_link
 from rocmseat.preflight.numa import judge_locality, judge_proposed, judge_requested
 from rocmseat.preflight.pairs import Pair, propose_pairs
@@ -158,7 +158,7 @@ def preflight_report(
     if "hip" in selected:
         hip_pairs = list(pairs) if pairs else [p.addresses() for p in proposed]
         findings += _hip(hip_pairs, hip_env, hip_library, hip_stage_timeout_s)
-        findings = cite_small_bar(findings)
+        findings = cite_small_bar(findings, small_bar_gpus(checked))
     return PreflightReport(
         inventory=inventory,
         checked=checked,

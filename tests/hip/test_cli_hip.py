@@ -119,3 +119,28 @@ def test_real_library_without_gpu_is_unknown_exit_2(
         for pair in ("0000:05:00.0+0000:09:00.0", "0000:86:00.0+0000:89:00.0")
     ]
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_failed_pair_cites_a_small_bar(
+    fake_hip: Path, x99: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    rocmseat_cli: Callable[..., object],
+) -> None:
+    """Issue 24: GPU 05:00.0 with a 256 MiB VRAM BAR (no Above 4G decoding / Resizable BAR) over
+    its 32 GiB: the failed cross-socket pair names it, even with only the hip family asked."""
+    import shutil
+
+    from tests.sysfs.conftest import fixture_builder
+
+    root = tmp_path / "x99"
+    shutil.copytree(X99_TREE, root, symlinks=True)
+    resource = (root / "bus/pci/devices" / A).resolve() / "resource"
+    resource.write_text(fixture_builder().gpu_bars(256 << 20, base=0xE0000000))
+    monkeypatch.setenv("ROCMSEAT_HIP_LIBRARY", str(fake_hip))
+    for key, value in x99.items():
+        monkeypatch.setenv(key, value)
+    result = rocmseat_cli("preflight", "--only", "hip", "--sysfs-root", str(root),
+                          "--state-dir", str(tmp_path / "state"), "--pair", "05:00.0,86:00.0")
+    assert result.exit_code == 1
+    (row,) = [r for r in hip_rows(result.stdout) if r.startswith("FAIL hip.ipc")]
+    assert row.endswith(f"; GPU {A} has a small VRAM BAR (pcie.bar.small): ROCm disables peer "
+                        "access over PCIe without large BAR")

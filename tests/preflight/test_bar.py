@@ -45,14 +45,16 @@ def test_the_hip_failure_cites_the_small_bar():
         Finding("hip.ipc", Severity.FAIL, f"{GPU}+0000:22:00.0", "hipIpcOpenMemHandle failed",
                 "check the IPC setup"),
         Finding("hip.bandwidth", Severity.OK, f"{GPU}+0000:22:00.0", "fine"),
+        Finding("hip.ipc", Severity.FAIL, "0000:38:00.0+0000:5c:00.0", "another pair"),
     ]
-    cited = cite_small_bar(findings)
+    cited = cite_small_bar(findings, [GPU])
     assert cited[1].message.endswith(
         f"; GPU {GPU} has a small VRAM BAR (pcie.bar.small): ROCm disables peer access over "
         "PCIe without large BAR")
     assert cited[1].hint.startswith("enable Above 4G decoding and Resizable BAR")
     assert cited[2] == findings[2] and cited[0] == findings[0]
-    assert cite_small_bar(findings[1:]) == findings[1:]  # no small BAR seen: nothing cited
+    assert cited[3] == findings[3]  # a pair without a small-BAR GPU: nothing cited
+    assert cite_small_bar(findings, []) == findings  # no small BAR seen: nothing cited
 
 
 @pytest.mark.parametrize("text", ["", "0x1 0x2\n" * 13, "garbage\n" * 13,
