@@ -33,7 +33,7 @@ class BootIdentity:
 
 
 NO_PROC = BootIdentity(None, None)
-_UPTIME_RE = re.compile(r"^(\d{1,12}\.\d{1,9}) \d{1,15}\.\d{1,9}$")
+_UPTIME_RE = re.compile(r"^(\d{1,9}\.\d{1,9}) \d{1,15}\.\d{1,9}$")  # < 1e9 s: 31 years
 
 
 def parse_uptime(text: str, source: str = "<text>") -> float:

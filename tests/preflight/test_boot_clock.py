@@ -131,3 +131,14 @@ def test_an_unreadable_uptime_warns_and_keeps_the_wall_clock(copy_tree, tmp_path
     report = preflight_report(root, tmp_path / "state", families={"aer"}, proc_root=proc)
     (warn,) = [f for f in report.findings if f.check_id == "aer.window"]
     assert warn.severity == Severity.WARN and "cannot read the boot clock" in warn.message
+
+
+@pytest.mark.parametrize("text", ["", "nan 1.0\n", "-5.00 1.00\n", "1e9 2.0\n",
+                                  "99999999999.00 1.00\n", "12.5\n", "12.50 3.00 9\n"])
+def test_hostile_uptime_is_a_one_line_reason(tmp_path, text):
+    from rocmseat.sysfs.host import read_uptime_s
+
+    proc = proc_root(tmp_path, 60.0)
+    (proc / "uptime").write_text(text)
+    value, error = read_uptime_s(proc)
+    assert value is None and error is not None and "\n" not in error
