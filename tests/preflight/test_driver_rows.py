@@ -178,10 +178,16 @@ def _eperm_pm_getters(monkeypatch):
     """What amdgpu_pm_get_access_if_active() answers on a runtime-suspended GPU: EPERM."""
     real_text, real_bytes = attrs_module.read_attr, attrs_module.read_attr_bytes
 
+    def eperm(path):
+        try:
+            return Unreadable(str(path), "Operation not permitted", errno.EPERM)
+        except TypeError:  # the code before issue 24 kept no errno: the same read, unmarked
+            return Unreadable(str(path), "Operation not permitted")
+
     def denied(real):
         def read(path):
             if str(path).rsplit("/", 1)[-1] in PM_GETTERS:
-                return Unreadable(str(path), "Operation not permitted", errno.EPERM)
+                return eperm(path)
             return real(path)
         return read
 
