@@ -16,7 +16,7 @@ import click
 from rocmseat import jsonio
 from rocmseat.cli.options import json_option
 from rocmseat.errors import ConfigError
-from rocmseat.seat.locate import printable
+from rocmseat.text import printable
 
 _INT_LIST = re.compile(r"[0-9]{1,9}(?:,[0-9]{1,9})*")
 

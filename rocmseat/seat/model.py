@@ -27,10 +27,10 @@ from pydantic import (
     field_validator,
 )
 
-from rocmseat.seat.locate import control_char, printable
 from rocmseat.seat.remediate_schema import Remediate
 from rocmseat.sysfs.fs import REAL_SYSFS_MOUNT
 from rocmseat.sysfs.parse import is_pci_address
+from rocmseat.text import control_char, printable
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Seat and replica names: unit names, state dirs, cache dirs. The one name rule of the house

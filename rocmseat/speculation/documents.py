@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from rocmseat.seat.locate import printable
 from rocmseat.speculation.advise.schedule import Schedule, ScheduleError, validate
+from rocmseat.text import printable
 
 # 2**63 has 19 digits: every counter, size and count rocmseat writes fits.
 MAX_INT_DIGITS = 20

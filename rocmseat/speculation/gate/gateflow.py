@@ -17,7 +17,6 @@ from rocmseat import exitcodes, jsonio
 from rocmseat.atomic import WriteRefused, write_into
 from rocmseat.errors import ConfigError
 from rocmseat.redact import redact_text
-from rocmseat.seat.locate import locate, printable
 from rocmseat.speculation.advise.schedule import Schedule, as_lists
 from rocmseat.speculation.documents import load_document
 from rocmseat.speculation.gate import battery as battery_mod
@@ -63,6 +62,8 @@ from rocmseat.speculation.gate.gates import (
     proposed_schedule,
 )
 from rocmseat.speculation.plot import PlotUnavailable
+from rocmseat.text import printable
+from rocmseat.tomllocate import locate
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,6 @@ from rocmseat.redact import redact_text
 from rocmseat.runner import run
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.load import load_seat
-from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
 from rocmseat.speculation.advise.acceptance import Counters
 from rocmseat.speculation.advise.schedule import Schedule, as_lists
@@ -61,6 +60,7 @@ from rocmseat.speculation.gate.procs import (
     start_launch,
     wait_ready,
 )
+from rocmseat.text import printable
 from rocmseat.watch.fetch import fetch_once
 from rocmseat.watch.metrics import read_page
 from rocmseat.watch.window import Snapshot, Window, window_between
