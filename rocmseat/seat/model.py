@@ -432,8 +432,8 @@ GateRatio = Annotated[FiniteFloat, BeforeValidator(_as_float), Field(ge=0.01, le
 
 class Gate(_Section):
     """`[gate]`: thresholds and battery size of `rocmseat spec gate` when this seat is the
-    candidate (docs/spec.md). Absent keys take the field's defaults (rocmseat.speculation.gate.gates
-    GateConfig, rocmseat.speculation.gate.gateconf Battery); launch ignores the table, and it is
+    candidate (docs/spec.md). Absent keys take the field's defaults (rocmseat.speculation.gate.judge
+    GateConfig, rocmseat.speculation.gate.settings Battery); launch ignores the table, and it is
     not part
     of the config key (it changes no compiled graph)."""
 

@@ -136,7 +136,7 @@ class _Doc(BaseModel):
 
 
 class WindowDoc(_Doc):
-    """A run's /metrics deltas (rocmseat.speculation.gate.gaterun window_json)."""
+    """A run's /metrics deltas (rocmseat.speculation.gate.arms window_json)."""
 
     duration_s: Seconds
     spec_present: bool
@@ -163,7 +163,7 @@ class RunDoc(_Doc):
 
 
 class ArmDoc(_Doc):
-    """arms/<arm>/arm.json (rocmseat.speculation.gate.gaterun arm_json)."""
+    """arms/<arm>/arm.json (rocmseat.speculation.gate.arms arm_json)."""
 
     name: ArmName
     run_id: str | None = None  # absent in gates written before runs had an identity
@@ -209,7 +209,7 @@ class GateConfigDoc(_Doc):
 
 
 class GateDoc(_Doc):
-    """gate.json (rocmseat.speculation.gate.gateflow _document)."""
+    """gate.json (rocmseat.speculation.gate.flow _document)."""
 
     schema_: Literal["rocmseat.gate/v1"] = Field(alias="schema")
     run_id: str | None = None

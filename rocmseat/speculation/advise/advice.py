@@ -575,7 +575,7 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def seat_for(path: Path) -> Seat:
-    from rocmseat.speculation.gate.gateconf import load_seat_with_gate
+    from rocmseat.speculation.gate.settings import load_seat_with_gate
 
     return load_seat_with_gate(path).seat
 
