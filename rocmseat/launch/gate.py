@@ -33,12 +33,12 @@ from rocmseat.findings import Finding, Severity
 from rocmseat.launch.plan import ReplicaPlan, engine_env
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.model import Seat
+from rocmseat.statedir import ReplicaDir
 from rocmseat.sysfs.parse import normalize_pci_address
 from rocmseat.text import printable
 
 Say = Callable[[str], None]
 INVOCATION_ENV = "INVOCATION_ID"
-SYSFS_RESULT = "preflight-sysfs.json"
 SYSFS_SCHEMA = "rocmseat.preflight-sysfs/v1"
 SYSFS_RESULT_LIMIT_BYTES = 4 << 20  # the findings of one pair: a few KiB
 
@@ -180,7 +180,7 @@ def launch_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None, state_di
 
 
 def _result_path(state_dir: Path, seat: Seat, plan: ReplicaPlan) -> Path:
-    return plan.placement.state_dir / SYSFS_RESULT
+    return ReplicaDir(plan.placement.state_dir).preflight_sysfs
 
 
 def _reuse(state_dir: Path, seat: Seat, plan: ReplicaPlan, invocation: str | None,
