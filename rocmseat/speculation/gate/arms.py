@@ -17,7 +17,7 @@ import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -591,10 +591,6 @@ def gate_lock(out: Path) -> Any:
 
 def now_utc() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def with_battery(battery: Battery, **changes: Any) -> Battery:
-    return replace(battery, **{k: v for k, v in changes.items() if v is not None})
 
 
 def engine_pythons(*seats: Seat) -> list[Path]:
