@@ -27,12 +27,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from rocmseat.sysfs.kernel_events import classify
+from rocmseat.sysfs.kernel_events import classify, could_be_event
 
 MAX_LINE_CHARS = 4096  # the kernel's own line limit is 1024 (PRINTK_MESSAGE_MAX); keep margin
 
 _KMSG_RE = re.compile(r"(\d{1,4}),(\d{1,20}),(\d{1,20}),[^;]{0,64};(.*)", re.DOTALL)
-_DMESG_TS_RE = re.compile(r"\[\s*(\d{1,12})\.(\d{1,9})\]\s?")
+_DMESG_TS_RE = re.compile(r"\[\s*(\d{1,12}\.\d{1,9})\]\s?")
 _DMESG_T_RE = re.compile(r"\[[^\]\[]{8,40}\d{4}\]\s?")  # dmesg -T, any locale
 _CALLER_RE = re.compile(r"\[\s*[TC]\d{1,10}\]\s?")
 _KERNEL_TAG = "kernel: "
@@ -93,14 +93,14 @@ def clean(text: str) -> str:
     """Control characters replaced by `?` and cut to MAX_LINE_CHARS (hostile input)."""
     if len(text) > MAX_LINE_CHARS:
         text = text[:MAX_LINE_CHARS]
-    return _CONTROL_RE.sub("?", text)
+    return text if text.isprintable() else _CONTROL_RE.sub("?", text)
 
 
 def split_line(raw: str) -> _Line | None:
     """The message of one raw line and its time since boot; None for a line that is not a
     kernel message (a userspace /dev/kmsg record, a dictionary continuation). Pure."""
     text = raw.rstrip("\r\n")
-    kmsg = _KMSG_RE.fullmatch(text)
+    kmsg = _KMSG_RE.fullmatch(text) if text[:1].isdigit() else None
     if kmsg:
         if int(kmsg.group(1)) >> 3 != 0:
             return None  # facility != kern: written by userspace (printk.c devkmsg_write)
@@ -112,11 +112,11 @@ def split_line(raw: str) -> _Line | None:
     since: float | None = None
     stamp = _DMESG_TS_RE.match(text)
     if stamp:
-        since = float(f"{stamp.group(1)}.{stamp.group(2)}")
+        since = float(stamp.group(1))
         text = text[stamp.end():]
     elif tag < 0 and (named := _DMESG_T_RE.match(text)):
         text = text[named.end():]
-    caller = _CALLER_RE.match(text)
+    caller = _CALLER_RE.match(text) if text[:1] == "[" else None
     if caller:
         text = text[caller.end():]
     return _Line(clean(text.strip()), since, None)
@@ -147,11 +147,15 @@ class KernelLogParser:
         out: list[Parsed] = []
         if raw[:1] == " " and self._last_seq is not None and _KMSG_RE.match(raw[1:]) is None:
             return out  # a /dev/kmsg dictionary line (" SUBSYSTEM=pci")
+        if self._held is None and not raw[:1].isdigit() and not could_be_event(raw):
+            return out  # the fast path: no class can match (a kmsg record still counts its seq)
         line = split_line(raw)
         if line is None:
             return out
         if line.seq is not None:
             out.extend(self._gap(line.seq))
+        if self._held is None and not could_be_event(line.text):
+            return out
         device, driver, message = _device_of(line.text)
         if self._held is not None and self._attach(device, message):
             return out
