@@ -46,7 +46,8 @@ class _ReportCollector(Collector):
         yield from _finding_families(report)
         yield from _link_families(report)
         yield _aer_family(report)
-        yield _events_family(report)
+        if "events" in report.families:
+            yield _events_family(report)
 
 
 def _finding_families(report: PreflightReport) -> Iterator[Metric]:

@@ -105,7 +105,8 @@ def test_a_kernel_line_alerts_the_serving_replica_within_one_interval(world: Wor
         active = gauge(scrape(exporter), "rocmseat_alert_active", replica="r0",
                        alert="gpu_ring_timeout")
         assert active == 1.0
-        note("kernel-events", f"gpu_ring_timeout on r0 ({GPU}) {latency_s:.2f} s after the line "
+        note("a_kernel_line_alerts_the_serving_replica_within_one_interval",
+             f"gpu_ring_timeout on r0 ({GPU}) {latency_s:.2f} s after the line "
              f"was written (interval {INTERVAL_S:g} s; evaluations {before:.0f} -> "
              f"{seen_at:.0f}); {served} completions served meanwhile")
     finally:
