@@ -17,10 +17,10 @@ from pathlib import Path
 
 from rocmseat import exitcodes
 from rocmseat.errors import ConfigError
+from rocmseat.httpclient import FD_RESERVE, ensure_descriptors
 from rocmseat.watch import alerts as A
 from rocmseat.watch.alerts import iso
 from rocmseat.watch.exporter import ExportState, start_exporter
-from rocmseat.watch.fetch import FD_RESERVE, ensure_descriptors
 from rocmseat.watch.filesd import BackgroundPoll, Reload, TargetsFile
 from rocmseat.watch.kernel import KernelFollower
 from rocmseat.watch.loop import WatchConfig, Watcher
