@@ -23,7 +23,7 @@ PCIe port it names, else the device itself, else "node".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,18 +148,23 @@ def read_kernel_events(path: Path, gpus: Sequence[Gpu], *, live: bool) -> Kernel
 
 
 def judge_events(events: KernelEvents | Unreadable, gpus: Sequence[Gpu],
-                 thresholds: EventThresholds) -> list[Finding]:
-    """Findings of one read log. Pure."""
+                 thresholds: EventThresholds, *,
+                 only: Collection[str] | None = None) -> list[Finding]:
+    """Findings of one read log. Pure. `only`: the GPUs judged (a `--pair` run, the launch
+    gate of one replica): another GPU's events are left out; a device that is no GPU and the
+    node stay (a fatal line that names no GPU is everyone's)."""
     if isinstance(events, Unreadable):
         return [Finding("events.source", Severity.UNKNOWN, "node",
                         f"cannot read the kernel log {events.path}: {events.reason}",
                         "run as root (or with CAP_SYSLOG), or pass --kernel-log FILE")]
     findings = _source_findings(events)
+    others = {g.pci_address for g in gpus} - set(only) if only is not None else set()
     seen = {subject for subject, _ in events.tallies}
     for (subject, name), tally in sorted(events.tallies.items()):
-        findings.append(_finding(subject, name, tally, events.window, thresholds))
+        if subject not in others:
+            findings.append(_finding(subject, name, tally, events.window, thresholds))
     for gpu in gpus:
-        if gpu.pci_address not in seen:
+        if gpu.pci_address not in seen and gpu.pci_address not in others:
             findings.append(Finding(
                 "events.gpu", Severity.OK, gpu.pci_address,
                 f"no amdgpu or AER event {events.window} ({events.lines:,} lines read)",

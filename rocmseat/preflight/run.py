@@ -157,7 +157,8 @@ def preflight_report(
         )
         findings += error_findings
     if "events" in selected:
-        findings += _events(kmsg, checked, loaded, live=live and kernel_log is None)
+        findings += _events(kmsg, inventory.gpus, checked, loaded,
+                            live=live and kernel_log is None)
     if "amdsmi" in selected:
         from rocmseat.node.amdsmi_check import amdsmi_findings
 
@@ -363,8 +364,8 @@ def _error_windows(
     return findings, window
 
 
-def _events(kmsg: Path | None, gpus: tuple[Gpu, ...], profile: Profile | None, *,
-            live: bool) -> list[Finding]:
+def _events(kmsg: Path | None, gpus: tuple[Gpu, ...], checked: tuple[Gpu, ...],
+            profile: Profile | None, *, live: bool) -> list[Finding]:
     """The kernel log's findings (rocmseat.preflight.events)."""
     from rocmseat.preflight.events import EventThresholds, judge_events, read_kernel_events
 
@@ -373,7 +374,8 @@ def _events(kmsg: Path | None, gpus: tuple[Gpu, ...], profile: Profile | None, *
                         "no kernel log for a sysfs tree that is not this host's",
                         "pass --kernel-log FILE or set ROCMSEAT_KMSG")]
     thresholds = profile.events if profile is not None else EventThresholds()
-    return judge_events(read_kernel_events(kmsg, gpus, live=live), gpus, thresholds)
+    only = {g.pci_address for g in checked} if len(checked) < len(gpus) else None
+    return judge_events(read_kernel_events(kmsg, gpus, live=live), gpus, thresholds, only=only)
 
 
 def _hip(

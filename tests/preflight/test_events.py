@@ -339,3 +339,19 @@ def test_denied_kmsg_is_unknown_with_the_reason(monkeypatch, tmp_path):
                             EventThresholds())
     (finding,) = findings
     assert finding.severity == Severity.UNKNOWN and "dmesg_restrict" in finding.message
+
+
+def test_a_pair_run_judges_its_own_gpus_only(rocmseat_cli, tmp_path):
+    """The launch gate of r0 (05:00.0 + 09:00.0) is not failed by r1's GPU resetting."""
+    def run(pair: str):
+        result = rocmseat_cli("preflight", "--sysfs-root", str(DEGRADED), "--state-dir",
+                              str(tmp_path / pair), "--only", "events", "--pair", pair,
+                              "--kernel-log", str(RESET_LOG), "--json")
+        return result.exit_code, {(f["check_id"], f["subject"]) for f in
+                                  json.loads(result.stdout)["findings"]}
+
+    code, findings = run("05:00.0,09:00.0")
+    assert code == 0 and findings == {("events.gpu", "0000:05:00.0"),
+                                      ("events.gpu", "0000:09:00.0")}
+    code, findings = run("86:00.0,89:00.0")
+    assert code == 1 and ("events.gpu_reset", "0000:86:00.0") in findings
