@@ -28,6 +28,9 @@ from pathlib import Path
 from rocmseat.sysfs.fs import Unreadable
 
 MAX_LOG_BYTES = 1 << 30  # a saved log larger than this is read up to here, and says so
+# the printk ring buffer is at most 32 MiB (init/Kconfig LOG_BUF_SHIFT range 12..25; the
+# log_buf_len= parameter rounds to a power of two): a character device giving more is not it
+MAX_KMSG_BYTES = 1 << 26
 READ_BUDGET_S = 60.0  # wall time for one whole read (a slow FIFO ends here)
 MAX_LINE_BYTES = 8192
 _CHUNK = 1 << 16
@@ -85,8 +88,9 @@ class KernelLog:
             if not record:
                 return
             total += len(record)
-            if total > self.max_bytes:
-                self.notes.append(f"stopped after {self.max_bytes:,} bytes")
+            if total > min(self.max_bytes, MAX_KMSG_BYTES):
+                self.notes.append(f"stopped after {min(self.max_bytes, MAX_KMSG_BYTES):,} bytes "
+                                  "(more than any kernel ring buffer holds: is it /dev/kmsg?)")
                 return
             yield from record.decode("utf-8", errors="replace").splitlines()
 

@@ -355,3 +355,11 @@ def test_a_pair_run_judges_its_own_gpus_only(rocmseat_cli, tmp_path):
                                       ("events.gpu", "0000:09:00.0")}
     code, findings = run("86:00.0,89:00.0")
     assert code == 1 and ("events.gpu_reset", "0000:86:00.0") in findings
+
+
+def test_a_character_device_that_never_ends_is_cut_at_a_ring_buffers_size():
+    """/dev/zero named as the kernel log (ROCMSEAT_KMSG=/dev/zero): bounded, and said."""
+    events = read_kernel_events(Path("/dev/zero"), (), live=False)
+    findings = judge_events(events, (), EventThresholds())
+    assert [(f.check_id, f.severity) for f in findings] == [("events.source", Severity.WARN)]
+    assert "is it /dev/kmsg?" in findings[0].message
