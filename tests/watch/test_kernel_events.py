@@ -130,3 +130,28 @@ def test_an_unreadable_source_is_said_not_followed(tmp_path):
     follower = KernelFollower(tmp_path / "missing")
     assert follower.start() is not None and follower.poll() == []
     assert KernelFollower(Path(tmp_path)).start() is not None  # a directory
+
+
+def test_remediation_never_restarts_a_replica_whose_gpu_is_lost(tmp_path):
+    """The remediation world of tests/watch/test_remediate.py (a launched seat, a real Watcher
+    and Remediator): its r0 holds 0000:10:00.0 + 0000:11:00.0. A "device lost from bus!" line
+    on r0's GPU, then the drafter collapses: refused, journalled, never restarted."""
+    from tests.watch.test_remediate import World, collapse
+
+    world = World(tmp_path)
+    world.watcher.set_targets([Target(t.name, t.url, t.cache_dir, ("0000:10:00.0",
+                                                                    "0000:11:00.0"))
+                               for t in world.watcher.targets])
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    world.watcher.kernel = KernelFollower(kmsg)
+    assert world.watcher.kernel.start() is None
+    world.step(3)
+    # corpus/vkd3d-2963.log, re-addressed to r0's GPU
+    kmsg.write_text("3,7,9000000,-;amdgpu 0000:10:00.0: amdgpu: device lost from bus!\n")
+    collapse(world)
+    world.step(2)
+    assert A.GPU_LOST in world.status().alerts
+    assert world.restarts == []
+    assert "failed its reset or fell off the bus" in world.journal()[0]["outcome"]
+    world.watcher.kernel.close()
