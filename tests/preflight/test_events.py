@@ -363,3 +363,28 @@ def test_a_character_device_that_never_ends_is_cut_at_a_ring_buffers_size():
     findings = judge_events(events, (), EventThresholds())
     assert [(f.check_id, f.severity) for f in findings] == [("events.source", Severity.WARN)]
     assert "is it /dev/kmsg?" in findings[0].message
+
+
+def test_kmsg_epipe_is_an_overrun_said_not_an_end(tmp_path, monkeypatch):
+    """/dev/kmsg answers EPIPE to a reader the ring buffer overran, then goes on (dev-kmsg ABI):
+    the reader counts it, keeps reading, and the finding says the buffer overran."""
+    import errno
+
+    import rocmseat.sysfs.kmsg as kmsg
+
+    log = tmp_path / "kmsg"
+    log.write_text("3,0,1000,-;amdgpu 0000:03:00.0: amdgpu: GPU reset begin!\n")
+    monkeypatch.setattr(kmsg, "_kind", lambda mode: "kmsg")  # a regular file read as records
+    real_read, calls = os.read, []
+
+    def read(fd, n):
+        calls.append(n)
+        if len(calls) == 2:
+            raise OSError(errno.EPIPE, "Broken pipe")
+        return real_read(fd, n)
+
+    monkeypatch.setattr(kmsg.os, "read", read)
+    findings = judge_events(read_kernel_events(log, (), live=True), (), EventThresholds())
+    by_id = {f.check_id: f for f in findings}
+    assert by_id["events.gpu_reset"].severity == Severity.FAIL
+    assert "overran the reader 1 time(s)" in by_id["events.source"].message
