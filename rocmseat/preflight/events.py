@@ -30,6 +30,7 @@ from typing import Any
 
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Gpu
+from rocmseat.redact import redact_text
 from rocmseat.sysfs.fs import Unreadable
 from rocmseat.sysfs.kernel_events import BY_NAME
 from rocmseat.sysfs.kernlog import KernelEvent, KernelLogParser, LostRecords, Parsed
@@ -86,9 +87,10 @@ class KernelEvents:
 
 
 def sample_line(message: str) -> str:
-    """The finding's sample: printable (the parser replaced control characters), at most
-    SAMPLE_CHARS. Kernel lines carry process names and paths, never the environment."""
-    text = " ".join(message.split())
+    """The finding's sample: printable (the parser replaced control characters), URLs redacted
+    (rocmseat.redact), at most SAMPLE_CHARS. Kernel lines carry process names and paths, never
+    the environment."""
+    text = redact_text(" ".join(message.split()))
     return text if len(text) <= SAMPLE_CHARS else text[: SAMPLE_CHARS - 3] + "..."
 
 

@@ -388,3 +388,13 @@ def test_kmsg_epipe_is_an_overrun_said_not_an_end(tmp_path, monkeypatch):
     by_id = {f.check_id: f for f in findings}
     assert by_id["events.gpu_reset"].severity == Severity.FAIL
     assert "overran the reader 1 time(s)" in by_id["events.source"].message
+
+
+def test_the_sample_line_is_redacted_and_bounded():
+    from rocmseat.preflight.events import SAMPLE_CHARS, sample_line
+
+    # synthetic: a process name is whatever the task called itself (amdgpu_vm_get_task_info)
+    line = "amdgpu 0000:03:00.0: amdgpu: [gfxhub] page fault (src_id:0 ring:24 vmid:8 " \
+           "pasid:1, for process https://u:hunter2@h/x pid 1 thread t pid 1)" + " x" * 300
+    sample = sample_line(line)
+    assert "hunter2" not in sample and len(sample) <= SAMPLE_CHARS
