@@ -31,7 +31,7 @@ def _no_host_roots(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
     monkeypatch.setattr(rocmseat.sysfs.fs, "default_sysfs_root", refuse)
     monkeypatch.setattr(rocmseat.state, "default_state_dir", refuse)
-    for var in ("ROCMSEAT_SYSFS_ROOT", "ROCMSEAT_STATE_DIR", "ROCMSEAT_PROC_ROOT"):
+    for var in ("ROCMSEAT_SYSFS_ROOT", "ROCMSEAT_STATE_DIR", "ROCMSEAT_PROC_ROOT", "ROCMSEAT_KMSG"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("ROCMSEAT_ERROR_LOG", str(tmp_path / "rocmseat-error.log"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))

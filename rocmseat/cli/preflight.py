@@ -50,7 +50,7 @@ def _pairs(
     "--only",
     "only",
     multiple=True,
-    type=click.Choice(["pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip"]),
+    type=click.Choice(["pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip", "events"]),
     help="Run only this family of checks (repeatable).",
 )
 @click.option(
@@ -118,6 +118,13 @@ def _pairs(
 )
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @click.option(
+    "--kernel-log",
+    type=click.Path(path_type=Path, dir_okay=False),
+    metavar="FILE",
+    help="Judge this saved kernel log (as /dev/kmsg, dmesg or journalctl -k print it) instead "
+    "of this boot's /dev/kmsg (the events family).",
+)
+@click.option(
     "--hip/--no-hip",
     default=False,
     show_default=True,
@@ -154,6 +161,7 @@ def preflight(  # noqa: PLR0917 (click passes every option)
     textfile: Path | None,
     sample_s: float | None,
     strict: bool,
+    kernel_log: Path | None,
     hip: bool,
     hip_timeout_s: float,
     amdsmi: bool,
@@ -169,7 +177,8 @@ def preflight(  # noqa: PLR0917 (click passes every option)
     if cached:
         given = [name for name, value in (("--pair", pairs), ("--textfile", textfile),
                                           ("--sample", sample_s), ("--hip", hip),
-                                          ("--amdsmi", amdsmi)) if value]
+                                          ("--amdsmi", amdsmi),
+                                          ("--kernel-log", kernel_log)) if value]
         if fmt != "npd":
             raise click.UsageError("--cached needs --format npd (it answers from a cached verdict)")
         if given:
@@ -192,6 +201,7 @@ def preflight(  # noqa: PLR0917 (click passes every option)
         amdsmi=amdsmi,
         sample_s=sample_s,
         sleep=_sleep_with_progress if sys.stderr.isatty() else time.sleep,
+        kernel_log=kernel_log,
     )
     if run.save_problem:
         # not fatal for this run, but the fast readers will say "unknown" until it is fixed

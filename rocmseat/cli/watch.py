@@ -140,6 +140,7 @@ def watch(  # noqa: PLR0917 (click passes every option)
     source: TargetsFile | None = None
     extra: list[Target] = []
     remediator: Any = None
+    kernel_log: Path | None = None
     if seat_file is None and remediate not in (None, "off"):
         raise ConfigError("--remediate acts only on the replicas of a SEAT that rocmseat "
                           "launched (their placement record): --target and --targets-file "
@@ -165,6 +166,7 @@ def watch(  # noqa: PLR0917 (click passes every option)
             webhook = seat.watch.webhook_url
             webhook_what = f"{seat_file}: key 'watch.webhook_url'"
         hook_argv = hook_argv or seat.watch.command_hook
+        kernel_log = _kernel_log(seat.backend, sysfs_root)
         remediator = _remediator(seat, seat_file, state, remediate, node=node or this_node(),
                                  once=once, sysfs_root=resolve_sysfs_root(sysfs_root)
                                  if seat.backend == "rocm" else None)
@@ -195,7 +197,20 @@ def watch(  # noqa: PLR0917 (click passes every option)
         return _once(watch_targets, config, as_json)
     check_state_dir_writable(state)  # a learned baseline is saved after ~15 min: fail now
     sinks = Sinks(listen, webhook, hook_argv, seat_name, node)
-    return _service(watch_targets, config, sinks, source, extra, remediate=remediator)
+    return _service(watch_targets, config, sinks, source, extra, remediate=remediator,
+                    kernel_log=kernel_log)
+
+
+def _kernel_log(backend: str, sysfs_root: Path | None) -> Path | None:
+    """The kernel log of the node whose GPUs the seat's replicas hold: $ROCMSEAT_KMSG, else
+    /dev/kmsg when the seat's GPUs are this host's (rocmseat.sysfs.fs.default_kmsg_path)."""
+    from rocmseat.sysfs.fs import KMSG_ENV, default_kmsg_path
+
+    if env := os.environ.get(KMSG_ENV):
+        return Path(env)
+    if backend != "rocm":
+        return None  # a cpu seat's replicas hold no GPU
+    return default_kmsg_path(resolve_sysfs_root(sysfs_root))
 
 
 def _remediator(seat: Any, seat_file: Path, state: Path, option: str | None, *, node: str,
@@ -265,7 +280,8 @@ def _countdown(count: int) -> Callable[[float], None]:
 
 
 def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
-             source: TargetsFile | None, extra: list[Target], *, remediate: Any = None) -> int:
+             source: TargetsFile | None, extra: list[Target], *, remediate: Any = None,
+             kernel_log: Path | None = None) -> int:
     """Run the service on a worker thread; this thread only waits for SIGTERM/SIGINT.
 
     No Python signal handler: one that calls `Event.set()` deadlocks when the signal lands
@@ -285,7 +301,7 @@ def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
         try:
             run_service(targets, config, sinks, log=log,
                         stop=stop, targets_file=source, extra_targets=extra,
-                        remediate=remediate)
+                        remediate=remediate, kernel_log=kernel_log)
         except BaseException as exc:  # handed to the CLI's error boundary below
             caught.append(exc)
 

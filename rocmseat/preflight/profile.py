@@ -17,7 +17,7 @@ and the AER thresholds. Loading fails with a ConfigError naming the file, the li
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from rocmseat.errors import ConfigError
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Inventory
 from rocmseat.preflight.aer import AerThresholds
+from rocmseat.preflight.events import EventThresholds
 from rocmseat.preflight.windows import MAX_WINDOW_S
 from rocmseat.sysfs.parse import KNOWN_SPEEDS_GTS, normalize_pci_address
 from rocmseat.tomlio import TomlDoc, load_toml
@@ -39,6 +40,8 @@ _THRESHOLD_KEYS = {
     "ras_bad_pages_fail": "ras_bad_pages_fail",
     "window_h": "window_s",  # hours in the file, seconds in AerThresholds
 }
+# the events family's thresholds (rocmseat.preflight.events.EventThresholds), same table
+_EVENT_KEYS = ("gpu_resets_fail", "ring_timeouts_fail")
 MAX_WINDOW_H = MAX_WINDOW_S // 3600
 
 
@@ -64,6 +67,7 @@ class Profile:
     pairs: tuple[tuple[str, str], ...]
     thresholds: AerThresholds
     sha256: str | None = None  # of the file's bytes: a cached verdict names the profile it used
+    events: EventThresholds = field(default_factory=EventThresholds)
 
     def expected_link(self, address: str) -> tuple[float, int] | None:
         gpu = next((g for g in self.gpus if g.pci_address == address), None)
@@ -126,6 +130,7 @@ def load_profile(path: Path) -> Profile:
         pairs=_pairs(data.get("pair", []), where),
         thresholds=_thresholds(data.get("thresholds", {}), where),
         sha256=doc.sha256,
+        events=_event_thresholds(data.get("thresholds", {})),
     )
 
 
@@ -217,13 +222,21 @@ def _pairs(entries: Any, where: _Where) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _event_thresholds(table: Any) -> EventThresholds:
+    """The events family's keys of a [thresholds] table _thresholds already validated."""
+    if not isinstance(table, dict):
+        return EventThresholds()
+    return EventThresholds(**{k: max(1, table[k]) for k in _EVENT_KEYS if k in table})
+
+
 def _thresholds(table: Any, where: _Where) -> AerThresholds:
     if not isinstance(table, dict):
         raise where.error("thresholds", "must be a table")
     values = {}
     for key, value in table.items():
-        if key not in _THRESHOLD_KEYS:
-            raise where.error(f"thresholds.{key}", f"unknown (known: {', '.join(_THRESHOLD_KEYS)})")
+        if key not in _THRESHOLD_KEYS and key not in _EVENT_KEYS:
+            known = ", ".join([*_THRESHOLD_KEYS, *_EVENT_KEYS])
+            raise where.error(f"thresholds.{key}", f"unknown (known: {known})")
         if not isinstance(value, int) or isinstance(value, bool):
             raise where.error(f"thresholds.{key}", f"must be an integer 0..{MAX_THRESHOLD}")
         if value < 0:
@@ -236,6 +249,8 @@ def _thresholds(table: Any, where: _Where) -> AerThresholds:
                     f"thresholds.{key}", f"must be a window of 1..{MAX_WINDOW_H} hours"
                 )
             value *= 3600
+        if key in _EVENT_KEYS:
+            continue  # _event_thresholds (checked here with the others)
         values[_THRESHOLD_KEYS[key]] = value
     thresholds = AerThresholds(**values)
     for kind in ("correctable", "replay", "ras_ce"):

@@ -31,15 +31,16 @@ from rocmseat.preflight.windows import (
     window_for,
     window_words,
 )
-from rocmseat.sysfs.fs import default_proc_root, is_live_root
+from rocmseat.sysfs.fs import default_kmsg_path, default_proc_root, is_live_root
 from rocmseat.sysfs.host import NO_PROC, BootIdentity, read_boot_identity, read_uptime_s
 
 if TYPE_CHECKING:
     # profile.py brings tomllib: imported only when a profile is given (start-up budget)
     from rocmseat.preflight.profile import Profile
 
-FAMILIES = ("pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip")
-DEFAULT_FAMILIES = frozenset({"pcie", "aer", "ras", "numa", "profile"})
+FAMILIES = ("pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip", "events")
+# events runs by default where there is a kernel log to read (rocmseat.preflight.events)
+DEFAULT_FAMILIES = frozenset({"pcie", "aer", "ras", "numa", "profile", "events"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +78,14 @@ def preflight_report(
     sleep: Callable[[float], None] = time.sleep,
     now: Callable[[], str] = _now,
     proc_root: Path | None = None,
+    kernel_log: Path | None = None,
 ) -> PreflightReport:
     """Raises NoDeviceError when the root has no amdgpu device, ConfigError on a bad profile.
 
     `proc_root` is where this boot's id is read (None: the default for `sysfs_root`,
-    rocmseat.sysfs.fs.default_proc_root).
+    rocmseat.sysfs.fs.default_proc_root). `kernel_log` is the log the events family reads
+    (None: rocmseat.sysfs.fs.default_kmsg_path; a default run on a tree with no kernel log of
+    its own skips the family, an asked-for one says unknown).
     """
     loaded: Profile | None
     if isinstance(profile, Path):
@@ -100,6 +104,9 @@ def preflight_report(
         # without it is not "could not check" on every run (the ExecStartPre of every replica).
         if amdsmi:
             selected.add("amdsmi")
+    kmsg = kernel_log if kernel_log is not None else default_kmsg_path(sysfs_root)
+    if not families and kmsg is None:
+        selected.discard("events")
     unknown = selected - set(FAMILIES)
     if unknown:
         raise ConfigError(f"unknown check family {sorted(unknown)[0]!r} (one of {FAMILIES})")
@@ -151,6 +158,9 @@ def preflight_report(
             sleep=sleep, now=now, identity=identity, proc_root=proc,
         )
         findings += error_findings
+    if "events" in selected:
+        findings += _events(kmsg, inventory.gpus, checked, loaded,
+                            live=live and kernel_log is None)
     if "amdsmi" in selected:
         from rocmseat.node.amdsmi_check import amdsmi_findings
 
@@ -374,6 +384,20 @@ def _stamp(now: Callable[[], str], proc_root: Path | None, findings: list[Findin
             )
         )
     return Stamp(now(), boot_s)
+
+
+def _events(kmsg: Path | None, gpus: tuple[Gpu, ...], checked: tuple[Gpu, ...],
+            profile: Profile | None, *, live: bool) -> list[Finding]:
+    """The kernel log's findings (rocmseat.preflight.events)."""
+    from rocmseat.preflight.events import EventThresholds, judge_events, read_kernel_events
+
+    if kmsg is None:
+        return [Finding("events.source", Severity.UNKNOWN, "node",
+                        "no kernel log for a sysfs tree that is not this host's",
+                        "pass --kernel-log FILE or set ROCMSEAT_KMSG")]
+    thresholds = profile.events if profile is not None else EventThresholds()
+    only = {g.pci_address for g in checked} if len(checked) < len(gpus) else None
+    return judge_events(read_kernel_events(kmsg, gpus, live=live), gpus, thresholds, only=only)
 
 
 def _hip(

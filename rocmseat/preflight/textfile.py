@@ -46,6 +46,8 @@ class _ReportCollector(Collector):
         yield from _finding_families(report)
         yield from _link_families(report)
         yield _aer_family(report)
+        if "events" in report.families:
+            yield _events_family(report)
 
 
 def _finding_families(report: PreflightReport) -> Iterator[Metric]:
@@ -127,6 +129,22 @@ def _aer_family(report: PreflightReport) -> Metric:
                 if counters is not None and counters.total is not None:
                     aer.add_metric([hop.address, gpu.pci_address, kind], counters.total)
     return aer
+
+
+def _events_family(report: PreflightReport) -> Metric:
+    """Kernel events of this boot per GPU (or device, or "node") and class, from the events
+    family's findings (rocmseat.preflight.events): every class the log held, counted ones too."""
+    family = CounterMetricFamily(
+        "rocmseat_kernel_events",
+        "amdgpu and PCIe AER kernel-log events of this boot by subject and class "
+        "(rocmseat.sysfs.kernel_events).",
+        labels=["gpu", "class"],
+    )
+    for f in report.findings:
+        count = f.data.get("count") if f.check_id.startswith("events.") else None
+        if isinstance(count, int) and isinstance(f.data.get("class"), str):
+            family.add_metric([f.subject, f.data["class"]], count)
+    return family
 
 
 class _ExitCodeOnly(Collector):

@@ -46,6 +46,7 @@ def run_and_record(
     sample_s: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
+    kernel_log: Path | None = None,
 ) -> RecordedRun:
     """Run preflight (rocmseat.preflight.run.preflight_report) and record a full run's verdict.
 
@@ -56,7 +57,7 @@ def run_and_record(
         report = preflight_report(
             sysfs_root, state_dir, families=families, pairs=pairs, profile=profile, hip=hip,
             hip_stage_timeout_s=hip_stage_timeout_s, amdsmi=amdsmi, sample_s=sample_s,
-            sleep=sleep,
+            sleep=sleep, kernel_log=kernel_log,
         )
     except RocmseatError as exc:
         problem = record_error(sysfs_root, state_dir, exc, now_unix_s=clock()) if full else None

@@ -15,8 +15,10 @@ from pathlib import Path
 
 SYSFS_ENV = "ROCMSEAT_SYSFS_ROOT"
 PROC_ENV = "ROCMSEAT_PROC_ROOT"
+KMSG_ENV = "ROCMSEAT_KMSG"
 _REAL_SYSFS = "/sys"
 _REAL_PROC = "/proc"
+_REAL_KMSG = "/dev/kmsg"
 # The mount point itself, for rules that must name it (e.g. a cache root may not live there).
 REAL_SYSFS_MOUNT = _REAL_SYSFS
 
@@ -38,6 +40,18 @@ def default_proc_root(sysfs_root: Path) -> Path | None:
     if env := os.environ.get(PROC_ENV):
         return Path(env)
     return Path(_REAL_PROC) if is_live_root(sysfs_root) else None
+
+
+def default_kmsg_path(sysfs_root: Path) -> Path | None:
+    """Where this host's kernel log is read (docs/preflight.md, "Kernel events").
+
+    `$ROCMSEAT_KMSG` when set (a device, a saved log, a FIFO a test writes); else the real
+    /dev/kmsg when `sysfs_root` is the real /sys; else None, as for the proc root: a fixture
+    tree has no kernel of its own, and a test never reads the host's log by accident.
+    """
+    if env := os.environ.get(KMSG_ENV):
+        return Path(env)
+    return Path(_REAL_KMSG) if is_live_root(sysfs_root) else None
 
 
 def is_live_root(root: Path) -> bool:

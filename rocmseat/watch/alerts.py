@@ -26,6 +26,10 @@ GPU_AER_RECOVERY = "gpu_aer_recovery"
 GPU_AER_FAILED = "gpu_aer_failed"
 GPU_RESET = "gpu_reset"
 GPU_WEDGED = "gpu_wedged"
+# the kernel log (rocmseat/watch/kernel.py)
+GPU_RING_TIMEOUT = "gpu_ring_timeout"
+GPU_PAGE_FAULT = "gpu_page_fault"
+GPU_LOST = "gpu_lost"
 # remediation (rocmseat/watch/remediate, docs/remediate.md)
 REMEDIATION_RUNNING = "remediation_running"
 REMEDIATION_HALTED = "remediation_halted"
@@ -36,6 +40,7 @@ ALERTS: tuple[str, ...] = (
     SPEC_ACCEPTANCE_DROP, SPEC_DRAFTER_DEAD, SPEC_BLIND, REPLICA_DOWN, REPLICA_STALLED,
     METRICS_UNSTABLE, GPU_AER_RECOVERY, GPU_AER_FAILED, GPU_RESET, GPU_WEDGED,
     REMEDIATION_RUNNING, REMEDIATION_HALTED, REPLICA_NO_DRAFTER, REPLICA_OUT_OF_ROTATION,
+    GPU_RING_TIMEOUT, GPU_PAGE_FAULT, GPU_LOST,
 )
 SEVERITY: dict[str, str] = {
     SPEC_ACCEPTANCE_DROP: "warning",
@@ -52,6 +57,9 @@ SEVERITY: dict[str, str] = {
     REMEDIATION_HALTED: "critical",
     REPLICA_NO_DRAFTER: "warning",
     REPLICA_OUT_OF_ROTATION: "critical",
+    GPU_RING_TIMEOUT: "critical",
+    GPU_PAGE_FAULT: "warning",
+    GPU_LOST: "critical",
 }
 SUMMARY: dict[str, str] = {
     SPEC_ACCEPTANCE_DROP: "speculative acceptance fell below the baseline's healthy range",
@@ -71,6 +79,10 @@ SUMMARY: dict[str, str] = {
     "until `rocmseat remediate reset`",
     REPLICA_NO_DRAFTER: "the replica serves without its drafter (remediation step 2)",
     REPLICA_OUT_OF_ROTATION: "the replica stalled twice within an hour: out of rotation",
+    GPU_RING_TIMEOUT: "the kernel log says a ring of the replica's GPU timed out (a GPU hang)",
+    GPU_PAGE_FAULT: "the kernel log says a GPU VM page fault hit the replica's GPU",
+    GPU_LOST: "the kernel log says a GPU of the replica failed its reset or fell off the bus: "
+    "a node problem (drain), never restarted by remediation",
 }
 FIRING = "firing"
 RESOLVED = "resolved"

@@ -37,6 +37,8 @@ from rocmseat.watch.baseline import (
 )
 from rocmseat.watch.detector import DetectorParams, SpecDetector, SpecVerdict
 from rocmseat.watch.fetch import CallableScraper, Fetch
+from rocmseat.watch.kernel import HOLD_S as KERNEL_HOLD_S
+from rocmseat.watch.kernel import KernelCause, KernelFollower, kernel_node_events
 from rocmseat.watch.metrics import PageError, PageReader, Reading, read_page
 from rocmseat.watch.scrape import Target
 from rocmseat.watch.status import ReplicaStatus
@@ -106,6 +108,7 @@ class _Replica:
     stall_since: float | None = None
     last_verdict: SpecVerdict | None = None
     held: dict[str, float] = field(default_factory=dict)  # one-shot node alerts: until when
+    kernel_cause: KernelCause | None = None  # the kernel's last word on its GPUs
 
 
 class Watcher:
@@ -125,6 +128,7 @@ class Watcher:
         self.book = AlertBook()
         self.events: queue.Queue[dict[str, str]] = queue.Queue()
         self.gpu_paths = gpu_paths or []
+        self.kernel: KernelFollower | None = None  # the kernel log, live (watch/kernel.py)
         self._owns_scraper = scraper is None
         if scraper is None:
             scraper = CallableScraper(fetch) if fetch is not None else AsyncScraper()
@@ -164,6 +168,7 @@ class Watcher:
             return self.statuses  # stopping: no verdict from a cut evaluation
         now = self._clock()
         self._drain_node_events(now)
+        self._drain_kernel(now)
         statuses = [self._evaluate(r, res, scraped_at, now)
                     for r, res in zip(replicas, results, strict=True)]
         with self._lock:
@@ -295,7 +300,8 @@ class Watcher:
         rep.failures += 1
         rep.errors_total += 1
         down = rep.failures >= self.config.down_after
-        self._set(rep, A.REPLICA_DOWN, down, now, failures=str(rep.failures), error=error[:120])
+        self._set(rep, A.REPLICA_DOWN, down, now, failures=str(rep.failures), error=error[:120],
+                  **self._kernel_cause(rep, now))
         return self._status(rep, None, error, restarted=False, blind=False, now=now)
 
     def _judge(self, rep: _Replica, window: Window, now: float) -> None:
@@ -334,7 +340,7 @@ class Watcher:
         stalled_for = None if rep.stall_since is None else now - rep.stall_since
         stalled = stalled_for is not None and stalled_for >= self.config.stall_after_s
         self._set(rep, A.REPLICA_STALLED, stalled, now, running=_fmt(running, 0),
-                  flat_s=_fmt(stalled_for, 0))
+                  flat_s=_fmt(stalled_for, 0), **self._kernel_cause(rep, now))
 
     def _check_key(self, rep: _Replica) -> None:
         key = UNKEYED
@@ -370,6 +376,29 @@ class Watcher:
                     rep.held[event.alert] = now + event.hold_s
                 self._set(rep, event.alert, event.on, now, device=event.device,
                           event=event.detail)
+
+    def _drain_kernel(self, now: float) -> None:
+        """The kernel log's new lines -> alerts on the replicas whose GPUs they name."""
+        if self.kernel is None:
+            return
+        by_name = {r.target.name: r for r in self._replicas}
+        gpus = {r.target.name: r.target.gpus for r in self._replicas}
+        for kevent in self.kernel.poll():
+            for event in kernel_node_events(kevent, gpus, now):
+                rep = by_name[event.replica]
+                if event.on:
+                    rep.kernel_cause = KernelCause(event.detail, now)
+                    if event.hold_s is not None:
+                        rep.held[event.alert] = now + event.hold_s
+                self._set(rep, event.alert, event.on, now, device=event.device,
+                          event=event.detail)
+
+    def _kernel_cause(self, rep: _Replica, now: float) -> dict[str, str]:
+        """The kernel's cause for a replica's stall or outage, when it spoke lately."""
+        cause = rep.kernel_cause
+        if cause is None or now - cause.at_s > KERNEL_HOLD_S:
+            return {}
+        return {"kernel_cause": cause.text}
 
     def _expire_held(self, rep: _Replica, now: float) -> None:
         for alert, until in list(rep.held.items()):

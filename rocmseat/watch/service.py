@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from rocmseat import exitcodes
 from rocmseat.errors import ConfigError
@@ -21,6 +22,7 @@ from rocmseat.watch import alerts as A
 from rocmseat.watch.alerts import iso
 from rocmseat.watch.exporter import ExportState, start_exporter
 from rocmseat.watch.filesd import BackgroundPoll, Reload, TargetsFile
+from rocmseat.watch.kernel import KernelFollower
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.remediate.service import Remediator
 from rocmseat.watch.scrape import Target
@@ -116,9 +118,11 @@ def run_service(
     targets_file: TargetsFile | None = None,
     extra_targets: list[Target] | None = None,
     remediate: Callable[[Callable[[str], None]], Remediator] | None = None,
+    kernel_log: Path | None = None,
 ) -> None:
     """Evaluate every interval until `stop`; log, export, post and hook every alert change.
-    `targets_file` is re-read when it changes (its targets come after `extra_targets`)."""
+    `targets_file` is re-read when it changes (its targets come after `extra_targets`).
+    `kernel_log`: this node's kernel log, followed for the replicas' GPUs (watch/kernel.py)."""
     fanout = AlertFanout(
         log,
         webhook=BackgroundSender("webhook", webhook_deliver(sinks.webhook_url), on_error=log)
@@ -145,6 +149,7 @@ def run_service(
         )
 
     monitor: UeventMonitor | None = None
+    follower: KernelFollower | None = None
     server = None
     try:
         if sinks.exporter_listen != "off":
@@ -156,6 +161,7 @@ def run_service(
                     hint="choose another HOST:PORT, or 'off'",
                 ) from None
         monitor = _start_node_events(targets, watcher, log)
+        follower = _start_kernel_events(targets, watcher, log, kernel_log)
         names = ",".join(t.name for t in targets) if len(targets) <= 20 else (
             f"{len(targets)} targets")
         where = sinks.exporter_listen
@@ -183,6 +189,8 @@ def run_service(
     finally:
         if monitor is not None:
             monitor.stop()
+        if follower is not None:
+            follower.close()
         if server is not None:
             server.shutdown()
             server.server_close()
@@ -239,3 +247,21 @@ def _start_node_events(
         return None
     log(f"rocmseat-watch node-events watching {len(watcher.gpu_paths)} GPU(s)")
     return monitor
+
+
+def _start_kernel_events(
+    targets: list[Target], watcher: Watcher, log: Callable[[str], None], path: Path | None
+) -> KernelFollower | None:
+    """Follow the kernel log for the replicas that have GPUs (their placement's PCI pair)."""
+    gpus = sum(len(t.gpus) for t in targets)
+    if path is None or not gpus:
+        return None
+    follower = KernelFollower(path)
+    problem = follower.start()
+    if problem is not None:  # not root, dmesg_restrict: say so, keep watching the rest
+        log(f"rocmseat-watch kernel-events unavailable path={path} "
+            f"error={'_'.join(problem.split())}")
+        return None
+    watcher.kernel = follower
+    log(f"rocmseat-watch kernel-events following path={path} gpus={gpus}")
+    return follower

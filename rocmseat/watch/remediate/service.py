@@ -193,6 +193,10 @@ class Remediator:
                        "with this state dir): never acted on")
         elif (node := self.node_refusal()) is not None:
             refusal = f"the node's preflight: {node} (a node problem is not a drafter problem)"
+        elif A.GPU_LOST in status.alerts:
+            # the kernel log: a reset that failed or a GPU off the bus (rocmseat/watch/kernel.py)
+            refusal = (f"{status.replica}'s GPU failed its reset or fell off the bus (kernel "
+                       "log): a node problem, drain it; a restart would not help")
         loaded, started = startup_facts(self.state_dir, self.seat.name, status.replica)
         return dataclasses.replace(obs, refusal=refusal, cache_loaded=loaded, last_start=started)
 
