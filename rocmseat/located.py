@@ -1,0 +1,61 @@
+"""The one located error of the house, for TOML and JSON documents alike, and the bounded JSON
+parse of a document read back (pure, no pydantic: the preflight run imports this and must start
+fast; the models live in rocmseat.docmodel).
+
+`located(shown, loc, why, text=...)` is the one builder of "FILE:LINE: key 'a.b[0].c': why": the
+line comes from the TOML key locator when the document is TOML text; a JSON document is named by
+key alone. `DocumentInvalid` is that line as the error a reader raises (exit 2, could not check).
+`load_json(text, shown)` parses JSON text: an integer of more than 4,300 digits, a nesting the
+parser cannot take, a truncated document is one DocumentInvalid, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rocmseat.errors import ConfigError
+from rocmseat.seat.locate import Loc, format_loc, locate, printable
+
+
+class DocumentInvalid(ConfigError):
+    """A document read back that is not what the house writes: one line naming the file and,
+    where there is one, the key (exit 2: could not check)."""
+
+    def __init__(self, shown: str, loc: Loc, why: str, *, text: str | None = None) -> None:
+        super().__init__(located(shown, loc, why, text=text))
+        self.shown = shown
+        self.loc = tuple(loc)
+        self.key = format_loc(loc)
+        self.why = why
+
+
+def located(shown: str, loc: Sequence[str | int], why: str, *, text: str | None = None) -> str:
+    """The one located line: "FILE:LINE: key 'a.b[0]': why" ("FILE: key ...": no line known;
+    "FILE: why": no key). `text`: the document's TOML text, for the key's line."""
+    line = locate(text, loc) if text is not None and loc else None
+    where = f"{shown}:{line}" if line is not None else shown
+    key = f"key '{format_loc(loc)}': " if loc else ""
+    return f"{where}: {key}{printable(why, 500)}"
+
+
+def located_error(shown: str, loc: Sequence[str | int], why: str, *, text: str | None = None,
+                  hint: str | None = None) -> ConfigError:
+    """`located` as the ConfigError (exit 2) a loader raises."""
+    return ConfigError(located(shown, loc, why, text=text), hint=hint)
+
+
+def load_json(text: str, shown: str) -> Any:
+    """JSON text -> values; one DocumentInvalid naming `shown` for text that is not JSON (NaN
+    and Infinity parse as floats: the model refuses them with their key)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise DocumentInvalid(shown, (), "not JSON: nested too deeply") from None
+    except ValueError as exc:
+        # json.JSONDecodeError (truncated, not JSON at all), or int() of more than 4,300 digits
+        # (sys.get_int_max_str_digits); an integer below that the model bounds, with its key
+        raise DocumentInvalid(shown, (), f"not JSON: {exc}") from None
+
+
