@@ -31,13 +31,18 @@ class DocumentInvalid(ConfigError):
         self.why = why
 
 
-def located(shown: str, loc: Sequence[str | int], why: str, *, text: str | None = None) -> str:
-    """The one located line: "FILE:LINE: key 'a.b[0]': why" ("FILE: key ...": no line known;
-    "FILE: why": no key). `text`: the document's TOML text, for the key's line."""
+def where_key(shown: str | None, loc: Sequence[str | int], *, text: str | None = None) -> str:
+    """"FILE:LINE: key 'a.b[0]'" ("FILE: key ...": no line known; "key ...": no file known;
+    "FILE": no key). `text`: the document's TOML text, for the key's line."""
     line = locate(text, loc) if text is not None and loc else None
-    where = f"{shown}:{line}" if line is not None else shown
-    key = f"key '{format_loc(loc)}': " if loc else ""
-    return f"{where}: {key}{printable(why, 500)}"
+    where = shown if line is None or shown is None else f"{shown}:{line}"
+    key = f"key '{format_loc(loc)}'" if loc else ""
+    return ": ".join(part for part in (where, key) if part)
+
+
+def located(shown: str, loc: Sequence[str | int], why: str, *, text: str | None = None) -> str:
+    """The one located line: "FILE:LINE: key 'a.b[0]': why" (`where_key`, then why)."""
+    return f"{where_key(shown, loc, text=text)}: {printable(why, 500)}"
 
 
 def located_error(shown: str, loc: Sequence[str | int], why: str, *, text: str | None = None,

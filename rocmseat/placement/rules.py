@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocmseat.errors import ConfigError
-from rocmseat.seat.locate import Loc, format_loc, locate, printable
+from rocmseat.located import located_error
+from rocmseat.seat.locate import Loc, printable
 from rocmseat.sysfs.parse import normalize_pci_address
 
 if TYPE_CHECKING:  # the schema (pydantic) is not imported by `--pair` parsing: preflight's start
@@ -100,12 +101,8 @@ def replica_cache_dir(seat: Seat, replica: str) -> Path:
 def located(seat: Seat, loc: Loc, why: str, hint: str | None = None) -> ConfigError:
     """A ConfigError naming the seat file, the key's line and the key (from the text the seat
     was parsed from: no file is read again)."""
-    where = str(seat.source_path or seat.name)
-    if seat.source_text is not None:
-        line = locate(seat.source_text, loc)
-        if line is not None:
-            where = f"{where}:{line}"
-    return ConfigError(f"{where}: key '{format_loc(loc)}': {why}", hint=hint)
+    return located_error(str(seat.source_path or seat.name), loc, why, text=seat.source_text,
+                         hint=hint)
 
 
 def probe_host(host: str) -> str:
