@@ -10,27 +10,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rocmseat.docmodel import JsonTree, Line, StrictDoc
-from rocmseat.findings import Finding, Severity
+from rocmseat.docmodel import Line, StrictDoc
+from rocmseat.findings_doc import FindingDoc
 
 SYSFS_SCHEMA = "rocmseat.preflight-sysfs/v1"
 MAX_FINDINGS = 10_000  # one pair's findings: tens
-MAX_TEXT = 4096
-
-
-class FindingDoc(StrictDoc):
-    """One Finding as Finding.to_json writes it."""
-
-    check_id: Annotated[Line, Field(min_length=1, max_length=200)]
-    severity: Literal["ok", "warn", "fail", "unknown"]
-    subject: Annotated[Line, Field(max_length=MAX_TEXT)]
-    message: Annotated[Line, Field(max_length=MAX_TEXT)]
-    hint: Annotated[Line, Field(max_length=MAX_TEXT)] = ""
-    data: dict[Annotated[str, Field(max_length=200)], JsonTree] = Field(default_factory=dict)
-
-    def finding(self) -> Finding:
-        return Finding(self.check_id, Severity(self.severity), self.subject, self.message,
-                       self.hint, dict(self.data))
 
 
 class SysfsResultDoc(StrictDoc):
