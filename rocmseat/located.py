@@ -30,6 +30,12 @@ class DocumentInvalid(ConfigError):
         self.key = format_loc(loc)
         self.why = why
 
+    @property
+    def detail(self) -> str:
+        """The line without the file: "key 'a.b': why" (or the why alone)."""
+        return f"key '{self.key}': {printable(self.why, 500)}" if self.loc else \
+            printable(self.why, 500)
+
 
 def where_key(shown: str | None, loc: Sequence[str | int], *, text: str | None = None) -> str:
     """"FILE:LINE: key 'a.b[0]'" ("FILE: key ...": no line known; "key ...": no file known;
