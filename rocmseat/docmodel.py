@@ -63,12 +63,27 @@ def clean_loc(loc: Sequence[str | int]) -> Loc:
         _SCHEMA_TAG.match(p) or p in _UNION_MEMBERS))
 
 
+_BOUND_WORDS = {
+    "less_than_equal": "expected at most {le}",
+    "less_than": "expected less than {lt}",
+    "greater_than_equal": "expected at least {ge}",
+    "greater_than": "expected more than {gt}",
+    "string_too_long": "longer than {max_length} characters",
+    "string_too_short": "shorter than {min_length} characters",
+    "too_long": "more than {max_length} items",
+    "too_short": "fewer than {min_length} items",
+    "string_pattern_mismatch": "not of the form {pattern}",
+}
+
+
 def kind_of(value: Any) -> str:
     """A JSON/TOML value's kind in words ("a string", "a list" ...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true/false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a non-finite number"
     if isinstance(value, int | float):
         return "a number"
     if isinstance(value, dict):
@@ -91,6 +106,12 @@ def error_words(error: Any) -> str:
         return f"expected {error['ctx']['expected']}"
     if kind == "finite_number":
         return "expected a finite number"
+    ctx = error.get("ctx") or {}
+    if kind in _BOUND_WORDS:
+        try:
+            return _BOUND_WORDS[kind].format(**ctx)
+        except (KeyError, IndexError):
+            pass
     return str(error["msg"]).removeprefix("Value error, ")
 
 
@@ -161,7 +182,7 @@ def _stamp(value: str) -> str:
     return value
 
 
-UtcStamp = Annotated[str, Field(max_length=20), AfterValidator(_stamp)]
+UtcStamp = Annotated[str, AfterValidator(_stamp)]  # the pattern bounds the length
 
 
 def _no_control(value: str) -> str:

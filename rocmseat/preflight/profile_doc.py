@@ -112,7 +112,7 @@ def profile_problem(exc: ValidationError) -> tuple[Loc, str]:
     if loc[:1] == ("pair",) and len(loc) >= 2:
         # a pair that is not a table, or a bad address in it: the key is its `gpus`
         loc = (*loc[:2], "gpus")
-    if kind == "rocmseat":
+    if kind in ("rocmseat", "string_too_long"):
         return loc, error_words(error)
     if loc in (("gpu",), ("pair",)):
         return loc, f"must be an array of tables ([[{loc[0]}]])"

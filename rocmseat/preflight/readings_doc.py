@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
-from rocmseat.docmodel import Counter, StrictDoc, UtcStamp, load_json_doc
+from rocmseat.docmodel import Counter, Line, StrictDoc, UtcStamp, load_json_doc
 from rocmseat.preflight.windows import MAX_DEVICES, MAX_ENTRIES
 
 MAX_COUNTERS = 512
@@ -33,8 +33,8 @@ class EntryDoc(StrictDoc):
 
 class ReadingsDoc(StrictDoc):
     schema_: Literal["rocmseat.error-readings/v1"] = Field(alias="schema")
-    sysfs_root: Annotated[str, Field(max_length=4096)]
-    boot_id: Annotated[str, Field(max_length=64)] | None = None
+    sysfs_root: Annotated[Line, Field(max_length=4096)]
+    boot_id: Annotated[Line, Field(max_length=64)] | None = None
     devices: Annotated[dict[Address, Annotated[list[EntryDoc], Field(max_length=MAX_ENTRIES)]],
                        Field(max_length=MAX_DEVICES)]
 
