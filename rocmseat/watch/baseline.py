@@ -164,7 +164,10 @@ def read_baseline(path: Path) -> Baseline | None:
     # A baseline decides a verdict (the acceptance-drop alarm): one anyone but root or the
     # reader could have written, or reached through a link, is refused like sshd's
     # StrictModes and re-learned (docs/architecture.md, "State").
-    text = read_trusted_state(path, trusted_root=path.parent, limit_bytes=1 << 20)
+    try:
+        text = read_trusted_state(path, trusted_root=path.parent, limit_bytes=1 << 20)
+    except OSError as exc:  # a state dir that is a file (ENOTDIR) ...
+        raise ReadError(path, exc.strerror or type(exc).__name__) from None
     if text is None:
         return None
     doc = load_json_doc(BaselineDoc, text, str(path))
