@@ -250,7 +250,7 @@ def test_nan_in_a_reading_file_is_refused(tmp_path):
     _write(tmp_path, f'{{"schema": "{windows.SCHEMA}", "sysfs_root": "x", "boot_id": null, '
            '"devices": NaN}')
     # NaN where the devices belong: the located line names the key (issue 23)
-    assert "unusable error readings (key 'devices': expected an object, not a number)" in \
+    assert "unusable error readings (key 'devices': expected an object, not a non-finite number)" in \
         load_ring(tmp_path, root, None).problem
 
 
