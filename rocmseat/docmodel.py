@@ -33,7 +33,8 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import PydanticCustomError
 
 from rocmseat.located import DocumentInvalid, load_json
-from rocmseat.seat.locate import CONTROL_CHARS, Loc
+from rocmseat.text import CONTROL_CHARS
+from rocmseat.tomllocate import Loc
 
 EPOCH_LOW_S = 946_684_800  # 2000-01-01T00:00:00Z
 EPOCH_HIGH_S = 7_258_118_400  # 2200-01-01T00:00:00Z

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from rocmseat.errors import ConfigError
-from rocmseat.seat.locate import Loc, format_loc, locate, printable
+from rocmseat.text import printable
+from rocmseat.tomllocate import Loc, format_loc, locate
 
 
 class DocumentInvalid(ConfigError):

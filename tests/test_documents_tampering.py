@@ -269,8 +269,8 @@ def test_a_tampered_startup_report_is_no_startup_fact(tmp_path, case):
     assert startup_facts(tmp_path, "s", "r0") == (None, None)
     from rocmseat.docmodel import load_json_doc
     from rocmseat.errors import RocmseatError
+    from rocmseat.launch.report_doc import StartupReportDoc
     from rocmseat.safeio import read_regular_text
-    from rocmseat.startup_doc import StartupReportDoc
 
     with pytest.raises(RocmseatError) as info:
         load_json_doc(StartupReportDoc, read_regular_text(path, limit_bytes=4 << 20),

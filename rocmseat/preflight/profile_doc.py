@@ -16,8 +16,8 @@ from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
 
 from rocmseat.docmodel import Line, StrictDoc, clean_loc, error_words, refuse
 from rocmseat.preflight.windows import MAX_WINDOW_S
-from rocmseat.seat.locate import Loc
 from rocmseat.sysfs.parse import KNOWN_SPEEDS_GTS, normalize_pci_address
+from rocmseat.tomllocate import Loc
 
 MAX_SOCKET = 4095  # physical_package_id; numa_node has the same kernel bound (MAX_NUMNODES)
 MAX_THRESHOLD = (1 << 32) - 1  # errors per window; a larger one would never fire

@@ -250,8 +250,9 @@ def test_nan_in_a_reading_file_is_refused(tmp_path):
     _write(tmp_path, f'{{"schema": "{windows.SCHEMA}", "sysfs_root": "x", "boot_id": null, '
            '"devices": NaN}')
     # NaN where the devices belong: the located line names the key (issue 23)
-    assert "unusable error readings (key 'devices': expected an object, not a non-finite number)" in \
-        load_ring(tmp_path, root, None).problem
+    problem = load_ring(tmp_path, root, None).problem
+    assert "unusable error readings (key 'devices': expected an object, not a non-finite " \
+        "number)" in problem
 
 
 def test_an_untrusted_reading_file_is_unknown_and_left_alone(tmp_path):

@@ -2,8 +2,8 @@
 `rocmseat.startup/v1`, rocmseat.launch.report) as a strict model: what the next start compares
 its KV pool with and what remediation reads of the last start, so a damaged or edited report is
 one located line (the entry is skipped), never a KeyError or a KV pool of 1e400 tokens.
-A foundation module: launch writes the report, and launch, watch (remediation) and the
-speculation gate read it.
+Launch writes the report; launch, watch (remediation) and the speculation gate read it (both
+rooms above launch).
 
 Reports of older rocmseat versions lack keys added since (`signal_received`, `refused`, the
 per-rank figures): every key but the schema, `started_at` and `log` has a default. Free text
