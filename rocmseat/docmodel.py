@@ -23,7 +23,6 @@ the (key path, words) that builder takes.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import re
 from collections.abc import Sequence
@@ -32,16 +31,13 @@ from typing import Annotated, Any, TypeVar
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from rocmseat.located import DocumentInvalid, load_json
+from rocmseat.located import DocumentInvalid, epoch_problem, kind_of, load_json, stamp_problem
 from rocmseat.text import CONTROL_CHARS
 from rocmseat.tomllocate import Loc
 
-EPOCH_LOW_S = 946_684_800  # 2000-01-01T00:00:00Z
-EPOCH_HIGH_S = 7_258_118_400  # 2200-01-01T00:00:00Z
 MAX_U64 = (1 << 64) - 1
 MAX_I64 = (1 << 63) - 1
 MAX_JSON_DEPTH = 32  # every document of the house nests fewer than 8 levels
-_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 
 
 # --- pydantic errors as words --------------------------------------------------------------
@@ -75,23 +71,6 @@ _BOUND_WORDS = {
     "too_short": "fewer than {min_length} items",
     "string_pattern_mismatch": "not of the form {pattern}",
 }
-
-
-def kind_of(value: Any) -> str:
-    """A JSON/TOML value's kind in words ("a string", "a list" ...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, float) and not math.isfinite(value):
-        return "a non-finite number"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    return "a string" if isinstance(value, str) else type(value).__name__
 
 
 def error_words(error: Any) -> str:
@@ -164,8 +143,9 @@ Counter = Annotated[int, Field(ge=0, le=MAX_U64)]
 
 
 def _epoch(value: float) -> float:
-    if not EPOCH_LOW_S <= value <= EPOCH_HIGH_S:
-        raise refuse("expected seconds since 1970 between 2000-01-01 and 2200-01-01")
+    why = epoch_problem(value)
+    if why is not None:
+        raise refuse(why)
     return value
 
 
@@ -173,13 +153,9 @@ EpochSeconds = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_epoc
 
 
 def _stamp(value: str) -> str:
-    if not _STAMP.fullmatch(value):
-        raise refuse("expected a UTC stamp YYYY-MM-DDTHH:MM:SSZ")
-    try:
-        when = dt.datetime.fromisoformat(value[:-1]).replace(tzinfo=dt.UTC)
-    except ValueError:
-        raise refuse("expected a UTC stamp YYYY-MM-DDTHH:MM:SSZ (no such date)") from None
-    _epoch(when.timestamp())
+    why = stamp_problem(value)
+    if why is not None:
+        raise refuse(why)
     return value
 
 

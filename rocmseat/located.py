@@ -11,7 +11,10 @@ parser cannot take, a truncated document is one DocumentInvalid, never a traceba
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -71,3 +74,43 @@ def load_json(text: str, shown: str) -> Any:
         raise DocumentInvalid(shown, (), f"not JSON: {exc}") from None
 
 
+# --- the time rules of every document (pure; rocmseat.docmodel's types use them too) ----------
+EPOCH_LOW_S = 946_684_800  # 2000-01-01T00:00:00Z
+EPOCH_HIGH_S = 7_258_118_400  # 2200-01-01T00:00:00Z
+_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+
+
+def epoch_problem(value: float) -> str | None:
+    """Why `value` is no time a document may hold (None: seconds from 2000 to 2200): a -1e11 or
+    a year-10000 stamp is a broken clock or a forgery, never a time to compute a window from."""
+    if not EPOCH_LOW_S <= value <= EPOCH_HIGH_S:
+        return "expected seconds since 1970 between 2000-01-01 and 2200-01-01"
+    return None
+
+
+def stamp_problem(value: str) -> str | None:
+    """Why `value` is no "YYYY-MM-DDTHH:MM:SSZ" stamp inside 2000..2200 (None: it is one)."""
+    if not _STAMP.fullmatch(value):
+        return "expected a UTC stamp YYYY-MM-DDTHH:MM:SSZ"
+    try:
+        when = dt.datetime.fromisoformat(value[:-1]).replace(tzinfo=dt.UTC)
+    except ValueError:
+        return "expected a UTC stamp YYYY-MM-DDTHH:MM:SSZ (no such date)"
+    return epoch_problem(when.timestamp())
+
+
+def kind_of(value: Any) -> str:
+    """A JSON/TOML value's kind in words ("a string", "a list" ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a non-finite number"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return "a string" if isinstance(value, str) else type(value).__name__

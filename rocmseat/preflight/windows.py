@@ -104,7 +104,7 @@ def root_key(sysfs_root: Path) -> str:
 def parse_ring(text: str, shown: str) -> Ring:
     """Pure: the file's text -> its ring; DocumentInvalid naming `shown` and the wrong key (the
     strict model of rocmseat.preflight.readings_doc)."""
-    from rocmseat.preflight.readings_doc import parse_readings  # pydantic: only with a file
+    from rocmseat.preflight.readings_doc import parse_readings  # it reads this module's bounds
 
     doc = parse_readings(text, shown)
     devices = {address: tuple(Entry(e.first, e.last, dict(e.counters)) for e in entries)
