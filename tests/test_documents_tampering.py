@@ -321,3 +321,45 @@ def test_a_tampered_profile_exits_2_with_one_line(tmp_path, rocmseat_cli, case, 
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
     first = result.stderr.splitlines()[0]
     one_line(first.removeprefix("rocmseat: error: "), path, key)
+
+
+# The readings' model is the one written without pydantic (every preflight run reads it: the
+# start-up budget), so each of its own rules is shown here too.
+READINGS_RULES = [
+    (lambda d: d.pop("devices"), "devices", "missing"),
+    (lambda d: d.update(schema="rocmseat.error-readings/v2"), "schema", "expected"),
+    (lambda d: d["devices"].update({"05:00.0": []}), "devices.05:00.0", "not a PCI address"),
+    (lambda d: d["devices"].update({ADDRESS: {}}), f"devices.{ADDRESS}", "a list of at most"),
+    (lambda d: d["devices"][ADDRESS][0].pop("last"), f"devices.{ADDRESS}[0].last", "missing"),
+    (lambda d: d["devices"][ADDRESS][0]["counters"].update({"a\tb": 1}),
+     f"devices.{ADDRESS}[0].counters.a\\tb", "not a counter name"),
+    (lambda d: d["devices"][ADDRESS][0]["counters"].update({"x": True}),
+     f"devices.{ADDRESS}[0].counters.x", "whole number"),
+    (lambda d: d["devices"][ADDRESS][0]["counters"].update({"x": 3.0}),
+     f"devices.{ADDRESS}[0].counters.x", "whole number"),
+    (lambda d: d["devices"][ADDRESS][0]["counters"].update({"x": -1}),
+     f"devices.{ADDRESS}[0].counters.x", "a count from 0"),
+    (lambda d: d["devices"][ADDRESS][0].update(first="1999-12-31T23:59:59Z"),
+     f"devices.{ADDRESS}[0].first", "between 2000-01-01 and 2200-01-01"),
+    (lambda d: d["devices"][ADDRESS][0].update(first="2026-02-30T00:00:00Z"),
+     f"devices.{ADDRESS}[0].first", "no such date"),
+    (lambda d: d.update(sysfs_root="x" * 5000), "sysfs_root", "longer than 4096"),
+]
+
+
+@pytest.mark.parametrize(("tamper", "key", "why"), READINGS_RULES,
+                         ids=[r[1] + ": " + r[2] for r in READINGS_RULES])
+def test_each_rule_of_the_readings_model(tmp_path, tamper, key, why):
+    from rocmseat.preflight.windows import load_ring, save_readings, state_path
+
+    root = SYSFS / "x99-r9700"
+    save_readings(tmp_path, root, None, {ADDRESS: {"aer.badtlp": 3}},
+                  NOW.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    path = state_path(tmp_path)
+    doc = json.loads(path.read_text())
+    tamper(doc)
+    path.write_text(json.dumps(doc))
+    loaded = load_ring(tmp_path, root, None)
+    assert loaded.ring is None and loaded.problem is not None
+    one_line(loaded.problem, path, key)
+    assert why in loaded.problem
