@@ -36,7 +36,6 @@ from rocmseat.text import CONTROL_CHARS
 from rocmseat.tomllocate import Loc
 
 MAX_U64 = (1 << 64) - 1
-MAX_I64 = (1 << 63) - 1
 MAX_JSON_DEPTH = 32  # every document of the house nests fewer than 8 levels
 
 
