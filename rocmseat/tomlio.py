@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat.errors import ConfigError, ReadError
+from rocmseat.located import located_error
 from rocmseat.safeio import DEFAULT_LIMIT_BYTES, read_regular_bytes
 from rocmseat.text import printable
-from rocmseat.tomllocate import Loc, format_loc, locate, toml_lines, too_deep_line
+from rocmseat.tomllocate import Loc, locate, toml_lines, too_deep_line
 
 # Tables, arrays and inline tables, counted from the top of the document: the one limit of the
 # house (a seat needs 4; [drafter] extra and profiles a few more).
@@ -49,10 +50,9 @@ class TomlDoc:
         return locate(self.text, loc)
 
     def error(self, loc: Loc, why: str, hint: str | None = None) -> ConfigError:
-        """"FILE:LINE: key 'a.b[0].c': why" (the line left out when the key is not written)."""
-        line = self.line_of(loc)
-        where = f"{self.shown}:{line}" if line is not None else self.shown
-        return ConfigError(f"{where}: key '{format_loc(loc)}': {printable(why, 500)}", hint=hint)
+        """"FILE:LINE: key 'a.b[0].c': why" (the line left out when the key is not written):
+        the one located error of the house (rocmseat.located)."""
+        return located_error(self.shown, loc, why, text=self.text, hint=hint)
 
 
 def load_toml(path: Path, *, what: str, limit_bytes: int = DEFAULT_LIMIT_BYTES,

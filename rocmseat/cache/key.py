@@ -19,11 +19,11 @@ from typing import Any
 from rocmseat.cache.fingerprint import fingerprint_model
 from rocmseat.cache.versions import EngineVersions, engine_versions
 from rocmseat.errors import RocmseatError
+from rocmseat.located import where_key
 from rocmseat.redact import REDACTED, is_secret_name, redact_text
 from rocmseat.runner import Runner, run
 from rocmseat.seat.envclass import classify_env, key_env, normalise_flag
 from rocmseat.seat.model import Seat
-from rocmseat.tomllocate import format_loc, locate
 
 KEY_SCHEMA = 1
 
@@ -288,12 +288,8 @@ def _arch(gpu_arch: str | Sequence[str] | None) -> str | None:
 
 def _where(seat: Seat, name: str) -> str:
     """'<seat file>:<line>: key 'env.NAME'' from the text the seat was parsed from (no I/O)."""
-    if seat.source_path is None:
-        return f"key 'env.{name}'"
-    text = seat.source_text
-    line = locate(text, ("env", name)) if text is not None else None
-    loc = format_loc(("env", name))
-    return f"{seat.source_path}:{line}: key '{loc}'" if line else f"{seat.source_path}: key '{loc}'"
+    shown = str(seat.source_path) if seat.source_path is not None else None
+    return where_key(shown, ("env", name), text=seat.source_text)
 
 
 def replica_key(

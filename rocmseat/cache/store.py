@@ -37,6 +37,8 @@ from rocmseat import __version__
 from rocmseat.atomic import atomic_write_json, exclusive_lock
 from rocmseat.cache.key import MISSING, ConfigKey, FactorChange, diff_factors
 from rocmseat.cache.layout import MANIFEST_NAME, STALE_NAME, cache_env
+from rocmseat.cache.manifest_doc import MANIFEST_SCHEMA, ManifestDoc
+from rocmseat.docmodel import load_json_doc
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.envclass import CACHE_ENV_SUBDIRS
@@ -52,7 +54,6 @@ log.addHandler(logging.NullHandler())
 # Manifests and intents are a few KiB; never read a FIFO or /dev/zero planted at their name.
 STATE_FILE_LIMIT_BYTES = 1 << 20
 
-MANIFEST_SCHEMA = "rocmseat.cache-manifest/v1"
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 
 CrashHook = Callable[[str], None]
@@ -76,15 +77,20 @@ def read_manifest(replica_dir: Path) -> dict[str, Any] | None:
     """The manifest of a cache dir, or None when absent or not a valid manifest (also when it is
     not a regular file or is larger than STATE_FILE_LIMIT_BYTES)."""
     try:
-        text = read_regular_text(replica_dir / MANIFEST_NAME, limit_bytes=STATE_FILE_LIMIT_BYTES)
-        data = json.loads(text)
-    except (ReadError, ValueError, RecursionError):
+        doc = read_manifest_doc(replica_dir)
+    except (ReadError, ConfigError):  # unreadable, or DocumentInvalid: unkeyed
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("key"), str):
+    return doc.as_dict() if doc is not None else None
+
+
+def read_manifest_doc(replica_dir: Path) -> ManifestDoc | None:
+    """The manifest of a cache dir (None: there is none); ReadError when it cannot be read,
+    DocumentInvalid (one line naming the file and the key) when it is not a manifest."""
+    path = replica_dir / MANIFEST_NAME
+    if not os.path.lexists(path):
         return None
-    if not isinstance(data.get("factors"), dict):
-        return None
-    return data
+    text = read_regular_text(path, limit_bytes=STATE_FILE_LIMIT_BYTES)
+    return load_json_doc(ManifestDoc, text, str(path))
 
 
 def check_root(root: Path, *, owner_uid: int | None = None) -> None:

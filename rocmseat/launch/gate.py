@@ -21,16 +21,17 @@ per start would also halve the window it judges.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from rocmseat.atomic import atomic_write_json
+from rocmseat.docmodel import parse_doc
 from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.findings import Finding, Severity
+from rocmseat.launch.gate_doc import SYSFS_SCHEMA, SysfsResultDoc
 from rocmseat.launch.plan import ReplicaPlan, engine_env
+from rocmseat.located import DocumentInvalid, load_json
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.model import Seat
 from rocmseat.statedir import ReplicaDir
@@ -39,7 +40,6 @@ from rocmseat.text import printable
 
 Say = Callable[[str], None]
 INVOCATION_ENV = "INVOCATION_ID"
-SYSFS_SCHEMA = "rocmseat.preflight-sysfs/v1"
 SYSFS_RESULT_LIMIT_BYTES = 4 << 20  # the findings of one pair: a few KiB
 
 
@@ -195,32 +195,25 @@ def _reuse(state_dir: Path, seat: Seat, plan: ReplicaPlan, invocation: str | Non
     try:
         # a state file is input too: a regular file (a FIFO would hang the start), capped,
         # and JSON of any shape or depth is a reason to run the checks again, never a crash
-        doc = json.loads(read_regular_text(path, limit_bytes=SYSFS_RESULT_LIMIT_BYTES))
+        value = load_json(read_regular_text(path, limit_bytes=SYSFS_RESULT_LIMIT_BYTES),
+                          str(path))
     except ReadError as exc:
         say(f"{printable(exc.message, 300)}; running the sysfs preflight again")
         return None
-    except (ValueError, RecursionError) as exc:
-        say(f"{path}: unreadable ({type(exc).__name__}: {printable(str(exc), 200)}); running "
-            "the sysfs preflight again")
+    except DocumentInvalid as exc:
+        say(f"{exc.message}; running the sysfs preflight again")
         return None
-    if not isinstance(doc, dict) or doc.get("invocation_id") != invocation:
+    if not isinstance(value, dict) or value.get("invocation_id") != invocation:
         return None  # an earlier start's, or a manual run's
-    if doc.get("schema") != SYSFS_SCHEMA or doc.get("pair") != list(plan.pci_pair):
-        say(f"{path}: for another pair or schema; running the sysfs preflight again")
-        return None
     try:
-        findings = [_finding(item) for item in doc["findings"]]
-    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
-        say(f"{path}: malformed finding ({printable(repr(exc), 200)}); running the sysfs "
-            "preflight again")
+        doc = parse_doc(SysfsResultDoc, value, str(path))
+    except DocumentInvalid as exc:
+        say(f"{exc.message}; running the sysfs preflight again")
         return None
+    if doc.pair != list(plan.pci_pair):
+        say(f"{path}: for another pair; running the sysfs preflight again")
+        return None
+    findings = [item.finding() for item in doc.findings]
     say(f"sysfs preflight of {', '.join(plan.pci_pair)} ran in ExecStartPre= of this start "
         f"({len(findings)} findings): not repeated")
     return findings
-
-
-def _finding(item: Mapping[str, Any]) -> Finding:
-    data = item.get("data", {})
-    return Finding(str(item["check_id"]), Severity(item["severity"]), str(item["subject"]),
-                   str(item["message"]), str(item.get("hint", "")),
-                   dict(data) if isinstance(data, dict) else {})

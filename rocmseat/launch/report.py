@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import stat
 from collections.abc import Sequence
@@ -19,11 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat.atomic import atomic_write_json, exclusive_lock
+from rocmseat.docmodel import load_json_doc
 from rocmseat.errors import ReadError
 from rocmseat.findings import Finding
 from rocmseat.launch.judge import PreviousStart
 from rocmseat.launch.plan import ReplicaPlan
+from rocmseat.launch.report_doc import SCHEMA, StartupReportDoc
 from rocmseat.launch.startuplog import StartupSummary
+from rocmseat.located import DocumentInvalid
 from rocmseat.placement.rules import replica_state_dir
 from rocmseat.redact import redact_argv
 from rocmseat.safeio import read_regular_text
@@ -32,7 +34,6 @@ from rocmseat.text import printable
 
 __all__ = ["SCHEMA", "build_report", "previous_start", "replica_state_dir", "save_report"]
 
-SCHEMA = "rocmseat.startup/v1"
 HISTORY_KEEP = 50  # newest starts kept; older ones are evidence nobody reads
 REPORT_MODE = 0o600  # the files hold an argv
 
@@ -135,25 +136,23 @@ def previous_start(
     """The newest earlier start that stated a KV pool, and the history files that could not be
     read (named, so the caller can say so; a corrupt old entry must not block a start). Each
     entry is read as a regular file of at most HISTORY_ENTRY_LIMIT_BYTES (never a FIFO: it
-    would hang the start), and any shape of JSON, however nested, is a skipped entry."""
+    would hang the start) and validated as a startup report (rocmseat.launch.report_doc): any other
+    shape of JSON, however nested, is a skipped entry with one line naming the file and key."""
     history = StateDir(state_dir).replica(seat, replica).history
     problems: list[str] = []
     if history.is_symlink():
         return None, [f"{history}: is a symlink: not read"]
     for path in reversed(_history(history)):
         try:
-            doc = json.loads(read_regular_text(path, limit_bytes=HISTORY_ENTRY_LIMIT_BYTES))
-            tokens = doc["log"]["kv_cache_tokens"]
-            started = doc["started_at"]
-            key = doc.get("config_key", {})
-            digest = key.get("digest") if isinstance(key, dict) else None
+            doc = load_json_doc(StartupReportDoc, read_regular_text(
+                path, limit_bytes=HISTORY_ENTRY_LIMIT_BYTES), str(path))
         except ReadError as exc:
             problems.append(printable(exc.message, 300))
             continue
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-            problems.append(f"{path}: {type(exc).__name__}: {printable(str(exc), 200)}")
+        except DocumentInvalid as exc:  # one line naming the file and the key
+            problems.append(exc.message)
             continue
-        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
-            return PreviousStart(tokens, printable(str(started), 40),
-                                 digest if isinstance(digest, str) else None), problems
+        tokens = doc.log.kv_cache_tokens
+        if tokens is not None and tokens > 0:
+            return PreviousStart(tokens, doc.started_at, doc.config_key.digest), problems
     return None, problems

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocmseat.errors import ConfigError
+from rocmseat.located import located_error
 from rocmseat.seat.naming import planned_port, replica_name
 from rocmseat.statedir import StateDir
 from rocmseat.sysfs.parse import normalize_pci_address
 from rocmseat.text import printable
-from rocmseat.tomllocate import Loc, format_loc, locate
+from rocmseat.tomllocate import Loc
 
 if TYPE_CHECKING:  # the schema (pydantic) is not imported by `--pair` parsing: preflight's start
     from rocmseat.seat.model import Seat
@@ -91,12 +92,8 @@ def replica_cache_dir(seat: Seat, replica: str) -> Path:
 def located(seat: Seat, loc: Loc, why: str, hint: str | None = None) -> ConfigError:
     """A ConfigError naming the seat file, the key's line and the key (from the text the seat
     was parsed from: no file is read again)."""
-    where = str(seat.source_path or seat.name)
-    if seat.source_text is not None:
-        line = locate(seat.source_text, loc)
-        if line is not None:
-            where = f"{where}:{line}"
-    return ConfigError(f"{where}: key '{format_loc(loc)}': {why}", hint=hint)
+    return located_error(str(seat.source_path or seat.name), loc, why, text=seat.source_text,
+                         hint=hint)
 
 
 def probe_host(host: str) -> str:

@@ -16,21 +16,26 @@ and the AER thresholds. Loading fails with a ConfigError naming the file, the li
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from rocmseat.errors import ConfigError
+from pydantic import ValidationError
+
 from rocmseat.findings import Finding, Severity
 from rocmseat.node.inventory import Inventory
 from rocmseat.preflight.aer import AerThresholds
 from rocmseat.preflight.events import EventThresholds
-from rocmseat.preflight.windows import MAX_WINDOW_S
-from rocmseat.sysfs.parse import KNOWN_SPEEDS_GTS, normalize_pci_address
+from rocmseat.preflight.profile_doc import (
+    GpuDoc,
+    PairDoc,
+    ProfileDoc,
+    ThresholdsDoc,
+    profile_problem,
+)
 from rocmseat.tomlio import TomlDoc, load_toml
 
-_THRESHOLD_KEYS = {
+_THRESHOLD_KEYS = {  # the file's keys -> AerThresholds' fields
     "aer_correctable_warn": "correctable_warn",
     "aer_correctable_fail": "correctable_fail",
     "replay_warn": "replay_warn",
@@ -38,11 +43,9 @@ _THRESHOLD_KEYS = {
     "ras_ce_warn": "ras_ce_warn",
     "ras_ce_fail": "ras_ce_fail",
     "ras_bad_pages_fail": "ras_bad_pages_fail",
-    "window_h": "window_s",  # hours in the file, seconds in AerThresholds
 }
 # the events family's thresholds (rocmseat.preflight.events.EventThresholds), same table
 _EVENT_KEYS = ("gpu_resets_fail", "ring_timeouts_fail")
-MAX_WINDOW_H = MAX_WINDOW_S // 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,193 +77,66 @@ class Profile:
         return None if gpu is None else gpu.link
 
 
-class _Where:
-    """Errors located in the profile's text by the TOML loader's locator (rocmseat.tomlio)."""
-
-    def __init__(self, doc: TomlDoc) -> None:
-        self.doc = doc
-
-    def error(
-        self, key: str, why: str, *, line_key: str | None = None, nth: int = 0
-    ) -> ConfigError:
-        """`key` as written in messages ("gpu[0].speed_gts"); its line from the document.
-        (`line_key` and `nth` are what a line scan needed; the locator counts [[gpu]] itself.)"""
-        return self.doc.error(_loc(key), why)
-
-
-def _loc(key: str) -> tuple[str | int, ...]:
-    """"gpu[0].speed_gts" -> ("gpu", 0, "speed_gts")."""
-    loc: list[str | int] = []
-    for part in key.split("."):
-        name, _, rest = part.partition("[")
-        loc.append(name)
-        loc.extend(int(i) for i in re.findall(r"(\d+)\]", "[" + rest) if rest)
-    return tuple(loc)
-
-
-MAX_SOCKET = 4095  # physical_package_id; numa_node has the same kernel bound (MAX_NUMNODES)
-MAX_THRESHOLD = (1 << 32) - 1  # errors per window; a larger one would never fire
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
 def load_profile(path: Path) -> Profile:
-    # one loader for every TOML file: a regular file only, capped, UTF-8, nesting bounded, a
-    # 5,000-digit integer a located error (rocmseat.tomlio)
+    """The profile at `path`, or one ConfigError naming the file, the line and the key (exit 2).
+
+    One loader for every TOML file (rocmseat.tomlio: a regular file only, capped, UTF-8, nesting
+    bounded, a 5,000-digit integer a located error); one strict model for the keys
+    (rocmseat.preflight.profile_doc); the facts across keys are checked here."""
     doc = load_toml(path, what="profile", invalid="not valid TOML")
-    data, where = doc.data, _Where(doc)
-    unknown = set(data) - {"name", "description", "thresholds", "gpu", "pair"}
-    if unknown:
-        key = sorted(unknown)[0]
-        raise where.error(key, "unknown key (expected name, description, thresholds, gpu, pair)")
-    name = data.get("name", path.stem)
-    if not isinstance(name, str):
-        raise where.error("name", "must be a string")
-    for key in ("name", "description"):
-        value = data.get(key)
-        if key in data and not isinstance(value, str):
-            raise where.error(key, "must be a string")
-        bad = _CONTROL_RE.search(value) if isinstance(value, str) else None
-        if bad is not None:
-            # the name reaches the terminal, JSON and the textfile: no escapes, no second line
-            raise where.error(key, f"control character U+{ord(bad.group()):04X} in the value")
+    try:
+        model = ProfileDoc.model_validate(doc.data)
+    except ValidationError as exc:
+        loc, why = profile_problem(exc)
+        raise doc.error(loc, why) from None
     return Profile(
-        name=name,
+        name=model.name if model.name is not None else path.stem,
         source=path,
-        gpus=_gpus(data.get("gpu", []), where),
-        pairs=_pairs(data.get("pair", []), where),
-        thresholds=_thresholds(data.get("thresholds", {}), where),
+        gpus=_gpus(model.gpu, doc),
+        pairs=_pairs(model.pair, doc),
+        thresholds=_thresholds(model.thresholds, doc),
         sha256=doc.sha256,
-        events=_event_thresholds(data.get("thresholds", {})),
+        events=_event_thresholds(model.thresholds),
     )
 
 
-def _address(value: Any, key: str, where: _Where, nth: int) -> str:
-    address = normalize_pci_address(value) if isinstance(value, str) else None
-    if address is None:
-        raise where.error(
-            key, f"not a PCI address: {value!r}", line_key=key.rsplit(".", 1)[-1], nth=nth
-        )
-    return address
-
-
-def _gpus(entries: Any, where: _Where) -> tuple[ExpectedGpu, ...]:
-    if not isinstance(entries, list):
-        raise where.error("gpu", "must be an array of tables ([[gpu]])")
-    gpus = []
+def _gpus(entries: Sequence[GpuDoc], doc: TomlDoc) -> tuple[ExpectedGpu, ...]:
     for index, entry in enumerate(entries):
-        key = f"gpu[{index}]"
-        if not isinstance(entry, dict):
-            raise where.error(key, "must be a table")
-        extra = set(entry) - {"pci_address", "speed_gts", "width", "socket", "note"}
-        if extra:
-            bad = sorted(extra)[0]
-            raise where.error(f"{key}.{bad}", "unknown key", line_key=bad)
-        address = _address(entry.get("pci_address"), f"{key}.pci_address", where, index)
-        speed = entry.get("speed_gts")
-        width = entry.get("width")
-        socket = entry.get("socket")
-        if speed is not None and (
-            not isinstance(speed, int | float)
-            or isinstance(speed, bool)
-            or float(speed) not in KNOWN_SPEEDS_GTS
-        ):
-            raise where.error(
-                f"{key}.speed_gts",
-                f"must be one of {KNOWN_SPEEDS_GTS}",
-                line_key="speed_gts",
-                nth=_nth(entries, index, "speed_gts"),
-            )
-        if width is not None and (
-            not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= 32
-        ):
-            raise where.error(
-                f"{key}.width",
-                "must be a lane count 1..32",
-                line_key="width",
-                nth=_nth(entries, index, "width"),
-            )
-        if (speed is None) != (width is None):
-            raise where.error(
-                f"{key}.pci_address",
-                "give speed_gts and width together",
-                line_key="pci_address",
-                nth=index,
-            )
-        if socket is not None and (
-            not isinstance(socket, int)
-            or isinstance(socket, bool)
-            or not 0 <= socket <= MAX_SOCKET
-        ):
-            raise where.error(
-                f"{key}.socket",
-                f"must be a socket number 0..{MAX_SOCKET}",
-                line_key="socket",
-                nth=_nth(entries, index, "socket"),
-            )
-        gpus.append(ExpectedGpu(address, None if speed is None else float(speed), width, socket))
-    return tuple(gpus)
+        if (entry.speed_gts is None) != (entry.width is None):
+            raise doc.error(("gpu", index, "pci_address"), "give speed_gts and width together")
+    return tuple(ExpectedGpu(e.pci_address, e.speed_gts, e.width, e.socket) for e in entries)
 
 
-def _nth(entries: list[Any], index: int, key: str) -> int:
-    return sum(1 for e in entries[:index] if isinstance(e, dict) and key in e)
-
-
-def _pairs(entries: Any, where: _Where) -> tuple[tuple[str, str], ...]:
-    if not isinstance(entries, list):
-        raise where.error("pair", "must be an array of tables ([[pair]])")
+def _pairs(entries: Sequence[PairDoc], doc: TomlDoc) -> tuple[tuple[str, str], ...]:
     pairs = []
     for index, entry in enumerate(entries):
-        key = f"pair[{index}].gpus"
-        gpus = entry.get("gpus") if isinstance(entry, dict) else None
-        if not isinstance(gpus, list) or len(gpus) != 2:
-            raise where.error(key, "must list two PCI addresses", line_key="gpus", nth=index)
-        a = _address(gpus[0], key, where, index)
-        b = _address(gpus[1], key, where, index)
+        a, b = entry.gpus
         if a == b:
-            raise where.error(key, "a pair needs two different GPUs", line_key="gpus", nth=index)
+            raise doc.error(("pair", index, "gpus"), "a pair needs two different GPUs")
         pairs.append((min(a, b), max(a, b)))
     return tuple(pairs)
 
 
-def _event_thresholds(table: Any) -> EventThresholds:
-    """The events family's keys of a [thresholds] table _thresholds already validated."""
-    if not isinstance(table, dict):
-        return EventThresholds()
-    return EventThresholds(**{k: max(1, table[k]) for k in _EVENT_KEYS if k in table})
+def _event_thresholds(table: ThresholdsDoc) -> EventThresholds:
+    """The events family's keys of the [thresholds] table (at least 1: 0 would fail every GPU)."""
+    given = table.model_dump(exclude_none=True)
+    return EventThresholds(**{k: max(1, given[k]) for k in _EVENT_KEYS if k in given})
 
 
-def _thresholds(table: Any, where: _Where) -> AerThresholds:
-    if not isinstance(table, dict):
-        raise where.error("thresholds", "must be a table")
-    values = {}
-    for key, value in table.items():
-        if key not in _THRESHOLD_KEYS and key not in _EVENT_KEYS:
-            known = ", ".join([*_THRESHOLD_KEYS, *_EVENT_KEYS])
-            raise where.error(f"thresholds.{key}", f"unknown (known: {known})")
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise where.error(f"thresholds.{key}", f"must be an integer 0..{MAX_THRESHOLD}")
-        if value < 0:
-            raise where.error(f"thresholds.{key}", "must be a non-negative integer")
-        if value > MAX_THRESHOLD:
-            raise where.error(f"thresholds.{key}", f"must be an integer 0..{MAX_THRESHOLD}")
-        if key == "window_h":
-            if not 1 <= value <= MAX_WINDOW_H:
-                raise where.error(
-                    f"thresholds.{key}", f"must be a window of 1..{MAX_WINDOW_H} hours"
-                )
-            value *= 3600
-        if key in _EVENT_KEYS:
-            continue  # _event_thresholds (checked here with the others)
-        values[_THRESHOLD_KEYS[key]] = value
+def _thresholds(table: ThresholdsDoc, doc: TomlDoc) -> AerThresholds:
+    given = table.model_dump(exclude_none=True)
+    values: dict[str, int] = {
+        _THRESHOLD_KEYS[k]: v for k, v in given.items() if k in _THRESHOLD_KEYS
+    }
+    if "window_h" in given:
+        values["window_s"] = given["window_h"] * 3600  # hours in the file, seconds in the run
     thresholds = AerThresholds(**values)
     for kind in ("correctable", "replay", "ras_ce"):
         warn, fail = getattr(thresholds, f"{kind}_warn"), getattr(thresholds, f"{kind}_fail")
         if warn > fail:
             name = "aer_correctable" if kind == "correctable" else kind
-            given = f"{name}_warn" if f"{name}_warn" in table else f"{name}_fail"
-            raise where.error(
-                f"thresholds.{given}", f"{name}_warn {warn} is above {name}_fail {fail}"
-            )
+            key = f"{name}_warn" if f"{name}_warn" in given else f"{name}_fail"
+            raise doc.error(("thresholds", key), f"{name}_warn {warn} is above {name}_fail {fail}")
     return thresholds
 
 

@@ -38,7 +38,6 @@ a file a group or others could write, or reached through a link, is refused).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from typing import Any
 from rocmseat.atomic import atomic_write_text, exclusive_lock
 from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.jsonio import dumps
+from rocmseat.located import DocumentInvalid
 from rocmseat.safeio import UntrustedState, read_trusted_state
 from rocmseat.statedir import StateDir
 
@@ -64,10 +64,7 @@ REFRESH_S = 3600
 MAX_DEVICES = 4096
 LIMIT_BYTES = 16 << 20
 LOCK_TIMEOUT_S = 10.0
-_U64_MAX = (1 << 64) - 1
-_KEY_RE = re.compile(r"^[A-Za-z0-9_.\[\] -]{1,100}$")
 _STAMP_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
-_ADDRESS_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 Counters = dict[str, int]
 
@@ -130,68 +127,16 @@ def root_key(sysfs_root: Path) -> str:
 
 
 # --- the file ----------------------------------------------------------------------------------
-def parse_ring(text: str) -> Ring:
-    """Pure: the file's text -> its ring; ValueError naming what is wrong."""
-    data = json.loads(text, parse_constant=_refuse_constant)
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise ValueError(f"not a {SCHEMA} file")
-    root, boot_id, devices = data.get("sysfs_root"), data.get("boot_id"), data.get("devices")
-    if not isinstance(root, str) or len(root) > 4096:
-        raise ValueError("bad sysfs_root")
-    if boot_id is not None and (not isinstance(boot_id, str) or len(boot_id) > 64):
-        raise ValueError("bad boot_id")
-    if not isinstance(devices, dict) or len(devices) > MAX_DEVICES:
-        raise ValueError("bad devices")
-    ring: dict[str, tuple[Entry, ...]] = {}
-    for address, entries in devices.items():
-        if not isinstance(address, str) or not _ADDRESS_RE.fullmatch(address):
-            raise ValueError(f"bad device {str(address)[:40]!r}")
-        if not isinstance(entries, list) or len(entries) > MAX_ENTRIES:
-            raise ValueError(f"bad readings for {address}")
-        ring[address] = tuple(_entry(e, address) for e in entries)
-    return Ring(root, boot_id, ring)
+def parse_ring(text: str, shown: str) -> Ring:
+    """Pure: the file's text -> its ring; DocumentInvalid naming `shown` and the wrong key (the
+    strict model of rocmseat.preflight.readings_doc)."""
+    from rocmseat.preflight.readings_doc import parse_readings  # it reads this module's bounds
 
-
-def _entry(raw: Any, address: str) -> Entry:
-    if not isinstance(raw, dict):
-        raise ValueError(f"bad reading for {address}")
-    first, last, counters = raw.get("first"), raw.get("last"), raw.get("counters")
-    for stamp in (first, last):
-        if not isinstance(stamp, str) or not _STAMP_RE.fullmatch(stamp):
-            raise ValueError(f"bad stamp in a reading for {address}")
-        try:
-            parse_stamp(stamp)
-        except ValueError:
-            raise ValueError(f"bad stamp {stamp!r} in a reading for {address}") from None
-    if (
-        not isinstance(counters, dict)
-        or len(counters) > 512
-        or not all(
-            isinstance(k, str) and _KEY_RE.fullmatch(k)
-            and isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _U64_MAX
-            for k, v in counters.items()
-        )
-    ):
-        raise ValueError(f"bad counters in a reading for {address}")
-    assert isinstance(first, str) and isinstance(last, str)
-    boots = [raw.get(k) for k in ("first_boot_s", "last_boot_s")]
-    for boot in boots:
-        if boot is not None and (
-            not isinstance(boot, (int, float)) or isinstance(boot, bool)
-            or not 0 <= boot < MAX_BOOT_S
-        ):
-            raise ValueError(f"bad seconds since boot in a reading for {address}")
-    unknown = raw.get("unknown", [])
-    if not isinstance(unknown, list) or len(unknown) > 64 or not all(
-        isinstance(u, str) and _KEY_RE.fullmatch(u) for u in unknown
-    ):
-        raise ValueError(f"bad unknown sources in a reading for {address}")
-    first_boot, last_boot = (None if b is None else float(b) for b in boots)
-    return Entry(first, last, dict(counters), first_boot, last_boot, tuple(unknown))
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name}")
+    doc = parse_readings(text, shown)
+    devices = {address: tuple(Entry(e.first, e.last, dict(e.counters), e.first_boot_s,
+                                    e.last_boot_s, e.unknown) for e in entries)
+               for address, entries in doc.devices.items()}
+    return Ring(doc.sysfs_root, doc.boot_id, devices)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,9 +157,9 @@ def load_ring(state_dir: Path, sysfs_root: Path, boot_id: str | None) -> Loaded:
     if text is None:
         return Loaded(None, None)
     try:
-        ring = parse_ring(text)
-    except (ValueError, RecursionError) as exc:
-        return Loaded(None, f"{path}: unusable error readings ({exc})")
+        ring = parse_ring(text, str(path))
+    except DocumentInvalid as exc:
+        return Loaded(None, f"{path}: unusable error readings ({exc.detail})")
     if ring.sysfs_root != root_key(sysfs_root) or ring.boot_id != boot_id:
         return Loaded(None, None)  # another tree or another boot: counters restarted
     return Loaded(ring, None)

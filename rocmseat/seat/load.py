@@ -22,12 +22,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from rocmseat.errors import ConfigError
+from rocmseat.located import located_error, where_key
 from rocmseat.seat.envclass import FORBIDDEN_SEAT_ENV, classify_env, normalise_flag
 from rocmseat.seat.model import Seat
 from rocmseat.seat.rules import document_problems, seat_problems
 from rocmseat.text import printable
 from rocmseat.tomlio import MAX_NESTING, TomlDoc, load_toml, parse_toml
-from rocmseat.tomllocate import Loc, format_loc, locate, too_deep_line
+from rocmseat.tomllocate import Loc, too_deep_line
 
 # A seat file is a few KiB; 1 MiB leaves room for comments and stops /dev/zero-like input.
 SEAT_LIMIT_BYTES = 1 << 20
@@ -68,9 +69,7 @@ def _validate(doc: TomlDoc, path: Path) -> Seat:
     text, shown, data = doc.text, doc.shown, doc.data
 
     def fail(loc: Loc, why: str, hint: str | None = None) -> ConfigError:
-        line = locate(text, loc)
-        where = f"{shown}:{line}" if line is not None else shown
-        return ConfigError(f"{where}: key '{format_loc(loc)}': {printable(why, 500)}", hint=hint)
+        return located_error(shown, loc, why, text=text, hint=hint)
 
     for loc, why in document_problems(data):
         raise fail(loc, why)
@@ -95,17 +94,11 @@ def _validate(doc: TomlDoc, path: Path) -> Seat:
     # loads, so `systemd render` and `launch --dry-run` refuse what `key` refuses.
     classify_env(
         seat.env, seat_key=seat.env_classes.key, seat_neutral=seat.env_classes.neutral,
-        where=lambda name: _where(text, shown, ("env", name)),
+        where=lambda name: where_key(shown, ("env", name), text=text),
     )
     seat._source_path = path.absolute()
     seat._source_text = text
     return seat
-
-
-def _where(text: str, shown: str, loc: Loc) -> str:
-    line = locate(text, loc)
-    where = f"{shown}:{line}" if line else shown
-    return f"{where}: key '{format_loc(loc)}'"
 
 
 def _deep_engine_args(data: dict[str, Any]) -> list[tuple[Loc, str]]:

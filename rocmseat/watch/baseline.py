@@ -13,18 +13,17 @@ Persisted atomically as `<state dir>/watch/<replica key>.json` (docs/architectur
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rocmseat.atomic import atomic_write_json
+from rocmseat.docmodel import load_json_doc
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.safeio import read_trusted_state
 from rocmseat.statedir import StateDir
+from rocmseat.watch.baseline_doc import SCHEMA, BaselineDoc
 
-SCHEMA = "rocmseat.watch-baseline/v1"
 _MAX_NAME = 200  # of 255 bytes a file name may have, with ".json" and room to spare
 UNKEYED = "unkeyed"
 
@@ -153,36 +152,29 @@ def load_baseline(path: Path) -> Baseline | None:
     """The persisted baseline, or None when there is none. A damaged file is ignored (it is
     re-learned) rather than trusted: a wrong baseline would mean wrong alarms."""
     try:
-        # State is hostile input too: never block on a FIFO, never read a huge file, never
-        # recurse without bound (docs/architecture.md, "Hostile input").
-        # A baseline decides a verdict (the acceptance-drop alarm): one anyone but root or the
-        # reader could have written, or reached through a link, is refused like sshd's
-        # StrictModes and re-learned (docs/architecture.md, "State").
-        text = read_trusted_state(path, trusted_root=path.parent, limit_bytes=1 << 20)
-        if text is None:
-            return None
-        data: Any = json.loads(text)
-    except ReadError:
+        return read_baseline(path)
+    except (ReadError, ConfigError):  # unreadable, untrusted (StrictModes), DocumentInvalid
         return None
-    except (OSError, ValueError, RecursionError):
-        return None
+
+
+def read_baseline(path: Path) -> Baseline | None:
+    """The persisted baseline (None: no file); ReadError when it cannot be read or trusted,
+    DocumentInvalid (one line naming the file and the key) when it is not a baseline."""
+    # State is hostile input too: never block on a FIFO, never read a huge file, never
+    # recurse without bound (docs/architecture.md, "Hostile input").
+    # A baseline decides a verdict (the acceptance-drop alarm): one anyone but root or the
+    # reader could have written, or reached through a link, is refused like sshd's
+    # StrictModes and re-learned (docs/architecture.md, "State").
     try:
-        if data["schema"] != SCHEMA:
-            return None
-        rates = tuple(float(x) for x in data["position_rates"])
-        if not rates:
-            return None
-        return Baseline(
-            key=str(data["key"]),
-            source=str(data["source"]),
-            acceptance_length=float(data["acceptance_length"]),
-            position_rates=rates,
-            drafts=float(data["drafts"]),
-            windows=int(data["windows"]),
-            learned_at_s=None if data.get("learned_at_s") is None else float(data["learned_at_s"]),
-        )
-    except (KeyError, TypeError, ValueError):
+        text = read_trusted_state(path, trusted_root=path.parent, limit_bytes=1 << 20)
+    except OSError as exc:  # a state dir that is a file (ENOTDIR) ...
+        raise ReadError(path, exc.strerror or type(exc).__name__) from None
+    if text is None:
         return None
+    doc = load_json_doc(BaselineDoc, text, str(path))
+    return Baseline(key=doc.key, source=doc.source, acceptance_length=doc.acceptance_length,
+                    position_rates=tuple(doc.position_rates), drafts=doc.drafts,
+                    windows=doc.windows, learned_at_s=doc.learned_at_s)
 
 
 def read_config_key(replica_cache_dir: Path) -> str | None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rocmseat.findings import Severity
+from rocmseat.located import DocumentInvalid
 from rocmseat.preflight.run import preflight_report
 from rocmseat.preflight.windows import (
     Entry,
@@ -56,7 +57,7 @@ def test_a_month_slow_clock_stepped_in_the_same_boot_still_fails(copy_tree, tmp_
     assert ("aer.badtlp", Severity.FAIL, "0000:80:02.0") in _checks(later)
     (badtlp,) = [f for f in later.findings if f.check_id == "aer.badtlp"]
     assert "+6,655 BadTLP since boot (no reading of this boot is 24 h old yet)" in badtlp.message
-    ring = parse_ring(state_path(state).read_text())
+    ring = parse_ring(state_path(state).read_text(), "readings")
     entries = ring.devices["0000:80:02.0"]
     assert [(e.first, e.first_boot_s) for e in entries][:1] == [("2026-11-01T00:01:00Z", 60.0)]
 
@@ -93,7 +94,7 @@ def test_an_unreadable_reading_is_never_a_base(copy_tree, tmp_path):
     table.write_bytes(builder.mi300x_metrics()[:300])  # unreadable this once
     gap = run("2026-12-01T02:00:00Z")
     assert ("aer.unknown", Severity.UNKNOWN, MI_GPU) in _checks(gap)
-    ring = parse_ring(state_path(state).read_text())
+    ring = parse_ring(state_path(state).read_text(), "readings")
     assert ring.devices[MI_GPU][-1].unknown == ("gpu_metrics",)
     table.write_bytes(builder.mi300x_metrics(replay=500))
     later = run("2026-12-02T03:00:00Z")
@@ -120,8 +121,8 @@ def test_hostile_boot_seconds_are_refused(bad):
                                          "last": "2026-12-01T00:00:00Z", "counters": {},
                                          "first_boot_s": bad}]}}
     text = json.dumps(doc, allow_nan=True)
-    with pytest.raises(ValueError):
-        parse_ring(text)
+    with pytest.raises(DocumentInvalid, match="first_boot_s"):
+        parse_ring(text, "readings")
 
 
 def test_an_unreadable_uptime_warns_and_keeps_the_wall_clock(copy_tree, tmp_path):

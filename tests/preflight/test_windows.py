@@ -249,7 +249,10 @@ def test_nan_in_a_reading_file_is_refused(tmp_path):
     root = SYSFS_FIXTURES / "x99-r9700"
     _write(tmp_path, f'{{"schema": "{windows.SCHEMA}", "sysfs_root": "x", "boot_id": null, '
            '"devices": NaN}')
-    assert "non-finite number NaN" in load_ring(tmp_path, root, None).problem
+    # NaN where the devices belong: the located line names the key (issue 23)
+    problem = load_ring(tmp_path, root, None).problem
+    assert "unusable error readings (key 'devices': expected an object, not a non-finite " \
+        "number)" in problem
 
 
 def test_an_untrusted_reading_file_is_unknown_and_left_alone(tmp_path):

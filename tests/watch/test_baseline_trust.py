@@ -14,7 +14,7 @@ NOBODY = 65534
 # what a learned baseline of a drafter that stopped matching would look like: a forged one at
 # acceptance length 1.05 would keep a collapse from ever alarming
 FORGED = Baseline(key="k", source="learned", acceptance_length=1.05, position_rates=(0.05,),
-                  drafts=5000.0, windows=30, learned_at_s=1.0)
+                  drafts=5000.0, windows=30, learned_at_s=1_764_000_000.0)
 
 
 def _saved(tmp_path):

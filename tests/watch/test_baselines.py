@@ -39,7 +39,7 @@ def test_target_baselines_are_keyed_by_name_and_url(tmp_path, page_server):
     first.close()
     save_baseline(path, learned_baseline(drafts=1e4, per_pos=(8e3, 6.4e3, 5.12e3),
                                          accepted=19520.0, windows=9, key="unkeyed",
-                                         now_s=1.0))
+                                         now_s=1_790_000_000.0))
     assert learned_for("http://a:1/metrics")
     assert not learned_for("http://b:1/metrics")  # another replica under the same name
 

@@ -1,7 +1,8 @@
 """Seat files for the gate's arms, and the `[drafter]` schedule edit of `spec advise --write`.
 
 - `dump_toml(data)`: a TOML document from tomllib-shaped data (strings, integers, finite
-  floats, booleans, arrays, tables); the gate writes each arm's seat with it.
+  floats, booleans, arrays, tables), written by tomlkit like the edit below (one TOML writer);
+  the gate writes each arm's seat with it.
 - `edit_drafter_schedule(text, k, schedule)` (pure): only `num_speculative_tokens` and
   `num_speculative_tokens_per_batch_size` of `[drafter]` change, through tomlkit's
   style-preserving document: comments (those of the replaced lines too), order and layout of
@@ -18,10 +19,8 @@ from __future__ import annotations
 import copy
 import difflib
 import errno
-import json
 import math
 import os
-import re
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,59 +39,32 @@ from rocmseat.speculation.advise.schedule import Schedule
 from rocmseat.text import printable
 from rocmseat.tomlio import parse_toml
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
-
-def _key(name: str) -> str:
-    return name if _BARE_KEY.match(name) else json.dumps(name)
-
-
-def _value(value: Any, where: str) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ConfigError(f"{where}: a non-finite number cannot be written to a seat file")
-        return repr(value)
-    if isinstance(value, str):
-        # JSON string escapes are valid TOML basic-string escapes (\" \\ \n \t \uXXXX).
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_value(v, where) for v in value) + "]"
+def _item(value: Any, where: str) -> Any:
+    """`value` as tomlkit builds it; ConfigError for what a seat file cannot hold (a NaN or an
+    infinity is valid TOML, `nan`/`inf`, but no seat key takes one: refused, never written)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: a non-finite number cannot be written to a seat file")
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{_key(k)} = {_value(v, where)}" for k, v in value.items()) + "}"
-    raise ConfigError(f"{where}: cannot write a {type(value).__name__} to a seat file")
-
-
-def _is_table_array(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
+        return {k: _item(v, f"{where}.{k}" if where else k) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_item(v, where) for v in value]
+    if value is None or not isinstance(value, str | int | float | bool):
+        raise ConfigError(f"{where}: cannot write a {type(value).__name__} to a seat file")
+    return value
 
 
 def dump_toml(data: Mapping[str, Any], header: str = "") -> str:
-    lines: list[str] = [f"# {line}" if line else "#" for line in header.splitlines()]
-
-    def table(path: Sequence[str], body: Mapping[str, Any]) -> None:
-        scalars = {k: v for k, v in body.items()
-                   if not isinstance(v, Mapping) and not _is_table_array(v)}
-        if path and (scalars or not body):
-            lines.append("")
-            lines.append("[" + ".".join(_key(p) for p in path) + "]")
-        for key, value in scalars.items():
-            lines.append(f"{_key(key)} = {_value(value, '.'.join([*path, key]))}")
-        for key, value in body.items():
-            if isinstance(value, Mapping):
-                table([*path, key], value)
-            elif _is_table_array(value):
-                for item in value:
-                    lines.append("")
-                    lines.append("[[" + ".".join(_key(p) for p in [*path, key]) + "]]")
-                    for k, v in item.items():
-                        lines.append(f"{_key(k)} = {_value(v, '.'.join([*path, key, k]))}")
-
-    table([], data)
-    return "\n".join(lines).lstrip("\n") + "\n"
+    """A TOML document from tomllib-shaped data, written by tomlkit (tables as [headers], lists
+    of tables as [[arrays of tables]], the header as leading comments)."""
+    doc = tomlkit.document()
+    for line in header.splitlines():
+        doc.add(tomlkit.comment(line) if line else tomlkit.comment("").indent(0))
+    if header:
+        doc.add(tomlkit.nl())
+    for key, value in _item(data, "").items():
+        doc.add(key, value)
+    return tomlkit.dumps(doc)
 
 
 def _loads(text: str, where: str) -> dict[str, Any]:

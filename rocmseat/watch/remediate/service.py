@@ -13,7 +13,6 @@ what it runs).
 from __future__ import annotations
 
 import dataclasses
-import json
 import queue
 import threading
 import time
@@ -70,23 +69,24 @@ def startup_facts(state_dir: Path, seat: str, replica: str) -> tuple[bool | None
     artifacts (`cache_load`, or `load_failure`: found, failed to load, compiled again, which is
     how vLLM's CPU build restarts on its cache, docs/demo.md); only fresh compiles mean the
     start began from an empty cache (rocmseat.launch.startupfacts)."""
+    from rocmseat.docmodel import load_json_doc
+    from rocmseat.launch.report_doc import StartupReportDoc
     from rocmseat.safeio import read_trusted_state
 
     path = StateDir(state_dir).replica(seat, replica).startup
     try:
         text = read_trusted_state(path, trusted_root=state_dir, limit_bytes=STARTUP_LIMIT_BYTES)
-        doc = json.loads(text) if text is not None else None
-        components = doc["log"]["components"] if isinstance(doc, dict) else None
-        started = doc.get("started_at") if isinstance(doc, dict) else None
-    except (RocmseatError, ValueError, RecursionError, KeyError, TypeError):
+        # a strict model (rocmseat.launch.report_doc): DocumentInvalid is a RocmseatError
+        doc = load_json_doc(StartupReportDoc, text, str(path)) if text is not None else None
+    except RocmseatError:
         return None, None
-    if not isinstance(components, dict) or not components:
-        return None, started if isinstance(started, str) else None
+    if doc is None:
+        return None, None
+    if not doc.log.components:
+        return None, doc.started_at
     found = {"cache_load", "load_failure"}
-    loaded = any(isinstance(c, dict) and isinstance(c.get("outcomes"), list)
-                 and found.intersection(o for o in c["outcomes"] if isinstance(o, str))
-                 for c in components.values())
-    return loaded, started if isinstance(started, str) else None
+    loaded = any(found.intersection(c.outcomes) for c in doc.log.components.values())
+    return loaded, doc.started_at
 
 
 class Remediator:
