@@ -21,7 +21,11 @@ on). So `rocmseat slurm health`, all of it within one budget (default 50 s):
 4. drains on a failing finding, `Reason="rocmseat: <check> <subject> [+N more] [<families>]"`,
    unless the circuit breaker holds: when `--max-drained` nodes of those Slurm lists (default
    10 %) already carry a rocmseat drain, a wrong profile or release must not empty a partition,
-   so no further node is drained (exit 1, saying so); a resume is never held;
+   so no further node is drained (exit 1, saying so); a resume is never held. The decision is
+   taken on the node's entry in that fresh list (an administrator's drain made since the first
+   read is left alone), and since slurmctld starts every node's check at once, a drain is
+   followed by a second read once its second has passed: a drain beyond the limit in
+   slurmctld's stamp order is handed back (settle_and_rank, docs/fleet.md);
    resumes a node rocmseat drained only when the verdict covers every check family named in
    that reason (a drain for hip.ipc is not cleared by a run that never probed HIP: unknown, the
    drain stays); an unknown verdict changes nothing unless `--drain-on-unknown`.

@@ -642,3 +642,92 @@ def test_an_scontrol_whose_setsid_child_holds_its_output_ends_within_the_budget(
     assert result.exit_code == 2
     assert result.stderr.startswith("rocmseat: error: scontrol -o show node vm: timed out after "
                                     "10s (slurmctld not answering?)"), result.stderr
+
+
+def _listed(name, state="IDLE", reason=None, stamp=None):
+    line = f"NodeName={name} State={state}"
+    if reason is not None:
+        line += f" Reason={reason}" + (f" [root@{stamp}]" if stamp else "")
+    return line
+
+
+def test_the_reason_stamp_is_read_as_utc():
+    node = slurm.parse_node_line(_listed("gpu01", "IDLE+DRAIN", "rocmseat: x [aer]",
+                                       "2026-12-01T14:21:05"))
+    assert node.reason == "rocmseat: x [aer]"
+    assert node.reason_set_unix_s == 1796134865.0
+    for odd in ("Unknown", "12/01 14:21", "2026-13-45T99:99:99"):
+        node = slurm.parse_node_line(_listed("gpu01", "IDLE+DRAIN", "rocmseat: x", odd))
+        assert (node.reason, node.reason_set_unix_s) == ("rocmseat: x", None)
+    # scontrol is asked for the one format this reads
+    env = slurm.scontrol_env()
+    assert (env["SLURM_TIME_FORMAT"], env["TZ"]) == ("standard", "UTC")
+
+
+def test_breaker_after_keeps_the_first_drains_slurmctld_stamped():
+    """Issue 26: every run that drained ranks the same drains the same way (stamp, then name),
+    so of twenty drains in one second the first two by name stay, and an older drain keeps its
+    place before them; an administrator's drain is not counted."""
+    limit = slurm.MaxDrained(count=2)
+    same = "2026-12-01T14:21:05"
+    nodes = [slurm.parse_node_line(_listed(f"gpu{i:02d}", "IDLE+DRAIN", "rocmseat: x [aer]",
+                                         same)) for i in range(1, 21)]
+    kept = [n.name for n in nodes if slurm.breaker_after(n.name, nodes, limit) is None]
+    assert kept == ["gpu01", "gpu02"]
+    back = slurm.breaker_after("gpu03", nodes, limit)
+    assert back is not None and (back.kind, back.held) == ("resume", True)
+    assert back.why == ("circuit breaker: 2 of 20 nodes were drained by rocmseat before it "
+                        "(limit 2): handed back the drain of gpu03")
+    older = slurm.parse_node_line(_listed("gpu20", "IDLE+DRAIN", "rocmseat: y [pcie]",
+                                        "2026-12-01T14:00:00"))
+    admin = slurm.parse_node_line(_listed("gpu00", "IDLE+DRAIN", "RMA ticket 42", same))
+    nodes = [admin, *nodes[:19], older]
+    kept = [n.name for n in nodes if slurm.breaker_after(n.name, nodes, limit) is None]
+    assert kept == ["gpu00", "gpu01", "gpu20"]  # gpu00 is not rocmseat's: never ranked
+
+
+class ListRunner:
+    """scontrol whose node list is given per call; records the calls."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.calls = []
+
+    def __call__(self, argv, *, timeout_s=None, env=None, cwd=None, input_text=None):
+        self.calls.append(list(argv))
+        return Completed(tuple(argv), 0, "\n".join(self.answers.pop(0)) + "\n", "")
+
+
+def test_settle_waits_for_the_drains_second_to_pass_before_it_ranks():
+    stamp = "2026-12-01T14:21:05"
+    stamped = 1796134865.0
+    now = [stamped + 0.2]
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    mine = _listed("gpu03", "IDLE+DRAIN", "rocmseat: x [aer]", stamp)
+    early = [mine, _listed("gpu01")]  # gpu01's drain of the same second is not committed yet
+    late = [mine, *(_listed(f"gpu0{i}", "IDLE+DRAIN", "rocmseat: x [aer]", stamp)
+                    for i in (1, 2))]
+    runner = ListRunner([early, late])
+    clocks = slurm.Clocks(wall=lambda: now[0], monotonic=lambda: 0.0, sleep=sleep)
+    back = slurm.settle_and_rank("gpu03", "rocmseat: x [aer]", slurm.MaxDrained(count=2),
+                                 runner=runner, deadline=slurm.Deadline(50, lambda: 0.0),
+                                 clocks=clocks)
+    assert slept == [pytest.approx(1.0 + slurm.CLOCK_SLACK_S - 0.2)]
+    assert back is not None and back.kind == "resume"
+    # the drain was changed since (an administrator's reason): not rocmseat's to hand back
+    runner = ListRunner([[_listed("gpu03", "IDLE+DRAIN", "RMA ticket 42", stamp)]])
+    assert slurm.settle_and_rank("gpu03", "rocmseat: x [aer]", slurm.MaxDrained(count=2),
+                                 runner=runner, deadline=slurm.Deadline(50, lambda: 0.0),
+                                 clocks=clocks) is None
+    # a stamp far ahead of this host's clock: the clocks disagree, the drain is handed back
+    now[0] = stamped - 30
+    runner = ListRunner([[mine]])
+    back = slurm.settle_and_rank("gpu03", "rocmseat: x [aer]", slurm.MaxDrained(count=2),
+                                 runner=runner, deadline=slurm.Deadline(50, lambda: 0.0),
+                                 clocks=clocks)
+    assert back is not None and "clocks not synchronised" in back.why
