@@ -83,6 +83,7 @@ class WatchConfig:
     key_prefix: str = ""  # the seat name: baselines are per seat and replica
     params: DetectorParams = field(default_factory=DetectorParams)
     unstable_after: int = 3  # counter resets in a row before metrics_unstable
+    min_ready: int = 1  # the seat's floor for /ready (rocmseat.watch.readiness.seat_readiness)
 
     def __post_init__(self) -> None:
         for name in LIMITS:
