@@ -18,8 +18,8 @@ import time
 
 
 def main(argv: list[str]) -> int:
-    import rocmseat.fleet.slurm  # noqa: F401 (imported before the first instant, not in it)
-    import rocmseat.fleet.verdict_cache  # noqa: F401
+    import rocmseat.fleet.slurm
+    import rocmseat.fleet.verdict_cache
     from rocmseat.cli.main import main as rocmseat
 
     print(json.dumps({"ready": True}), flush=True)

@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -156,7 +155,7 @@ def test_twenty_simultaneous_checks_drain_at_most_the_limit(fleet):
 
 
 def test_an_admins_drain_between_the_two_reads_is_kept(fleet):
-    cluster, names, env, state_dir, delay, admin = fleet
+    cluster, names, env, state_dir, _delay, admin = fleet
     node = names[3]
     admin.write_text(node)  # the wrapper drains it after the first read, before the list
     proc = subprocess.run(

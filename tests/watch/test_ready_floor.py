@@ -98,7 +98,7 @@ def test_a_stalled_replica_is_never_kept_by_the_floor(tmp_path):
 
 def test_the_floor_is_per_seat_label_and_spares_nothing_without_a_fresh_verdict(tmp_path):
     labels = {"a0": (("seat", "a"),), "a1": (("seat", "a"),), "b0": (("seat", "b"),)}
-    w, clock, _ = watch({"a0": [page("00-healthy.txt"), page("01-healthy.txt")],
+    w, _clock, _ = watch({"a0": [page("00-healthy.txt"), page("01-healthy.txt")],
                          "a1": COLLAPSED, "b0": COLLAPSED}, tmp_path, labels=labels)
     now = w.evaluated_at_s
     got = seat_readiness(w.statuses, evaluated_at_s=now, now_s=now, max_age_s=30)
