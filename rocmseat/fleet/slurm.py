@@ -502,6 +502,14 @@ def decide(
                           unknown=f"this verdict did not check {','.join(carried)}, which "
                                   f"drained the node{hint}")
         return Action("resume", None, f"resumed (it was drained: {node.reason})")
+    judged = judged_families(findings, checked)
+    if (ours and causes and causes <= judged
+            and not any(f.severity == Severity.FAIL for f in findings)):
+        # the families that drained the node passed; what could not be checked (a host with the
+        # amdgpu driver and no HIP runtime: hip.runtime unknown) did not drain it
+        missing = ",".join(sorted(checked - judged)) or "some checks"
+        return Action("resume", None, f"resumed (it was drained: {node.reason}; this verdict "
+                                      f"could not check {missing}, which did not drain it)")
     if not drain_on_unknown:
         return Action("none", None, "could not check: left as it is")
     if ours and causes is None:
@@ -514,6 +522,20 @@ def decide(
         tag = f" [{','.join(carried)}]"
         reason = f"{REASON_PREFIX} unknown {what}"[: MAX_REASON - len(tag)] + tag
     return _drain(node, reason)
+
+
+# findings of these families speak for every family (a card nobody could read, a run that could
+# not judge at all: docs/fleet.md, node-problem-detector)
+_EVERY_FAMILY = frozenset({"inventory", "preflight"})
+
+
+def judged_families(findings: Sequence[CachedFinding], covered: Collection[str]) -> frozenset[str]:
+    """The families the verdict judged: those it ran, less any with an unknown finding (none
+    when an unknown speaks for every family). Pure."""
+    unknown = {f.family for f in findings if f.severity == Severity.UNKNOWN}
+    if unknown & _EVERY_FAMILY:
+        return frozenset()
+    return frozenset(covered) - unknown
 
 
 def _drain(node: NodeState, reason: str) -> Action:

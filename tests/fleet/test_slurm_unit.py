@@ -117,7 +117,10 @@ FOREIGN = [ADMIN, ADMIN_DOWN, ADMIN_FAIL, DOWN_OURS, FAIL_OURS, MAINT, REBOOT, P
         (0, FAIL[2:], DRAINED, FULL, "resume", None),  # legacy, one finding: its family
         (0, FAIL[2:], IDLE, FULL, "none", None),
         (2, UNKNOWN, IDLE, FULL, "none", None),  # unknown: no change by default
-        (2, UNKNOWN, TAGGED, FULL, "none", None),  # ... and no resume either
+        # ... and no resume of a drain whose family could not be checked; a drain for another
+        # family that passed is resumed (issue 26: slurm health judges the families it has)
+        (2, UNKNOWN, TAGGED.replace("[pcie]", "[aer]"), FULL, "none", None),
+        (2, UNKNOWN, TAGGED, FULL, "resume", None),
         # issue 13, defect 11: a drain for hip.ipc is not cleared by a run that never probed HIP
         (0, FAIL[2:], HIP_DRAINED, FULL, "none", "rocmseat: hip.ipc 0000:05:00.0+0000:09:00.0 "
          "[hip]"),
@@ -731,3 +734,42 @@ def test_settle_waits_for_the_drains_second_to_pass_before_it_ranks():
                                  runner=runner, deadline=slurm.Deadline(50, lambda: 0.0),
                                  clocks=clocks)
     assert back is not None and "clocks not synchronised" in back.why
+
+
+def test_an_absent_hip_runtime_does_not_keep_a_pcie_drain():
+    """Issue 26, item 7: a host where vLLM runs in a container has the amdgpu driver and no HIP
+    runtime; the timer's `--hip` run finds hip.runtime unknown, the verdict is exit 2, and a node
+    rocmseat drained for pcie was never resumed. Now the families the verdict judged decide: the
+    pcie drain is resumed, a hip drain stays, and an unknown that speaks for every family
+    (inventory) resumes nothing."""
+    no_hip = [_f("hip.runtime", Severity.UNKNOWN, "0000:05:00.0+0000:09:00.0"),
+              _f("pcie.link.ok", Severity.OK, "0000:05:00.0")]
+    covered = FULL | {"hip"}
+    action = slurm.decide(2, no_hip, slurm.parse_node_line(TAGGED), covered=covered)
+    assert action.kind == "resume"
+    assert action.why == ("resumed (it was drained: rocmseat: pcie.link.degraded 0000:89:00.0 "
+                          "[pcie]; this verdict could not check hip, which did not drain it)")
+    assert slurm.decide(2, no_hip, slurm.parse_node_line(HIP_DRAINED),
+                        covered=covered).kind == "none"
+    unreadable = [*no_hip, _f("inventory.unreadable", Severity.UNKNOWN, "0000:05:00.0")]
+    assert slurm.decide(2, unreadable, slurm.parse_node_line(TAGGED),
+                        covered=covered).kind == "none"
+    assert slurm.decide(2, no_hip, slurm.parse_node_line(IDLE), covered=covered).kind == "none"
+
+
+def test_the_timers_hip_run_on_a_host_without_hip_resumes_a_pcie_drain(tmp_path, rocmseat_cli,
+                                                                       monkeypatch):
+    """The shipped timer's `preflight --hip` on a host with no HIP runtime (libamdhip64 nowhere):
+    hip.runtime is unknown, the other families are judged, and slurm health resumes a drain for
+    one of them."""
+    monkeypatch.setenv("ROCMSEAT_HIP_LIBRARY", str(tmp_path / "absent" / "libamdhip64.so"))
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
+    monkeypatch.setenv("HIP_PATH", str(tmp_path / "no-rocm"))
+    result = rocmseat_cli("preflight", "--hip", "--format", "npd", "--sysfs-root",
+                          str(SYSFS_FIXTURES / "x99-r9700"), "--state-dir", str(tmp_path))
+    assert (result.exit_code, result.stdout.split(" ")[:2]) == (2, ["UNKNOWN", "hip.runtime"])
+    runner = FakeRunner(show=TAGGED)
+    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700", state_dir=tmp_path,
+                           node="vm", runner=runner)
+    assert outcome.action.kind == "resume", outcome
+    assert runner.calls[-1][0] == ["scontrol", "update", "NodeName=vm", "State=RESUME"]
