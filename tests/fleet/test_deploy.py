@@ -174,13 +174,13 @@ NHC_HARNESS = r"""
 # NHC's contract for a check (mej/nhc, nhc): `die RC MSG` fails the node, `log MSG` logs; a check
 # returns 0 on success. Only those two are provided here. NHC resets PATH before it runs any
 # check (nhc: nhcmain_init_env), and so does this harness.
-PATH="%s"
+PATH="{path}"
 die() { echo "DIE $1 ${*:2}"; }
 log() { echo "LOG $*"; }
 source "$1"; shift
 check_rocmseat "$@"
 echo "RC $?"
-""" % NHC_PATH
+""".replace("{path}", NHC_PATH)
 
 
 @pytest.fixture
@@ -288,7 +288,7 @@ def test_one_install_path_across_deploy_and_docs():
     pattern = re.compile(r"(/[\w./-]*/bin/rocmseat)\b(?!-)")
     found = {}
     files = [p for p in DEPLOY.rglob("*") if p.is_file()]
-    files += sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
+    files += [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md"]
     for path in files:
         for match in pattern.finditer(path.read_text()):
             found.setdefault(match.group(1), set()).add(path.relative_to(REPO).as_posix())
