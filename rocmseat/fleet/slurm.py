@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 
 from rocmseat import exitcodes
 from rocmseat.errors import RocmseatError
-from rocmseat.findings import SEVERITY_ORDER, Severity
+from rocmseat.findings import Severity
 from rocmseat.fleet.npd import npd_line
 from rocmseat.fleet.verdict_cache import (
     DEFAULT_MAX_AGE_S,
@@ -58,6 +58,7 @@ from rocmseat.fleet.verdict_cache import (
     Verdict,
     load_verdict,
 )
+from rocmseat.preflight.order import worst_first
 from rocmseat.runner import Completed, Runner, run
 
 if TYPE_CHECKING:
@@ -449,10 +450,8 @@ def drain_reason(
     The tag lists the family of every such finding and `carried` (causes of an earlier drain
     this verdict did not re-check), so a later pass resumes only when it covers them all.
     """
-    chosen = sorted(
-        (f for f in findings if f.severity == severity),
-        key=lambda f: (-SEVERITY_ORDER[f.severity], f.check_id, f.subject),
-    )
+    # the worst first (rocmseat.preflight.order): a degraded link before an AER count
+    chosen = worst_first([f for f in findings if f.severity == severity])
     word = "" if severity == Severity.FAIL else f"{severity.value} "
     families = sorted({f.family for f in chosen} | set(carried))
     tag = f" [{','.join(families)}]"

@@ -211,7 +211,7 @@ def nhc(tmp_path, rocmseat_cli):
 def test_nhc_check_passes_fails_and_logs(nhc):
     assert nhc(X99) == ["RC 0"]
     lines = nhc(DEGRADED)
-    assert lines[0] == "DIE 1 rocmseat: FAIL aer.badtlp 0000:80:02.0 +1 more", lines
+    assert lines[0] == "DIE 1 rocmseat: FAIL pcie.link.degraded 0000:89:00.0 +1 more", lines
     assert lines[-1] == "RC 1"
     assert nhc(DEGRADED, "numa") == ["RC 0"]
     assert nhc(DEGRADED, "pcie")[0].startswith("DIE 1 rocmseat: FAIL pcie.link.degraded ")

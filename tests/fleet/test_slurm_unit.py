@@ -75,12 +75,14 @@ FAIL = [_f("pcie.link.degraded", Severity.FAIL, "0000:89:00.0"),
         _f("pcie.link.ok", Severity.OK, "0000:05:00.0")]
 UNKNOWN = [_f("aer.unknown", Severity.UNKNOWN, "0000:05:00.0")]
 FULL = {"aer", "numa", "pcie", "inventory", "preflight"}  # what a full run without --hip covers
+# the drain reason of both failures: the degraded link first (rocmseat.preflight.order)
+BOTH = "rocmseat: pcie.link.degraded 0000:89:00.0 +1 more [aer,pcie]"
 TAGGED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0",
                          "Reason=rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]")
 HIP_DRAINED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0",
                               "Reason=rocmseat: hip.ipc 0000:05:00.0+0000:09:00.0 [hip]")
 MORE_DRAINED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0",
-                               "Reason=rocmseat: aer.badtlp 0000:80:02.0 +1 more")
+                               "Reason=rocmseat: pcie.link.degraded 0000:89:00.0 +1 more")
 
 
 def _state(line, state, reason):
@@ -107,9 +109,9 @@ FOREIGN = [ADMIN, ADMIN_DOWN, ADMIN_FAIL, DOWN_OURS, FAIL_OURS, MAINT, REBOOT, P
 @pytest.mark.parametrize(
     ("code", "findings", "line", "covered", "kind", "reason"),
     [
-        (1, FAIL, IDLE, FULL, "drain", "rocmseat: aer.badtlp 0000:80:02.0 +1 more [aer,pcie]"),
+        (1, FAIL, IDLE, FULL, "drain", BOTH),
         # a new reason; the old one's family (pcie) was checked again and is in the new one
-        (1, FAIL, TAGGED, FULL, "drain", "rocmseat: aer.badtlp 0000:80:02.0 +1 more [aer,pcie]"),
+        (1, FAIL, TAGGED, FULL, "drain", BOTH),
         (1, FAIL[:1], TAGGED, FULL, "none", "rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]"),
         # a reason of an older rocmseat (no tag) is rewritten once with its family
         (1, FAIL[:1], DRAINED, FULL, "drain", "rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]"),
@@ -132,7 +134,7 @@ FOREIGN = [ADMIN, ADMIN_DOWN, ADMIN_FAIL, DOWN_OURS, FAIL_OURS, MAINT, REBOOT, P
          "rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]"),
         # an older "+N more" reason does not say which families: never resumed by guess
         (0, FAIL[2:], MORE_DRAINED, FULL | {"hip"}, "none",
-         "rocmseat: aer.badtlp 0000:80:02.0 +1 more"),
+         "rocmseat: pcie.link.degraded 0000:89:00.0 +1 more"),
     ],
 )
 def test_decision_table(code, findings, line, covered, kind, reason):
@@ -168,11 +170,10 @@ def test_left_alone_says_what_it_saw():
 
 
 def test_reason_families():
-    assert slurm.reason_families("rocmseat: aer.badtlp 0000:80:02.0 +1 more [aer,pcie]") == {
-        "aer", "pcie"}
+    assert slurm.reason_families(BOTH) == {"aer", "pcie"}
     assert slurm.reason_families("rocmseat: unknown no verdict []") == frozenset()
     assert slurm.reason_families("rocmseat: pcie.link.degraded 0000:89:00.0") == {"pcie"}
-    assert slurm.reason_families("rocmseat: aer.badtlp 0000:80:02.0 +1 more") is None
+    assert slurm.reason_families("rocmseat: pcie.link.degraded 0000:89:00.0 +1 more") is None
     assert slurm.reason_families("rocmseat: something I typed") is None
     assert slurm.reason_families("maintenance") is None
 
@@ -274,7 +275,7 @@ def test_a_stale_verdict_is_replaced_by_an_in_process_run(tmp_path):
     runner = FakeRunner(show=IDLE)
     outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=tmp_path,
                            node="vm", runner=runner)
-    assert outcome.verdict_line.startswith("FAIL aer.badtlp 0000:80:02.0 +1 more (")
+    assert outcome.verdict_line.startswith("FAIL pcie.link.degraded 0000:89:00.0 +1 more (")
     assert outcome.action.kind == "drain"
     assert verdict_path(tmp_path).is_file()
     # only scontrol was spawned: show, show again after the run, update, and the breaker's
