@@ -284,7 +284,7 @@ def test_timer_units_pass_systemd_analyze_verify(tmp_path):
 def test_one_install_path_across_deploy_and_docs():
     """Issue 26, item 5: deploy/ named rocmseat at /usr/local/bin in some files and
     /opt/rocmseat/bin in others. Every deploy file and every doc now calls the one symlink
-    docs/install.md makes (/usr/local/bin/rocmseat -> /opt/rocmseat/bin/rocmseat)."""
+    docs/install.md makes (/usr/local/bin/rocmseat -> /opt/rocmseat/current/bin/rocmseat)."""
     pattern = re.compile(r"(/[\w./-]*/bin/rocmseat)\b(?!-)")
     found = {}
     files = [p for p in DEPLOY.rglob("*") if p.is_file()]
@@ -292,7 +292,7 @@ def test_one_install_path_across_deploy_and_docs():
     for path in files:
         for match in pattern.finditer(path.read_text()):
             found.setdefault(match.group(1), set()).add(path.relative_to(REPO).as_posix())
-    allowed = {"/usr/local/bin/rocmseat", "/opt/rocmseat/bin/rocmseat"}
-    assert set(found) <= allowed, found
+    venv = "/opt/rocmseat/current/bin/rocmseat"
+    assert set(found) <= {"/usr/local/bin/rocmseat", venv}, found
     # the venv's own script is named only where docs/install.md makes the symlink to it
-    assert found.get("/opt/rocmseat/bin/rocmseat", {"docs/install.md"}) <= {"docs/install.md"}
+    assert found.get(venv, {"docs/install.md"}) <= {"docs/install.md"}
