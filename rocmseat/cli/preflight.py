@@ -19,7 +19,7 @@ from rocmseat.cli.options import (
 )
 from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.findings import exit_code_for
-from rocmseat.fleet.verdict_cache import DEFAULT_MAX_AGE_S
+from rocmseat.preflight.verdict_doc import DEFAULT_MAX_AGE_S
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,6 +33,8 @@ WIDE_COLUMNS = 100  # the full table's rows fit from here on (docs/preflight.md,
 def _pairs(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 ) -> list[tuple[str, str]]:
+    if not values:  # click calls back for an absent option too: no import on that path
+        return []
     from rocmseat.placement.rules import parse_pair
 
     try:
@@ -308,7 +310,7 @@ def _cached_npd(
     profile: Path | None = None,
 ) -> int:
     from rocmseat.fleet.npd import cached_line, unusable_line
-    from rocmseat.fleet.verdict_cache import ProfileId
+    from rocmseat.preflight.verdict_doc import ProfileId
 
     wanted: ProfileId | None = None
     if profile is not None:

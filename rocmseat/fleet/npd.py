@@ -22,13 +22,8 @@ from typing import Protocol
 
 from rocmseat import exitcodes
 from rocmseat.findings import Finding, Severity, exit_code_for
-from rocmseat.fleet.verdict_cache import (
-    ALWAYS_FAMILIES,
-    ProfileId,
-    UnusableVerdict,
-    load_verdict,
-)
 from rocmseat.preflight.order import worst_first
+from rocmseat.preflight.verdict_doc import ALWAYS_FAMILIES, ProfileId, UnusableVerdict, load_verdict
 
 MAX_OUTPUT_BYTES = 80
 

@@ -19,7 +19,7 @@ import time
 
 def main(argv: list[str]) -> int:
     import rocmseat.fleet.slurm
-    import rocmseat.fleet.verdict_cache
+    import rocmseat.preflight.verdict_doc
     from rocmseat.cli.main import main as rocmseat
 
     print(json.dumps({"ready": True}), flush=True)
