@@ -83,7 +83,7 @@ DEFAULT_MAX_DRAINED = "10%"
 # The breaker's second half (settle_and_rank): how far this host's clock may be from
 # slurmctld's (Slurm needs them synchronised anyway: munge credentials carry a time), the
 # longest wait for a drain's second to pass, and how many re-reads that may take
-CLOCK_SLACK_S = 0.5
+CLOCK_SLACK_S = 0.25
 MAX_SETTLE_S = 5.0
 SETTLE_TRIES = 3
 _MAX_DRAINED_RE = re.compile(r"([0-9]{1,7}(?:\.[0-9]{1,6})?)(%?)", re.ASCII)

@@ -3,8 +3,9 @@ drain circuit breaker holds when every node checks at the same instant, and an a
 drain made between the check's two reads is never taken over.
 
 slurm.conf defines 20 nodes (this host's, with its slurmd, and 19 no slurmd serves: a drain
-needs none). 20 `slurm health` runs, one per node (tests/fleet/health_worker.py), start at the
-same instant, every verdict failing (the degraded fixture), `--max-drained 2`. Before: every run
+needs none). 20 `slurm health` runs, one per node, start at the
+same instant (each a process of its own, forked at the instant), every verdict failing (the
+degraded fixture), `--max-drained 2`. Before: every run
 counted "0 drained" and drained (17 of 20 with the node list answering in 0.2 s). Now each run
 drains, waits for its drain's second to pass, re-lists and hands its drain back unless it is
 among the first two slurmctld stamped: 2 stay drained, in every round.
@@ -12,6 +13,8 @@ among the first two slurmctld stamped: 2 stay drained, in every round.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -19,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -65,32 +69,52 @@ def _drained(cluster) -> dict[str, str | None]:
     return out
 
 
-class Workers:
-    """One health-check process per node, started once (tests/fleet/health_worker.py)."""
+class Checks:
+    """One `rocmseat slurm health` process per node and round, all started at one instant.
 
-    def __init__(self, names: list[str], args: list[str], env: dict[str, str]) -> None:
-        self.procs = {
-            name: subprocess.Popen(
-                [sys.executable, "-m", "tests.fleet.health_worker", "slurm", "health",
-                 "--node", name, *args],
-                cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            for name in names
-        }
-        for proc in self.procs.values():
-            assert json.loads(proc.stdout.readline()) == {"ready": True}
+    Each run is a child forked from this process (which has rocmseat imported already, so
+    twenty interpreter start-ups on a two-core runner do not spread "the same instant" over
+    seconds): it waits for the instant, runs the real command (rocmseat.cli.main, its error
+    boundary included, with its own scontrol calls) in a fresh process, writes its exit code
+    and output to a file and exits."""
 
-    def round(self, lead_s: float = 0.25) -> dict[str, dict]:
+    def __init__(self, names: list[str], args: list[str], env: dict[str, str],
+                 out: Path) -> None:
+        import rocmseat.cli.slurm
+        import rocmseat.fleet.slurm
+        import rocmseat.preflight.verdict_doc
+        from rocmseat.cli.main import main
+
+        self.main, self.names, self.args, self.env, self.out = main, names, args, env, out
+        # the verdict reader's schema is built on first use: build it before the forks
+        rocmseat.preflight.verdict_doc.load_verdict(
+            Path(args[args.index("--state-dir") + 1]), Path(args[args.index("--sysfs-root") + 1]),
+            max_age_s=rocmseat.fleet.slurm.DEFAULT_MAX_AGE_S, now_unix_s=time.time())
+        out.mkdir(exist_ok=True)
+
+    def round(self, lead_s: float = 0.15) -> dict[str, dict]:
         at = time.time() + lead_s
-        for proc in self.procs.values():
-            proc.stdin.write(f"{at}\n")
-            proc.stdin.flush()
-        return {name: json.loads(proc.stdout.readline()) for name, proc in self.procs.items()}
+        pids = {name: self._fork(name, at) for name in self.names}
+        for pid in pids.values():
+            os.waitpid(pid, 0)
+        return {name: json.loads((self.out / name).read_text()) for name in self.names}
 
-    def close(self) -> None:
-        for proc in self.procs.values():
-            proc.stdin.close()
-        for proc in self.procs.values():
-            proc.wait(timeout=30)
+    def _fork(self, name: str, at: float) -> int:
+        pid = os.fork()
+        if pid:
+            return pid
+        try:  # the child: never back into pytest
+            os.environ.clear()
+            os.environ.update(self.env)
+            time.sleep(max(0.0, at - time.time()))
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = self.main(["slurm", "health", "--node", name, *self.args])
+            (self.out / name).write_text(json.dumps({
+                "code": code, "out": out.getvalue(), "err": err.getvalue(),
+                "late_s": round(time.time() - at, 3)}))
+        finally:
+            os._exit(0)
 
 
 @pytest.fixture
@@ -121,10 +145,12 @@ def fleet(cluster_root, rocmseat_cli, tmp_path, request):  # noqa: F811
         yield cluster, names, env, state_dir, delay, admin
 
 
-def _rounds(cluster, workers: Workers, rounds: int) -> list[int]:
+def _rounds(cluster, workers: Checks, rounds: int) -> list[int]:
     counts = []
     for _ in range(rounds):
         results = workers.round()
+        slowest = max(r["late_s"] for r in results.values())
+        print(f"round: the last check ended {slowest:.2f} s after the instant")
         assert all(r["code"] == 1 for r in results.values()), results
         drained = _drained(cluster)
         assert all(r.startswith("rocmseat: ") for r in drained.values()), drained
@@ -140,14 +166,11 @@ def _rounds(cluster, workers: Workers, rounds: int) -> list[int]:
 
 def test_twenty_simultaneous_checks_drain_at_most_the_limit(fleet):
     cluster, names, env, state_dir, delay, _admin = fleet
-    workers = Workers(names, ["--sysfs-root", str(DEGRADED), "--state-dir", str(state_dir),
-                              "--max-drained", str(LIMIT)], env)
-    try:
-        instant = _rounds(cluster, workers, ROUNDS)
-        delay.write_text("0.2\n")  # the node list (every `show`) answers after 0.2 s
-        slow = _rounds(cluster, workers, ROUNDS)
-    finally:
-        workers.close()
+    checks = Checks(names, ["--sysfs-root", str(DEGRADED), "--state-dir", str(state_dir),
+                            "--max-drained", str(LIMIT)], env, state_dir.parent / "runs")
+    instant = _rounds(cluster, checks, ROUNDS)
+    delay.write_text("0.2\n")  # the node list (every `show`) answers after 0.2 s
+    slow = _rounds(cluster, checks, ROUNDS)
     print(f"\ndrained of {NODES} (limit {LIMIT}), {ROUNDS} rounds each: instant {instant}, "
           f"list after 0.2 s {slow}")
     assert instant == [LIMIT] * ROUNDS
