@@ -80,7 +80,11 @@ def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_onl
             if refused is not None:
                 _say(f"replica {plan.replica}: launch would refuse to start it (exit "
                      f"{refused[0]}): {refused[1]}")
-        return flow.refused_exit(plans)
+        # a lint for CI: what launch would stop at before starting anything (exit 2 each)
+        problems = flow.dry_run_problems(seat, plans, os.environ)
+        for problem in problems:
+            _say(f"launch would refuse to start (exit {exitcodes.CANNOT_CHECK}): {problem}")
+        return flow.refused_exit(plans, problems)
     assert replica is not None
     if preflight_only:
         flow.preflight_only(seat, replica, sysfs_root=root, state_dir=state, say=_say, pin=pin)

@@ -167,10 +167,12 @@ def watch(  # noqa: PLR0917 (click passes every option)
             webhook_what = f"{seat_file}: key 'watch.webhook_url'"
         hook_argv = hook_argv or seat.watch.command_hook
         kernel_log = _kernel_log(seat.backend, sysfs_root)
+        min_ready = seat.watch.min_ready
         remediator = _remediator(seat, seat_file, state, remediate, node=node or this_node(),
                                  once=once, sysfs_root=resolve_sysfs_root(sysfs_root)
                                  if seat.backend == "rocm" else None)
     else:
+        min_ready = 1
         expect_spec = not no_spec
         state = resolve_state_dir(state_dir)
         extra = [parse_target(spec, i) for i, spec in enumerate(targets)]
@@ -192,6 +194,7 @@ def watch(  # noqa: PLR0917 (click passes every option)
         interval_s=interval or 10.0, timeout_s=timeout, down_after=down_after,
         stall_after_s=stall_after, pinned_al=pinned, expect_spec=expect_spec,
         state_dir=state, key_prefix=seat_name or "", params=DetectorParams(),
+        min_ready=min_ready,
     )
     if once:
         return _once(watch_targets, config, as_json)

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Protocol
 
 from rocmseat import exitcodes
-from rocmseat.findings import SEVERITY_ORDER, Finding, Severity, exit_code_for
+from rocmseat.findings import Finding, Severity, exit_code_for
+from rocmseat.preflight.order import worst_first
 from rocmseat.preflight.verdict_doc import ALWAYS_FAMILIES, ProfileId, UnusableVerdict, load_verdict
 
 MAX_OUTPUT_BYTES = 80
@@ -118,10 +119,8 @@ def npd_line(
         label = "FAIL"
     else:
         wanted, label = {Severity.UNKNOWN}, "UNKNOWN"
-    worst = sorted(
-        (f for f in chosen if f.severity in wanted),
-        key=lambda f: (-SEVERITY_ORDER[f.severity], f.check_id, f.subject),
-    )
+    # the worst first (rocmseat.preflight.order): a degraded link before an AER count
+    worst = worst_first([f for f in chosen if f.severity in wanted])
     first = worst[0]
     if first.check_id == "preflight.error":
         # the run judged nothing (no device, a bad profile): its one-line reason is the news

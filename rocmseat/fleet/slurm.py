@@ -21,7 +21,11 @@ on). So `rocmseat slurm health`, all of it within one budget (default 50 s):
 4. drains on a failing finding, `Reason="rocmseat: <check> <subject> [+N more] [<families>]"`,
    unless the circuit breaker holds: when `--max-drained` nodes of those Slurm lists (default
    10 %) already carry a rocmseat drain, a wrong profile or release must not empty a partition,
-   so no further node is drained (exit 1, saying so); a resume is never held;
+   so no further node is drained (exit 1, saying so); a resume is never held. The decision is
+   taken on the node's entry in that fresh list (an administrator's drain made since the first
+   read is left alone), and since slurmctld starts every node's check at once, a drain is
+   followed by a second read once its second has passed: a drain beyond the limit in
+   slurmctld's stamp order is handed back (settle_and_rank, docs/fleet.md);
    resumes a node rocmseat drained only when the verdict covers every check family named in
    that reason (a drain for hip.ipc is not cleared by a run that never probed HIP: unknown, the
    drain stays); an unknown verdict changes nothing unless `--drain-on-unknown`.
@@ -31,6 +35,7 @@ on). So `rocmseat slurm health`, all of it within one budget (default 50 s):
 
 from __future__ import annotations
 
+import calendar
 import math
 import os
 import re
@@ -43,8 +48,9 @@ from typing import TYPE_CHECKING
 
 from rocmseat import exitcodes
 from rocmseat.errors import RocmseatError
-from rocmseat.findings import SEVERITY_ORDER, Severity
+from rocmseat.findings import Severity
 from rocmseat.fleet.npd import npd_line
+from rocmseat.preflight.order import worst_first
 from rocmseat.preflight.verdict_doc import (
     DEFAULT_MAX_AGE_S,
     CachedFinding,
@@ -74,12 +80,19 @@ MAX_REASON = 120
 _NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _RESERVED_NODE_NAMES = frozenset({"all", "default"})
 DEFAULT_MAX_DRAINED = "10%"
+# The breaker's second half (settle_and_rank): how far this host's clock may be from
+# slurmctld's (Slurm needs them synchronised anyway: munge credentials carry a time), the
+# longest wait for a drain's second to pass, and how many re-reads that may take
+CLOCK_SLACK_S = 0.25
+MAX_SETTLE_S = 5.0
+SETTLE_TRIES = 3
 _MAX_DRAINED_RE = re.compile(r"([0-9]{1,7}(?:\.[0-9]{1,6})?)(%?)", re.ASCII)
 _UNPRINTABLE_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _FIELD_RE = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_]*)=")
 # what a reason rocmseat writes may hold: check ids, PCI addresses, counts, the family tag
 _REASON_UNSAFE_RE = re.compile(r"[^A-Za-z0-9 .:+_,/-]")
 _FAMILIES_TAG_RE = re.compile(r" \[([a-z,]*)\]$")
+_STAMP_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}", re.ASCII)
 _LEGACY_REASON_RE = re.compile(r"^rocmseat: (?:unknown )?([a-z0-9_]+)(?:\.[a-z0-9_]+)+ \S+$")
 
 # Node states (slurm.h NODE_STATE_*, printed by node_state_string_complete as BASE+FLAG+...):
@@ -104,6 +117,10 @@ class NodeState:
     hostname: str | None
     state: str  # "IDLE+DRAIN", "DOWN", "IDLE+FAIL", "MIXED" ...
     reason: str | None  # as set, without scontrol's " [user@time]" suffix
+    # when the reason was set (slurmctld's clock, whole seconds: update_node() in
+    # src/slurmctld/node_mgr.c sets reason_time = now under the node write lock); None when
+    # scontrol printed no stamp or one this parser cannot read
+    reason_set_unix_s: float | None = None
 
     @property
     def base(self) -> str:
@@ -200,21 +217,38 @@ def parse_node_line(line: str) -> NodeState:
     state = fields.get("State")
     if not name or not state:
         raise SlurmError(f"scontrol printed no NodeName/State: {line[:120]!r}")
-    return NodeState(name, fields.get("NodeHostName"), state,
-                     _without_stamp(fields.get("Reason")))
+    reason, stamp = _split_stamp(fields.get("Reason"))
+    return NodeState(name, fields.get("NodeHostName"), state, reason, stamp)
 
 
-def _without_stamp(reason: str | None) -> str | None:
-    r"""The reason without scontrol's ` [user@time]` suffix. No regex: `\s*...$` over a reason
-    of many spaces backtracks quadratically (a forged answer must not hang the check)."""
+def _split_stamp(reason: str | None) -> tuple[str | None, float | None]:
+    r"""The reason without scontrol's ` [user@time]` suffix, and that time. No regex over the
+    reason: `\s*...$` over a reason of many spaces backtracks quadratically (a forged answer
+    must not hang the check).
+
+    scontrol prints the stamp with slurm_make_time_str (src/common/parse_time.c): `%FT%T` in
+    the local time of scontrol's process unless SLURM_TIME_FORMAT says otherwise; rocmseat runs
+    scontrol with `SLURM_TIME_FORMAT=standard` and `TZ=UTC` (SCONTROL_ENV), so the stamp is UTC.
+    """
     if reason is None:
-        return None
+        return None, None
+    stamp = None
     if reason.endswith("]"):
         opened = reason.rfind("[")
         inner = reason[opened + 1 : -1]
         if opened >= 0 and "@" in inner and "]" not in inner:
             reason = reason[:opened].rstrip()
-    return reason or None
+            stamp = _stamp_unix_s(inner.rpartition("@")[2])
+    return reason or None, stamp
+
+
+def _stamp_unix_s(text: str) -> float | None:
+    if _STAMP_RE.fullmatch(text) is None:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%S")))
+    except (ValueError, OverflowError):
+        return None
 
 
 # fields newer Slurm releases print after Reason (23.x: Comment=, Extra=); a reason is cut there
@@ -249,7 +283,7 @@ def _scontrol(
         timeout = min(timeout, deadline.remaining() - keep_s)
         if timeout < MIN_CALL_S:
             raise SlurmError(f"{shown}: no time left within the {deadline.budget_s:g}s budget")
-    done = runner(argv, timeout_s=timeout)
+    done = runner(argv, timeout_s=timeout, env=scontrol_env())
     if done.timed_out:
         raise SlurmError(f"{shown}: timed out after {timeout:.3g}s (slurmctld not answering?)")
     if done.truncated:
@@ -258,6 +292,13 @@ def _scontrol(
     if not done.ok:
         raise SlurmError(f"{shown}: {_tail(done.stderr or done.stdout)}")
     return done
+
+
+def scontrol_env() -> dict[str, str]:
+    """scontrol's environment: ours, with the reason stamp in one format rocmseat reads
+    (slurm_make_time_str in src/common/parse_time.c honours SLURM_TIME_FORMAT and the local
+    time zone; `standard` is `%FT%T`)."""
+    return {**os.environ, "SLURM_TIME_FORMAT": "standard", "TZ": "UTC"}
 
 
 def resolve_node_name(
@@ -409,10 +450,8 @@ def drain_reason(
     The tag lists the family of every such finding and `carried` (causes of an earlier drain
     this verdict did not re-check), so a later pass resumes only when it covers them all.
     """
-    chosen = sorted(
-        (f for f in findings if f.severity == severity),
-        key=lambda f: (-SEVERITY_ORDER[f.severity], f.check_id, f.subject),
-    )
+    # the worst first (rocmseat.preflight.order): a degraded link before an AER count
+    chosen = worst_first([f for f in findings if f.severity == severity])
     word = "" if severity == Severity.FAIL else f"{severity.value} "
     families = sorted({f.family for f in chosen} | set(carried))
     tag = f" [{','.join(families)}]"
@@ -462,6 +501,14 @@ def decide(
                           unknown=f"this verdict did not check {','.join(carried)}, which "
                                   f"drained the node{hint}")
         return Action("resume", None, f"resumed (it was drained: {node.reason})")
+    judged = judged_families(findings, checked)
+    if (ours and causes and causes <= judged
+            and not any(f.severity == Severity.FAIL for f in findings)):
+        # the families that drained the node passed; what could not be checked (a host with the
+        # amdgpu driver and no HIP runtime: hip.runtime unknown) did not drain it
+        missing = ",".join(sorted(checked - judged)) or "some checks"
+        return Action("resume", None, f"resumed (it was drained: {node.reason}; this verdict "
+                                      f"could not check {missing}, which did not drain it)")
     if not drain_on_unknown:
         return Action("none", None, "could not check: left as it is")
     if ours and causes is None:
@@ -474,6 +521,20 @@ def decide(
         tag = f" [{','.join(carried)}]"
         reason = f"{REASON_PREFIX} unknown {what}"[: MAX_REASON - len(tag)] + tag
     return _drain(node, reason)
+
+
+# findings of these families speak for every family (a card nobody could read, a run that could
+# not judge at all: docs/fleet.md, node-problem-detector)
+_EVERY_FAMILY = frozenset({"inventory", "preflight"})
+
+
+def judged_families(findings: Sequence[CachedFinding], covered: Collection[str]) -> frozenset[str]:
+    """The families the verdict judged: those it ran, less any with an unknown finding (none
+    when an unknown speaks for every family). Pure."""
+    unknown = {f.family for f in findings if f.severity == Severity.UNKNOWN}
+    if unknown & _EVERY_FAMILY:
+        return frozenset()
+    return frozenset(covered) - unknown
 
 
 def _drain(node: NodeState, reason: str) -> Action:
@@ -547,6 +608,113 @@ def obtain_verdict(
         return None, f"{first}; the preflight it ran: {said}", True
 
 
+def breaker_after(name: str, nodes: Sequence[NodeState], max_drained: MaxDrained) -> Action | None:
+    """The breaker's second half (pure), on a node list read after this node's drain and after
+    every drain stamped in the same second as it was committed: the drains rocmseat holds, in
+    the order slurmctld stamped them (then by name), keep their place up to the limit; a drain
+    beyond it is handed back (an Action to resume), else None.
+
+    Every run that drains ranks the same drains the same way, so however many nodes drain at
+    the same instant, the first `limit` stay and the rest resume (docs/fleet.md, "The circuit
+    breaker"). A drain whose stamp cannot be read counts as older than any other.
+    """
+    ours = sorted((n for n in nodes if n.drained_by_rocmseat), key=_drain_order)
+    names = [n.name for n in ours]
+    if name not in names:
+        return None
+    limit = max_drained.limit(len(nodes))
+    place = names.index(name) + 1
+    if place <= limit:
+        return None
+    return Action("resume", None,
+                  f"circuit breaker: {place - 1} of {len(nodes)} nodes were drained by rocmseat "
+                  f"before it (limit {limit}): handed back the drain of {name}", held=True)
+
+
+def _drain_order(node: NodeState) -> tuple[int, float, str]:
+    stamp = node.reason_set_unix_s
+    return (0 if stamp is None else 1, stamp or 0.0, node.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Clocks:
+    """The wall clock (verdict ages, drain stamps), the monotonic one (the budget) and sleep:
+    injectable for tests."""
+
+    wall: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+def settle_and_rank(
+    name: str,
+    reason: str,
+    max_drained: MaxDrained,
+    *,
+    runner: Runner,
+    deadline: Deadline,
+    clocks: Clocks,
+) -> Action | None:
+    """After this node's drain: wait until every drain slurmctld stamped in the same second has
+    been committed, re-list, and rank (breaker_after). None when the drain stays or is no
+    longer rocmseat's to judge (its reason changed since: an administrator stepped in).
+
+    slurmctld stamps a reason with its clock in whole seconds, under the node write lock
+    (update_node in src/slurmctld/node_mgr.c; _slurm_rpc_update_node in proc_req.c takes the
+    lock), so a list asked for once its clock has passed the stamp's second holds every drain
+    of that second. This host's clock stands in for slurmctld's, within CLOCK_SLACK_S.
+    """
+    for _ in range(SETTLE_TRIES):
+        asked = clocks.wall()
+        nodes = list_nodes(runner=runner, deadline=deadline, keep_s=CALL_RESERVE_S)
+        own = pick_node(nodes, name, "scontrol -o show node")
+        if not (own.drained_by_rocmseat and own.reason == reason):
+            return None
+        stamp = own.reason_set_unix_s
+        if stamp is None:
+            return Action("resume", None, "circuit breaker: scontrol printed no readable time "
+                          f"for the drain of {name}, so it cannot be ordered: handed back",
+                          held=True)
+        settled = stamp + 1.0 + CLOCK_SLACK_S
+        if asked >= settled:
+            return breaker_after(name, nodes, max_drained)
+        wait = settled - clocks.wall()
+        if wait > MAX_SETTLE_S:
+            return Action("resume", None, f"circuit breaker: slurmctld stamped the drain of "
+                          f"{name} {wait - 1.0 - CLOCK_SLACK_S:.0f}s ahead of this host's "
+                          "clock (clocks not synchronised?): handed back", held=True)
+        clocks.sleep(max(wait, 0.0))
+    return Action("resume", None, f"circuit breaker: the node list did not settle after "
+                  f"{SETTLE_TRIES} reads: handed back the drain of {name}", held=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    action: Action
+    line: str
+    code: int
+
+
+def _judge(
+    verdict: Verdict | None, how: str, state: NodeState, *, drain_on_unknown: bool,
+    now_unix_s: float,
+) -> Judged:
+    """The verdict's line and exit code, and the action on this entry of the node. Pure."""
+    if verdict is None:
+        findings: tuple[CachedFinding, ...] = ()
+        line, code = f"UNKNOWN: {how}", exitcodes.CANNOT_CHECK
+    else:
+        findings = verdict.findings
+        line, code = npd_line(findings, gpus=verdict.gpus)
+        line += f" ({max(verdict.age_s(now_unix_s), 0.0):.0f}s ago)"
+    action = decide(code, findings, state, covered=verdict.covered if verdict else None,
+                    drain_on_unknown=drain_on_unknown,
+                    unknown_reason=None if verdict else "no verdict")
+    if action.unknown is not None:
+        line, code = f"UNKNOWN: {action.unknown}", exitcodes.CANNOT_CHECK
+    return Judged(action, line, code)
+
+
 def health(
     *,
     sysfs_root: Path,
@@ -564,9 +732,12 @@ def health(
     record: Callable[..., RecordedRun] | None = None,
     clock: Callable[[], float] = time.time,
     monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome:
     """The whole health check within `budget_s`: name, state, verdict, action."""
+    clocks = Clocks(clock, monotonic, sleep)
     deadline = Deadline(budget_s, monotonic)
+    limit = max_drained or parse_max_drained(DEFAULT_MAX_DRAINED)
     profile_id = None
     if profile is not None:
         from rocmseat.preflight.profile import load_profile
@@ -591,25 +762,29 @@ def health(
         # stepped in meanwhile); the whole list, which the circuit breaker counts
         nodes = list_nodes(runner=runner, deadline=deadline, keep_s=CALL_RESERVE_S)
         state = pick_node(nodes, name, "scontrol -o show node")
-    if verdict is None:
-        findings: tuple[CachedFinding, ...] = ()
-        line, code = f"UNKNOWN: {how}", exitcodes.CANNOT_CHECK
-    else:
-        findings = verdict.findings
-        line, code = npd_line(findings, gpus=verdict.gpus)
-        line += f" ({max(verdict.age_s(clock()), 0.0):.0f}s ago)"
-    action = decide(code, findings, state, covered=verdict.covered if verdict else None,
-                    drain_on_unknown=drain_on_unknown,
-                    unknown_reason=None if verdict else "no verdict")
-    if action.unknown is not None:
-        line, code = f"UNKNOWN: {action.unknown}", exitcodes.CANNOT_CHECK
-    if action.kind == "drain" and not state.drained:
+
+    def judge(entry: NodeState) -> Judged:
+        return _judge(verdict, how, entry, drain_on_unknown=drain_on_unknown,
+                      now_unix_s=clock())
+
+    judged = judge(state)
+    if judged.action.kind == "drain":
         if nodes is None:
+            # decide on the fresh list entry: an administrator's drain made since the first
+            # read (`Reason=RMA ticket 42 do not resume`) is left alone, never taken over
             nodes = list_nodes(runner=runner, deadline=deadline, keep_s=CALL_RESERVE_S)
-        action = breaker(action, name, nodes, max_drained or parse_max_drained(
-            DEFAULT_MAX_DRAINED))
-        if action.held:
-            code = exitcodes.PROBLEM
-    if not dry_run:
-        apply(action, name, runner=runner, deadline=deadline)
-    return Outcome(name, line, code, action, applied=not dry_run and action.kind != "none")
+            judged = judge(pick_node(nodes, name, "scontrol -o show node"))
+        held = breaker(judged.action, name, nodes, limit)
+        if held.held:
+            judged = Judged(held, judged.line, exitcodes.PROBLEM)
+    action = judged.action
+    if dry_run:
+        return Outcome(name, judged.line, judged.code, action, applied=False)
+    apply(action, name, runner=runner, deadline=deadline)
+    if action.kind == "drain" and action.reason is not None:
+        back = settle_and_rank(name, action.reason, limit, runner=runner, deadline=deadline,
+                               clocks=clocks)
+        if back is not None:
+            apply(back, name, runner=runner, deadline=deadline)
+            return Outcome(name, judged.line, exitcodes.PROBLEM, back, applied=True)
+    return Outcome(name, judged.line, judged.code, action, applied=action.kind != "none")

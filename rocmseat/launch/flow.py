@@ -130,6 +130,12 @@ def launch_key(seat: Seat, placed: Placement, replica: str) -> ConfigKey:
     return replica_key(seat, replica, arch)
 
 
+class KeyUnknown(RocmseatError):
+    """The replica's config key cannot be computed: launch cannot check its cache (exit 2)."""
+
+    exit_code = exitcodes.CANNOT_CHECK
+
+
 def key_status(seat: Seat, placed: Placement, record: ReplicaPlacement) -> KeyStatus:
     """The replica's key, or unknown with the reason (a dry run needs no engine Python)."""
     try:
@@ -154,10 +160,28 @@ def dry_run(seat: Seat, sysfs_root: Path | None, *, state_dir: Path,
     return plan_replicas(seat, placed.records, numactl=find_numactl(), keys=keys)
 
 
-def refused_exit(plans: Sequence[ReplicaPlan]) -> int:
+def dry_run_problems(seat: Seat, plans: Sequence[ReplicaPlan],
+                     environ: Mapping[str, str]) -> list[str]:
+    """Every reason launch would exit 2 before starting, for the dry run to name (each once):
+    start_problems, and a config key that cannot be computed."""
+    out: list[str] = []
+    for plan in plans:
+        if plan.placement.lost:
+            continue
+        found = start_problems(seat, plan, engine_env(environ, plan))
+        if plan.key.digest is None and plan.key.reason:
+            found.append(f"replica {plan.replica}: config key {plan.key.reason}")
+        out += [p for p in found if p not in out]
+    return out
+
+
+def refused_exit(plans: Sequence[ReplicaPlan], problems: Sequence[str] = ()) -> int:
     """The dry run's exit status: 0 when launch would start every replica, else the worst of
-    their refusals (1 outranks 2, as a failing finding outranks an unknown one)."""
+    their refusals (1 outranks 2, as a failing finding outranks an unknown one); `problems`
+    (dry_run_problems) are exit 2 each."""
     codes = {r[0] for p in plans if (r := p.refusal()) is not None}
+    if problems:
+        codes.add(exitcodes.CANNOT_CHECK)
     if exitcodes.PROBLEM in codes:
         return exitcodes.PROBLEM
     return exitcodes.CANNOT_CHECK if codes else exitcodes.OK
@@ -181,14 +205,49 @@ def usable_state_dir(record: ReplicaPlacement, state_dir: Path) -> Path:
     return check_replica_tree(state_dir, record.seat, record.replica)
 
 
-def check_engine_command(plan: ReplicaPlan, python: Path, env: Mapping[str, str]) -> None:
-    """Before any side effect: an engine command or Python that is not there is a seat error
-    (the Python is asked for the versions of the config key)."""
-    for key, command in (("command", plan.engine_argv[0]), ("python", str(python))):
+# Engine commands that start a container: launch refuses them (docs/launch.md, "Containers")
+CONTAINER_CLIENTS = frozenset({"docker", "podman", "nerdctl"})
+
+
+def container_refusal(argv0: str) -> str | None:
+    """Why an engine command that starts a container is refused (one line), else None: what
+    launch sets for the engine reaches the container client instead."""
+    client = Path(argv0).name
+    if client not in CONTAINER_CLIENTS:
+        return None
+    return (f"engine.command starts a container ({client}): the replica's HIP_VISIBLE_DEVICES, "
+            f"cache variables and NUMA binding would reach the {client} client, not the engine "
+            "(every replica would see every GPU, the compile caches would land inside the "
+            "container, outside the cache store); run the engine on the host "
+            "(docs/launch.md, \"Containers\")")
+
+
+def start_problems(seat: Seat, plan: ReplicaPlan, env: Mapping[str, str]) -> list[str]:
+    """What makes launch refuse to start the seat's replicas before any side effect, each a
+    config error (exit 2): a container engine command, an engine command or Python that is not
+    there (the Python is asked for the versions of the config key), a model or drafter path
+    that does not exist."""
+    refusal = container_refusal(plan.engine_argv[0])
+    problems = [refusal] if refusal else []
+    for key, command in (("command", plan.engine_argv[0]), ("python", str(seat.engine.python))):
         if shutil.which(command, path=env.get("PATH", os.defpath)) is None:
-            raise ConfigError(f"engine.{key}: {command!r} is not an executable "
-                              f"{'file' if os.sep in command else 'on PATH'}",
-                              hint=f"check [engine] {key} in the seat file")
+            problems.append(f"engine.{key}: {command!r} is not an executable "
+                            f"{'file' if os.sep in command else 'on PATH'}")
+    paths = [("model.path", seat.model.path)]
+    if seat.drafter is not None and seat.drafter.path is not None:
+        paths.append(("drafter.path", seat.drafter.path))
+    for key, path in paths:
+        if not path.exists():
+            problems.append(f"{key}: {path} does not exist")
+    return problems
+
+
+def check_engine_command(seat: Seat, plan: ReplicaPlan, env: Mapping[str, str]) -> None:
+    """Before any side effect: the first of start_problems as a config error."""
+    problems = start_problems(seat, plan, env)
+    if problems:
+        key = problems[0].split(":", 1)[0].split(" ", 1)[0]
+        raise ConfigError(problems[0], hint=f"check [{key.split('.')[0]}] in the seat file")
 
 
 def preflight_only(seat: Seat, replica: str, *, sysfs_root: Path | None, state_dir: Path,
@@ -276,14 +335,20 @@ def _launch_locked(
     from rocmseat.launch.memplan import checkpoint_total_from_factors
 
     initial = plan_replica(seat, record, numactl=None)
-    check_engine_command(initial, seat.engine.python, engine_env(environ, initial))
+    check_engine_command(seat, initial, engine_env(environ, initial))
     notifier = Notifier.from_environ(environ, on_status)
     started = dt.datetime.now(dt.UTC)
     # Order: key (cheap, no side effect) -> HIP numbering -> plan -> preflight gate ->
     # placement.json -> cache prepare (the side effect: a move-aside) -> engine, so a refused
     # start leaves the recorded placement and the cache as they were (docs/launch.md).
     notifier.status("computing the config key")
-    key = launch_key(seat, placed, record.replica)
+    try:
+        key = launch_key(seat, placed, record.replica)
+    except ConfigError:
+        raise
+    except RocmseatError as exc:  # could not check: the dry run says "config key unknown"
+        raise KeyUnknown(f"replica {record.replica}: config key unknown: {exc.message}",
+                         hint=exc.hint) from None
     notifier.status("preflight of the pair")
     plan = placed_plan(seat, placed, record, sysfs_root=sysfs_root, environ=environ, say=say,
                        key=KeyStatus(key.digest, ""))

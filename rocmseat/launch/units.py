@@ -177,8 +177,36 @@ def _protect_home(seat: Seat) -> str:
     return "read-only" if under_home else "yes"
 
 
-def hardening(seat: Seat, ctx: UnitContext, *, devices: bool) -> str:
-    writable = sorted({str(seat.cache_root), str(ctx.state_dir)})
+def remediation_writes(seat: Seat, replica_units: Sequence[str]) -> list[Path]:
+    """What remediation writes outside the cache root and the state dir, for the watch unit's
+    ReadWritePaths= (docs/remediate.md): with `[remediate] mode = "on"` and systemd restarts (no
+    restart_command), the no-drafter drop-in beside each replica unit, `<unit_dir>/<unit>.d/`
+    (rocmseat.watch.remediate.actions SeatEdge.dropin_path). Moving a cache aside renames
+    within the cache root, and the journal is in the state dir: both are writable already."""
+    settings = seat.remediate
+    if settings.mode != "on" or settings.restart_command is not None:
+        return []
+    return sorted(settings.unit_dir / f"{unit}.d" for unit in replica_units)
+
+
+def check_remediation_user(seat: Seat, ctx: UnitContext) -> None:
+    """Refuse `--user` with remediation restarting units through systemd: a watcher that is not
+    root needs a polkit rule to `systemctl restart` a system unit, and a drop-in directory it
+    can write lets it set User=root on the replica unit: the watch unit must run as root."""
+    settings = seat.remediate
+    if ctx.user is not None and settings.mode == "on" and settings.restart_command is None:
+        raise ConfigError(
+            f"seat {seat.name}: [remediate] mode = \"on\" restarts the replica units through "
+            f"systemd, which the watch unit cannot do as --user {ctx.user} (systemctl restart "
+            "of a system unit needs a polkit rule, and a writable drop-in directory would let "
+            "that user run the replica as root)",
+            hint="render without --user, or set [remediate] restart_command (docs/remediate.md)")
+
+
+def hardening(seat: Seat, ctx: UnitContext, *, devices: bool,
+              extra_writable: Sequence[Path] = ()) -> str:
+    writable = sorted({str(seat.cache_root), str(ctx.state_dir)}) + [str(p) for p in
+                                                                    extra_writable]
     lines = [
         "ProtectSystem=strict",
         "ReadWritePaths=" + " ".join(path_word(p) for p in writable),
@@ -201,15 +229,18 @@ def hardening(seat: Seat, ctx: UnitContext, *, devices: bool) -> str:
     return "\n".join(lines)
 
 
-def _common(seat: Seat, ctx: UnitContext, *, devices: bool) -> dict[str, str]:
+def _common(seat: Seat, ctx: UnitContext, *, devices: bool,
+            extra_writable: Sequence[Path] = ()) -> dict[str, str]:
     dirs = sorted({str(seat.cache_root), str(ctx.state_dir)})
     # '+': runs outside the sandbox, so the writable paths exist before it is set up; with
     # User= they must belong to that user (the cache store refuses a root of another owner).
-    make = ["install", "-d", "-o", ctx.user, *dirs] if ctx.user else ["mkdir", "-p", *dirs]
+    # The remediation drop-in dirs are root's (check_remediation_user: no User= then).
+    make = (["install", "-d", "-o", ctx.user, *dirs] if ctx.user
+            else ["mkdir", "-p", *dirs, *(str(p) for p in extra_writable)])
     return {
         "SEAT": plain(seat.name),
         "USER": f"User={plain(ctx.user)}" if ctx.user else "",
-        "HARDENING": hardening(seat, ctx, devices=devices),
+        "HARDENING": hardening(seat, ctx, devices=devices, extra_writable=extra_writable),
         "PREPARE_DIRS": "ExecStartPre=+" + exec_line(make),
     }
 
@@ -272,6 +303,7 @@ def render_units(seat: Seat, records: Sequence[ReplicaPlacement], ctx: UnitConte
     """File name -> unit text. `templates`: replica/preflight/watch template texts. Every name,
     pair, NUMA node and port is the placement's (rocmseat.placement)."""
     check_unit_values(seat, ctx)
+    check_remediation_user(seat, ctx)
     try:
         return _render(seat, records, ctx, templates)
     except ValueError as exc:  # a value no unit can carry, missed by the check above
@@ -326,7 +358,8 @@ def _render(seat: Seat, records: Sequence[ReplicaPlacement], ctx: UnitContext,
             "PREFLIGHT": exec_line(preflight_argv(seat, ctx, pairs)),
         }
         units[preflight_unit] = substitute(templates["preflight"], values)
-    values = _common(seat, ctx, devices=False)
+    values = _common(seat, ctx, devices=False,
+                     extra_writable=remediation_writes(seat, replica_units))
     values |= {
         "AFTER": " ".join(replica_units),
         "WATCH": exec_line([str(ctx.rocmseat_bin), "watch", str(ctx.seat_file), "--state-dir",

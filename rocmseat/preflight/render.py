@@ -7,13 +7,15 @@ ExecStartPre and in a 16-GPU bench).
 from __future__ import annotations
 
 import re
+import textwrap
 from collections import Counter
 from typing import Any
 
 from rocmseat import jsonio
-from rocmseat.findings import SEVERITY_ORDER, Finding, Severity, exit_code_for, worst
+from rocmseat.findings import Finding, Severity, exit_code_for, worst
 from rocmseat.node.link import effective_link
 from rocmseat.preflight.link import endpoint_claim, link_words
+from rocmseat.preflight.order import worst_first_in_run_order
 from rocmseat.preflight.pairs import Pair
 from rocmseat.preflight.run import PreflightReport
 
@@ -117,10 +119,19 @@ FINDING_HEADER = ["SEVERITY", "CHECK", "SUBJECT", "MESSAGE"]
 
 
 def _finding_rows(findings: tuple[Finding, ...]) -> list[list[str]]:
-    ordered = sorted(
-        enumerate(findings), key=lambda item: (-SEVERITY_ORDER[item[1].severity], item[0])
-    )
-    return [[f.severity.value.upper(), f.check_id, f.subject, f.message] for _, f in ordered]
+    return [[f.severity.value.upper(), f.check_id, f.subject, f.message]
+            for f in _ordered(findings)]
+
+
+def _ordered(findings: tuple[Finding, ...]) -> list[Finding]:
+    """The worst first (rocmseat.preflight.order), ties in the run's order."""
+    return worst_first_in_run_order(findings)
+
+
+def _hint(finding: Finding) -> str | None:
+    """A problem's hint, for a line of its own (an ok finding's is not news)."""
+    hint = (finding.hint or "").strip()
+    return hint if hint and finding.severity is not Severity.OK else None
 
 
 def _summary(report: PreflightReport, strict: bool) -> str:
@@ -150,12 +161,19 @@ def _pair_lines(report: PreflightReport) -> list[str]:
     return lines or ["  none (no two GPUs share a known socket)"]
 
 
-def _plain_table(header: list[str], rows: list[list[str]]) -> list[str]:
+def _plain_table(header: list[str], rows: list[list[str]],
+                 notes: list[str | None] | None = None) -> list[str]:
+    """Columns padded to their widest cell; `notes[i]`, when given, is a line of its own
+    under row i, starting at the last column (a finding's hint)."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    indent = " " * (sum(widths) + 2 * len(widths))
     out = []
-    for row in [header, *rows]:
-        cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])]
+    for i, row in enumerate([header, *rows]):
+        cells = [cell.ljust(widths[j]) for j, cell in enumerate(row[:-1])]
         out.append("  ".join([*cells, row[-1]]).rstrip())
+        note = notes[i - 1] if notes is not None and i > 0 else None
+        if note:
+            out.append(f"{indent}hint: {note}")
     return out
 
 
@@ -164,31 +182,48 @@ def render_table(report: PreflightReport, *, strict: bool = False) -> str:
     lines = [_title(report), ""]
     lines += _plain_table(GPU_HEADER, _gpu_rows(report))
     lines += ["", "proposed TP2 pairs (socket-local):", *_pair_lines(report), ""]
-    lines += _plain_table(FINDING_HEADER, _finding_rows(report.findings))
+    lines += _plain_table(FINDING_HEADER, _finding_rows(report.findings),
+                          [_hint(f) for f in _ordered(report.findings)])
     lines += ["", _summary(report, strict)]
     return "\n".join(lines) + "\n"
 
 
 def render_problems(report: PreflightReport, *, strict: bool = False, width: int = 80) -> str:
-    """Only what is not ok, one line per problem of at most `width` columns, the ok findings
-    folded into a count; worst first (`preflight --problems`)."""
-    problems = [row for row in _finding_rows(report.findings) if row[0] != "OK"]
+    """Only what is not ok, worst first (`preflight --problems`), the ok findings folded into a
+    count; every line at most `width` columns. Each problem is its head (severity, check,
+    subject), its message fitted on a line of its own so the figure survives (fit_message) and
+    its hint, wrapped, never cut."""
+    problems = [f for f in _ordered(report.findings) if f.severity is not Severity.OK]
     folded = len(report.findings) - len(problems)
     lines = [_title(report)]
-    lines += [_problem_line(f"{sev} {check} {subject}: ", message, width)
-              for sev, check, subject, message in problems]
+    for f in problems:
+        lines.append(f"{f.severity.value.upper()} {f.check_id} {f.subject}")
+        lines.append(PROBLEM_INDENT + fit_message(f.message, width - len(PROBLEM_INDENT)))
+        hint = _hint(f)
+        if hint:
+            lines += textwrap.wrap(f"hint: {hint}", width, initial_indent=PROBLEM_INDENT,
+                                   subsequent_indent=PROBLEM_INDENT + "      ",
+                                   break_on_hyphens=False)
     lines.append(f"({folded} ok not shown)" if problems else f"no problems ({folded} ok)")
     lines.append(_summary(report, strict))
     return "\n".join(_cut(line, width) for line in lines) + "\n"
 
 
-def _problem_line(head: str, message: str, width: int) -> str:
-    """`head` + the message; too long, the message loses its asides in parentheses first (the
-    detail), then its end."""
-    line = head + message
-    if len(line) > width:
-        line = head + re.sub(r" \([^()]*\)", "", message)
-    return _cut(line, width)
+PROBLEM_INDENT = "    "
+
+
+def fit_message(message: str, width: int) -> str:
+    """A finding's message in `width` columns, the figure kept: its asides in parentheses go
+    first (the detail), then its later clauses (`; ...`), then its end. A message's first
+    clause says what was measured (`root port 0000:80:03.0 trained 2.5 GT/s x16`), the later
+    ones what it was held against."""
+    if len(message) <= width:
+        return message
+    text = re.sub(r" \([^()]*\)", "", message)
+    clauses = text.split("; ")
+    while len(clauses) > 1 and len("; ".join(clauses)) > width:
+        clauses.pop()
+    return _cut("; ".join(clauses), width)
 
 
 def _cut(line: str, width: int) -> str:
@@ -216,7 +251,11 @@ def rich_renderables(report: PreflightReport, *, strict: bool = False) -> list[A
     out += [Text(line) for line in _pair_lines(report)]
     styles = {"OK": "green", "WARN": "yellow", "UNKNOWN": "magenta", "FAIL": "bold red"}
     table = Table(*columns(FINDING_HEADER, {"SUBJECT"}), box=None, pad_edge=False)
-    for row in _finding_rows(report.findings):
+    for finding, row in zip(_ordered(report.findings), _finding_rows(report.findings),
+                            strict=True):
         table.add_row(Text(row[0], style=styles[row[0]]), *(Text(cell) for cell in row[1:]))
+        hint = _hint(finding)
+        if hint:
+            table.add_row(Text(""), Text(""), Text(""), Text(f"hint: {hint}", style="dim"))
     out += [table, Text(_summary(report, strict))]
     return out

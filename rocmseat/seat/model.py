@@ -412,6 +412,9 @@ class Watch(_Section):
     webhook_url: str | None = None
     command_hook: Annotated[tuple[str, ...] | None, AfterValidator(_program)] = None
     exporter_listen: str | None = None
+    # the seat's floor for /ready: below it a speculation verdict keeps its alert and the
+    # replica stays in rotation (rocmseat.watch.readiness.seat_readiness)
+    min_ready: Annotated[int, Field(ge=1, le=4096, strict=True)] = 1
 
     @field_validator("exporter_listen")
     @classmethod

@@ -26,7 +26,12 @@ from urllib.parse import unquote
 
 from rocmseat.redact import redact_text
 from rocmseat.watch.alerts import ALERTS
-from rocmseat.watch.readiness import Readiness, replica_readiness, watcher_health
+from rocmseat.watch.readiness import (
+    DEFAULT_MIN_READY,
+    Readiness,
+    seat_readiness,
+    watcher_health,
+)
 from rocmseat.watch.status import ReplicaStatus
 
 
@@ -43,6 +48,7 @@ class ExportState:
     # remediation (docs/remediate.md): (replica, action, outcome, count); None: not remediating
     remediations: tuple[tuple[str, str, str, int], ...] | None = None
     remediation_halted: tuple[tuple[str, bool], ...] = ()  # (scope, halted)
+    min_ready: int = DEFAULT_MIN_READY  # the seat's floor (rocmseat.watch.readiness)
 
 
 StateSource = Callable[[], "ExportState | list[ReplicaStatus]"]
@@ -99,12 +105,13 @@ class WatchCollector:
         prefix = gauge("rocmseat_prefix_cache_hit_ratio", "Prefix-cache hits/queries, last window.")
         alert = gauge("rocmseat_alert_active", "1 while the alert is firing.", ("alert",))
         now = self._clock()
+        verdicts = seat_readiness(statuses, evaluated_at_s=state.evaluated_at_s, now_s=now,
+                                  max_age_s=state.max_age_s, min_ready=state.min_ready)
         for s in statuses:
             given = dict(s.labels)
             r = [_encodable(v) for v in (s.replica, *(given.get(k, "") for k in extra))]
             up.add_metric(r, 1.0 if s.up else 0.0)
-            verdict = replica_readiness(s, evaluated_at_s=state.evaluated_at_s, now_s=now,
-                                        max_age_s=state.max_age_s)
+            verdict = verdicts[s.replica]
             if state.evaluated_at_s is not None:
                 ready.add_metric(r, 1.0 if verdict.ready else 0.0)
             errors.add_metric(r, float(s.scrape_errors_total))
@@ -300,8 +307,10 @@ def start_exporter(
                         self._send(404, _line(f"unknown replica {name[:80]!r}"), "text/plain",
                                    head)
                     return
-                self._text(replica_readiness(status, evaluated_at_s=state.evaluated_at_s,
-                                             now_s=clock(), max_age_s=state.max_age_s), head)
+                verdicts = seat_readiness(state.statuses, evaluated_at_s=state.evaluated_at_s,
+                                          now_s=clock(), max_age_s=state.max_age_s,
+                                          min_ready=state.min_ready)
+                self._text(verdicts[name], head)
             elif path == "/":
                 self._send(200, _line("rocmseat watch: /metrics /healthz /ready/<replica>"),
                            "text/plain", head)

@@ -86,6 +86,7 @@ class WatchConfig:
     key_prefix: str = ""  # the seat name: baselines are per seat and replica
     params: DetectorParams = field(default_factory=DetectorParams)
     unstable_after: int = 3  # counter resets in a row before metrics_unstable
+    min_ready: int = 1  # the seat's floor for /ready (rocmseat.watch.readiness.seat_readiness)
 
     def __post_init__(self) -> None:
         for name in LIMITS:
@@ -330,8 +331,13 @@ class Watcher:
         self._set(rep, A.SPEC_DRAFTER_DEAD, verdict.dead, now, **details, p0=_fmt(p0))
 
     def _judge_stall(self, rep: _Replica, window: Window, snap: Snapshot, now: float) -> None:
+        # Progress is any engine progress, not only generated tokens: a 262k-token prompt is
+        # prefilled in chunks for minutes, and vLLM emits nothing for it until its first token
+        # (vllm/v1/core/sched/scheduler.py update_from_output: an output only with new tokens;
+        # the prompt tokens are counted then), while the KV-cache usage gauge is set from the
+        # scheduler's stats every step (vllm/v1/metrics/loggers.py PrometheusStatLogger.record)
         running = window.running or 0.0
-        flat = window.generation_tokens is not None and window.generation_tokens <= 0
+        flat = window.generation_tokens is not None and window.progressed is False
         if running > 0 and flat:
             if rep.stall_since is None:
                 rep.stall_since = snap.time_s - window.duration_s

@@ -35,6 +35,9 @@ _SUMMED: Final[dict[str, str]] = {
     "vllm:generation_tokens_total": "generation_tokens",
     "vllm:prompt_tokens_total": "prompt_tokens",
     "vllm:num_preemptions_total": "preemptions",
+    # engine steps that emitted output (the histogram's count; vllm/v1/metrics/loggers.py
+    # PrometheusStatLogger.record observes it once per IterationStats)
+    "vllm:iteration_tokens_total_count": "iterations",
     "vllm:prefix_cache_queries_total": "prefix_queries",
     "vllm:prefix_cache_hits_total": "prefix_hits",
     "vllm:gpu_prefix_cache_queries_total": "prefix_queries",
@@ -84,6 +87,7 @@ class Reading:
     accepted_per_pos: tuple[float, ...] | None = None
     generation_tokens: float | None = None
     prompt_tokens: float | None = None
+    iterations: float | None = None
     preemptions: float | None = None
     prefix_queries: float | None = None
     prefix_hits: float | None = None
@@ -328,6 +332,7 @@ def _assemble(
         accepted_per_pos=positions,
         generation_tokens=sums.get("generation_tokens"),
         prompt_tokens=sums.get("prompt_tokens"),
+        iterations=sums.get("iterations"),
         preemptions=sums.get("preemptions"),
         prefix_queries=sums.get("prefix_queries"),
         prefix_hits=sums.get("prefix_hits"),

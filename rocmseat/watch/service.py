@@ -146,6 +146,7 @@ def run_service(
             remediations=None if remediator is None else tuple(
                 (*k, n) for k, n in sorted(remediator.counts.items())),
             remediation_halted=() if remediator is None else tuple(remediator.halted_scopes()),
+            min_ready=config.min_ready,
         )
 
     monitor: UeventMonitor | None = None

@@ -41,6 +41,21 @@ class Window:
     waiting: float | None
     kv_usage: float | None
     spec_present: bool
+    # engine progress besides generated tokens (the stall judge): engine steps with output, and
+    # how far the KV-cache usage moved (a chunked prefill fills blocks every step and emits
+    # nothing until its first token)
+    iterations: float | None = None
+    kv_usage_moved: float | None = None
+
+    @property
+    def progressed(self) -> bool | None:
+        """Any engine progress in the window: generated or prompt tokens counted, engine steps
+        that emitted output, or KV-cache usage moving. None when no series could say."""
+        moved = [v for v in (self.generation_tokens, self.prompt_tokens, self.iterations,
+                             self.kv_usage_moved) if v is not None]
+        if not moved:
+            return None
+        return any(v > 0 for v in moved)
 
     @property
     def num_positions(self) -> int:
@@ -131,6 +146,8 @@ class Window:
             waiting=later.waiting,
             kv_usage=later.kv_usage,
             spec_present=self.spec_present and later.spec_present,
+            iterations=_add(self.iterations, later.iterations),
+            kv_usage_moved=_add(self.kv_usage_moved, later.kv_usage_moved),
         )
 
 
@@ -161,6 +178,7 @@ def _went_down(prev: Reading, cur: Reading) -> bool:
         (prev.accepted_tokens, cur.accepted_tokens),
         (prev.generation_tokens, cur.generation_tokens),
         (prev.prompt_tokens, cur.prompt_tokens),
+        (prev.iterations, cur.iterations),
         (prev.preemptions, cur.preemptions),
         (prev.prefix_queries, cur.prefix_queries),
         (prev.prefix_hits, cur.prefix_hits),
@@ -200,6 +218,9 @@ def window_between(prev: Snapshot, cur: Snapshot) -> Window | None:
         waiting=b.waiting,
         kv_usage=b.kv_usage,
         spec_present=spec,
+        iterations=_delta(b.iterations, a.iterations),
+        kv_usage_moved=None if a.kv_usage is None or b.kv_usage is None
+        else abs(b.kv_usage - a.kv_usage),
     )
 
 

@@ -46,10 +46,30 @@ def no_numactl(monkeypatch):
     monkeypatch.setattr(rocmseat.launch.flow, "find_numactl", lambda: None)
 
 
+# What launch would stop at on this machine, where the flagship seat's engine, its Python and
+# its models are not installed (issue 26: the dry run exited 0 over all of this)
+R9700_ABSENT = [
+    "engine.command: '/opt/vllm/bin/vllm' is not an executable file",
+    "engine.python: '/opt/vllm/bin/python' is not an executable file",
+    "model.path: /models/qwen3.8-27b-mxfp4 does not exist",
+    "drafter.path: /models/qwen3.8-27b-dflash-fp8 does not exist",
+    "replica r0: config key unknown: /opt/vllm/bin/python exited 127: /opt/vllm/bin/python: "
+    "command not found",
+    "replica r1: config key unknown: /opt/vllm/bin/python exited 127: /opt/vllm/bin/python: "
+    "command not found",
+]
+
+
+def absent_lines(problems):
+    return "".join(f"rocmseat: launch would refuse to start (exit 2): {p}\n" for p in problems)
+
+
 def test_dry_run_r9700_text(rocmseat_cli, golden, no_numactl, monkeypatch):
     monkeypatch.chdir(REPO)
     result = rocmseat_cli("launch", R9700, "--dry-run", "--sysfs-root", X99)
-    assert result.exit_code == 0, result.stderr
+    # a lint for CI: the exit status launch would have, every reason named
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr == absent_lines(R9700_ABSENT)
     out = result.stdout
     assert "replica r0\n  gpus        {0000:05:00.0, 0000:09:00.0}" in out
     assert "  numa        bound to node 0 (cpus 0-13,28-41)" in out
@@ -71,7 +91,7 @@ def test_dry_run_numbers_after_an_inherited_rocr_mask(rocmseat_cli, no_numactl, 
     assert result.stderr == ("rocmseat: replica r0: launch would refuse to start it (exit 2): "
                              "HIP does not see 0000:05:00.0, 0000:09:00.0 (indices by PCI bus "
                              "order, assumed, after ROCR_VISIBLE_DEVICES=2,3; HIP sees: "
-                             "0000:86:00.0, 0000:89:00.0)\n")
+                             "0000:86:00.0, 0000:89:00.0)\n") + absent_lines(R9700_ABSENT)
     r0, r1 = json.loads(result.stdout)["replicas"]
     assert r1["hip_indices"] == [0, 1] and r1["env"]["HIP_VISIBLE_DEVICES"] == "0,1"
     assert r1["refused"] is None
@@ -109,7 +129,8 @@ def test_dry_run_r9700_json_with_numactl(rocmseat_cli, golden, monkeypatch):
     monkeypatch.setattr(rocmseat.launch.flow, "find_numactl", lambda: "/usr/bin/numactl")
     monkeypatch.chdir(REPO)
     result = rocmseat_cli("launch", R9700, "--dry-run", "--json", "--sysfs-root", X99)
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr == absent_lines(R9700_ABSENT)
     doc = json.loads(result.stdout)
     assert doc["schema"] == "rocmseat.launch-plan/v1"
     r0, r1 = doc["replicas"]
@@ -122,7 +143,15 @@ def test_dry_run_r9700_json_with_numactl(rocmseat_cli, golden, monkeypatch):
 def test_dry_run_cpu_seat_reads_no_sysfs(rocmseat_cli):
     # the autouse guard makes the default /sys raise: a cpu seat must not need it
     result = rocmseat_cli("launch", str(REPO / "launchers" / "demo-cpu.toml"), "--dry-run")
-    assert result.exit_code == 0, result.stderr
+    models = Path("/var/tmp/rocmseat-demo/models")
+    absent = [f"{key}.path: {models / name} does not exist"
+              for key, name in (("model", "target"), ("drafter", "drafter"))
+              if not (models / name).exists()]
+    if not (models / "target").exists():  # its config.json is a factor of the key
+        absent.append(f"replica r0: config key unknown: {models / 'target'}: No such file or "
+                      "directory")
+    assert result.exit_code == (2 if absent else 0), result.stderr
+    assert result.stderr == absent_lines(absent)
     assert "gpus        none (backend cpu)" in result.stdout
     assert "HIP_VISIBLE_DEVICES" not in result.stdout
 
@@ -502,3 +531,28 @@ def test_sigterm_to_launch_stops_the_engine_and_returns_its_status(tmp_path):
         time.sleep(0.05)
     assert [p for p in pids if alive(p)] == []  # the engine and the child it left behind
     assert "test engine listening" in out
+
+
+@pytest.mark.parametrize("client", ["docker", "podman", "nerdctl"])
+def test_an_engine_in_a_container_is_refused_in_one_line(rocmseat_cli, tmp_path, client):
+    """Issue 26, item 9: `command = ["docker", "run", ...]` passed the dry run; on a node the
+    replica's HIP_VISIBLE_DEVICES, cache variables and NUMA binding reach the client, not the
+    engine. The dry run and launch refuse it (exit 2), saying what would silently break."""
+    binary = tmp_path / "bin" / client  # installed: the refusal is the only problem
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    seat = write_seat(tmp_path, [str(binary), "run", "--rm", "--device=/dev/kfd",
+                                 "vllm/vllm-openai-rocm:v0.11.0", "vllm", "serve"],
+                      port=free_port())
+    line = (f"engine.command starts a container ({client}): the replica's HIP_VISIBLE_DEVICES, "
+            f"cache variables and NUMA binding would reach the {client} client, not the engine "
+            "(every replica would see every GPU, the compile caches would land inside the "
+            "container, outside the cache store); run the engine on the host (docs/launch.md, "
+            "\"Containers\")")
+    dry = rocmseat_cli("launch", str(seat), "--dry-run")
+    assert (dry.exit_code, dry.stderr) == (2, absent_lines([line]))
+    result = rocmseat_cli("launch", str(seat), "--replica", "r0")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == f"rocmseat: error: {line}"
+    assert not (tmp_path / "cache").exists()  # refused before any side effect

@@ -82,7 +82,14 @@ def test_json_golden(preflight, golden, host):
 
 
 def test_table_golden(preflight, golden):
-    golden("preflight-x99-r9700-degraded.txt", preflight(DEGRADED).stdout)
+    text = preflight(DEGRADED).stdout
+    # issue 26: the worst first (the degraded link before the AER count), each problem's hint
+    # on a line of its own under its message
+    rows = [line.split()[:2] for line in text.splitlines() if line.startswith(("FAIL", "UNK"))]
+    assert rows == [["FAIL", "pcie.link.degraded"], ["FAIL", "aer.badtlp"],
+                    ["UNKNOWN", "pcie.dpm.unknown"]]
+    assert text.count(" hint: ") == 3
+    golden("preflight-x99-r9700-degraded.txt", text)
 
 
 def test_textfile_golden_and_parsed_back(preflight, golden, tmp_path):
@@ -678,17 +685,25 @@ def test_textfile_aer_totals_are_exact_integer_counters(preflight, copy_tree, tm
 
 # --- issue 19: output that fits a terminal ------------------------------------------------
 def test_problems_fit_80_columns(preflight, golden, monkeypatch):
-    """`--problems`: only what is not ok, one line per problem at 80 columns (the full table
-    took 115 lines at 80 columns for this tree), the ok findings folded into a count."""
+    """`--problems`: only what is not ok at 80 columns (the full table took 115 lines at 80
+    columns for this tree), the ok findings folded into a count. Issue 26: the worst first (the
+    degraded link before the AER count), each problem's message on a line of its own with its
+    figure kept (`trained 2.5 GT/s x16` was cut to `2.5 GT/s...`), its hint under it, wrapped."""
     monkeypatch.setenv("COLUMNS", "80")
     result = preflight(DEGRADED, "--problems")
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines), lines
-    assert [line.split(" ", 2)[:2] for line in lines[1:4]] == [
-        ["FAIL", "pcie.link.degraded"], ["FAIL", "aer.badtlp"], ["UNKNOWN", "pcie.dpm.unknown"]]
-    assert lines[4:] == ["(15 ok not shown)",
-                         "result: 2 fail, 1 unknown, 0 warn, 15 ok -> exit 1"]
+    heads = [line.split(" ", 2)[:2] for line in lines if not line.startswith(" ")][1:4]
+    assert heads == [["FAIL", "pcie.link.degraded"], ["FAIL", "aer.badtlp"],
+                     ["UNKNOWN", "pcie.dpm.unknown"]]
+    assert lines[1:4] == [
+        "FAIL pcie.link.degraded 0000:89:00.0",
+        "    root port 0000:80:03.0 trained 2.5 GT/s x16; both ends support 8 GT/s x16",
+        "    hint: reseat the GPU and its riser/cable, check the slot's BIOS link speed"]
+    assert sum(line.startswith("    hint: ") for line in lines) == 3
+    assert lines[-2:] == ["(15 ok not shown)",
+                          "result: 2 fail, 1 unknown, 0 warn, 15 ok -> exit 1"]
     golden("preflight-x99-r9700-degraded-problems.txt", result.stdout)
 
 
@@ -782,7 +797,8 @@ def _on_a_terminal(args, columns, tmp_path):
 def test_a_narrow_terminal_gets_the_problems_a_wide_one_the_table(tmp_path):
     narrow = _on_a_terminal(["--sysfs-root", str(DEGRADED)], 80, tmp_path)
     assert narrow.splitlines()[-1] == "(a narrow terminal: --format table for the full table)"
-    assert len(narrow.splitlines()) == 7
+    # the title, three problems of a head, a message and a wrapped hint each, the counts
+    assert len(narrow.splitlines()) == 16, narrow
     wide = _on_a_terminal(["--sysfs-root", str(DEGRADED)], 200, tmp_path)
     assert "ENDPOINT" in wide and "narrow terminal" not in wide
     forced = _on_a_terminal(["--sysfs-root", str(DEGRADED), "--format", "table"], 80, tmp_path)

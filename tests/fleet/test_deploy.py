@@ -169,15 +169,18 @@ def test_slurm_snippet_and_wrapper():
     assert ctx.params["budget_s"] < 60 and ctx.params["max_age_s"] >= 300
 
 
+NHC_PATH = "/sbin:/usr/sbin:/bin:/usr/bin"
 NHC_HARNESS = r"""
 # NHC's contract for a check (mej/nhc, nhc): `die RC MSG` fails the node, `log MSG` logs; a check
-# returns 0 on success. Only those two are provided here.
+# returns 0 on success. Only those two are provided here. NHC resets PATH before it runs any
+# check (nhc: nhcmain_init_env), and so does this harness.
+PATH="{path}"
 die() { echo "DIE $1 ${*:2}"; }
 log() { echo "LOG $*"; }
 source "$1"; shift
 check_rocmseat "$@"
 echo "RC $?"
-"""
+""".replace("{path}", NHC_PATH)
 
 
 @pytest.fixture
@@ -190,11 +193,11 @@ def nhc(tmp_path, rocmseat_cli):
     harness = tmp_path / "harness.sh"
     harness.write_text(NHC_HARNESS)
 
-    def run(root, *families, fresh=True, strict=False):
+    def run(root, *families, fresh=True, strict=False, command=wrapper):
         state = tmp_path / f"state-{root.name}"
         if fresh:
             rocmseat_cli("preflight", "--sysfs-root", str(root), "--state-dir", str(state))
-        env = {**os.environ, "ROCMSEAT": str(wrapper), "ROCMSEAT_SYSFS_ROOT": str(root),
+        env = {**os.environ, "ROCMSEAT": str(command), "ROCMSEAT_SYSFS_ROOT": str(root),
                "ROCMSEAT_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
         if strict:
             env["ROCMSEAT_NHC_STRICT"] = "1"
@@ -208,7 +211,7 @@ def nhc(tmp_path, rocmseat_cli):
 def test_nhc_check_passes_fails_and_logs(nhc):
     assert nhc(X99) == ["RC 0"]
     lines = nhc(DEGRADED)
-    assert lines[0] == "DIE 1 rocmseat: FAIL aer.badtlp 0000:80:02.0 +1 more", lines
+    assert lines[0] == "DIE 1 rocmseat: FAIL pcie.link.degraded 0000:89:00.0 +1 more", lines
     assert lines[-1] == "RC 1"
     assert nhc(DEGRADED, "numa") == ["RC 0"]
     assert nhc(DEGRADED, "pcie")[0].startswith("DIE 1 rocmseat: FAIL pcie.link.degraded ")
@@ -221,6 +224,28 @@ def test_nhc_check_could_not_check_logs_unless_strict(nhc):
     lines = nhc(SYSFS_FIXTURES / "mi300x-8gpu", fresh=False, strict=True)
     assert lines[0].startswith("DIE 1 rocmseat: could not check: UNKNOWN: no cached verdict")
     assert lines[-1] == "RC 1"
+
+
+def test_nhc_check_fails_when_rocmseat_cannot_run(nhc, tmp_path):
+    """Issue 26, item 5: under NHC's PATH the check ran `rocmseat` from PATH, got exit 127 and
+    passed the node as "could not check". Now it calls an absolute path, and a command that is
+    not installed (127) or not executable (126) fails the node check, saying so."""
+    missing = tmp_path / "not-installed" / "rocmseat"
+    lines = nhc(X99, command=missing)
+    assert lines == [f"DIE 1 rocmseat: the check cannot run: {missing} not found (exit 127); "
+                     "see docs/install.md", "RC 1"]
+    plain = tmp_path / "plain"
+    plain.write_text("#!/bin/sh\n")
+    plain.chmod(0o644)
+    assert nhc(X99, command=plain)[0] == (f"DIE 1 rocmseat: the check cannot run: {plain} is not "
+                                          "executable (exit 126); see docs/install.md")
+    # the old default, a bare name looked up on PATH, is refused before it runs
+    assert nhc(X99, command="rocmseat") == [
+        f"DIE 1 rocmseat: ROCMSEAT=rocmseat is not an absolute path (NHC runs with "
+        f"PATH={NHC_PATH})", "RC 1"]
+    # the default is the symlink every deploy file calls (docs/install.md)
+    text = (DEPLOY / "nhc" / "rocmseat.nhc").read_text()
+    assert 'COMMAND="${ROCMSEAT:-/usr/local/bin/rocmseat}"' in text
 
 
 def test_nhc_file_is_bash():
@@ -254,3 +279,21 @@ def test_timer_units_pass_systemd_analyze_verify(tmp_path):
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip() == "", proc.stderr
+
+
+def test_one_install_path_across_deploy_and_docs():
+    """Issue 26, item 5: deploy/ named rocmseat at /usr/local/bin in some files and
+    /opt/rocmseat/bin in others. Every deploy file and every doc now calls the one symlink
+    docs/install.md makes (/usr/local/bin/rocmseat -> /opt/rocmseat/current/bin/rocmseat)."""
+    pattern = re.compile(r"(/[\w./-]*/bin/rocmseat)\b(?!-)")
+    found = {}
+    files = [p for p in DEPLOY.rglob("*") if p.is_file()]
+    files += [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md"]
+    for path in files:
+        for match in pattern.finditer(path.read_text()):
+            found.setdefault(match.group(1), set()).add(path.relative_to(REPO).as_posix())
+    assert set(found) & {"/usr/local/bin/rocmseat"}, found
+    # a venv's own script is named only where docs/install.md makes the symlink to it
+    for path, where in found.items():
+        if path != "/usr/local/bin/rocmseat":
+            assert path.startswith("/opt/rocmseat/") and where == {"docs/install.md"}, found

@@ -36,7 +36,8 @@ def npd(rocmseat_cli, tmp_path):
 
 def test_live_npd_line(npd):
     result = npd(DEGRADED)
-    assert (result.exit_code, result.stdout) == (1, "FAIL aer.badtlp 0000:80:02.0 +1 more\n")
+    assert (result.exit_code, result.stdout) == (
+        1, "FAIL pcie.link.degraded 0000:89:00.0 +1 more\n")
     result = npd(X99)
     assert (result.exit_code, result.stdout) == (0, "OK: 4 GPUs, 18 checks\n")
 
@@ -44,7 +45,7 @@ def test_live_npd_line(npd):
 @pytest.mark.parametrize(
     ("only", "code", "line"),
     [
-        ((), 1, r"FAIL aer\.badtlp 0000:80:02\.0 \+1 more"),
+        ((), 1, r"FAIL pcie\.link\.degraded 0000:89:00\.0 \+1 more"),
         (("pcie",), 1, r"FAIL pcie\.link\.degraded 0000:89:00\.0"),
         (("aer",), 1, r"FAIL aer\.badtlp 0000:80:02\.0"),
         (("numa",), 0, r"OK \[numa\]: 4 GPUs, 6 checks"),
@@ -311,7 +312,7 @@ def test_the_stability_check_catches_an_age_in_the_line(rule_runner):
         # the node is fine but the run could not do its job: the line says so, as the code does
         ("x99-r9700", 2, "UNKNOWN: cannot write the textfile: Not a directory\n"),
         # a problem on the node outranks it (1): the line still names the problem
-        ("x99-r9700-degraded", 1, "FAIL aer.badtlp 0000:80:02.0 +1 more\n"),
+        ("x99-r9700-degraded", 1, "FAIL pcie.link.degraded 0000:89:00.0 +1 more\n"),
     ],
 )
 def test_npd_line_agrees_with_the_exit_code_when_the_textfile_fails(npd, tmp_path, host, code,

@@ -75,12 +75,14 @@ FAIL = [_f("pcie.link.degraded", Severity.FAIL, "0000:89:00.0"),
         _f("pcie.link.ok", Severity.OK, "0000:05:00.0")]
 UNKNOWN = [_f("aer.unknown", Severity.UNKNOWN, "0000:05:00.0")]
 FULL = {"aer", "numa", "pcie", "inventory", "preflight"}  # what a full run without --hip covers
+# the drain reason of both failures: the degraded link first (rocmseat.preflight.order)
+BOTH = "rocmseat: pcie.link.degraded 0000:89:00.0 +1 more [aer,pcie]"
 TAGGED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0",
                          "Reason=rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]")
 HIP_DRAINED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0",
                               "Reason=rocmseat: hip.ipc 0000:05:00.0+0000:09:00.0 [hip]")
 MORE_DRAINED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0",
-                               "Reason=rocmseat: aer.badtlp 0000:80:02.0 +1 more")
+                               "Reason=rocmseat: pcie.link.degraded 0000:89:00.0 +1 more")
 
 
 def _state(line, state, reason):
@@ -107,9 +109,9 @@ FOREIGN = [ADMIN, ADMIN_DOWN, ADMIN_FAIL, DOWN_OURS, FAIL_OURS, MAINT, REBOOT, P
 @pytest.mark.parametrize(
     ("code", "findings", "line", "covered", "kind", "reason"),
     [
-        (1, FAIL, IDLE, FULL, "drain", "rocmseat: aer.badtlp 0000:80:02.0 +1 more [aer,pcie]"),
+        (1, FAIL, IDLE, FULL, "drain", BOTH),
         # a new reason; the old one's family (pcie) was checked again and is in the new one
-        (1, FAIL, TAGGED, FULL, "drain", "rocmseat: aer.badtlp 0000:80:02.0 +1 more [aer,pcie]"),
+        (1, FAIL, TAGGED, FULL, "drain", BOTH),
         (1, FAIL[:1], TAGGED, FULL, "none", "rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]"),
         # a reason of an older rocmseat (no tag) is rewritten once with its family
         (1, FAIL[:1], DRAINED, FULL, "drain", "rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]"),
@@ -117,7 +119,10 @@ FOREIGN = [ADMIN, ADMIN_DOWN, ADMIN_FAIL, DOWN_OURS, FAIL_OURS, MAINT, REBOOT, P
         (0, FAIL[2:], DRAINED, FULL, "resume", None),  # legacy, one finding: its family
         (0, FAIL[2:], IDLE, FULL, "none", None),
         (2, UNKNOWN, IDLE, FULL, "none", None),  # unknown: no change by default
-        (2, UNKNOWN, TAGGED, FULL, "none", None),  # ... and no resume either
+        # ... and no resume of a drain whose family could not be checked; a drain for another
+        # family that passed is resumed (issue 26: slurm health judges the families it has)
+        (2, UNKNOWN, TAGGED.replace("[pcie]", "[aer]"), FULL, "none", None),
+        (2, UNKNOWN, TAGGED, FULL, "resume", None),
         # issue 13, defect 11: a drain for hip.ipc is not cleared by a run that never probed HIP
         (0, FAIL[2:], HIP_DRAINED, FULL, "none", "rocmseat: hip.ipc 0000:05:00.0+0000:09:00.0 "
          "[hip]"),
@@ -129,7 +134,7 @@ FOREIGN = [ADMIN, ADMIN_DOWN, ADMIN_FAIL, DOWN_OURS, FAIL_OURS, MAINT, REBOOT, P
          "rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]"),
         # an older "+N more" reason does not say which families: never resumed by guess
         (0, FAIL[2:], MORE_DRAINED, FULL | {"hip"}, "none",
-         "rocmseat: aer.badtlp 0000:80:02.0 +1 more"),
+         "rocmseat: pcie.link.degraded 0000:89:00.0 +1 more"),
     ],
 )
 def test_decision_table(code, findings, line, covered, kind, reason):
@@ -165,11 +170,10 @@ def test_left_alone_says_what_it_saw():
 
 
 def test_reason_families():
-    assert slurm.reason_families("rocmseat: aer.badtlp 0000:80:02.0 +1 more [aer,pcie]") == {
-        "aer", "pcie"}
+    assert slurm.reason_families(BOTH) == {"aer", "pcie"}
     assert slurm.reason_families("rocmseat: unknown no verdict []") == frozenset()
     assert slurm.reason_families("rocmseat: pcie.link.degraded 0000:89:00.0") == {"pcie"}
-    assert slurm.reason_families("rocmseat: aer.badtlp 0000:80:02.0 +1 more") is None
+    assert slurm.reason_families("rocmseat: pcie.link.degraded 0000:89:00.0 +1 more") is None
     assert slurm.reason_families("rocmseat: something I typed") is None
     assert slurm.reason_families("maintenance") is None
 
@@ -271,12 +275,13 @@ def test_a_stale_verdict_is_replaced_by_an_in_process_run(tmp_path):
     runner = FakeRunner(show=IDLE)
     outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=tmp_path,
                            node="vm", runner=runner)
-    assert outcome.verdict_line.startswith("FAIL aer.badtlp 0000:80:02.0 +1 more (")
+    assert outcome.verdict_line.startswith("FAIL pcie.link.degraded 0000:89:00.0 +1 more (")
     assert outcome.action.kind == "drain"
     assert verdict_path(tmp_path).is_file()
-    # only scontrol was spawned: show, show again after the run, update
+    # only scontrol was spawned: show, show again after the run, update, and the breaker's
+    # read after the drain (this fake does not keep the drain: nothing to rank)
     assert [argv[:2] for argv, _ in runner.calls] == [["scontrol", "-o"], ["scontrol", "-o"],
-                                                      ["scontrol", "update"]]
+                                                      ["scontrol", "update"], ["scontrol", "-o"]]
 
 
 class Clock:
@@ -641,3 +646,131 @@ def test_an_scontrol_whose_setsid_child_holds_its_output_ends_within_the_budget(
     assert result.exit_code == 2
     assert result.stderr.startswith("rocmseat: error: scontrol -o show node vm: timed out after "
                                     "10s (slurmctld not answering?)"), result.stderr
+
+
+def _listed(name, state="IDLE", reason=None, stamp=None):
+    line = f"NodeName={name} State={state}"
+    if reason is not None:
+        line += f" Reason={reason}" + (f" [root@{stamp}]" if stamp else "")
+    return line
+
+
+def test_the_reason_stamp_is_read_as_utc():
+    node = slurm.parse_node_line(_listed("gpu01", "IDLE+DRAIN", "rocmseat: x [aer]",
+                                       "2026-12-01T14:21:05"))
+    assert node.reason == "rocmseat: x [aer]"
+    assert node.reason_set_unix_s == 1796134865.0
+    for odd in ("Unknown", "12/01 14:21", "2026-13-45T99:99:99"):
+        node = slurm.parse_node_line(_listed("gpu01", "IDLE+DRAIN", "rocmseat: x", odd))
+        assert (node.reason, node.reason_set_unix_s) == ("rocmseat: x", None)
+    # scontrol is asked for the one format this reads
+    env = slurm.scontrol_env()
+    assert (env["SLURM_TIME_FORMAT"], env["TZ"]) == ("standard", "UTC")
+
+
+def test_breaker_after_keeps_the_first_drains_slurmctld_stamped():
+    """Issue 26: every run that drained ranks the same drains the same way (stamp, then name),
+    so of twenty drains in one second the first two by name stay, and an older drain keeps its
+    place before them; an administrator's drain is not counted."""
+    limit = slurm.MaxDrained(count=2)
+    same = "2026-12-01T14:21:05"
+    nodes = [slurm.parse_node_line(_listed(f"gpu{i:02d}", "IDLE+DRAIN", "rocmseat: x [aer]",
+                                         same)) for i in range(1, 21)]
+    kept = [n.name for n in nodes if slurm.breaker_after(n.name, nodes, limit) is None]
+    assert kept == ["gpu01", "gpu02"]
+    back = slurm.breaker_after("gpu03", nodes, limit)
+    assert back is not None and (back.kind, back.held) == ("resume", True)
+    assert back.why == ("circuit breaker: 2 of 20 nodes were drained by rocmseat before it "
+                        "(limit 2): handed back the drain of gpu03")
+    older = slurm.parse_node_line(_listed("gpu20", "IDLE+DRAIN", "rocmseat: y [pcie]",
+                                        "2026-12-01T14:00:00"))
+    admin = slurm.parse_node_line(_listed("gpu00", "IDLE+DRAIN", "RMA ticket 42", same))
+    nodes = [admin, *nodes[:19], older]
+    kept = [n.name for n in nodes if slurm.breaker_after(n.name, nodes, limit) is None]
+    assert kept == ["gpu00", "gpu01", "gpu20"]  # gpu00 is not rocmseat's: never ranked
+
+
+class ListRunner:
+    """scontrol whose node list is given per call; records the calls."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.calls = []
+
+    def __call__(self, argv, *, timeout_s=None, env=None, cwd=None, input_text=None):
+        self.calls.append(list(argv))
+        return Completed(tuple(argv), 0, "\n".join(self.answers.pop(0)) + "\n", "")
+
+
+def test_settle_waits_for_the_drains_second_to_pass_before_it_ranks():
+    stamp = "2026-12-01T14:21:05"
+    stamped = 1796134865.0
+    now = [stamped + 0.2]
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    mine = _listed("gpu03", "IDLE+DRAIN", "rocmseat: x [aer]", stamp)
+    early = [mine, _listed("gpu01")]  # gpu01's drain of the same second is not committed yet
+    late = [mine, *(_listed(f"gpu0{i}", "IDLE+DRAIN", "rocmseat: x [aer]", stamp)
+                    for i in (1, 2))]
+    runner = ListRunner([early, late])
+    clocks = slurm.Clocks(wall=lambda: now[0], monotonic=lambda: 0.0, sleep=sleep)
+    back = slurm.settle_and_rank("gpu03", "rocmseat: x [aer]", slurm.MaxDrained(count=2),
+                                 runner=runner, deadline=slurm.Deadline(50, lambda: 0.0),
+                                 clocks=clocks)
+    assert slept == [pytest.approx(1.0 + slurm.CLOCK_SLACK_S - 0.2)]
+    assert back is not None and back.kind == "resume"
+    # the drain was changed since (an administrator's reason): not rocmseat's to hand back
+    runner = ListRunner([[_listed("gpu03", "IDLE+DRAIN", "RMA ticket 42", stamp)]])
+    assert slurm.settle_and_rank("gpu03", "rocmseat: x [aer]", slurm.MaxDrained(count=2),
+                                 runner=runner, deadline=slurm.Deadline(50, lambda: 0.0),
+                                 clocks=clocks) is None
+    # a stamp far ahead of this host's clock: the clocks disagree, the drain is handed back
+    now[0] = stamped - 30
+    runner = ListRunner([[mine]])
+    back = slurm.settle_and_rank("gpu03", "rocmseat: x [aer]", slurm.MaxDrained(count=2),
+                                 runner=runner, deadline=slurm.Deadline(50, lambda: 0.0),
+                                 clocks=clocks)
+    assert back is not None and "clocks not synchronised" in back.why
+
+
+def test_an_absent_hip_runtime_does_not_keep_a_pcie_drain():
+    """Issue 26, item 7: a host where vLLM runs in a container has the amdgpu driver and no HIP
+    runtime; the timer's `--hip` run finds hip.runtime unknown, the verdict is exit 2, and a node
+    rocmseat drained for pcie was never resumed. Now the families the verdict judged decide: the
+    pcie drain is resumed, a hip drain stays, and an unknown that speaks for every family
+    (inventory) resumes nothing."""
+    no_hip = [_f("hip.runtime", Severity.UNKNOWN, "0000:05:00.0+0000:09:00.0"),
+              _f("pcie.link.ok", Severity.OK, "0000:05:00.0")]
+    covered = FULL | {"hip"}
+    action = slurm.decide(2, no_hip, slurm.parse_node_line(TAGGED), covered=covered)
+    assert action.kind == "resume"
+    assert action.why == ("resumed (it was drained: rocmseat: pcie.link.degraded 0000:89:00.0 "
+                          "[pcie]; this verdict could not check hip, which did not drain it)")
+    assert slurm.decide(2, no_hip, slurm.parse_node_line(HIP_DRAINED),
+                        covered=covered).kind == "none"
+    unreadable = [*no_hip, _f("inventory.unreadable", Severity.UNKNOWN, "0000:05:00.0")]
+    assert slurm.decide(2, unreadable, slurm.parse_node_line(TAGGED),
+                        covered=covered).kind == "none"
+    assert slurm.decide(2, no_hip, slurm.parse_node_line(IDLE), covered=covered).kind == "none"
+
+
+def test_the_timers_hip_run_on_a_host_without_hip_resumes_a_pcie_drain(tmp_path, rocmseat_cli,
+                                                                       monkeypatch):
+    """The shipped timer's `preflight --hip` on a host with no HIP runtime (libamdhip64 nowhere):
+    hip.runtime is unknown, the other families are judged, and slurm health resumes a drain for
+    one of them."""
+    monkeypatch.setenv("ROCMSEAT_HIP_LIBRARY", str(tmp_path / "absent" / "libamdhip64.so"))
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
+    monkeypatch.setenv("HIP_PATH", str(tmp_path / "no-rocm"))
+    result = rocmseat_cli("preflight", "--hip", "--format", "npd", "--sysfs-root",
+                          str(SYSFS_FIXTURES / "x99-r9700"), "--state-dir", str(tmp_path))
+    assert (result.exit_code, result.stdout.split(" ")[:2]) == (2, ["UNKNOWN", "hip.runtime"])
+    runner = FakeRunner(show=TAGGED)
+    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700", state_dir=tmp_path,
+                           node="vm", runner=runner)
+    assert outcome.action.kind == "resume", outcome
+    assert runner.calls[-1][0] == ["scontrol", "update", "NodeName=vm", "State=RESUME"]

@@ -38,7 +38,8 @@ def seat(tmp_path, refuse=True, hip=False, python=None):
                 .replace('"/models/qwen3.8-27b-mxfp4"', f'"{models / "target"}"')
                 .replace('"/models/qwen3.8-27b-dflash-fp8"', f'"{models / "drafter"}"')
                 .replace('"/var/cache/rocmseat/r9700-mxfp4-dflash"', f'"{tmp_path / "cache"}"')
-                .replace('command = ["vllm", "serve"]', f'command = ["{sys.executable}"]'))
+                .replace('command = ["/opt/vllm/bin/vllm", "serve"]',
+                         f'command = ["{sys.executable}"]'))
     return seat_from(tmp_path, text)
 
 

@@ -48,7 +48,8 @@ def shipped_seat_here(tmp_path: Path, python: Path) -> Path:
             .replace('"/models/qwen3.8-27b-mxfp4"', f'"{models / "target"}"')
             .replace('"/models/qwen3.8-27b-dflash-fp8"', f'"{models / "drafter"}"')
             .replace('"/var/cache/rocmseat/r9700-mxfp4-dflash"', f'"{tmp_path / "cache"}"')
-            .replace('command = ["vllm", "serve"]', f'command = ["{sys.executable}", "{engine}"]')
+            .replace('command = ["/opt/vllm/bin/vllm", "serve"]',
+                     f'command = ["{sys.executable}", "{engine}"]')
             .replace('profile = "../checks/x99-r9700.toml"',
                      f'profile = "{REPO / "checks" / "x99-r9700.toml"}"'))
     path = tmp_path / "launchers" / "r9700-mxfp4-dflash.toml"

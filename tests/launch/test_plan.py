@@ -43,7 +43,7 @@ def test_r9700_two_socket_local_replicas(tmp_path):
     assert r0.env["VLLM_CACHE_ROOT"] == "/var/cache/rocmseat/r9700-mxfp4-dflash/r0/vllm"
     assert r0.env["NCCL_PROTO"] == "Simple"
     argv = r0.engine_argv
-    assert argv[:3] == ("vllm", "serve", "/models/qwen3.8-27b-mxfp4")
+    assert argv[:3] == ("/opt/vllm/bin/vllm", "serve", "/models/qwen3.8-27b-mxfp4")
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec == {
         "method": "dflash", "model": "/models/qwen3.8-27b-dflash-fp8",

@@ -48,6 +48,12 @@ def moved_seat(shipped: Path, tmp_path: Path, python: Path, port: int) -> Path:
     if data["backend"] == "cpu":  # first: the command names the engine Python too
         text = text.replace(json.dumps(data["engine"]["command"])[1:-1],
                             f'"{sys.executable}", "{TEST_ENGINE}"')
+    else:  # the engine's script, moved too: launch and its dry run refuse one that is not there
+        engine = tmp_path / "engine-bin" / Path(data["engine"]["command"][0]).name
+        engine.parent.mkdir(parents=True, exist_ok=True)
+        engine.write_text("#!/bin/sh\nexit 0\n")
+        engine.chmod(0o755)
+        text = text.replace(json.dumps(data["engine"]["command"][0]), json.dumps(str(engine)), 1)
     values: dict[str, str] = {
         data["engine"]["python"]: str(python),
         data["cache_root"]: str(tmp_path / "cache"),
