@@ -86,6 +86,15 @@ def _prepare(state_dir: Path, seat: str) -> Path:
     return directory
 
 
+def check_shapes(state_dir: Path, seat: str) -> None:
+    """Read only: StateUnusable when one of the seat's remediation dirs is something else."""
+    directory = seat_dir(state_dir, seat)
+    for path in (state_dir / "remediation", directory, directory / "journal"):
+        if (shape := _shape(path)) is not None:
+            raise StateUnusable(f"{path}: {shape}", hint="move it away; rocmseat makes its own "
+                                "directory there")
+
+
 def _shape(path: Path) -> str | None:
     """What stands at `path` when it is not a directory (None: nothing, or a directory)."""
     import stat
@@ -268,12 +277,13 @@ def read_records(state_dir: Path, seat: str, *, last: int = 20) -> tuple[list[di
     """The newest `last` journal records, oldest first, each checked by the record model
     (rocmseat.watch.remediate.documents.RecordDoc), and one line per file not read."""
     journal = seat_dir(state_dir, seat) / "journal"
-    if journal.is_symlink():
-        return [], [f"{journal}: is a symlink: not read"]
+    if (shape := _shape(journal)) is not None:
+        raise StateUnusable(f"{journal}: {shape}", hint="move it away; rocmseat makes its own "
+                            "directory there")
     try:
         names = sorted(n for n in os.listdir(journal) if n.endswith(".json")
                        and not n.startswith("."))
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError:
         return [], []
     except OSError as exc:
         return [], [f"{journal}: {exc.strerror or exc}"]

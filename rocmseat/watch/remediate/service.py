@@ -353,6 +353,7 @@ def _token(value: object) -> str:
 def plan_reset(state_dir: Path, seat: str, replica: str | None) -> list[str]:
     """The replicas a reset would restart (read only: nothing changes); RocmseatError for a
     replica with no remediation state."""
+    journal.check_shapes(state_dir, seat)
     state, _ = journal.load_state(state_dir, seat)
     if replica is not None and replica not in state.ladders and not any(
             h.scope == P.replica_scope(replica) for h in state.halts.values()):
