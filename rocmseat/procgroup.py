@@ -61,7 +61,7 @@ def spawn(
         # without a preexec_fn CPython keeps its faster vfork path (Modules/_posixsubprocess.c).
         # The function is a single call into C that takes no lock another thread could hold
         # at fork (the hazard the subprocess docs warn of for preexec_fn with threads).
-        preexec_fn=_empty_signal_mask if blocked else None,
+        preexec_fn=_empty_signal_mask if blocked else None,  # noqa: PLW1509 (see above)
     )
 
 

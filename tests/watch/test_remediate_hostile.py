@@ -96,7 +96,7 @@ def _sinks(world: World, rocmseat_cli) -> dict[str, str]:
 @pytest.mark.parametrize("case", range(6))
 def test_secrets_a_child_printed_reach_no_sink(rocmseat_cli, tmp_path, case):
     rng = random.Random(SEED * 100 + case)
-    lines = rng.sample(SECRET_LINES, 3) + [SECRET_LINES[case % 3]]
+    lines = [*rng.sample(SECRET_LINES, 3), SECRET_LINES[case % 3]]
     world = World(tmp_path)
     _set_command(world, _failing_command(lines, rng.choice(["stderr", "stdout"])))
     world.step(3)
@@ -270,8 +270,8 @@ def test_status_prints_state_text_through_printable(rocmseat_cli, tmp_path):
     world = World(tmp_path)
     doc = _running(world)
     doc["halts"]["node:gpu07"]["text"] = "x\u001b]0;pwn\u0007\nr0: drafter"
-    doc["halts"]["node:gpu07"]["bound"] = "b\u001b[2J"
-    doc["node"] = "gpu07\u001b[31m"
+    doc["halts"]["node:gpu07"]["bound"] = "b\u001b[2J\rr0: drafter"
+    doc["node"] = "gpu07\u0007\nr0: drafter"
     (journal.seat_dir(world.state, "heal") / "state.json").write_text(json.dumps(doc))
     result = rocmseat_cli("remediate", "status", "--state-dir", str(world.state))
     assert result.exit_code == 1, result.stderr
@@ -417,7 +417,7 @@ def test_reset_racing_step_2_waits_for_the_workers_restart(tmp_path):
 
     world.edge._run = racing
     world.step(1)  # step 2 starts: the worker restarts without the drafter, the reset races
-    out, err = resetter[0].communicate(timeout=120)
+    _, err = resetter[0].communicate(timeout=120)
     assert resetter[0].returncode == 0, err
     # the reset's drafter restart landed after the worker's: the replica has its drafter
     assert _restart_log(tmp_path) == ["r0 no-drafter", "r0 drafter"]
@@ -599,7 +599,7 @@ def test_a_24_hour_flap_journals_the_refusal_once_per_episode(tmp_path):
     print(f"24 h flap at 10 s: {evaluations} evaluations, {len(files)} journal files, "
           f"{size} bytes")
     assert len(files) == 1 and size < 4096
-    assert [r[3] for r in world.outcomes()][0].startswith("refused: r0 has no placement record")
+    assert world.outcomes()[0][3].startswith("refused: r0 has no placement record")
 
 
 def test_the_journal_is_pruned_by_count_and_age_keeping_the_current_ladder(tmp_path):

@@ -194,7 +194,8 @@ def first_error(exc: ValidationError) -> str:
                          else "not a JSON object", 200)
     key = ".".join(str(p) for p in error["loc"] if not str(p).startswith(("function-",
                                                                            "literal[")))
-    return f"key {printable(key, 120)!r}: {printable(error['msg'].removeprefix('Value error, '), 200)}"
+    why = printable(error["msg"].removeprefix("Value error, "), 200)
+    return f"key {printable(key, 120)!r}: {why}"
 
 
 def parse_state_doc(text: str | bytes) -> StateDoc:

@@ -28,6 +28,7 @@ from rocmseat.seat.model import Seat
 from rocmseat.watch import alerts as A
 from rocmseat.watch.remediate import journal
 from rocmseat.watch.remediate import policy as P
+from rocmseat.watch.remediate.documents import SCHEMA
 from rocmseat.watch.status import ReplicaStatus
 
 REMEDIATION_ALERTS = (A.REMEDIATION_RUNNING, A.REMEDIATION_HALTED, A.REPLICA_NO_DRAFTER,
@@ -280,7 +281,7 @@ class Remediator:
     def _act(self, action: P.Action) -> None:
         if action.action == P.MOVE_CACHE_RESTART:
             aside = self.edge.move_cache_aside(action.replica, {
-                "schema": journal.SCHEMA, "why": action.reason,
+                "schema": SCHEMA, "why": action.reason,
                 "moved_by": "rocmseat watch --remediate (step 1)"})
             self.log(f"rocmseat-remediate replica={action.replica} cache-moved-aside "
                      f"to={_token(str(aside))}")
@@ -396,7 +397,7 @@ def finish_reset(state_dir: Path, meta: journal.Meta, replica: str, problem: str
 def reset(state_dir: Path, seat: str, replica: str | None, now_s: float
           ) -> tuple[P.State, list[str], journal.Meta]:
     """Both halves with no restart in between (the library's reset; the CLI restarts)."""
-    new, back, meta = begin_reset(state_dir, seat, replica, now_s)
+    _, back, meta = begin_reset(state_dir, seat, replica, now_s)
     for name in back:
         finish_reset(state_dir, meta, name, None, now_s)
     return journal.load_state(state_dir, seat)[0], back, meta
