@@ -669,3 +669,23 @@ def test_a_full_disk_says_state_not_saved_once_per_change(tmp_path, monkeypatch)
     monkeypatch.undo()
     world.step(3)  # saved again: nothing more said
     assert len([x for x in world.lines if "state-not-saved" in x]) == 1
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_preflight_readers_under_a_wrong_shape_state_dir(rocmseat_cli, tmp_path, shape):
+    """`<state>/preflight` of the wrong shape: `preflight --json` and `--format npd --cached`
+    say so in one line and exit 2 (they exited 3 on NotADirectoryError)."""
+    from tests.conftest import FIXTURES
+
+    state = tmp_path / "state"
+    _plant(state / "preflight", shape, tmp_path)
+    x99 = str(FIXTURES / "sysfs" / "x99-r9700")
+    cached = rocmseat_cli("preflight", "--format", "npd", "--cached", "--sysfs-root", x99,
+                          "--state-dir", str(state))
+    assert cached.exit_code == 2, cached.stderr
+    assert cached.stdout.startswith("UNKNOWN: untrusted preflight: is a ")
+    assert len(cached.stdout.splitlines()) == 1 and "Traceback" not in cached.stderr
+    full = rocmseat_cli("preflight", "--json", "--sysfs-root", x99, "--state-dir", str(state))
+    assert full.exit_code == 2, full.stderr
+    assert "internal error" not in full.stderr and "Traceback" not in full.stderr
+    json.loads(full.stdout)
