@@ -154,9 +154,12 @@ def _spaced_userinfo(text: str) -> str:
                   lambda m: m.group(1) + REDACTED + "@", text)
 
 
-# `Authorization: Bearer abc`, `bearer abc`, `Basic dXNlcjpwYXNz` (RFC 9110 section 11.6.2:
-# credentials = auth-scheme [ 1*SP token68 ]; token68 is these characters)
-_SCHEME_CREDENTIALS = re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/-]+=*")
+# A credentials header to the end of its line or quote (RFC 9110 section 11.6.2:
+# credentials = auth-scheme [ 1*SP ( token68 / #auth-param ) ], any scheme)
+_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization|(?:set-)?cookie)(\s*[:=]\s*)"
+                     r"([^\r\n\"']+)")
+# `Bearer abc` outside a header (RFC 6750 section 2.1: b64token is these characters)
+_BEARER = re.compile(r"(?i)\b(bearer)(\s+)[A-Za-z0-9._~+/-]+=*")
 # `--api-key VALUE`, `--api-key=VALUE` (a secret flag and its first value)
 _FLAG_VALUE = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)")
 # `token=abc`, `password: abc`, `X-Api-Key: abc`, `"secret": "abc"` (a secret name and a value)
@@ -171,7 +174,8 @@ def redact_output(text: str) -> str:
     `Authorization: ...`, `"password": "..."`). Free text from a child has no rule for where a
     secret ends: a false positive hides a harmless word, never the other way round."""
     text = redact_text(text)
-    text = _SCHEME_CREDENTIALS.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    text = _HEADER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
 
     def flag(m: re.Match[str]) -> str:
         if not is_secret_name(m.group(1)) or m.group(3) == REDACTED:
