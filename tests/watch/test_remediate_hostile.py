@@ -204,6 +204,7 @@ def test_a_tampered_state_is_one_line_and_the_watcher_keeps_watching(rocmseat_cl
     state_file = journal.seat_dir(world.state, "heal") / "state.json"
     state_file.write_text(_put(doc, path, raw))
     restarts = list(world.restarts)
+    outside = _outside(tmp_path)
     world.step(4)  # would verify the pending step; raises nothing, acts on nothing
     assert world.restarts == restarts
     said = [x for x in world.lines if "unusable-state" in x]
@@ -217,6 +218,14 @@ def test_a_tampered_state_is_one_line_and_the_watcher_keeps_watching(rocmseat_cl
         assert result.stderr.startswith("rocmseat: error: ") and str(state_file) in result.stderr
         assert "\x1b" not in result.stderr + result.stdout
         assert "Traceback" not in result.stderr
+    assert _outside(tmp_path) == outside  # nothing written outside the state and cache dirs
+
+
+def _outside(tmp_path: Path) -> dict[str, int]:
+    """Every file under tmp_path outside its state and cache dirs, with its size."""
+    return {str(p): p.stat().st_size for p in tmp_path.rglob("*")
+            if p.is_file() and not p.is_relative_to(tmp_path / "state")
+            and not p.is_relative_to(tmp_path / "cache")}
 
 
 JOURNAL_TAMPER = (
