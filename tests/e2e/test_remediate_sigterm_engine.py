@@ -34,7 +34,7 @@ from tests.e2e.world import REPLICA, SERVED, World, dump_toml
 
 pytestmark = pytest.mark.engine
 
-SCENARIO = "remediate_sigterm_supervisor"
+SCENARIO = "the_ladder_under_a_sigterm_only_supervisor"  # the test's name (e2e conftest)
 SUPERVISOR = r'''
 import os, signal, socket, subprocess, sys, time
 control, seat = sys.argv[1], sys.argv[2]
@@ -206,12 +206,26 @@ def test_the_ladder_under_a_sigterm_only_supervisor(ready_world: World) -> None:
              f"({step2['figures']['tokens_per_s']} tok/s against "
              f"{step2['figures']['collapsed_tokens_per_s']} collapsed); /ready '{served}' at "
              f"+{t_done - t_swap:.0f} s")
-        note(SCENARIO, f"SIGTERMs sent by the supervisor: {log.count(' SIGTERM ')}, each "
-             f"stopped; the last launch stopped {stop_s:.1f} s after SIGTERM")
+        note(SCENARIO, f"SIGTERM -> stopped, per launch the supervisor stopped: "
+             f"{_stop_seconds(log)} s; the last launch stopped {stop_s:.1f} s after the test's "
+             "SIGTERM")
     finally:
         for pid, _ in _pids(control):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)  # the test's own cleanup, not the supervisor
+
+
+def _stop_seconds(log: str) -> list[float]:
+    """Seconds from the supervisor's SIGTERM to the launch gone, from its log lines."""
+    sent: dict[str, float] = {}
+    out = []
+    for line in log.splitlines():
+        when, *words = line.split()
+        if words[0] == "SIGTERM":
+            sent[words[1]] = float(when)
+        elif words[1:] == ["stopped"] and words[0] in sent:
+            out.append(round(float(when) - sent[words[0]], 1))
+    return out
 
 
 def at(iso: str) -> float:
