@@ -698,3 +698,45 @@ def test_the_preflight_readers_under_a_wrong_shape_state_dir(rocmseat_cli, tmp_p
     assert full.exit_code == 2, full.stderr
     assert "internal error" not in full.stderr and "Traceback" not in full.stderr
     json.loads(full.stdout)
+
+
+@pytest.mark.parametrize("case", random.Random(SEED).sample(range(len(TAMPER)), 4))
+def test_the_watch_process_keeps_watching_on_a_tampered_state(tmp_path, case):
+    """`rocmseat watch SEAT --remediate` as a process (its own threads, signal handling and
+    exporter) on a tampered state: one line naming the file and the key, /healthz answers,
+    SIGTERM ends it with exit 0 (a damaged state once ended it with exit 3)."""
+    import re
+
+    import httpx
+
+    name, path, raw = TAMPER[case]
+    world = World(tmp_path)
+    doc = _running(world)
+    world.remediator.close()  # the in-test watcher lets go of the judge's lock
+    state_file = journal.seat_dir(world.state, "heal") / "state.json"
+    state_file.write_text(_put(doc, path, raw))
+    log = tmp_path / "watch.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rocmseat", "watch", str(world.seat_file), "--remediate",
+             "--interval", "0.2", "--exporter-listen", "127.0.0.1:0", "--state-dir",
+             str(world.state), "--sysfs-root", str(tmp_path / "sys")],
+            stdout=out, stderr=subprocess.STDOUT, env={
+                **os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    try:
+        deadline = time.monotonic() + 60
+        while "unusable-state" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        port = re.search(r"exporter=127\.0\.0\.1:(\d+)", log.read_text()).group(1)
+        for _ in range(5):  # several evaluations later: still serving
+            time.sleep(0.3)
+            assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    said = [x for x in log.read_text().splitlines() if "unusable-state" in x]
+    assert len(said) == 1 and str(state_file) in said[0] and "key_'" in said[0], name

@@ -118,7 +118,8 @@ class Remediator:
         self._last: dict[str, P.StepRecord] = {}
         self._failures: queue.Queue[tuple[str, str]] = queue.Queue()
         self._jobs: queue.Queue[P.Action | None] = queue.Queue()
-        self._said = ""  # the last state problem said (said once per change, not per step)
+        # the last line said of each kind of problem (said once per change, not every step)
+        self._said: dict[str, str] = {}
         self._alerted_s: dict[str, float] = {}  # replica -> when a trigger was last seen
         self._judge: int | None = None  # the judge's lock (journal.try_judge), once held
         self._busy: P.Action | None = None  # the action the worker runs
@@ -148,13 +149,14 @@ class Remediator:
                 else:
                     decision = self._decide(state, statuses, now, fresh, problem)
         except RocmseatError as exc:  # an untrusted or damaged state, a lock timeout
-            self._say(f"rocmseat-remediate unusable-state acting-on=nothing "
+            self._say("state", f"rocmseat-remediate unusable-state acting-on=nothing "
                       f"error={_token(exc.message)}")
             return
         except OSError as exc:
-            self._say(f"rocmseat-remediate state-not-saved error={_token(exc.strerror or exc)}")
+            self._say("state", f"rocmseat-remediate state-not-saved "
+                      f"error={_token(exc.strerror or exc)}")
             return
-        self._said = "" if judge else self._said
+        self._said.pop("state", None)  # the state is usable again: a new problem is said
         self.state = decision.state
         self._after_records(decision.records)
         for action in decision.actions:
@@ -191,19 +193,22 @@ class Remediator:
             self.counts[key] = self.counts.get(key, 0) + 1
             self._last[record.replica] = record
 
-    def _say(self, line: str) -> None:
-        """A state problem, said once per change (not every evaluation of a full disk)."""
-        if line != self._said:
+    def _say(self, kind: str, line: str) -> None:
+        """A problem of `kind`, said once per change (not every evaluation of a full disk)."""
+        if self._said.get(kind) != line:
             self.log(line)
-            self._said = line
+            self._said[kind] = line
 
     def _is_judge(self) -> bool:
         if self._judge is None:
             self._judge = journal.try_judge(self.state_dir, self.seat.name)
             if self._judge is None:
-                self._say(f"rocmseat-remediate follower seat={self.seat.name}: another watcher "
-                          "holds the judge's lock: it decides and verifies; this one acts on "
-                          "nothing")
+                self._say("judge", f"rocmseat-remediate follower seat={self.seat.name}: "
+                          "another watcher holds the judge's lock: it decides and verifies; "
+                          "this one acts on nothing")
+        if self._judge is not None and self._said.pop("judge", None) is not None:
+            self.log(f"rocmseat-remediate judge seat={self.seat.name}: the other watcher is "
+                     "gone; this one decides now")
         return self._judge is not None
 
     def _note_alerts(self, statuses: Sequence[ReplicaStatus], now: float) -> None:
