@@ -25,18 +25,17 @@ from rocmseat.placement.rules import (
     MAX_PORT,
     http_base,
     known_names,
-    planned_port,
     probe_host,
     replica_cache_dir,
     replica_index,
     replica_state_dir,
 )
-from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat, is_replica_name, is_seat_name
+from rocmseat.seat.naming import planned_port
 from rocmseat.sysfs.parse import normalize_pci_address
+from rocmseat.text import printable
 
 SCHEMA = "rocmseat.placement/v1"
-FILE_NAME = "placement.json"
 HIP_ORDER_ASSUMED = "pci-bus-order"
 HIP_ORDER_PROBED = "hip-probe"
 # A gfx target as the KFD topology's gfx_target_version prints (gfx1201, gfx942, gfx90a).

@@ -34,7 +34,7 @@ class ActionFailed(RocmseatError):
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         from rocmseat.redact import redact_output
-        from rocmseat.seat.locate import printable
+        from rocmseat.text import printable
 
         super().__init__(printable(redact_output(message), 400), hint=hint)
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from rocmseat.seat.locate import printable
+from rocmseat.text import printable
 from rocmseat.seat.model import is_replica_name, is_seat_name
 from rocmseat.watch.remediate import policy as P
 

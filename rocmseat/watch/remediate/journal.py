@@ -5,6 +5,8 @@
     journal/<stamp>-<n>.json   one file per step (rocmseat.remediation/v1): what, why, when,
                                the verification figures, the outcome
     .lock                      flock: the watcher and `rocmseat remediate reset` take turns
+    .action.lock               flock: held around each restart (the worker's, reset's)
+    .judge.lock                flock: held by the one watcher that judges the seat
 
 The state decides actions, so it is read back through rocmseat.safeio.read_trusted_state (no
 link, owned by root or the reader, not writable by group or others); a state file that fails
@@ -27,7 +29,8 @@ from rocmseat.atomic import atomic_write_json, exclusive_lock
 from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.redact import redact_output, redact_text
 from rocmseat.safeio import read_regular_text, read_trusted_state
-from rocmseat.seat.locate import printable
+from rocmseat.statedir import StateDir
+from rocmseat.text import printable
 from rocmseat.watch.alerts import iso
 from rocmseat.watch.remediate.documents import (
     SCHEMA,
@@ -42,6 +45,9 @@ from rocmseat.watch.remediate.policy import State, StepRecord, state_json
 STATE_LIMIT_BYTES = 4 << 20
 RECORD_LIMIT_BYTES = 1 << 20
 DIR_MODE = 0o700
+# beside StateDir.remediation_lock: not state, so not in StateDir's layout (tests/test_statedir)
+ACTION_LOCK = ".action.lock"
+JUDGE_LOCK = ".judge.lock"
 STAMP_FORMAT = "%Y%m%dT%H%M%S.%fZ"
 KEEP_PER_REPLICA = 100  # journal records kept per replica (prune), beside the current ladder's
 KEEP_AGE_S = 30 * 86_400.0  # and none older than this
@@ -63,16 +69,17 @@ class Meta:
 
 
 def seat_dir(state_dir: Path, seat: str) -> Path:
-    return state_dir / "remediation" / seat
+    return StateDir(state_dir).remediation(seat)
 
 
 def _prepare(state_dir: Path, seat: str) -> Path:
     """The seat's remediation dirs, made when missing: each a real directory of ours (a file,
     FIFO, socket or link at one of their names is one StateUnusable line, never a traceback)."""
-    from rocmseat.cache.store import check_owned_dir
+    from rocmseat.statedir import check_owned_dir
 
-    directory = seat_dir(state_dir, seat)
-    for path in (state_dir / "remediation", directory, directory / "journal"):
+    names = StateDir(state_dir)
+    directory = names.remediation(seat)
+    for path in (names.remediation_root, directory, names.remediation_journal(seat)):
         try:
             check_owned_dir(path, what="remediation dir")
             path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
@@ -88,8 +95,9 @@ def _prepare(state_dir: Path, seat: str) -> Path:
 
 def check_shapes(state_dir: Path, seat: str) -> None:
     """Read only: StateUnusable when one of the seat's remediation dirs is something else."""
-    directory = seat_dir(state_dir, seat)
-    for path in (state_dir / "remediation", directory, directory / "journal"):
+    names = StateDir(state_dir)
+    for path in (names.remediation_root, names.remediation(seat),
+                 names.remediation_journal(seat)):
         if (shape := _shape(path)) is not None:
             raise StateUnusable(f"{path}: {shape}", hint="move it away; rocmseat makes its own "
                                 "directory there")
@@ -114,7 +122,7 @@ def _shape(path: Path) -> str | None:
 @contextlib.contextmanager
 def locked(state_dir: Path, seat: str, timeout_s: float = 60.0) -> Iterator[Path]:
     directory = _prepare(state_dir, seat)
-    with exclusive_lock(directory / ".lock", timeout_s=timeout_s):
+    with exclusive_lock(StateDir(state_dir).remediation_lock(seat), timeout_s=timeout_s):
         yield directory
 
 
@@ -123,7 +131,7 @@ def acting(state_dir: Path, seat: str, timeout_s: float) -> Iterator[None]:
     """Held by whoever restarts a replica of the seat (the watcher's worker, `remediate
     reset`): a reset waits for the worker's restart in flight, never lands under it."""
     directory = _prepare(state_dir, seat)
-    with exclusive_lock(directory / ".action.lock", timeout_s=timeout_s):
+    with exclusive_lock(directory / ACTION_LOCK, timeout_s=timeout_s):
         yield
 
 
@@ -135,7 +143,7 @@ def try_judge(state_dir: Path, seat: str) -> int | None:
     import fcntl
     import stat
 
-    path = _prepare(state_dir, seat) / ".judge.lock"
+    path = _prepare(state_dir, seat) / JUDGE_LOCK
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
                      | os.O_CLOEXEC, 0o600)
@@ -154,7 +162,7 @@ def try_judge(state_dir: Path, seat: str) -> int | None:
 
 def load_state(state_dir: Path, seat: str) -> tuple[State, Meta]:
     """The state (empty when there is none yet); StateUnusable when it cannot be trusted."""
-    path = seat_dir(state_dir, seat) / "state.json"
+    path = StateDir(state_dir).remediation_state(seat)
     try:
         text = read_trusted_state(path, trusted_root=state_dir, limit_bytes=STATE_LIMIT_BYTES)
     except ReadError as exc:
@@ -176,8 +184,8 @@ def load_state(state_dir: Path, seat: str) -> tuple[State, Meta]:
 
 
 def save_state(state_dir: Path, meta: Meta, state: State, now_s: float) -> None:
-    directory = _prepare(state_dir, meta.seat)
-    atomic_write_json(directory / "state.json", {
+    _prepare(state_dir, meta.seat)
+    atomic_write_json(StateDir(state_dir).remediation_state(meta.seat), {
         "schema": STATE_SCHEMA, "seat": meta.seat, "seat_file": meta.seat_file,
         "node": meta.node, "mode": meta.mode, "written_at": iso(now_s), **state_json(state),
     }, mode=0o600)
@@ -203,10 +211,11 @@ def record_json(meta: Meta, record: StepRecord) -> dict[str, Any]:
 def write_record(state_dir: Path, meta: Meta, record: StepRecord) -> Path:
     """One journal file, named `<UTC stamp>-<replica>-<pid>-<n>.json` (the replica in the name:
     `prune` keeps each replica's last records without opening a file)."""
-    directory = _prepare(state_dir, meta.seat)
+    _prepare(state_dir, meta.seat)
     stamp = dt.datetime.fromtimestamp(record.time_s, dt.UTC).strftime(STAMP_FORMAT)
     replica = record.replica if record.replica != "*" else "all"
-    path = directory / "journal" / f"{stamp}-{replica}-{os.getpid()}-{next(_SEQ)}.json"
+    journal = StateDir(state_dir).remediation_journal(meta.seat)
+    path = journal / f"{stamp}-{replica}-{os.getpid()}-{next(_SEQ)}.json"
     atomic_write_json(path, record_json(meta, record), mode=0o600)
     return path
 
@@ -227,7 +236,7 @@ def prune(state_dir: Path, seat: str, state: State, now_s: float, *,
     """Remove journal records older than `max_age_s` and beyond the last `keep` of each
     replica, never one of a ladder still running (a pending step, a replica off its drafter:
     every record since its ladder began stays). Returns how many went."""
-    journal = seat_dir(state_dir, seat) / "journal"
+    journal = StateDir(state_dir).remediation_journal(seat)
     try:
         names = sorted(n for n in os.listdir(journal) if n.endswith(".json")
                        and not n.startswith("."))
@@ -276,7 +285,7 @@ def read_records(state_dir: Path, seat: str, *, last: int = 20) -> tuple[list[di
                                                                           list[str]]:
     """The newest `last` journal records, oldest first, each checked by the record model
     (rocmseat.watch.remediate.documents.RecordDoc), and one line per file not read."""
-    journal = seat_dir(state_dir, seat) / "journal"
+    journal = StateDir(state_dir).remediation_journal(seat)
     if (shape := _shape(journal)) is not None:
         raise StateUnusable(f"{journal}: {shape}", hint="move it away; rocmseat makes its own "
                             "directory there")

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 from rocmseat.errors import RocmseatError
 from rocmseat.placement.record import ReplicaPlacement
-from rocmseat.placement.rules import replica_state_dir
 from rocmseat.seat.model import Seat
+from rocmseat.statedir import StateDir
 from rocmseat.watch import alerts as A
 from rocmseat.watch.remediate import journal
 from rocmseat.watch.remediate import policy as P
@@ -77,7 +77,7 @@ def startup_facts(state_dir: Path, seat: str, replica: str) -> tuple[bool | None
     start began from an empty cache (rocmseat.launch.startupfacts)."""
     from rocmseat.safeio import read_trusted_state
 
-    path = replica_state_dir(state_dir, seat, replica) / "startup.json"
+    path = StateDir(state_dir).replica(seat, replica).startup
     try:
         text = read_trusted_state(path, trusted_root=state_dir, limit_bytes=STARTUP_LIMIT_BYTES)
         doc = json.loads(text) if text is not None else None
@@ -351,7 +351,7 @@ def _without_drafter(ladder: P.Ladder) -> bool:
 def _token(value: object) -> str:
     """A value inside a key=value log line: printable, redacted, no spaces."""
     from rocmseat.redact import redact_output
-    from rocmseat.seat.locate import printable
+    from rocmseat.text import printable
 
     return "_".join(printable(redact_output(str(value)), 400).split()) or "-"
 
@@ -363,7 +363,7 @@ def plan_reset(state_dir: Path, seat: str, replica: str | None) -> list[str]:
     state, _ = journal.load_state(state_dir, seat)
     if replica is not None and replica not in state.ladders and not any(
             h.scope == P.replica_scope(replica) for h in state.halts.values()):
-        from rocmseat.seat.locate import printable
+        from rocmseat.text import printable
 
         raise RocmseatError(f"replica {printable(replica, 80)!r}: no remediation state in "
                             f"seat {seat}",

@@ -17,31 +17,10 @@ from rocmseat import exitcodes, jsonio
 from rocmseat.atomic import WriteRefused, write_into
 from rocmseat.errors import ConfigError
 from rocmseat.redact import redact_text
-from rocmseat.seat.locate import locate, printable
 from rocmseat.speculation.advise.schedule import Schedule, as_lists
 from rocmseat.speculation.documents import load_document
 from rocmseat.speculation.gate import battery as battery_mod
-from rocmseat.speculation.gate.battery import BatteryError
-from rocmseat.speculation.gate.bracket import (
-    SECOND_BASE,
-    bracketed_config,
-    measured_drift,
-    pooled_base,
-)
-from rocmseat.speculation.gate.gateconf import Battery, SeatWithGate, load_seat_with_gate
-from rocmseat.speculation.gate.gateout import claim_out, prepare_out
-from rocmseat.speculation.gate.gatereport import (
-    SCHEMA,
-    VERDICT_WORDS,
-    Comparison,
-    draw,
-    exit_code,
-    figures_json,
-    render_table,
-    single_stream,
-    verify_schedule_command,
-)
-from rocmseat.speculation.gate.gaterun import (
+from rocmseat.speculation.gate.arms import (
     ArmError,
     ArmRecord,
     GateRun,
@@ -54,7 +33,14 @@ from rocmseat.speculation.gate.gaterun import (
     now_utc,
     replica_slot,
 )
-from rocmseat.speculation.gate.gates import (
+from rocmseat.speculation.gate.battery import BatteryError
+from rocmseat.speculation.gate.bracket import (
+    SECOND_BASE,
+    bracketed_config,
+    measured_drift,
+    pooled_base,
+)
+from rocmseat.speculation.gate.judge import (
     ArmFigures,
     GateConfig,
     crossover,
@@ -62,7 +48,22 @@ from rocmseat.speculation.gate.gates import (
     k0_note,
     proposed_schedule,
 )
+from rocmseat.speculation.gate.outdir import claim_out, prepare_out
+from rocmseat.speculation.gate.report import (
+    SCHEMA,
+    VERDICT_WORDS,
+    Comparison,
+    draw,
+    exit_code,
+    figures_json,
+    render_table,
+    single_stream,
+    verify_schedule_command,
+)
+from rocmseat.speculation.gate.settings import Battery, SeatWithGate, load_seat_with_gate
 from rocmseat.speculation.plot import PlotUnavailable
+from rocmseat.text import printable
+from rocmseat.tomllocate import locate
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +296,7 @@ def rejudge(out: Path) -> GateOutcome:
     from rocmseat.safeio import read_regular_text
     from rocmseat.seat.load import load_seat
     from rocmseat.speculation.documents import GateDoc, parse
-    from rocmseat.speculation.gate.gaterun import load_arm_record
+    from rocmseat.speculation.gate.arms import load_arm_record
 
     out = out.absolute()
     doc = parse(GateDoc, load_document(read_regular_text(out / "gate.json",

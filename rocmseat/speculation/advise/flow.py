@@ -17,7 +17,7 @@ from typing import Any
 from rocmseat import exitcodes
 from rocmseat.atomic import WriteRefused
 from rocmseat.errors import ConfigError
-from rocmseat.speculation.advise import advise as adv
+from rocmseat.speculation.advise import advice as adv
 from rocmseat.speculation.advise.basis import Decision, current_table, write_plan
 from rocmseat.speculation.advise.decide import proposal_of
 from rocmseat.speculation.advise.seatedit import current_drafter, write_drafter_schedule

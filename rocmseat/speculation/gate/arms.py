@@ -17,7 +17,7 @@ import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,13 +33,11 @@ from rocmseat.placement.rules import (
     known_names,
     replica_index,
     replica_port,
-    replica_state_dir,
 )
 from rocmseat.redact import redact_text
 from rocmseat.runner import run
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.load import load_seat
-from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
 from rocmseat.speculation.advise.acceptance import Counters
 from rocmseat.speculation.advise.schedule import Schedule, as_lists
@@ -47,8 +45,7 @@ from rocmseat.speculation.advise.seatedit import dump_toml
 from rocmseat.speculation.documents import DocumentError, load_document
 from rocmseat.speculation.gate import battery as battery_mod
 from rocmseat.speculation.gate.benchresult import BenchResult, parse_bench_result
-from rocmseat.speculation.gate.gateconf import Battery, SeatWithGate
-from rocmseat.speculation.gate.gates import ArmFigures, GateConfig, Series
+from rocmseat.speculation.gate.judge import ArmFigures, GateConfig, Series
 from rocmseat.speculation.gate.procs import (
     BENCH_PROGRAM,
     AlertEvent,
@@ -61,6 +58,9 @@ from rocmseat.speculation.gate.procs import (
     start_launch,
     wait_ready,
 )
+from rocmseat.speculation.gate.settings import Battery, SeatWithGate
+from rocmseat.statedir import StateDir
+from rocmseat.text import printable
 from rocmseat.watch.fetch import fetch_once
 from rocmseat.watch.metrics import read_page
 from rocmseat.watch.window import Snapshot, Window, window_between
@@ -228,7 +228,7 @@ class GateRun:
     on_progress: Callable[[Progress], None]
     arms_planned: int
     run_id: str | None = None  # the run's identity, in every arm.json
-                               # (rocmseat.speculation.gate.gateout)
+                               # (rocmseat.speculation.gate.outdir)
     started: float = field(default_factory=time.monotonic)
     arm_seconds: list[float] = field(default_factory=list)
 
@@ -296,7 +296,7 @@ class GateRun:
                 raise ArmError(f"arm {name}: the replica never became ready: {exc.message}",
                                hint=f"see {arm_dir / 'launch.log'}") from None
             record.startup = _startup_summary(arm_dir / "launch.log", record)
-            report = replica_state_dir(state_dir, seat.name, self.replica) / "startup.json"
+            report = StateDir(state_dir).replica(seat.name, self.replica).startup
             try:
                 value = load_document(read_regular_text(report, limit_bytes=16 << 20))
                 record.startup_report = value if isinstance(value, dict) else None
@@ -591,10 +591,6 @@ def gate_lock(out: Path) -> Any:
 
 def now_utc() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def with_battery(battery: Battery, **changes: Any) -> Battery:
-    return replace(battery, **{k: v for k, v in changes.items() if v is not None})
 
 
 def engine_pythons(*seats: Seat) -> list[Path]:
