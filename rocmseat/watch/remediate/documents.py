@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from rocmseat.text import printable
 from rocmseat.seat.model import is_replica_name, is_seat_name
+from rocmseat.text import printable
 from rocmseat.watch.remediate import policy as P
 
 SCHEMA = "rocmseat.remediation/v1"
