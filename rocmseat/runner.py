@@ -175,15 +175,33 @@ def _collect(proc: subprocess.Popen[bytes], args: tuple[str, ...], timeout_s: fl
     _close(proc)
     if not (timed_out or truncated):
         # the pipes are closed (or given up); the child may still be on its way out, or run
-        # on without them: wait for it as long as the timeout lets
-        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        timed_out = not wait_for(proc, left)
-    if timed_out or truncated:
+        # on without them: wait for it as long as the timeout lets (and `cancel` does)
+        cancelled, timed_out = _wait_exit(proc, deadline, cancel, cancelled)
+    if timed_out or truncated or (cancelled and proc.poll() is None):
         kill_group(proc)
         wait_for(proc, KILL_GRACE_S)
     code = proc.returncode if proc.returncode is not None else -9
     return Completed(args, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                      timed_out=timed_out, truncated=truncated, cancelled=cancelled)
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], deadline: float | None,
+               cancel: threading.Event | None, cancelled: bool) -> tuple[bool, bool]:
+    """Wait for the child until `deadline`; `cancel` set meanwhile: SIGTERM to its group and
+    `CANCEL_GRACE_S` more. Returns (cancelled, timed out)."""
+    while True:
+        now = time.monotonic()
+        if not cancelled and cancel is not None and cancel.is_set():
+            cancelled = True
+            signal_group(proc.pid, signal.SIGTERM)
+            deadline = min(deadline or now + CANCEL_GRACE_S, now + CANCEL_GRACE_S)
+        step = 0.2 if cancel is not None and not cancelled else None
+        left = None if deadline is None else max(deadline - now, 0.0)
+        wait_s = left if step is None else min(step, left if left is not None else step)
+        if wait_for(proc, wait_s):
+            return cancelled, False
+        if deadline is not None and time.monotonic() >= deadline:
+            return cancelled, not cancelled
 
 
 def _close_stdin(proc: subprocess.Popen[bytes]) -> None:
