@@ -140,6 +140,8 @@ def test_the_ladder_under_a_sigterm_only_supervisor(ready_world: World) -> None:
     seat = world.root / "seat-sigterm.toml"
     use_drafter(world, "good.safetensors")
     doc = world.seat_doc()
+    # a shared 2-core machine: a cold compile beside another engine took over 300 s once
+    doc["readiness"]["timeout_s"] = 900.0
     doc["remediate"] = {"mode": "on",
                         "restart_command": [sys.executable, str(script), str(control), str(seat)],
                         "verify_drafts": 100, "verify_s": 20.0, "ready_timeout_s": 900.0,
