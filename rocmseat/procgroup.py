@@ -39,7 +39,14 @@ def spawn(
     `own_session` (the default): a new session too, so no terminal's signals reach it and it
     cannot take a terminal; False: a new group in our session (the HIP probe's children, which
     ask the kernel for PR_SET_PDEATHSIG themselves). OSError (no such program) is the caller's.
+
+    The child starts with an empty signal mask whatever the calling thread blocks: a blocked
+    signal stays blocked across fork and execve (signal(7), "Signal mask and pending
+    signals"), and the watcher blocks SIGTERM and SIGINT in every thread to take them with
+    sigtimedwait (rocmseat.cli.watch). Without this a restart command, and the engine it
+    starts, ignored SIGTERM from systemd, `timeout` and launch's own forwarding.
     """
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, ())
     return subprocess.Popen(
         tuple(str(a) for a in argv),
         stdin=stdin,
@@ -49,7 +56,17 @@ def spawn(
         cwd=cwd,
         start_new_session=own_session,
         process_group=None if own_session else 0,
+        # CPython's subprocess has no signal-mask argument (Lib/subprocess.py, Popen): the
+        # mask is emptied in the child between fork and exec. Only when something is blocked:
+        # without a preexec_fn CPython keeps its faster vfork path (Modules/_posixsubprocess.c).
+        # The function is a single call into C that takes no lock another thread could hold
+        # at fork (the hazard the subprocess docs warn of for preexec_fn with threads).
+        preexec_fn=_empty_signal_mask if blocked else None,  # noqa: PLW1509 (see above)
     )
+
+
+def _empty_signal_mask() -> None:
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
 
 
 def signal_group(pgid: int, signum: int) -> bool:

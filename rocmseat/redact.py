@@ -152,3 +152,39 @@ def _spaced_userinfo(text: str) -> str:
     scheme and the `@` hold no other URL and no quote (a password with spaces)."""
     return re.sub(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^\s'\"<>@/]*(?: [^\s'\"<>@/]+)+@",
                   lambda m: m.group(1) + REDACTED + "@", text)
+
+
+# A credentials header to the end of its line or quote (RFC 9110 section 11.6.2:
+# credentials = auth-scheme [ 1*SP ( token68 / #auth-param ) ], any scheme)
+_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization|(?:set-)?cookie)(\s*[:=]\s*)"
+                     r"([^\r\n\"']+)")
+# `Bearer abc` outside a header (RFC 6750 section 2.1: b64token is these characters)
+_BEARER = re.compile(r"(?i)\b(bearer)(\s+)[A-Za-z0-9._~+/-]+=*")
+# `--api-key VALUE`, `--api-key=VALUE` (a secret flag and its first value)
+_FLAG_VALUE = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)")
+# `token=abc`, `password: abc`, `X-Api-Key: abc`, `"secret": "abc"` (a secret name and a value)
+_NAME_VALUE = re.compile(r"(?<![\w-])([A-Za-z][A-Za-z0-9_.-]*)(\"?\s*[:=]\s*)"
+                         r"(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)")
+
+
+def redact_output(text: str) -> str:
+    """What a child printed (an error line, a command's stderr) with every secret shape in it
+    replaced: URLs (userinfo, secret query values), bearer and basic credentials, the value of
+    a secret flag (`--api-key sk-1`, `--api-key=sk-1`) and of a secret name (`token=...`,
+    `Authorization: ...`, `"password": "..."`). Free text from a child has no rule for where a
+    secret ends: a false positive hides a harmless word, never the other way round."""
+    text = redact_text(text)
+    text = _HEADER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+
+    def flag(m: re.Match[str]) -> str:
+        if not is_secret_name(m.group(1)) or m.group(3) == REDACTED:
+            return m.group(0)
+        return m.group(1) + m.group(2) + REDACTED
+
+    def named(m: re.Match[str]) -> str:
+        if not is_secret_name(m.group(1)) or m.group(3).strip("\"'") in (REDACTED, ""):
+            return m.group(0)
+        return m.group(1) + m.group(2) + REDACTED
+
+    return _NAME_VALUE.sub(named, _FLAG_VALUE.sub(flag, text))

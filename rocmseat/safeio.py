@@ -108,9 +108,17 @@ def check_trusted_path(path: Path, *, trusted_root: Path | None = None) -> None:
     """sshd's StrictModes for a state file: the file and every directory from its parent up to
     `trusted_root` (the state dir, inclusive; only the parent when None) are no link, owned by
     root or the reading user, not writable by group or others. UntrustedState naming the first
-    offender otherwise; FileNotFoundError when the file is absent."""
+    offender otherwise; FileNotFoundError when the file is absent. Whatever stands where one
+    of those directories should be (a file, a FIFO, a socket, a link) is one UntrustedState
+    line, never an OSError."""
     euid = os.geteuid()
-    info = os.lstat(path)
+    _check_dir_shapes(path, trusted_root)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise ReadError(path, exc.strerror or type(exc).__name__) from None
     if (problem := _trust_problem(info, euid)) is not None:
         raise UntrustedState(path, problem, hint=f"check who wrote {path}; remove it to start over")
     if not stat.S_ISREG(info.st_mode):
@@ -129,6 +137,30 @@ def check_trusted_path(path: Path, *, trusted_root: Path | None = None) -> None:
         if directory in (stop, directory.parent) or not _is_below(stop, directory):
             return
         directory = directory.parent
+
+
+def _check_dir_shapes(path: Path, trusted_root: Path | None) -> None:
+    """Top-down from `trusted_root` (or the parent) to the file's parent: each is a real
+    directory, or absent (then FileNotFoundError: the file is absent too)."""
+    parent = path.parent
+    stop = trusted_root if trusted_root is not None and _is_below(trusted_root, parent) \
+        else parent
+    chain = [parent, *[d for d in parent.parents if _is_below(stop, d) or d == stop]]
+    for directory in reversed(chain):
+        try:
+            info = os.lstat(directory)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise ReadError(directory, exc.strerror or type(exc).__name__) from None
+        if stat.S_ISLNK(info.st_mode):
+            raise UntrustedState(directory, f"(directory of {path.name}) is a symlink; state is "
+                                 "never read through a link",
+                                 hint=f"move {directory} away; rocmseat makes its own")
+        if not stat.S_ISDIR(info.st_mode):
+            kind = "a file" if stat.S_ISREG(info.st_mode) else _kind(info.st_mode)
+            raise UntrustedState(directory, f"is {kind} where a directory should be",
+                                 hint=f"move {directory} away")
 
 
 def _is_below(root: Path, directory: Path) -> bool:

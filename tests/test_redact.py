@@ -124,3 +124,40 @@ def test_every_key_of_a_multi_key_api_key_flag_is_redacted():
         "vllm", "serve", "m", "--api-key", "<redacted>", "<redacted>", "--port", "1"]
     assert redact_argv(["--api-key", "-dash-key", "--port", "1"]) == [
         "--api-key", "<redacted>", "--port", "1"]
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("401 for http://admin:hunter2@127.0.0.1:9/restart?token=tok-SECRET", "hunter2"),
+    ("401 for http://admin:hunter2@127.0.0.1:9/restart?token=tok-SECRET", "tok-SECRET"),
+    ("curl -H 'Authorization: Bearer brr-SECRET' refused", "brr-SECRET"),
+    ('curl -H "Authorization: Basic dXNlcjpwYXNz" refused', "dXNlcjpwYXNz"),
+    ("got bearer brr-SECRET back", "brr-SECRET"),
+    ("exec vllm serve m --api-key sk-SECRET --port 8000", "sk-SECRET"),
+    ("exec vllm serve m --api-key=sk-SECRET", "sk-SECRET"),
+    ("password=hunter2 token: tok-SECRET", "hunter2"),
+    ("password=hunter2 token: tok-SECRET", "tok-SECRET"),
+    ('{"password": "hunter2"}', "hunter2"),
+    ("HF_TOKEN=hf_SECRET VLLM_API_KEY=sk-SECRET", "hf_SECRET"),
+    ("HF_TOKEN=hf_SECRET VLLM_API_KEY=sk-SECRET", "sk-SECRET"),
+    ("Cookie: session=s3cr3t; theme=dark", "s3cr3t"),
+])
+def test_redact_output_hides_every_secret_shape_a_child_prints(text, secret):
+    """What a restart command or systemctl printed (issue 28): redacted where the failure text
+    is made, so it is gone before spaces become `_` in a log line."""
+    from rocmseat.redact import redact_output
+
+    out = redact_output(text)
+    assert secret not in out and REDACTED in out
+    assert secret not in "_".join(out.split())
+
+
+@pytest.mark.parametrize("text", [
+    "r0 runs without its drafter since 2026-12-01T08:00:00Z: the drafter's first token was "
+    "rejected after a fresh compile; fix the drafter and run `rocmseat remediate reset r0`",
+    "a basic check failed: max-num-batched-tokens=512 tokenizer=foo",
+    "systemctl restart rocmseat-heal-r0.service failed (1): See journalctl -xe",
+])
+def test_redact_output_leaves_plain_words(text):
+    from rocmseat.redact import redact_output
+
+    assert redact_output(text) == text

@@ -176,3 +176,23 @@ def test_a_child_that_closes_its_pipes_and_runs_on_is_held_to_the_timeout():
     code = "import os, time; os.close(1); os.close(2); time.sleep(60)"
     done = _bounded(lambda: run([sys.executable, "-c", code], timeout_s=1.0))
     assert done.timed_out and done.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("script", [
+    "sleep 60",  # holds its pipes
+    "exec >/dev/null 2>&1; sleep 60",  # closed its pipes, runs on
+    "trap '' TERM; exec >/dev/null 2>&1; while :; do sleep 0.1; done",  # ignores SIGTERM
+])
+def test_cancel_ends_the_child_and_says_so(monkeypatch, script):
+    """The watcher stops during a restart (issue 28): `cancel` sends SIGTERM to the child's
+    group, SIGKILL after CANCEL_GRACE_S, and the result says it was cancelled."""
+    import threading
+
+    from rocmseat import runner
+
+    monkeypatch.setattr(runner, "CANCEL_GRACE_S", 1.0)
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    done = runner.run(["sh", "-c", script], timeout_s=120, cancel=cancel)
+    assert done.cancelled and not done.ok and not done.timed_out
+    assert done.returncode < 0  # ended by a signal, not by its own exit

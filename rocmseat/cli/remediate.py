@@ -13,8 +13,9 @@ import click
 
 from rocmseat import exitcodes
 from rocmseat.cli.options import json_option, resolve_state_dir, state_dir_option
-from rocmseat.errors import ConfigError
+from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.statedir import StateDir
+from rocmseat.text import printable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,26 +87,56 @@ def status(seat_file: Path | None, as_json: bool, state_dir: Path | None, last: 
 @state_dir_option
 def reset(replica: str | None, seat_file: Path | None, state_dir: Path | None) -> int:
     """Lift the halts (of REPLICA, or all) and bring REPLICA (or every replica) back to its
-    drafter and into rotation: its no-drafter drop-in is removed and it restarts."""
-    from rocmseat.watch.remediate.service import reset as do_reset
+    drafter and into rotation: its no-drafter drop-in is removed and it restarts. A
+    transaction: the replica is "resetting" until its restart is done, then "drafter"; a
+    restart that fails leaves it "resetting" with the reason (`status` says so, exit 1)."""
+    from rocmseat.watch.remediate import journal
+    from rocmseat.watch.remediate.service import begin_reset, finish_reset, plan_reset
 
     state_root, seat = _where(seat_file, state_dir)
-    _, back, meta = do_reset(state_root, seat, replica, time.time())
-    click.echo(f"reset {replica or 'every replica'} of seat {seat}: halts lifted")
-    if not back:
-        return exitcodes.OK
+    plan = plan_reset(state_root, seat, replica)
+    edge = _edge_for(plan, seat_file, state_root, seat) if plan else None
+    _, back, meta = begin_reset(state_root, seat, replica, time.time())
+    click.echo(f"reset {printable(replica or 'every replica', 80)} of seat {seat}: halts lifted")
+    if back and (edge is None or any(n not in edge.records for n in back)):
+        edge = _edge_for(back, seat_file, state_root, seat)  # a step began meanwhile
+    failed = 0
+    for name in back:
+        assert edge is not None
+        try:
+            # the watcher's worker may be restarting this replica: wait for it, never race it
+            with journal.acting(state_root, seat, timeout_s=edge.settings.ready_timeout_s + 60):
+                edge.restart(name, "drafter", why="rocmseat remediate reset", reload=True)
+        except RocmseatError as exc:
+            finish_reset(state_root, meta, name, exc.message, time.time())
+            click.echo(f"rocmseat: error: {printable(exc.message, 400)}: {name} stays "
+                       "\"resetting\" (run the reset again once that is fixed)", err=True)
+            failed += 1
+            continue
+        finish_reset(state_root, meta, name, None, time.time())
+        click.echo(f"restarted {name} with its drafter")
+    return exitcodes.PROBLEM if failed else exitcodes.OK
+
+
+def _edge_for(names: list[str], seat_file: Path | None, state_root: Path, seat: str) -> Any:
+    """The edge that restarts `names`, checked before anything changes: the seat file named by
+    --seat or the state, and a placement record for each (ConfigError, exit 2, otherwise)."""
     from rocmseat.placement.recorded import read_recorded
     from rocmseat.seat.load import load_seat
+    from rocmseat.watch.remediate import journal
     from rocmseat.watch.remediate.actions import SeatEdge
 
+    meta = journal.load_state(state_root, seat)[1]
     source = seat_file or (Path(meta.seat_file) if meta.seat_file else None)
     if source is None:
         raise ConfigError(f"seat {seat}: the state names no seat file to restart "
-                          f"{', '.join(back)} from", hint="pass --seat FILE")
+                          f"{', '.join(names)} from; nothing was changed", hint="pass --seat FILE")
     loaded = load_seat(source)
     records = {r.replica: r for r in read_recorded(loaded, state_root).records}
-    edge = SeatEdge(loaded, records)
-    for name in back:
-        edge.restart(name, "drafter", why="rocmseat remediate reset")
-        click.echo(f"restarted {name} with its drafter")
-    return exitcodes.OK
+    missing = [n for n in names if n not in records]
+    if missing:
+        raise ConfigError(f"{', '.join(missing)}: no placement record in {state_root} (not "
+                          "launched by rocmseat with this state dir, or removed): cannot restart "
+                          "it with its drafter; nothing was changed",
+                          hint="launch it again (`rocmseat launch SEAT --replica R`), then reset")
+    return SeatEdge(loaded, records)

@@ -152,11 +152,16 @@ def _watcher_families(state: ExportState) -> Iterator[Any]:
                                 f"1 while the last {sink} delivery attempt failed.",
                                 value=1.0 if failing else 0.0)
     if state.remediations is not None:
+        from rocmseat.watch.remediate.policy import OUTCOME_CLASSES, outcome_class
+
+        # the outcome is one of a closed set (free text in a label is a cardinality bug and
+        # may carry what a child printed); the text itself is in the journal
         total = CounterMetricFamily("rocmseat_remediations", "Remediation steps journalled, by "
-                                    "replica, action and outcome.",
+                                    "replica, action and outcome class.",
                                     labels=["replica", "action", "outcome"])
         for replica, action, outcome, count in state.remediations:
-            total.add_metric([_encodable(replica), action, outcome], float(count))
+            label = outcome if outcome in OUTCOME_CLASSES else outcome_class(outcome)
+            total.add_metric([_encodable(replica), _encodable(action), label], float(count))
         yield total
         halted = GaugeMetricFamily("rocmseat_remediation_halted", "1 while a remediation bound "
                                    "has halted remediation in this scope (until `rocmseat "

@@ -284,7 +284,8 @@ def test_step2_runs_without_the_drafter_when_the_fresh_compile_does_not_help(tmp
     # reset: the halts and the mode go; the replica restarts with its drafter
     _, back, _ = do_reset(world.state, "heal", "r0", world.clock())
     assert back == ["r0"] and world.ladder().mode == "drafter"
-    assert world.outcomes()[-1] == ("r0", None, "reset", "reset by the operator")
+    assert world.outcomes()[-2:] == [("r0", None, "reset", "reset by the operator"),
+                                     ("r0", None, "reset", "reset: back with its drafter")]
 
 
 def test_the_cli_status_and_reset(rocmseat_cli, tmp_path):

@@ -10,6 +10,7 @@ Nothing here decides: rocmseat.watch.remediate.policy does.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,23 @@ UNIT_LIMIT_BYTES = 1 << 20
 
 
 class ActionFailed(RocmseatError):
-    """A remediation action could not be carried out (the step fails, its scope halts)."""
+    """A remediation action could not be carried out (the step fails, its scope halts).
+
+    Its text is redacted where it is made (rocmseat.redact.redact_output): it goes to the log,
+    the state, the journal, the alerts and `remediate status` alike, so none of them may hold
+    what a child printed in clear (a URL with a password, a token, a bearer header, an
+    --api-key value)."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        from rocmseat.redact import redact_output
+        from rocmseat.text import printable
+
+        super().__init__(printable(redact_output(message), 400), hint=hint)
+
+
+def _tail(text: str) -> str:
+    """The last line a child printed (what a failure shows of it)."""
+    return (text.strip().splitlines() or ["-"])[-1][:300]
 
 
 class SeatEdge:
@@ -37,6 +54,7 @@ class SeatEdge:
         self.settings = seat.remediate
         self._run = runner
         self._environ = dict(os.environ if environ is None else environ)
+        self.cancel = threading.Event()  # set: the watcher stops; a running restart ends
 
     def unit(self, replica: str) -> str:
         from rocmseat.launch.units import unit_names
@@ -55,34 +73,37 @@ class SeatEdge:
             raise ActionFailed(f"{record.cache_dir}: cannot move it aside: "
                                f"{exc.strerror or exc}") from None
 
-    def restart(self, replica: str, mode: str, *, why: str) -> None:
+    def restart(self, replica: str, mode: str, *, why: str, reload: bool = False) -> None:
         """Restart `replica` in `mode` ("drafter" | "no-drafter"); ActionFailed when it did not
-        work (the command's exit code or systemctl's words)."""
+        work (the command's exit code or systemctl's words). `reload`: systemd reloads its
+        units even when the drop-in is as wanted (a reset after a failed daemon-reload)."""
         command = self.settings.restart_command
         if command is not None:
             env = {**self._environ, "ROCMSEAT_SEAT": self.seat.name,
                    "ROCMSEAT_REPLICA": replica, "ROCMSEAT_REMEDIATE_MODE": mode}
             done = self._run(list(command), env=env,
-                             timeout_s=self.settings.ready_timeout_s)
+                             timeout_s=self.settings.ready_timeout_s, cancel=self.cancel)
             if not done.ok:
-                tail = (done.stderr.strip().splitlines() or ["-"])[-1][:200]
-                raise ActionFailed(f"{replica}: restart_command {command[0]} "
-                                   + ("timed out" if done.timed_out else
-                                      f"exited {done.returncode}") + f": {tail}")
+                how = ("ended: the watcher stopped" if done.cancelled else "timed out"
+                       if done.timed_out else f"exited {done.returncode}")
+                raise ActionFailed(f"{replica}: restart_command {command[0]} {how}: "
+                                   f"{_tail(done.stderr or done.stdout)}")
             return
+        if replica not in self.records:
+            raise ActionFailed(f"{replica}: no placement record: its unit is not known")
         unit = self.unit(replica)
         changed = self._set_dropin(unit, mode, why)
-        if changed:
+        if changed or reload:
             self._systemctl("daemon-reload")
         self._systemctl("restart", unit, timeout_s=self.settings.ready_timeout_s)
 
     def _systemctl(self, *args: str, timeout_s: float = SYSTEMCTL_TIMEOUT_S) -> None:
-        done = self._run(["systemctl", *args], timeout_s=timeout_s)
+        done = self._run(["systemctl", *args], timeout_s=timeout_s, cancel=self.cancel)
         if not done.ok:
-            tail = (done.stderr.strip().splitlines() or ["-"])[-1][:200]
-            raise ActionFailed(f"systemctl {' '.join(args)} "
-                               + ("timed out" if done.timed_out else
-                                  f"failed ({done.returncode})") + f": {tail}")
+            how = ("ended: the watcher stopped" if done.cancelled else "timed out"
+                   if done.timed_out else f"failed ({done.returncode})")
+            raise ActionFailed(f"systemctl {' '.join(args)} {how}: "
+                               f"{_tail(done.stderr or done.stdout)}")
 
     def dropin_path(self, unit: str) -> Path:
         from rocmseat.launch.units import NO_DRAFTER_DROPIN

@@ -5,6 +5,8 @@
     journal/<stamp>-<n>.json   one file per step (rocmseat.remediation/v1): what, why, when,
                                the verification figures, the outcome
     .lock                      flock: the watcher and `rocmseat remediate reset` take turns
+    .action.lock               flock: held around each restart (the worker's, reset's)
+    .judge.lock                flock: held by the one watcher that judges the seat
 
 The state decides actions, so it is read back through rocmseat.safeio.read_trusted_state (no
 link, owned by root or the reader, not writable by group or others); a state file that fails
@@ -16,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import itertools
-import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,24 +27,30 @@ from typing import Any
 from rocmseat import exitcodes
 from rocmseat.atomic import atomic_write_json, exclusive_lock
 from rocmseat.errors import ReadError, RocmseatError
-from rocmseat.redact import redact_text
+from rocmseat.redact import redact_output, redact_text
 from rocmseat.safeio import read_regular_text, read_trusted_state
 from rocmseat.statedir import StateDir
 from rocmseat.text import printable
 from rocmseat.watch.alerts import iso
-from rocmseat.watch.remediate.policy import (
-    State,
-    StateError,
-    StepRecord,
-    state_from_json,
-    state_json,
+from rocmseat.watch.remediate.documents import (
+    SCHEMA,
+    STATE_SCHEMA,
+    DocumentError,
+    parse_record,
+    parse_state_doc,
+    state_of,
 )
+from rocmseat.watch.remediate.policy import State, StepRecord, state_json
 
-SCHEMA = "rocmseat.remediation/v1"
-STATE_SCHEMA = "rocmseat.remediation-state/v1"
 STATE_LIMIT_BYTES = 4 << 20
 RECORD_LIMIT_BYTES = 1 << 20
 DIR_MODE = 0o700
+# beside StateDir.remediation_lock: not state, so not in StateDir's layout (tests/test_statedir)
+ACTION_LOCK = ".action.lock"
+JUDGE_LOCK = ".judge.lock"
+STAMP_FORMAT = "%Y%m%dT%H%M%S.%fZ"
+KEEP_PER_REPLICA = 100  # journal records kept per replica (prune), beside the current ladder's
+KEEP_AGE_S = 30 * 86_400.0  # and none older than this
 _SEQ = itertools.count()
 
 
@@ -66,15 +73,50 @@ def seat_dir(state_dir: Path, seat: str) -> Path:
 
 
 def _prepare(state_dir: Path, seat: str) -> Path:
+    """The seat's remediation dirs, made when missing: each a real directory of ours (a file,
+    FIFO, socket or link at one of their names is one StateUnusable line, never a traceback)."""
     from rocmseat.statedir import check_owned_dir
 
     names = StateDir(state_dir)
     directory = names.remediation(seat)
     for path in (names.remediation_root, directory, names.remediation_journal(seat)):
-        check_owned_dir(path, what="remediation dir")
-        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        check_owned_dir(path, what="remediation dir")
+        try:
+            check_owned_dir(path, what="remediation dir")
+            path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            check_owned_dir(path, what="remediation dir")
+            if not path.is_dir() or path.is_symlink():
+                raise NotADirectoryError(20, "not a directory")
+        except OSError as exc:
+            raise StateUnusable(f"{path}: {_shape(path) or exc.strerror or exc}",
+                                hint="move it away; rocmseat makes its own directory there")\
+                from None
     return directory
+
+
+def check_shapes(state_dir: Path, seat: str) -> None:
+    """Read only: StateUnusable when one of the seat's remediation dirs is something else."""
+    names = StateDir(state_dir)
+    for path in (names.remediation_root, names.remediation(seat),
+                 names.remediation_journal(seat)):
+        if (shape := _shape(path)) is not None:
+            raise StateUnusable(f"{path}: {shape}", hint="move it away; rocmseat makes its own "
+                                "directory there")
+
+
+def _shape(path: Path) -> str | None:
+    """What stands at `path` when it is not a directory (None: nothing, or a directory)."""
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISREG, "a file"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return f"is {name} where a directory should be"
+    return None
 
 
 @contextlib.contextmanager
@@ -82,6 +124,40 @@ def locked(state_dir: Path, seat: str, timeout_s: float = 60.0) -> Iterator[Path
     directory = _prepare(state_dir, seat)
     with exclusive_lock(StateDir(state_dir).remediation_lock(seat), timeout_s=timeout_s):
         yield directory
+
+
+@contextlib.contextmanager
+def acting(state_dir: Path, seat: str, timeout_s: float) -> Iterator[None]:
+    """Held by whoever restarts a replica of the seat (the watcher's worker, `remediate
+    reset`): a reset waits for the worker's restart in flight, never lands under it."""
+    directory = _prepare(state_dir, seat)
+    with exclusive_lock(directory / ACTION_LOCK, timeout_s=timeout_s):
+        yield
+
+
+def try_judge(state_dir: Path, seat: str) -> int | None:
+    """The judge's lock of the seat (held for a watcher's life; the kernel drops it when the
+    process dies): the descriptor when this watcher got it, None when another watcher holds
+    it. Only the holder decides and counts verification drafts: two watchers on one seat
+    would count each draft twice."""
+    import fcntl
+    import stat
+
+    path = _prepare(state_dir, seat) / JUDGE_LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StateUnusable(f"{path}: {_shape(path) or exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StateUnusable(f"{path}: not a lock file")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def load_state(state_dir: Path, seat: str) -> tuple[State, Meta]:
@@ -96,18 +172,15 @@ def load_state(state_dir: Path, seat: str) -> tuple[State, Meta]:
     if text is None:
         return State(), Meta(seat)
     try:
-        doc = json.loads(text)
-        if not isinstance(doc, dict) or doc.get("schema") != STATE_SCHEMA:
-            raise StateError(f"not a {STATE_SCHEMA} document")
-        if doc.get("seat") != seat:
-            raise StateError(f"the state of seat {printable(str(doc.get('seat')), 60)!r}")
-        state = state_from_json(doc)
-    except (ValueError, RecursionError) as exc:  # StateError is a ValueError
-        raise StateUnusable(f"{path}: not a remediation state: {printable(str(exc), 200)}",
-                            hint="move it away; remediation starts afresh") from None
-    meta = Meta(seat, *(doc.get(k) if isinstance(doc.get(k), str) else None
-                        for k in ("seat_file", "node", "mode")))
-    return state, meta
+        doc = parse_state_doc(text)
+        if doc.seat != seat:
+            raise DocumentError(f"the state of seat {doc.seat!r}")
+        state = state_of(doc)
+    except (DocumentError, RecursionError) as exc:
+        raise StateUnusable(f"{path}: not a remediation state: {printable(str(exc), 300)}",
+                            hint="move it away; remediation starts afresh (rocmseat acts on "
+                            "nothing of this seat until then)") from None
+    return state, Meta(seat, doc.seat_file, doc.node, doc.mode)
 
 
 def save_state(state_dir: Path, meta: Meta, state: State, now_s: float) -> None:
@@ -136,18 +209,64 @@ def record_json(meta: Meta, record: StepRecord) -> dict[str, Any]:
 
 
 def write_record(state_dir: Path, meta: Meta, record: StepRecord) -> Path:
+    """One journal file, named `<UTC stamp>-<replica>-<pid>-<n>.json` (the replica in the name:
+    `prune` keeps each replica's last records without opening a file)."""
     _prepare(state_dir, meta.seat)
-    stamp = dt.datetime.fromtimestamp(record.time_s, dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = dt.datetime.fromtimestamp(record.time_s, dt.UTC).strftime(STAMP_FORMAT)
+    replica = record.replica if record.replica != "*" else "all"
     journal = StateDir(state_dir).remediation_journal(meta.seat)
-    path = journal / f"{stamp}-{os.getpid()}-{next(_SEQ)}.json"
+    path = journal / f"{stamp}-{replica}-{os.getpid()}-{next(_SEQ)}.json"
     atomic_write_json(path, record_json(meta, record), mode=0o600)
     return path
 
 
+def _name_facts(name: str) -> tuple[float | None, str | None]:
+    """(time, replica) of a journal file name; None for a part it does not hold."""
+    stamp, _, rest = name.removesuffix(".json").partition("-")
+    try:
+        when = dt.datetime.strptime(stamp, STAMP_FORMAT).replace(tzinfo=dt.UTC).timestamp()
+    except ValueError:
+        return None, None
+    parts = rest.rsplit("-", 2)
+    return when, (parts[0] if len(parts) == 3 else None)
+
+
+def prune(state_dir: Path, seat: str, state: State, now_s: float, *,
+          keep: int = KEEP_PER_REPLICA, max_age_s: float = KEEP_AGE_S) -> int:
+    """Remove journal records older than `max_age_s` and beyond the last `keep` of each
+    replica, never one of a ladder still running (a pending step, a replica off its drafter:
+    every record since its ladder began stays). Returns how many went."""
+    journal = StateDir(state_dir).remediation_journal(seat)
+    try:
+        names = sorted(n for n in os.listdir(journal) if n.endswith(".json")
+                       and not n.startswith("."))
+    except OSError:
+        return 0
+    current = {name: lad.ladder_started_s for name, lad in state.ladders.items()
+               if lad.ladder_started_s is not None
+               and (lad.pending is not None or lad.mode != "drafter")}
+    seen: dict[str | None, int] = {}
+    removed = 0
+    for name in reversed(names):  # newest first
+        when, replica = _name_facts(name)
+        seen[replica] = seen.get(replica, 0) + 1
+        began = current.get(replica or "")
+        if began is not None and when is not None and when >= began - 1.0:
+            continue
+        old = when is None or now_s - when > max_age_s
+        if old or seen[replica] > keep:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(journal / name)
+                removed += 1
+    return removed
+
+
 def journal_line(meta: Meta, record: StepRecord) -> str:
-    """One journald-friendly line per step: key=value, no spaces or controls inside values."""
+    """One journald-friendly line per step: key=value, no spaces or controls inside values.
+    Each value is redacted before its spaces become `_` (after, a URL with a spaced password
+    or a `--api-key VALUE` is no longer one to the redactor)."""
     def token(value: object) -> str:
-        text = "-" if value is None or value == "" else str(value)
+        text = "-" if value is None or value == "" else redact_output(str(value))
         return "".join("_" if c.isspace() or not c.isprintable() else c for c in text)
 
     parts = [f"replica={token(record.replica)}", f"step={token(record.step)}",
@@ -164,37 +283,43 @@ def journal_line(meta: Meta, record: StepRecord) -> str:
 
 def read_records(state_dir: Path, seat: str, *, last: int = 20) -> tuple[list[dict[str, Any]],
                                                                           list[str]]:
-    """The newest `last` journal records, oldest first, and one line per file not read."""
+    """The newest `last` journal records, oldest first, each checked by the record model
+    (rocmseat.watch.remediate.documents.RecordDoc), and one line per file not read."""
     journal = StateDir(state_dir).remediation_journal(seat)
-    if journal.is_symlink():
-        return [], [f"{journal}: is a symlink: not read"]
+    if (shape := _shape(journal)) is not None:
+        raise StateUnusable(f"{journal}: {shape}", hint="move it away; rocmseat makes its own "
+                            "directory there")
     try:
         names = sorted(n for n in os.listdir(journal) if n.endswith(".json")
                        and not n.startswith("."))
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError:
         return [], []
     except OSError as exc:
         return [], [f"{journal}: {exc.strerror or exc}"]
     records, problems = [], []
     for name in names[-last:]:
         try:
-            doc = json.loads(read_regular_text(journal / name, limit_bytes=RECORD_LIMIT_BYTES))
-            if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-                raise ValueError(f"not a {SCHEMA} record")
+            doc = parse_record(read_regular_text(journal / name, limit_bytes=RECORD_LIMIT_BYTES))
         except ReadError as exc:
             problems.append(printable(exc.message, 300))
             continue
-        except (ValueError, RecursionError) as exc:
-            problems.append(f"{journal / name}: {printable(str(exc), 200)}")
+        except (DocumentError, RecursionError) as exc:
+            problems.append(f"{journal / name}: {printable(str(exc), 300)}")
             continue
-        records.append(doc)
+        out = doc.model_dump(by_alias=True)
+        out["why"] = doc.why.model_dump(exclude_none=True)
+        out["figures"] = doc.figures.model_dump(exclude_none=True)
+        records.append(out)
     return records, problems
 
 
 def counters(records: list[Mapping[str, Any]]) -> dict[tuple[str, str, str], int]:
-    """(replica, action, outcome) -> count, for rocmseat_remediations_total."""
+    """(replica, action, outcome class) -> count, for rocmseat_remediations_total."""
+    from rocmseat.watch.remediate.policy import outcome_class
+
     out: dict[tuple[str, str, str], int] = {}
     for r in records:
-        key = (str(r.get("replica")), str(r.get("action")), str(r.get("outcome")))
+        key = (str(r.get("replica")), str(r.get("action")),
+               outcome_class(str(r.get("outcome"))))
         out[key] = out.get(key, 0) + 1
     return out

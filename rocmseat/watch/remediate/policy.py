@@ -58,6 +58,9 @@ class Settings:
     verify_timeout_s: float = 1800.0
     node_per_hour: int = 3
     max_fraction: float = 0.25
+    # an alert episode outlives a gap shorter than this (the detector's resolve hold): a
+    # refusal is journalled once per episode, not once per flap
+    episode_hold_s: float = 60.0
 
     @property
     def dry_run(self) -> bool:
@@ -86,6 +89,8 @@ class Observation:
     refusal: str | None = None
     cache_loaded: bool | None = None  # its last start loaded its compile caches (None: unknown)
     last_start: str | None = None  # that start's time, from its startup report
+    # seconds since the watcher last saw a trigger or stall alert on it (None: never, unknown)
+    quiet_s: float | None = None
 
     @property
     def generation_tokens_per_s(self) -> float | None:
@@ -123,7 +128,9 @@ class Ladder:
     pending: Pending | None = None
     cache_tried_key: str | None = None  # step 1 ran for this key: a collapse again is step 2
     stalls_s: tuple[float, ...] = ()  # stall restarts
-    noted: str = ""  # the last refusal or dry-run journalled (said once, not every evaluation)
+    noted: str = ""  # the last refusal or dry-run journalled (said once per alert episode)
+    ladder_started_s: float | None = None  # the first step of the current ladder (journal kept)
+    reset_problem: str | None = None  # mode "resetting": why the reset's restart did not finish
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +258,8 @@ def decide(state: State, observations: Sequence[Observation], now_s: float,
     run = _Run(state, now_s, settings, node, len(observations))
     for obs in observations:
         ladder = run.ladders.get(obs.replica, Ladder())
+        if ladder.mode == "resetting":
+            continue  # `rocmseat remediate reset` owns it until its restart is done
         if ladder.pending is not None:
             _verify(run, obs, ladder, ladder.pending)
             continue
@@ -274,7 +283,8 @@ def _consider(run: _Run, obs: Observation, ladder: Ladder, view_fresh: bool,
     stalled = A.REPLICA_STALLED in obs.alerts
     alert = A.REPLICA_STALLED if stalled else _trigger(obs)
     if alert is None or (ladder.mode == "no-drafter" and not stalled):
-        if ladder.noted:
+        episode_over = obs.quiet_s is None or obs.quiet_s >= run.settings.episode_hold_s
+        if ladder.noted and (alert is not None or episode_over):
             run.set(obs.replica, dataclasses.replace(ladder, noted=""))
         return
     why = _why(obs, alert)
@@ -367,8 +377,10 @@ def _start(run: _Run, obs: Observation, ladder: Ladder, step: int, action: str, 
     pending = Pending(step, action, run.now, obs.key, why, collapsed_tps=collapsed_tps)
     stalls = (*ladder.stalls_s, run.now) if step == 3 else ladder.stalls_s
     tried = obs.key if step == 1 else ladder.cache_tried_key
+    begun = run.now if ladder_start else ladder.ladder_started_s
     run.set(obs.replica, dataclasses.replace(ladder, pending=pending, stalls_s=stalls,
-                                             cache_tried_key=tried, noted=""))
+                                             cache_tried_key=tried, noted="",
+                                             ladder_started_s=begun))
     run.actions.append(Action(obs.replica, action, mode, _reason(obs, why)))
     run.record(obs.replica, step, action, "started", why=why)
 
@@ -492,21 +504,61 @@ def _finish(run: _Run, obs: Observation, ladder: Ladder, pending: Pending, outco
                figures=figures, diagnosis=diagnosis)
 
 
-def reset(state: State, replica: str | None) -> tuple[State, list[str]]:
-    """`rocmseat remediate reset [REPLICA]`: clear the halts (of the replica's scope, or all)
-    and bring the replica (or every replica) back to its drafter and into rotation. Returns the
-    new state and the replicas whose mode changes (they restart with their drafter)."""
+def begin_reset(state: State, replica: str | None) -> tuple[State, list[str]]:
+    """`rocmseat remediate reset [REPLICA]`, first half: clear the halts (of the replica's
+    scope, or all) and the ladders; a replica off its drafter (or out of rotation, or in a
+    step) is marked "resetting" (the watcher leaves it alone) until `finish_reset` records the
+    outcome of its restart. Returns the new state and the replicas that must restart."""
     ladders = dict(state.ladders)
     names = [replica] if replica is not None else sorted(ladders)
-    back = [n for n in names if n in ladders and ladders[n].mode != "drafter"]
+    back = [n for n in names if n in ladders and (
+        ladders[n].mode != "drafter" or ladders[n].pending is not None)]
     for name in names:
         if name in ladders:
-            ladders[name] = Ladder(stalls_s=())
+            ladders[name] = Ladder(mode="resetting") if name in back else Ladder()
     # a node or fleet halt is lifted by `reset` without a replica only
     halts = ({} if replica is None else
              {k: v for k, v in state.halts.items() if k != replica_scope(replica)})
     taken = tuple(t for t in state.taken if replica is not None and t.replica != replica)
     return State(ladders, taken, halts), back
+
+
+def finish_reset(state: State, replica: str, problem: str | None, now_s: float) -> State:
+    """The reset's restart of `replica` is done: back to its drafter (problem None), or still
+    "resetting" with the reason (`status` says so; a second reset tries again)."""
+    ladders = dict(state.ladders)
+    ladders[replica] = (Ladder() if problem is None else
+                        Ladder(mode="resetting", since_s=now_s, reset_problem=problem))
+    return dataclasses.replace(state, ladders=ladders)
+
+
+def reset(state: State, replica: str | None) -> tuple[State, list[str]]:
+    """Both halves at once (a reset whose restarts all succeeded)."""
+    new, back = begin_reset(state, replica)
+    for name in back:
+        new = finish_reset(new, name, None, 0.0)
+    return new, back
+
+
+# what rocmseat_remediations_total{outcome} may say: a closed set (the text goes to the journal)
+OUTCOME_CLASSES = ("started", "recovered", "not-the-cache", "serving-without-drafter",
+                   "slower-without-drafter", "restarted", "out-of-rotation", "failed",
+                   "unverified", "halted", "refused", "dry-run", "reset", "other")
+_OUTCOME_EXACT = {"started": "started", "recovered": "recovered",
+                  "still collapsed after a fresh compile": "not-the-cache",
+                  "serving without the drafter": "serving-without-drafter",
+                  "slower without the drafter": "slower-without-drafter",
+                  "restarted": "restarted", "out of rotation": "out-of-rotation",
+                  "reset by the operator": "reset"}
+
+
+def outcome_class(outcome: str) -> str:
+    """The label value of a journalled outcome (one of OUTCOME_CLASSES)."""
+    if outcome in _OUTCOME_EXACT:
+        return _OUTCOME_EXACT[outcome]
+    head = outcome.split(":", 1)[0]
+    return head if head in ("failed", "unverified", "halted", "refused", "dry-run",
+                            "reset") else "other"
 
 
 def _iso(time_s: float) -> str:
@@ -536,63 +588,14 @@ class StateError(ValueError):
     """A state document that is not one this module wrote."""
 
 
-def _typed(doc: Mapping[str, Any], name: str, kind: type | tuple[type, ...],
-           optional: bool = False) -> Any:
-    value = doc.get(name)
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) and kind in (int, float, (int, float)):
-        raise StateError(f"{name}: not a number")
-    if not isinstance(value, kind):
-        raise StateError(f"{name}: {type(value).__name__}, not {getattr(kind, '__name__', kind)}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise StateError(f"{name}: not a finite number")
-    return value
-
-
 def state_from_json(doc: Any) -> State:
-    """The inverse of state_json; StateError on anything else (a hostile or damaged file)."""
+    """The inverse of state_json, through the strict document model
+    (rocmseat.watch.remediate.documents); StateError on anything else."""
+    from rocmseat.watch.remediate.documents import state_from_json as parse
+
     if not isinstance(doc, dict):
         raise StateError("not an object")
-    num = (int, float)
-    ladders = {}
-    for name, raw in _typed(doc, "ladders", dict).items():
-        if not isinstance(raw, dict):
-            raise StateError(f"ladders.{name}: not an object")
-        pending = None
-        if raw.get("pending") is not None:
-            p = _typed(raw, "pending", dict)
-            sums = {k: float(_typed(p, k, num)) for k in (
-                "drafts", "accepted", "accepted_pos0", "generation_tokens", "generation_s")}
-            pending = Pending(
-                _typed(p, "step", int), _typed(p, "action", str),
-                float(_typed(p, "started_s", num)), _typed(p, "key", str),
-                _typed(p, "why", dict), collapsed_tps=_typed(p, "collapsed_tps", num, True),
-                seen_restart=_typed(p, "seen_restart", bool),
-                restarted_s=_typed(p, "restarted_s", num, True),
-                failed=_typed(p, "failed", str, True), **sums)
-        mode = _typed(raw, "mode", str)
-        if mode not in ("drafter", "no-drafter", "out-of-rotation"):
-            raise StateError(f"ladders.{name}.mode: {mode!r}")
-        stalls = _typed(raw, "stalls_s", list)
-        ladders[name] = Ladder(mode, _typed(raw, "since_s", num, True), pending,
-                               _typed(raw, "cache_tried_key", str, True),
-                               tuple(float(_typed({"t": t}, "t", num)) for t in stalls),
-                               _typed(raw, "noted", str))
-    taken = []
-    for raw in _typed(doc, "taken", list):
-        if not isinstance(raw, dict):
-            raise StateError("taken: not an object")
-        taken.append(Taken(float(_typed(raw, "time_s", num)), _typed(raw, "replica", str),
-                           _typed(raw, "key", str), _typed(raw, "action", str),
-                           _typed(raw, "ladder_start", bool)))
-    halts = {}
-    for scope, raw in _typed(doc, "halts", dict).items():
-        if not isinstance(raw, dict):
-            raise StateError(f"halts.{scope}: not an object")
-        halts[scope] = Halt(_typed(raw, "scope", str), _typed(raw, "bound", str),
-                            float(_typed(raw, "since_s", num)), _typed(raw, "text", str))
-    return State(ladders, tuple(taken), halts)
+    return parse(doc)
 
 
 # ----- what the alerts say (pure) -------------------------------------------------------------

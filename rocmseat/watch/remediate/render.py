@@ -12,18 +12,25 @@ from rocmseat.watch.remediate.policy import State
 
 
 def render_status(state: State, meta: Meta, records: Sequence[Mapping[str, Any]]) -> str:
-    lines = [f"seat {meta.seat} (node {meta.node or '-'}, remediation {meta.mode or '-'})"]
+    """Every name and text from the state or the journal through `printable` (one line each:
+    a name holding an escape sequence or a newline cannot forge a line)."""
+    lines = [f"seat {printable(meta.seat, 80)} (node {printable(meta.node or '-', 80)}, "
+             f"remediation {printable(meta.mode or '-', 20)})"]
     if not state.ladders:
         lines.append("  no replica was remediated")
     for name, ladder in sorted(state.ladders.items()):
         since = f" since {iso(ladder.since_s)}" if ladder.since_s is not None else ""
         running = (f", step {ladder.pending.step} ({ladder.pending.action}) running"
                    if ladder.pending is not None else "")
-        lines.append(f"  {name}: {ladder.mode}{since}{running}")
+        problem = (f": its reset's restart failed: {ladder.reset_problem}; run the reset again "
+                   "once that is fixed" if ladder.reset_problem else
+                   ": a reset is restarting it" if ladder.mode == "resetting" else "")
+        lines.append("  " + printable(f"{name}: {ladder.mode}{since}{running}{problem}", 400))
     for scope, halt in sorted(state.halts.items()):
-        lines.append(f"  HALTED {scope}: {halt.bound}: {printable(halt.text, 200)} (since "
-                     f"{iso(halt.since_s)}; `rocmseat remediate reset"
-                     f"{' ' + scope.split(':', 1)[1] if scope.startswith('replica:') else ''}`)")
+        lift = scope.split(":", 1)[1] if scope.startswith("replica:") else ""
+        lines.append("  " + printable(
+            f"HALTED {scope}: {halt.bound}: {halt.text} (since {iso(halt.since_s)}; "
+            f"`rocmseat remediate reset{' ' + lift if lift else ''}`)", 400))
     if records:
         lines.append("journal:")
     for r in records:

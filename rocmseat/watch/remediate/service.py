@@ -27,11 +27,15 @@ from rocmseat.statedir import StateDir
 from rocmseat.watch import alerts as A
 from rocmseat.watch.remediate import journal
 from rocmseat.watch.remediate import policy as P
+from rocmseat.watch.remediate.documents import SCHEMA
 from rocmseat.watch.status import ReplicaStatus
 
 REMEDIATION_ALERTS = (A.REMEDIATION_RUNNING, A.REMEDIATION_HALTED, A.REPLICA_NO_DRAFTER,
                       A.REPLICA_OUT_OF_ROTATION)
 STARTUP_LIMIT_BYTES = 4 << 20
+# when the watcher stops: the longest it waits for a restart it started, after SIGTERM to the
+# restart's process group (rocmseat.runner.CANCEL_GRACE_S, then SIGKILL)
+STOP_WAIT_S = 15.0
 VERDICT_MAX_AGE_S = 86_400.0  # the node preflight unit runs at boot; its verdict is this boot's
 
 
@@ -56,11 +60,12 @@ class WatcherView(Protocol):
                   details: Mapping[str, str]) -> None: ...
 
 
-def settings_of(seat: Seat, mode: str) -> P.Settings:
+def settings_of(seat: Seat, mode: str, episode_hold_s: float = 60.0) -> P.Settings:
     r = seat.remediate
     return P.Settings(mode, verify_drafts=r.verify_drafts, verify_s=r.verify_s,
                       ready_timeout_s=r.ready_timeout_s, verify_timeout_s=r.verify_timeout_s,
-                      node_per_hour=r.node_per_hour, max_fraction=r.max_fraction)
+                      node_per_hour=r.node_per_hour, max_fraction=r.max_fraction,
+                      episode_hold_s=episode_hold_s)
 
 
 def startup_facts(state_dir: Path, seat: str, replica: str) -> tuple[bool | None, str | None]:
@@ -95,11 +100,12 @@ class Remediator:
                  log: Callable[[str], None], clock: Callable[[], float] = time.time,
                  node_refusal: Callable[[], str | None] = lambda: None,
                  background: bool = True, max_age_s: float = 60.0,
-                 reread: Callable[[], Mapping[str, ReplicaPlacement]] | None = None) -> None:
+                 reread: Callable[[], Mapping[str, ReplicaPlacement]] | None = None,
+                 episode_hold_s: float = 60.0) -> None:
         self.seat = seat
         self.meta = journal.Meta(seat.name, str(seat_file.absolute()), node, mode)
         self.state_dir = state_dir
-        self.settings = settings_of(seat, mode)
+        self.settings = settings_of(seat, mode, episode_hold_s)
         self.records = dict(records)
         self._reread = reread  # the records again (a replica launched after the watcher)
         self.edge = edge
@@ -112,7 +118,11 @@ class Remediator:
         self._last: dict[str, P.StepRecord] = {}
         self._failures: queue.Queue[tuple[str, str]] = queue.Queue()
         self._jobs: queue.Queue[P.Action | None] = queue.Queue()
-        self._said_unusable = ""
+        # the last line said of each kind of problem (said once per change, not every step)
+        self._said: dict[str, str] = {}
+        self._alerted_s: dict[str, float] = {}  # replica -> when a trigger was last seen
+        self._judge: int | None = None  # the judge's lock (journal.try_judge), once held
+        self._busy: P.Action | None = None  # the action the worker runs
         self._background = background
         self._thread: threading.Thread | None = None
         if background:
@@ -125,42 +135,30 @@ class Remediator:
     def after_step(self, watcher: WatcherView) -> None:
         now = self.clock()
         statuses = list(watcher.statuses)
+        self._note_alerts(statuses, now)
         fresh = watcher.evaluated_at_s is not None and now - watcher.evaluated_at_s <= \
             self.max_age_s
         problem = ("no evaluation yet" if watcher.evaluated_at_s is None else
                    f"the last evaluation is {now - watcher.evaluated_at_s:.0f} s old")
         try:
+            judge = self._is_judge()
             with journal.locked(self.state_dir, self.seat.name):
                 state, _ = journal.load_state(self.state_dir, self.seat.name)
-                self._said_unusable = ""
-                while True:
-                    try:
-                        replica, error = self._failures.get_nowait()
-                    except queue.Empty:
-                        break
-                    state = P.action_failed(state, replica, error)
-                observations = [self._observe(s, state) for s in statuses]
-                decision = P.decide(state, observations, now, self.settings,
-                                    node=self.meta.node or "-", view_fresh=fresh,
-                                    view_problem=problem)
-                if decision.state != state or decision.records:
-                    journal.save_state(self.state_dir, self.meta, decision.state, now)
-                for record in decision.records:
-                    journal.write_record(self.state_dir, self.meta, record)
-        except RocmseatError as exc:  # an untrusted state, a lock timeout: act on nothing
-            if exc.message != self._said_unusable:
-                self.log(f"rocmseat-remediate unusable-state error={'_'.join(exc.message.split())}")
-                self._said_unusable = exc.message
+                if not judge:  # another watcher decides: show its state, count nothing
+                    decision = P.Decision(state, (), ())
+                else:
+                    decision = self._decide(state, statuses, now, fresh, problem)
+        except RocmseatError as exc:  # an untrusted or damaged state, a lock timeout
+            self._say("state", f"rocmseat-remediate unusable-state acting-on=nothing "
+                      f"error={_token(exc.message)}")
             return
         except OSError as exc:
-            self.log(f"rocmseat-remediate state-not-saved error={exc.strerror or exc}")
+            self._say("state", f"rocmseat-remediate state-not-saved "
+                      f"error={_token(exc.strerror or exc)}")
             return
+        self._said.pop("state", None)  # the state is usable again: a new problem is said
         self.state = decision.state
-        for record in decision.records:
-            self.log(journal.journal_line(self.meta, record))
-            key = (record.replica, record.action, record.outcome)
-            self.counts[key] = self.counts.get(key, 0) + 1
-            self._last[record.replica] = record
+        self._after_records(decision.records)
         for action in decision.actions:
             if self._background:
                 self._jobs.put(action)
@@ -168,7 +166,57 @@ class Remediator:
                 self._execute(action)
         self._mirror(watcher, decision.state)
 
-    def _observe(self, status: ReplicaStatus, state: P.State) -> P.Observation:
+    def _decide(self, state: P.State, statuses: list[ReplicaStatus], now: float, fresh: bool,
+                problem: str) -> P.Decision:
+        """Under the state lock: the policy's decision, saved and journalled."""
+        while True:
+            try:
+                replica, error = self._failures.get_nowait()
+            except queue.Empty:
+                break
+            state = P.action_failed(state, replica, error)
+        observations = [self._observe(s, state, now) for s in statuses]
+        decision = P.decide(state, observations, now, self.settings,
+                            node=self.meta.node or "-", view_fresh=fresh, view_problem=problem)
+        if decision.state != state or decision.records:
+            journal.save_state(self.state_dir, self.meta, decision.state, now)
+        for record in decision.records:
+            journal.write_record(self.state_dir, self.meta, record)
+        if decision.records:
+            journal.prune(self.state_dir, self.seat.name, decision.state, now)
+        return decision
+
+    def _after_records(self, records: Sequence[P.StepRecord]) -> None:
+        for record in records:
+            self.log(journal.journal_line(self.meta, record))
+            key = (record.replica, record.action, P.outcome_class(record.outcome))
+            self.counts[key] = self.counts.get(key, 0) + 1
+            self._last[record.replica] = record
+
+    def _say(self, kind: str, line: str) -> None:
+        """A problem of `kind`, said once per change (not every evaluation of a full disk)."""
+        if self._said.get(kind) != line:
+            self.log(line)
+            self._said[kind] = line
+
+    def _is_judge(self) -> bool:
+        if self._judge is None:
+            self._judge = journal.try_judge(self.state_dir, self.seat.name)
+            if self._judge is None:
+                self._say("judge", f"rocmseat-remediate follower seat={self.seat.name}: "
+                          "another watcher holds the judge's lock: it decides and verifies; "
+                          "this one acts on nothing")
+        if self._judge is not None and self._said.pop("judge", None) is not None:
+            self.log(f"rocmseat-remediate judge seat={self.seat.name}: the other watcher is "
+                     "gone; this one decides now")
+        return self._judge is not None
+
+    def _note_alerts(self, statuses: Sequence[ReplicaStatus], now: float) -> None:
+        for status in statuses:
+            if A.REPLICA_STALLED in status.alerts or any(a in status.alerts for a in P.TRIGGERS):
+                self._alerted_s[status.replica] = now
+
+    def _observe(self, status: ReplicaStatus, state: P.State, now: float) -> P.Observation:
         w, judged = status.window, status.judged
         obs = P.Observation(
             replica=status.replica, up=status.up, restarted=status.restarted,
@@ -179,7 +227,9 @@ class Remediator:
             duration_s=w.duration_s if w else 0.0, lower_al=status.lower_al,
             al=judged.acceptance_length if judged else None,
             p0=(judged.accepted_per_pos[0] / judged.drafts
-                if judged and judged.drafts > 0 and judged.accepted_per_pos else None))
+                if judged and judged.drafts > 0 and judged.accepted_per_pos else None),
+            quiet_s=(now - self._alerted_s[status.replica]
+                     if status.replica in self._alerted_s else None))
         ladder = state.ladder(status.replica)
         wants = A.REPLICA_STALLED in status.alerts or any(a in status.alerts for a in P.TRIGGERS)
         if ladder.pending is not None or not wants:
@@ -207,23 +257,45 @@ class Remediator:
             action = self._jobs.get()
             if action is None:
                 return
-            self._execute(action)
+            self._busy = action
+            try:
+                self._execute(action)
+            finally:
+                self._busy = None
 
     def _execute(self, action: P.Action) -> None:
+        """Run one action under the seat's action lock (a reset waits for it), unless a reset
+        took the replica meanwhile."""
         try:
-            if action.action == P.MOVE_CACHE_RESTART:
-                aside = self.edge.move_cache_aside(action.replica, {
-                    "schema": journal.SCHEMA, "why": action.reason,
-                    "moved_by": "rocmseat watch --remediate (step 1)"})
-                self.log(f"rocmseat-remediate replica={action.replica} cache-moved-aside "
-                         f"to={aside}")
-            self.edge.restart(action.replica, action.mode, why=action.reason)
-            self.log(f"rocmseat-remediate replica={action.replica} restarted mode={action.mode}")
+            with journal.acting(self.state_dir, self.seat.name,
+                               timeout_s=self.settings.ready_timeout_s + 60.0):
+                if not self._still_wanted(action):
+                    self.log(f"rocmseat-remediate replica={action.replica} action-skipped "
+                             f"action={action.action} why=reset_by_the_operator")
+                    return
+                self._act(action)
         except (RocmseatError, OSError) as exc:
-            message = exc.message if isinstance(exc, RocmseatError) else str(exc)
+            message = exc.message if isinstance(exc, RocmseatError) else \
+                f"{exc.strerror or exc}"
             self.log(f"rocmseat-remediate replica={action.replica} action-failed "
-                     f"error={'_'.join(message.split())}")
+                     f"error={_token(message)}")
             self._failures.put((action.replica, message))
+
+    def _still_wanted(self, action: P.Action) -> bool:
+        with journal.locked(self.state_dir, self.seat.name):
+            ladder = journal.load_state(self.state_dir, self.seat.name)[0].ladder(action.replica)
+        return (ladder.mode != "resetting" and ladder.pending is not None
+                and ladder.pending.action == action.action)
+
+    def _act(self, action: P.Action) -> None:
+        if action.action == P.MOVE_CACHE_RESTART:
+            aside = self.edge.move_cache_aside(action.replica, {
+                "schema": SCHEMA, "why": action.reason,
+                "moved_by": "rocmseat watch --remediate (step 1)"})
+            self.log(f"rocmseat-remediate replica={action.replica} cache-moved-aside "
+                     f"to={_token(str(aside))}")
+        self.edge.restart(action.replica, action.mode, why=action.reason)
+        self.log(f"rocmseat-remediate replica={action.replica} restarted mode={action.mode}")
 
     def _mirror(self, watcher: WatcherView, state: P.State) -> None:
         node = self.meta.node or "-"
@@ -248,9 +320,30 @@ class Remediator:
         return [(s, s in self.state.halts) for s in scopes]
 
     def close(self) -> None:
+        """The watcher stops: a restart it started is ended (SIGTERM to its process group,
+        SIGKILL after rocmseat.runner.CANCEL_GRACE_S) and waited for, at most STOP_WAIT_S;
+        the log says which, and the step stays pending in the state (the next watcher judges
+        it, or halts it when no new engine comes)."""
         if self._thread is not None:
+            busy = self._busy
             self._jobs.put(None)
-            self._thread.join(timeout=1.0)
+            if busy is not None:
+                self.log(f"rocmseat-remediate stop replica={busy.replica} action={busy.action} "
+                         f"ending=restart wait_s={STOP_WAIT_S:g}")
+                cancel = getattr(self.edge, "cancel", None)
+                if cancel is not None:
+                    cancel.set()
+            self._thread.join(timeout=STOP_WAIT_S if busy is not None else 1.0)
+            if busy is not None:
+                left = self._thread.is_alive()
+                self.log(f"rocmseat-remediate stop replica={busy.replica} "
+                         f"action={busy.action} "
+                         + ("still-running-after_s=" + f"{STOP_WAIT_S:g}" if left else "ended=1"))
+        if self._judge is not None:
+            import os
+
+            os.close(self._judge)
+            self._judge = None
 
 
 def _without_drafter(ladder: P.Ladder) -> bool:
@@ -259,25 +352,64 @@ def _without_drafter(ladder: P.Ladder) -> bool:
                                            and ladder.pending.step == 2)
 
 
-def reset(state_dir: Path, seat: str, replica: str | None, now_s: float
-          ) -> tuple[P.State, list[str], journal.Meta]:
-    """Clear halts and modes (rocmseat.watch.remediate.policy.reset) under the lock, journal
-    it; returns the new state, the replicas that must restart with their drafter, the meta."""
-    with journal.locked(state_dir, seat):
-        state, meta = journal.load_state(state_dir, seat)
-        if replica is not None and replica not in state.ladders and not any(
-                h.scope == P.replica_scope(replica) for h in state.halts.values()):
-            from rocmseat.text import printable
+def _token(value: object) -> str:
+    """A value inside a key=value log line: printable, redacted, no spaces."""
+    from rocmseat.redact import redact_output
+    from rocmseat.text import printable
 
-            raise RocmseatError(f"replica {printable(replica, 80)!r}: no remediation state in "
-                                f"seat {seat}",
-                                hint="`rocmseat remediate status` lists what there is")
-        new, back = P.reset(state, replica)
+    return "_".join(printable(redact_output(str(value)), 400).split()) or "-"
+
+
+def plan_reset(state_dir: Path, seat: str, replica: str | None) -> list[str]:
+    """The replicas a reset would restart (read only: nothing changes); RocmseatError for a
+    replica with no remediation state."""
+    journal.check_shapes(state_dir, seat)
+    state, _ = journal.load_state(state_dir, seat)
+    if replica is not None and replica not in state.ladders and not any(
+            h.scope == P.replica_scope(replica) for h in state.halts.values()):
+        from rocmseat.text import printable
+
+        raise RocmseatError(f"replica {printable(replica, 80)!r}: no remediation state in "
+                            f"seat {seat}",
+                            hint="`rocmseat remediate status` lists what there is")
+    return P.begin_reset(state, replica)[1]
+
+
+def begin_reset(state_dir: Path, seat: str, replica: str | None, now_s: float
+                ) -> tuple[P.State, list[str], journal.Meta]:
+    """Clear halts and ladders under the lock (policy.begin_reset): the replicas to restart
+    are "resetting" (the watcher leaves them alone) until finish_reset; journalled."""
+    with journal.locked(state_dir, seat):
+        plan_reset(state_dir, seat, replica)
+        state, meta = journal.load_state(state_dir, seat)
+        new, back = P.begin_reset(state, replica)
         journal.save_state(state_dir, meta, new, now_s)
         record = P.StepRecord(replica or "*", None, "reset", "reset by the operator", now_s,
                               figures={"restart_with_drafter": ",".join(back) or "-"})
         journal.write_record(state_dir, meta, record)
     return new, back, meta
+
+
+def finish_reset(state_dir: Path, meta: journal.Meta, replica: str, problem: str | None,
+                 now_s: float) -> None:
+    """The reset's restart of `replica` is done (problem None) or failed: recorded."""
+    with journal.locked(state_dir, meta.seat):
+        state, _ = journal.load_state(state_dir, meta.seat)
+        journal.save_state(state_dir, meta, P.finish_reset(state, replica, problem, now_s),
+                           now_s)
+        outcome = ("reset: back with its drafter" if problem is None else
+                   f"failed: the reset's restart: {problem}")
+        journal.write_record(state_dir, meta, P.StepRecord(replica, None, "reset", outcome,
+                                                           now_s))
+
+
+def reset(state_dir: Path, seat: str, replica: str | None, now_s: float
+          ) -> tuple[P.State, list[str], journal.Meta]:
+    """Both halves with no restart in between (the library's reset; the CLI restarts)."""
+    _, back, meta = begin_reset(state_dir, seat, replica, now_s)
+    for name in back:
+        finish_reset(state_dir, meta, name, None, now_s)
+    return journal.load_state(state_dir, seat)[0], back, meta
 
 
 def status_json(state: P.State, meta: journal.Meta, records: Sequence[Mapping[str, Any]]

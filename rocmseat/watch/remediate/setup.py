@@ -48,8 +48,14 @@ def remediator_factory(seat: Seat, seat_file: Path, state_dir: Path, mode: str, 
         records_now = launched()
         log(f"rocmseat-remediate start mode={mode} replicas={','.join(sorted(records_now)) or '-'} "
             f"restart={'command' if seat.remediate.restart_command else 'systemd'}")
+        # an alert episode outlives a gap of the detector's resolve hold (resolve_windows
+        # judged windows, one per interval: rocmseat.watch.detector)
+        from rocmseat.watch.detector import DetectorParams
+
+        hold_s = (seat.watch.interval_s or 10.0) * DetectorParams().resolve_windows
         return Remediator(seat, seat_file=seat_file, state_dir=state_dir, mode=mode, node=node,
                           records=records_now, edge=SeatEdge(seat, records_now), log=log,
-                          node_refusal=node_refusal(state_dir, sysfs_root), reread=launched)
+                          node_refusal=node_refusal(state_dir, sysfs_root), reread=launched,
+                          episode_hold_s=hold_s)
 
     return make

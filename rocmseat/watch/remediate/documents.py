@@ -1,0 +1,255 @@
+"""The remediation state (`state.json`, rocmseat.remediation-state/v1) and journal records
+(`journal/*.json`, rocmseat.remediation/v1) as strict documents (docs/remediate.md).
+
+Everything rocmseat reads back from its own remediation record goes through these models:
+strict JSON (no coercion, no NaN or infinity), every number bounded (times inside
+[`TIME_MIN_S`, `TIME_MAX_S`], amounts finite and at most `AMOUNT_MAX`), every name the
+replica-name rule of the house (rocmseat.seat.model.is_replica_name), unknown keys refused. A
+document that fails is one `DocumentError` naming the key; nothing downstream (a date
+conversion, an `int()`) ever sees a value out of range (a halt stamped in year 10000 once
+killed the watcher: `ValueError: year 10000 is out of range`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from rocmseat.seat.model import is_replica_name, is_seat_name
+from rocmseat.text import printable
+from rocmseat.watch.remediate import policy as P
+
+SCHEMA = "rocmseat.remediation/v1"
+STATE_SCHEMA = "rocmseat.remediation-state/v1"
+# 2000-01-01 .. 2100-01-01 UTC: a clock outside this is a damaged document, not a time
+TIME_MIN_S = 946_684_800.0
+TIME_MAX_S = 4_102_444_800.0
+AMOUNT_MAX = 1e15  # drafts, tokens, seconds: far above any real count, far below overflow
+TEXT_MAX = 4096
+LIST_MAX = 100_000
+MAP_MAX = 4096
+
+
+class DocumentError(P.StateError):
+    """A remediation document rocmseat did not write (or that was damaged): one line naming
+    the first bad key."""
+
+
+def _replica(value: str) -> str:
+    if not is_replica_name(value):
+        raise ValueError(f"{printable(repr(value), 60)} is not a replica name")
+    return value
+
+
+def _seat(value: str) -> str:
+    if not is_seat_name(value):
+        raise ValueError(f"{printable(repr(value), 60)} is not a seat name")
+    return value
+
+
+def _scope(value: str) -> str:
+    kind, _, rest = value.partition(":")
+    ok = (value == P.FLEET or (kind == "replica" and is_replica_name(rest))
+          or (kind == "node" and 0 < len(rest) <= 253 and rest.isprintable()
+              and not any(c.isspace() for c in rest)))
+    if not ok:
+        raise ValueError(f"{printable(repr(value), 60)} is not a scope (replica:NAME, node:HOST, "
+                         "fleet)")
+    return value
+
+
+def _stamp(value: str) -> str:
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{printable(repr(value), 60)} is not an ISO 8601 time") from None
+    if when.tzinfo is None or not TIME_MIN_S <= when.timestamp() <= TIME_MAX_S:
+        raise ValueError(f"{printable(repr(value), 60)} is not a UTC time between 2000 and 2100")
+    return value
+
+
+Time = Annotated[float, Field(ge=TIME_MIN_S, le=TIME_MAX_S, allow_inf_nan=False)]
+Amount = Annotated[float, Field(ge=0.0, le=AMOUNT_MAX, allow_inf_nan=False)]
+Ratio = Annotated[float, Field(ge=0.0, le=1e6, allow_inf_nan=False)]
+Text = Annotated[str, Field(max_length=TEXT_MAX)]
+Key = Annotated[str, Field(max_length=128)]
+Replica = Annotated[str, AfterValidator(_replica)]
+Scope = Annotated[str, AfterValidator(_scope)]
+Stamp = Annotated[str, Field(max_length=64), AfterValidator(_stamp)]
+Step = Literal[1, 2, 3]
+LadderAction = Literal["move-cache-aside-restart", "restart-without-drafter", "restart",
+                       "out-of-rotation"]
+Mode = Literal["drafter", "no-drafter", "out-of-rotation", "resetting"]
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class Why(_Doc):
+    """Why a step ran (policy._why, the reasons added on the way)."""
+
+    alert: Text | None = None
+    acceptance_length: Ratio | None = None
+    p0: Ratio | None = None
+    key: Key | None = None
+    last_start: Text | None = None
+    step1: Text | None = None
+    text: Text | None = None
+
+
+class Figures(_Doc):
+    """A step's verification figures (policy._verify) or the reset's."""
+
+    ready_after_s: Amount | None = None
+    drafts: Amount | None = None
+    acceptance_length: Ratio | None = None
+    p0: Ratio | None = None
+    lower_al: Ratio | None = None
+    tokens_per_s: Amount | None = None
+    collapsed_tokens_per_s: Amount | None = None
+    restart_with_drafter: Text | None = None
+
+
+class PendingDoc(_Doc):
+    step: Step
+    action: LadderAction
+    started_s: Time
+    key: Key
+    why: Why
+    collapsed_tps: Amount | None
+    seen_restart: bool
+    restarted_s: Time | None
+    drafts: Amount
+    accepted: Amount
+    accepted_pos0: Amount
+    generation_tokens: Amount
+    generation_s: Amount
+    failed: Text | None
+
+
+class LadderDoc(_Doc):
+    mode: Mode
+    since_s: Time | None
+    pending: PendingDoc | None
+    cache_tried_key: Key | None
+    stalls_s: Annotated[tuple[Time, ...], Field(max_length=LIST_MAX)]
+    noted: Text
+    ladder_started_s: Time | None = None
+    reset_problem: Text | None = None
+
+
+class TakenDoc(_Doc):
+    time_s: Time
+    replica: Replica
+    key: Key
+    action: LadderAction
+    ladder_start: bool
+
+
+class HaltDoc(_Doc):
+    scope: Scope
+    bound: Text
+    since_s: Time
+    text: Text
+
+
+class StateDoc(_Doc):
+    schema_: Literal["rocmseat.remediation-state/v1"] = Field(alias="schema")
+    seat: Annotated[str, AfterValidator(_seat)]
+    seat_file: Text | None = None
+    node: Annotated[str, Field(max_length=253)] | None = None
+    mode: Literal["on", "dry-run"] | None = None
+    written_at: Stamp | None = None
+    ladders: Annotated[dict[Replica, LadderDoc], Field(max_length=MAP_MAX)]
+    taken: Annotated[tuple[TakenDoc, ...], Field(max_length=LIST_MAX)]
+    halts: Annotated[dict[Scope, HaltDoc], Field(max_length=MAP_MAX)]
+
+
+class RecordDoc(_Doc):
+    """One journal record (journal.record_json)."""
+
+    schema_: Literal["rocmseat.remediation/v1"] = Field(alias="schema")
+    seat: Annotated[str, AfterValidator(_seat)]
+    node: Annotated[str, Field(max_length=253)] | None
+    replica: Replica | Literal["*"]
+    step: Step | None
+    action: LadderAction | Literal["reset", "none"]
+    when: Stamp
+    why: Why
+    figures: Figures
+    outcome: Text
+    diagnosis: Text | None
+    dry_run: bool
+
+
+def first_error(exc: ValidationError) -> str:
+    """`key 'ladders.r0.since_s': <why>`: the first problem, on one line."""
+    error = exc.errors(include_url=False, include_input=False)[0]
+    if error["type"] in ("json_invalid", "json_type") or not error["loc"]:
+        return printable(error["msg"] if error["type"] == "json_invalid"
+                         else "not a JSON object", 200)
+    key = ".".join(str(p) for p in error["loc"] if not str(p).startswith(("function-",
+                                                                           "literal[")))
+    why = printable(error["msg"].removeprefix("Value error, "), 200)
+    return f"key {printable(key, 120)!r}: {why}"
+
+
+def parse_state_doc(text: str | bytes) -> StateDoc:
+    try:
+        doc = StateDoc.model_validate_json(text)
+    except ValidationError as exc:
+        raise DocumentError(first_error(exc)) from None
+    for scope, halt in doc.halts.items():
+        if halt.scope != scope:
+            raise DocumentError(f"key 'halts.{scope}.scope': {printable(halt.scope, 60)!r} is "
+                                "not its own scope")
+    return doc
+
+
+def parse_record(text: str | bytes) -> RecordDoc:
+    try:
+        return RecordDoc.model_validate_json(text)
+    except ValidationError as exc:
+        raise DocumentError(first_error(exc)) from None
+
+
+def _plain(model: BaseModel | None) -> dict[str, Any]:
+    return {} if model is None else model.model_dump(exclude_none=True)
+
+
+def state_of(doc: StateDoc) -> P.State:
+    """The policy's State from a checked document."""
+    ladders = {}
+    for name, lad in doc.ladders.items():
+        pending = None
+        if (p := lad.pending) is not None:
+            pending = P.Pending(
+                p.step, p.action, p.started_s, p.key, _plain(p.why),
+                collapsed_tps=p.collapsed_tps, seen_restart=p.seen_restart,
+                restarted_s=p.restarted_s, drafts=p.drafts, accepted=p.accepted,
+                accepted_pos0=p.accepted_pos0, generation_tokens=p.generation_tokens,
+                generation_s=p.generation_s, failed=p.failed)
+        ladders[name] = P.Ladder(lad.mode, lad.since_s, pending, lad.cache_tried_key,
+                                 tuple(lad.stalls_s), lad.noted,
+                                 ladder_started_s=lad.ladder_started_s,
+                                 reset_problem=lad.reset_problem)
+    taken = tuple(P.Taken(t.time_s, t.replica, t.key, t.action, t.ladder_start)
+                  for t in doc.taken)
+    halts = {k: P.Halt(h.scope, h.bound, h.since_s, h.text) for k, h in doc.halts.items()}
+    return P.State(ladders, taken, halts)
+
+
+def state_from_json(doc: Mapping[str, Any], seat: str = "x") -> P.State:
+    """The State of a JSON object (policy.state_json's shape, without the envelope)."""
+    import json
+
+    envelope = {"schema": STATE_SCHEMA, "seat": seat, **doc} if isinstance(doc, dict) else doc
+    try:
+        text = json.dumps(envelope, allow_nan=True)
+    except (TypeError, ValueError) as exc:
+        raise DocumentError(str(exc)) from None
+    return state_of(parse_state_doc(text))
