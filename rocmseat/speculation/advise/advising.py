@@ -21,6 +21,14 @@ from rocmseat.speculation.advise import advise as adv
 from rocmseat.speculation.advise.basis import Decision, current_table, write_plan
 from rocmseat.speculation.advise.decide import proposal_of
 from rocmseat.speculation.advise.seatedit import current_drafter, write_drafter_schedule
+from rocmseat.speculation.advise.verdict import (
+    DO_NOT_SHIP,
+    UNDECIDED,
+    GateView,
+    OneAnswer,
+    one_answer,
+    view_json,
+)
 from rocmseat.speculation.plot import PlotUnavailable, advise_picture
 
 DEFAULT_WINDOW_S = 30.0
@@ -56,7 +64,9 @@ def advise_flow(request: AdviseRequest) -> AdviseOutcome:
         picture = picture or request.gate_dir / "advise.png"
     decision, acceptance, cost = adv.run_advise(inputs, k_limit=request.k_limit)
     advice = decision.advice
-    picture_path, picture_note = _picture(picture, decision, inputs)
+    answer, view = _gate_answer(request.gate_dir, decision)
+    picture_path, picture_note = _picture(picture, decision, inputs,
+                                          answer.lines()[0] if answer else "")
     written: str | None = None
     write_error: ConfigError | None = None
     code = exitcodes.OK
@@ -72,9 +82,29 @@ def advise_flow(request: AdviseRequest) -> AdviseOutcome:
         if k_now is not None and (advice.num_speculative_tokens, advice.schedule) != (
                 k_now, sched_now):
             code = exitcodes.PROBLEM
+    if answer is not None and code == exitcodes.OK:
+        # the gate's verdict stands in the advice: the same exit code as `spec gate` on it
+        code = {DO_NOT_SHIP: exitcodes.PROBLEM, UNDECIDED: exitcodes.CANNOT_CHECK}.get(
+            answer.answer, code)
     doc = adv.advice_json(inputs, decision, acceptance, cost, picture=picture_path,
                           picture_note=picture_note, exit_code=code, written=written)
+    doc["gate"] = None if view is None else view_json(view)
+    doc["one_answer"] = None if answer is None else answer.json()
     return AdviseOutcome(doc, code, write_error)
+
+
+def _gate_answer(gate_dir: Path | None, decision: Decision
+                 ) -> tuple[OneAnswer | None, GateView | None]:
+    """The gate's verdicts on this directory, judged again by the gate's rules, joined with the
+    advice into one answer (rocmseat.speculation.advise.verdict); None without a gate."""
+    if gate_dir is None:
+        return None, None
+    from rocmseat.speculation.gate.gateflow import judge_saved
+
+    view = judge_saved(gate_dir)
+    if view is None:  # an A/A run judges no candidate
+        return None, None
+    return one_answer(view, decision), view
 
 
 def _inputs(request: AdviseRequest) -> adv.Inputs:
@@ -103,12 +133,12 @@ def _inputs(request: AdviseRequest) -> adv.Inputs:
     return inputs
 
 
-def _picture(path: Path | None, decision: Decision, inputs: adv.Inputs
+def _picture(path: Path | None, decision: Decision, inputs: adv.Inputs, headline: str = ""
              ) -> tuple[str | None, str]:
     if path is None:
         return None, "not drawn (pass --picture PATH)"
     try:
-        drawn = str(advise_picture(path, decision, inputs.source["kind"]))
+        drawn = str(advise_picture(path, decision, inputs.source["kind"], headline))
     except (PlotUnavailable, WriteRefused) as exc:
         # a picture that cannot be written is a note: the advice is still printed
         return None, exc.message

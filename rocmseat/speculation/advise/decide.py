@@ -76,6 +76,8 @@ class Advice:
     schedule: Schedule | None  # None: one K serves every batch size (or none pays)
     staircase: dict[int, tuple[Threshold, ...]]  # batch size -> k*(alpha) thresholds
     alpha: float
+    # the bootstrap's draws (counters resampled, step costs perturbed): any other ratio's spread
+    draws: tuple[tuple[Acceptance, StepCost], ...] = ()
 
 
 def throughput(acceptance: Acceptance, cost: StepCost, batch: int, k: int) -> float:
@@ -214,5 +216,5 @@ def advise(counters: Counters, cost: StepCost, *, max_num_seqs: int,
         k_limit=limit, points=points, best_k=table, bands=tuple(bands),
         num_speculative_tokens=k_max, schedule=schedule,
         staircase={b: staircase(cost, b, limit) for b in stair_batches},
-        alpha=acceptance.alpha,
+        alpha=acceptance.alpha, draws=tuple(samples),
     )
