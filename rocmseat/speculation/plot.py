@@ -224,6 +224,6 @@ def advise_picture(path: Path, decision: Decision, source: str, headline: str = 
                  "to check the model against (a gate directory has)", ha="center", fontsize=7)
     if headline:
         # the one answer of gate and advisor (rocmseat.speculation.advise.verdict) over the panels
-        fig.suptitle(headline, fontsize=9, color="tab:red" if "do not ship" in headline
+        fig.suptitle(headline, fontsize=9, color="tab:red" if "do not ship" in headline.lower()
                      else "black")
     return _save(fig, path)

@@ -50,7 +50,6 @@ from rocmseat.speculation.advise.decide import Advice, Allowed, advise, throughp
 from rocmseat.speculation.advise.iterlog import parse_iteration_log
 from rocmseat.speculation.advise.modelerror import leave_out, measured_gains, monotone_floor
 from rocmseat.speculation.advise.schedule import Schedule, as_lists, lookup
-from rocmseat.speculation.advise.ties import settle
 from rocmseat.speculation.advise.stepcost import (
     Cell,
     StepCost,
@@ -59,6 +58,7 @@ from rocmseat.speculation.advise.stepcost import (
     cells_from_steps,
     choose,
 )
+from rocmseat.speculation.advise.ties import settle
 from rocmseat.speculation.documents import (
     ArmDoc,
     DocumentError,
@@ -353,8 +353,9 @@ def run_advise(inputs: Inputs, *, k_limit: int | None = None) -> tuple[Decision,
         [(p.batch, p.k, p.schedule is not None, p.tokens_per_s, p.sd) for p in inputs.measured]),
         acceptance)
     decision = decide(run, observations(inputs, acceptance, cost), method,
-                      lambda b, k: throughput(acceptance, cost, b, k), cost.rms_relative,
-                      left_out, lambda b, k: monotone_floor(acceptance, cost, b, k))
+                      lambda b, k: throughput(acceptance, cost, b, k),
+                      fit_error=cost.rms_relative, left_out=left_out,
+                      floor=lambda b, k: monotone_floor(acceptance, cost, b, k))
     trap = seat_k0_trap(method, current_drafter(inputs.seat)[1])
     if trap:
         decision = replace(decision, notes=(*decision.notes, trap))
@@ -392,6 +393,9 @@ def verify_command(inputs: Inputs, decision: Decision) -> str | None:
     of the candidate's seat and gate that copy (a runnable command line), or None."""
     if not decision.unmeasured or decision.advice.num_speculative_tokens is None:
         return None
+    if (decision.advice.num_speculative_tokens, decision.advice.schedule) == current_drafter(
+            inputs.seat):
+        return None  # the proposal is what the seat runs: nothing new to measure
     if inputs.source["kind"] != "gate":
         # no gate directory: the seat files are the operator's (placeholders in capitals)
         return ("cp SEAT.toml PROPOSAL.toml && rocmseat spec advise SEAT.toml --write "
@@ -619,6 +623,8 @@ def render(doc: dict[str, Any]) -> str:
     if doc["written"]:
         lines.append(doc["written"])
     answer = doc.get("one_answer")
+    if doc.get("gate_note"):
+        lines.append(f"one answer: none: {doc['gate_note']}")
     if answer:
         lines.append(f"one answer (gate and advisor): {answer['answer'].upper()}: "
                      f"{answer['text']}")

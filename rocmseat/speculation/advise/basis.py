@@ -128,7 +128,7 @@ def _ranges(batches: Sequence[int]) -> str:
 
 
 def _tier(band: Band, obs: Sequence[Observation], drafter: bool,
-          model_error: float | None, error: ModelError | None = None,
+          model_error: float | None, *, error: ModelError | None = None,
           floor: Callable[[int, int], float | None] | None = None) -> Tier:
     here = [o for o in obs if o.drafter == drafter and o.k == band.k
             and band.start <= o.batch <= band.end]
@@ -220,7 +220,7 @@ def k0_rule(obs: Sequence[Observation], method: str | None) -> tuple[bool, str]:
 
 
 def decide(run: Callable[[Allowed | None], Advice], obs: Sequence[Observation],
-           method: str | None, predict: Callable[[int, int], float],
+           method: str | None, predict: Callable[[int, int], float], *,
            fit_error: float | None = None, left_out: ModelError | None = None,
            floor: Callable[[int, int], float | None] | None = None) -> Decision:
     """The staircase, then again without what the measurements rule out, until nothing
@@ -248,7 +248,8 @@ def decide(run: Callable[[Allowed | None], Advice], obs: Sequence[Observation],
         notes.append(why)
     def judged(advice: Advice) -> tuple[Tier, ...]:
         drafter = advice.num_speculative_tokens is not None
-        return tuple(_tier(b, obs, drafter, error, left_out, floor) for b in advice.bands)
+        return tuple(_tier(b, obs, drafter, error, error=left_out, floor=floor)
+                     for b in advice.bands)
 
     # each round rules out at least one (range, K) of at most MAX_K + 1 per batch size; a
     # contradiction left after the last round stays in the tier's evidence

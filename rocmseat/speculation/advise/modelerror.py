@@ -53,9 +53,10 @@ class MeasuredGain:
 class Miss:
     batch: int
     k: int
-    predicted: float  # gain predicted without this measurement
+    predicted: float  # predicted without this measurement
     measured: float
     noise: float
+    quantity: str = "gain"  # "gain" (tok/s over the base) or "step ms" (no arm's tok/s known)
 
     @property
     def log_miss(self) -> float:
@@ -111,6 +112,14 @@ def _refit(cells: Sequence[Cell], leave: Callable[[Cell], bool]) -> StepCost | N
         return None
 
 
+def _of_k(k: int) -> Callable[[Cell], bool]:
+    return lambda c: c.k == k
+
+
+def _at(batch: int, k: int) -> Callable[[Cell], bool]:
+    return lambda c: c.k == k and c.batch == batch
+
+
 def leave_out(cells: Sequence[Cell], gains: Sequence[MeasuredGain], acceptance: Acceptance
               ) -> ModelError:
     """The misses of the model on measurements it was not fitted to (module docstring)."""
@@ -122,7 +131,7 @@ def leave_out(cells: Sequence[Cell], gains: Sequence[MeasuredGain], acceptance: 
     if len(drafted) >= 2:
         how = f"leave one K out (the step cost refitted without each of K={drafted})"
         for k in drafted:
-            cost = _refit(cells, lambda c, k=k: c.k == k)
+            cost = _refit(cells, _of_k(k))
             if cost is None:
                 continue
             misses += [Miss(g.batch, k, gain_of(acceptance, cost, g.batch, k), g.gain, g.noise)
@@ -131,10 +140,20 @@ def leave_out(cells: Sequence[Cell], gains: Sequence[MeasuredGain], acceptance: 
         how = ("leave one cell out (one drafted K measured, so the error in K is not in the "
                "misses: a K no arm ran also gets the monotone bound)")
         for g in usable:
-            cost = _refit(cells, lambda c, g=g: c.k == g.k and c.batch == g.batch)
+            cost = _refit(cells, _at(g.batch, g.k))
             if cost is not None:
                 misses.append(Miss(g.batch, g.k, gain_of(acceptance, cost, g.batch, g.k),
                                    g.gain, g.noise))
+    if not gains:
+        # no arm's tokens/s (a live replica with iteration logs): the step times themselves,
+        # each drafted cell left out in turn (the gain's error is the step time's)
+        how = "leave one step-time cell out (no measured arm: the step times stand in)"
+        for cell in cells:
+            cost = _refit(cells, _at(cell.batch, cell.k)) if cell.k > 0 else None
+            if cost is not None:
+                misses.append(Miss(cell.batch, cell.k, cost.predict(cell.batch, cell.k),
+                                   cell.mean_ms, _rel_noise(cell.mean_ms, cell.sd_ms),
+                                   "step ms"))
     misses = [m for m in misses if m.predicted > 0 and math.isfinite(m.predicted)]
     if not misses:
         how = (f"nothing could be left out ({len(usable)} measured gains, step costs at "

@@ -31,10 +31,11 @@ def _measured_tie(tier: Tier, obs: Sequence[Observation]) -> bool:
 
 
 def _ratio_interval(draws: Sequence[tuple[Acceptance, StepCost]], acceptance: Acceptance,
-                    cost: StepCost, batch: int, k: int, other: int, sigma: float
+                    cost: StepCost, *, at: tuple[int, int, int], sigma: float
                     ) -> tuple[float, float, float]:
     """throughput(K) / throughput(other) at `batch`: the prediction and its 90 % interval with
-    the bootstrap's spread and the model's log error `sigma`."""
+    the bootstrap's spread and the model's log error `sigma`. `at`: (batch, K, other K)."""
+    batch, k, other = at
     ratio = throughput(acceptance, cost, batch, k) / throughput(acceptance, cost, batch, other)
     logs = [math.log(throughput(a, c, batch, k) / throughput(a, c, batch, other))
             for a, c in draws]
@@ -78,8 +79,9 @@ def settle(decision: Decision, current: Sequence[int], acceptance: Acceptance, c
         now = here[t.start - 1]
         ratio = None
         if now not in (0, t.k) and all(k == now for k in here[t.start - 1:t.end]):
-            ratio = _ratio_interval(decision.advice.draws, acceptance, cost, t.start, t.k, now,
-                                    0.0 if t.basis == MEASURED else sigma)
+            ratio = _ratio_interval(decision.advice.draws, acceptance, cost,
+                                    at=(t.start, t.k, now),
+                                    sigma=0.0 if t.basis == MEASURED else sigma)
         why = tie_reason(t, decision.observations, now, ratio=ratio)
         if why:
             table[t.start - 1:t.end] = here[t.start - 1:t.end]

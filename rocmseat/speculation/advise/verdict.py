@@ -53,6 +53,13 @@ class OneAnswer:
     text: str  # one sentence
     agrees: bool  # the gate's proposal is the advisor's
     why_differ: str  # '' when they agree
+    gates: tuple[str, ...] = ()  # the gates that did not pass on the arm that ran it (short)
+
+    @property
+    def headline(self) -> str:
+        """One short line for a picture's title."""
+        failed = f" ({', '.join(self.gates)})" if self.gates else ""
+        return f"gate and advisor: {self.answer.upper()}: {describe(self.config)}{failed}"
 
     def json(self) -> dict[str, Any]:
         return {"answer": self.answer, "config": config_json(self.config), "text": self.text,
@@ -122,7 +129,8 @@ def one_answer(view: GateView, decision: Decision) -> OneAnswer:
             text = (f"{describe(proposal)}: the gate measured it (arm '{ran.name}': "
                     f"{ran.verdict}{because}); the advisor proposes no other draft length with a "
                     "measurable gain")
-        return OneAnswer(ran.verdict, proposal, text, agrees, why)
+        return OneAnswer(ran.verdict, proposal, text, agrees, why,
+                         tuple(w.split(":")[0] for w in ran.why))
     judged = "; ".join(f"'{a.name}' ({describe(a.config)}): {a.verdict}" for a in view.arms)
     if proposal is None:
         text = ("the advisor finds that no draft length pays at any batch size; removing the "

@@ -17,8 +17,8 @@ from rocmseat import exitcodes, jsonio
 from rocmseat.atomic import WriteRefused, write_into
 from rocmseat.errors import ConfigError
 from rocmseat.redact import redact_text
-from rocmseat.seat.locate import locate, printable
 from rocmseat.seat.load import load_seat
+from rocmseat.seat.locate import locate, printable
 from rocmseat.speculation.advise.schedule import Schedule, as_lists
 from rocmseat.speculation.advise.verdict import (
     Config,
@@ -264,17 +264,19 @@ def assemble(out: Path, base_path: Path, cand_path: Path, records: list[ArmRecor
                     drift=drift, run_id=run_id)
     memory = {r.name: _memory_cell(r) for r in records}
     shown = Path(picture).name if picture else picture_note  # beside the table in --out
-    table = render_table(arms, memory, comparisons=comparisons, proposal=schedule,
-                         proposal_note=note, picture=shown,
-                         verify=verify_schedule_command(base_path, cand_path, battery.concurrency,
-                                                        battery.repeats, out))
+    answer_lines: list[str] = []
     if not options.aa:
         # one answer with `spec advise --from-gate` on this directory (issue 27)
         view = gate_view(comparisons, schedule, records)
         answer = _one_answer(out, doc, view)
         doc["gate_view"] = view_json(view)
         doc["one_answer"] = answer.json()
-        table += "\n".join(answer.lines()) + "\n"
+        answer_lines = answer.lines()
+    table = render_table(arms, memory, comparisons=comparisons, proposal=schedule,
+                         proposal_note=note, picture=shown,
+                         verify=verify_schedule_command(base_path, cand_path, battery.concurrency,
+                                                        battery.repeats, out),
+                         answer=answer_lines)
     notes = tuple(note for note in (
         _write_note(out, "gate.json", (jsonio.dumps(doc, indent=2) + "\n").encode()),
         _write_note(out, "gate.txt", table.encode())) if note is not None)
@@ -313,7 +315,7 @@ def _one_answer(out: Path, doc: dict[str, Any], view: GateView) -> OneAnswer:
 def judge_saved(out: Path) -> GateView | None:
     """The verdicts of a finished gate from what it saved under --out, judged again by the
     gate's own rules (nothing is written); None for an A/A run."""
-    out, doc, records, battery, config, options = _load(out)
+    out, _, records, _, config, options = _load(out)
     if options.aa:
         return None
     seat = load_seat(out / "arms" / "candidate" / "seat.toml")
@@ -466,6 +468,10 @@ def _document(base_path: Path, cand_path: Path, records: list[ArmRecord], *,
         "exit_code": code,
         "error": None if error is None else redact_text(error),
         "measured_drift": None if drift is None else round(drift, 4),
+        # the gate's verdicts joined with `spec advise` on this directory (issue 27; None for
+        # an A/A run or a gate that could not measure)
+        "gate_view": None,
+        "one_answer": None,
     }
 
 
