@@ -41,9 +41,9 @@ from typing import Any
 from rocmseat.speculation.advise.acceptance import Counters, estimate, expected_tokens
 from rocmseat.speculation.advise.decide import advise
 from rocmseat.speculation.advise.stepcost import cells_from_runs, choose
-from rocmseat.speculation.gate.gateconf import Battery, load_seat_with_gate
-from rocmseat.speculation.gate.gaterun import GateRun, check_bench_client, load_arm_record
-from rocmseat.speculation.gate.gates import GateConfig
+from rocmseat.speculation.gate.arms import GateRun, check_bench_client, load_arm_record
+from rocmseat.speculation.gate.judge import GateConfig
+from rocmseat.speculation.gate.settings import Battery, load_seat_with_gate
 from rocmseat.speculation.stats import mean, sample_sd
 
 SEAT = """\
@@ -88,7 +88,7 @@ num_speculative_tokens = {k}
 
 def arm_measurements(arm_dir: Path) -> dict[str, Any] | None:
     """(concurrency -> [tok/s], [(c, K, ITL ms)], pooled counters) of a finished arm, read
-    back through the gate's own reader (rocmseat.speculation.gate.gaterun.load_arm_record)."""
+    back through the gate's own reader (rocmseat.speculation.gate.arms.load_arm_record)."""
     if not (arm_dir / "arm.json").exists():
         return None
     record = load_arm_record(arm_dir.parent.parent, arm_dir.name)

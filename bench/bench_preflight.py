@@ -43,9 +43,17 @@ def _builder() -> ModuleType:
     return module
 
 
-def _once(argv: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+def _own_env() -> dict[str, str]:
+    """The environment without PYTHONPATH: the regular install imports its own copy (a
+    PYTHONPATH that names a checkout, as the editable run of a worktree needs, would shadow it)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def _once(
+    argv: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> tuple[float, subprocess.CompletedProcess[str]]:
     start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env)
     return time.perf_counter() - start, proc
 
 
@@ -74,7 +82,7 @@ def regular_install(tmp: Path) -> Path:
     subprocess.run([*pip, "install", "--no-deps", "--no-index", str(wheel)], check=True)
     probe = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import rocmseat; print(rocmseat.__file__)"],
-        capture_output=True, text=True, check=True, cwd=tmp,
+        capture_output=True, text=True, check=True, cwd=tmp, env=_own_env(),
     )
     if not probe.stdout.strip().startswith(str(venv)):
         sys.exit(f"the venv imports rocmseat from {probe.stdout.strip()}, not its own install")
@@ -109,13 +117,14 @@ def timing(args: argparse.Namespace) -> int:
             "regular install": [str(regular), *common, "--json"],
             "npd --cached (regular)": [str(regular), *common, "--format", "npd", "--cached"],
         }
+        envs = {name: _own_env() if "regular" in name else None for name in commands}
         for name, argv in commands.items():  # warm the page cache; write baseline and verdict
-            _check(name, _once(argv, tmp)[1])
+            _check(name, _once(argv, tmp, envs[name])[1])
         times: dict[str, list[float]] = {name: [] for name in commands}
         npd_line = ""
         for _ in range(args.runs):
             for name, argv in commands.items():
-                seconds, proc = _once(argv, tmp)
+                seconds, proc = _once(argv, tmp, envs[name])
                 _check(name, proc)
                 times[name].append(seconds)
                 if name.startswith("npd"):

@@ -228,13 +228,12 @@ def run_prometheus(targets_file: Path, interval: float, seconds: float, tmp: Pat
                                  f"--storage.tsdb.path={tmp / 'tsdb'}",
                                  f"--web.listen-address=127.0.0.1:{port}"],
                                 stdout=subprocess.DEVNULL, stderr=log_file)
-    from rocmseat.watch.fetch import request
-    from rocmseat.watch.scrape import ScrapeError
+    from rocmseat.httpclient import ScrapeError, request
 
     try:
         def up_count() -> int:
             url = f"http://127.0.0.1:{port}/api/v1/query?query=count(up%3D%3D1)"
-            try:  # rocmseat's one HTTP client (rocmseat.watch.fetch)
+            try:  # rocmseat's one HTTP client (rocmseat.httpclient)
                 done = request("GET", url, timeout_s=5)
                 data = json.loads(done.body)["data"]["result"] if done.status == 200 else []
                 return int(float(data[0]["value"][1])) if data else 0

@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rocmseat.watch.fetch import MAX_BODY_BYTES, AsyncScraper  # noqa: E402
+from rocmseat.httpclient import MAX_BODY_BYTES, AsyncScraper  # noqa: E402
 from rocmseat.watch.loop import WatchConfig, Watcher  # noqa: E402
 from rocmseat.watch.scrape import Target  # noqa: E402
 from tests.watch.hostile import HostileServer, Reply, base_pages, cases, http, run_case  # noqa: E402

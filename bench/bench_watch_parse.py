@@ -10,7 +10,7 @@ time.process_time over `--repeat` runs, best of 5 batches:
 - baseline: list(prometheus_client.parser.text_string_to_metric_families(page)), the full parse
   alone (no extraction, no evaluation);
 - for context: read_page_reference (full parse + the same extraction) and one HTTP GET of the
-  page from a local server with the loop's scraper (rocmseat.watch.fetch.AsyncScraper, one
+  page from a local server with the loop's scraper (rocmseat.httpclient.AsyncScraper, one
   kept-alive connection; the same cost for both ways).
 """
 
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from rocmseat.httpclient import AsyncScraper
 from rocmseat.watch.detector import SpecDetector
-from rocmseat.watch.fetch import AsyncScraper
 from rocmseat.watch.metrics import read_page, read_page_reference
 from rocmseat.watch.window import Snapshot, window_between
 

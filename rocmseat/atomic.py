@@ -16,7 +16,7 @@ from typing import Any
 from rocmseat import jsonio
 from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.safeio import _kind
-from rocmseat.seat.locate import printable
+from rocmseat.text import printable
 
 
 def make_dirs(directory: Path) -> None:

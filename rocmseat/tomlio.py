@@ -10,7 +10,7 @@ ValueError (not a TOMLDecodeError) for an integer of more than 4,300 digits; eac
 line, never a traceback.
 
 `TomlDoc.error(loc, why)` locates a key of the parsed document in its text (the locator of
-rocmseat.seat.locate: table headers, arrays of tables, dotted and inline keys), so a later
+rocmseat.tomllocate: table headers, arrays of tables, dotted and inline keys), so a later
 check names the same file, line and key. Pure past the read: `parse_toml` takes text.
 """
 
@@ -25,7 +25,8 @@ from typing import Any
 
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.safeio import DEFAULT_LIMIT_BYTES, read_regular_bytes
-from rocmseat.seat.locate import Loc, format_loc, locate, printable, toml_lines, too_deep_line
+from rocmseat.text import printable
+from rocmseat.tomllocate import Loc, format_loc, locate, toml_lines, too_deep_line
 
 # Tables, arrays and inline tables, counted from the top of the document: the one limit of the
 # house (a seat needs 4; [drafter] extra and profiles a few more).

@@ -1,4 +1,4 @@
-"""rocmseat's one HTTP client (rocmseat.watch.fetch): the scraper's transport and `request`, used
+"""rocmseat's one HTTP client (rocmseat.httpclient): the scraper's transport and `request`, used
 by the readiness canary, the webhook sink and the gate's probes; the canary authenticates to a
 server that requires an API key (issue 16)."""
 
@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 
+from rocmseat.httpclient import MAX_RESPONSE_BYTES, ScrapeError, TransportError, request
 from rocmseat.launch.readiness import Canary, probe, served_api_key
-from rocmseat.watch.fetch import MAX_RESPONSE_BYTES, TransportError, request
-from rocmseat.watch.scrape import ScrapeError
 from rocmseat.watch.sinks import webhook_deliver
 from tests.conftest import REPO
 
@@ -278,11 +277,11 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 def test_rocmseat_has_one_http_client():
     # the walk sees imports inside functions too (the client itself is imported lazily)
-    assert ("h11" in {n for _, n in _imports(REPO / "rocmseat" / "watch" / "fetch.py")})
-    assert ("rocmseat.watch.fetch" in
+    assert ("h11" in {n for _, n in _imports(REPO / "rocmseat" / "httpclient.py")})
+    assert ("rocmseat.httpclient" in
             {n for _, n in _imports(REPO / "rocmseat" / "watch" / "sinks.py")})
     found = [f"{path.relative_to(REPO)}:{line}: {name}"
              for path in sorted((REPO / "rocmseat").rglob("*.py"))
              for line, name in _imports(path)
              if name in OTHER_CLIENTS or name.split(".")[0] in {"httpx", "requests", "aiohttp"}]
-    assert found == [], "HTTP goes through rocmseat.watch.fetch:\n" + "\n".join(found)
+    assert found == [], "HTTP goes through rocmseat.httpclient:\n" + "\n".join(found)

@@ -23,7 +23,7 @@ from rocmseat.cache.store import STAMP_FORMAT, check_root, read_manifest
 from rocmseat.cache.usage import InUse, ProcessView, judge_use
 from rocmseat.errors import ConfigError
 from rocmseat.runner import Runner, run
-from rocmseat.seat.locate import printable
+from rocmseat.text import printable
 
 if TYPE_CHECKING:
     from rocmseat.placement.place import Placement

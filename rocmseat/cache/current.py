@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmseat.cache.envclass import Classified, classify_env
 from rocmseat.cache.fingerprint import fingerprint_model
 from rocmseat.cache.key import ConfigKey, build_factors, digest_of
 from rocmseat.cache.versions import EngineVersions, engine_versions
 from rocmseat.errors import RocmseatError
 from rocmseat.runner import Runner, run
-from rocmseat.seat.locate import format_loc, locate
+from rocmseat.seat.envclass import Classified, classify_env
 from rocmseat.seat.model import Seat
+from rocmseat.tomllocate import format_loc, locate
 
 
 @dataclass(frozen=True, slots=True)

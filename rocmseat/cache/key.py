@@ -16,14 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocmseat.cache.envclass import classify_env, key_env
 from rocmseat.cache.fingerprint import fingerprint_model
 from rocmseat.cache.versions import EngineVersions, engine_versions
 from rocmseat.errors import RocmseatError
 from rocmseat.redact import REDACTED, is_secret_name, redact_text
 from rocmseat.runner import Runner, run
-from rocmseat.seat.locate import format_loc, locate
+from rocmseat.seat.envclass import classify_env, key_env, normalise_flag
 from rocmseat.seat.model import Seat
+from rocmseat.tomllocate import format_loc, locate
 
 KEY_SCHEMA = 1
 
@@ -278,16 +278,6 @@ def split_engine_args(args: Sequence[str]) -> tuple[list[str], dict[str, Any] | 
         kept.append(arg)
         index += 1
     return kept, compilation
-
-
-def normalise_flag(flag: str) -> str:
-    """`--compilation_config.x` -> `--compilation-config.x`: vLLM's FlexibleArgumentParser turns
-    underscores into dashes in a long flag's name up to the first dot
-    (vllm/utils/argparse_utils.py, parse_args), so both spellings are one flag."""
-    if not flag.startswith("--"):
-        return flag
-    name, dot, rest = flag[2:].partition(".")
-    return "--" + name.replace("_", "-") + dot + rest
 
 
 def _arch(gpu_arch: str | Sequence[str] | None) -> str | None:

@@ -36,11 +36,12 @@ from typing import Any
 from rocmseat import __version__
 from rocmseat.atomic import atomic_write_json, exclusive_lock
 from rocmseat.cache.key import MISSING, ConfigKey, FactorChange, diff_factors
-from rocmseat.cache.layout import CACHE_ENV_SUBDIRS, MANIFEST_NAME, STALE_NAME, cache_env
+from rocmseat.cache.layout import MANIFEST_NAME, STALE_NAME, cache_env
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.safeio import read_regular_text
-from rocmseat.seat.locate import printable
+from rocmseat.seat.envclass import CACHE_ENV_SUBDIRS
 from rocmseat.seat.model import is_replica_name
+from rocmseat.statedir import check_owned_dir, link_target
 
 log = logging.getLogger("rocmseat.cache")
 # A library logger gets a handler of its own: with none anywhere, Python's last-resort handler
@@ -91,37 +92,6 @@ def check_root(root: Path, *, owner_uid: int | None = None) -> None:
     write to (ConfigError)."""
     check_owned_dir(root, what="cache root", owner_uid=owner_uid,
                     link_hint="set cache_root to the real directory")
-
-
-def check_owned_dir(path: Path, *, what: str, owner_uid: int | None = None,
-                    link_hint: str | None = None) -> None:
-    """The one rule for a directory rocmseat renames, writes or prunes in (a cache root, a
-    replica's state dir and its history): not a symlink, owned by the user who runs the
-    replica, not writable by every user (another user could plant a link in it between two
-    steps). ConfigError naming it otherwise; an absent path passes (it is made later)."""
-    expected = os.geteuid() if owner_uid is None else owner_uid
-    try:
-        info = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    if stat.S_ISLNK(info.st_mode):
-        raise ConfigError(
-            f"{what} {path} is a symlink to {_target(path)}: refusing to write, move or remove "
-            "files through a link",
-            hint=link_hint or f"remove the link ({path}) and look at who planted it",
-        )
-    if info.st_uid != expected:
-        raise ConfigError(
-            f"{what} {path} is owned by uid {info.st_uid}, not by uid {expected} who runs "
-            "the replica",
-            hint=f"chown it, or choose a directory of uid {expected}",
-        )
-    if info.st_mode & stat.S_IWOTH:
-        raise ConfigError(
-            f"{what} {path} is writable by every user (mode {stat.S_IMODE(info.st_mode):04o}):"
-            " another user could plant a link where rocmseat renames and writes",
-            hint=f"chmod o-w {path}",
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +237,7 @@ def _check_names(job: _Job) -> None:
             continue
         if stat.S_ISLNK(info.st_mode):
             raise ConfigError(
-                f"{path} is a symlink to {_target(path)}: rocmseat makes no links in a cache "
+                f"{path} is a symlink to {link_target(path)}: rocmseat makes no links in a cache "
                 "root and never follows one",
                 hint=f"remove the link ({path}) and look at who planted it",
             )
@@ -286,18 +256,10 @@ def refuse_link(path: Path) -> None:
     """ConfigError when `path`, a name of the store, is a symlink (it was planted)."""
     if path.is_symlink():
         raise ConfigError(
-            f"{path} is a symlink to {_target(path)}: rocmseat makes no links in a cache "
+            f"{path} is a symlink to {link_target(path)}: rocmseat makes no links in a cache "
             "root and never follows one",
             hint=f"remove the link ({path}) and look at who planted it",
         )
-
-
-def _target(link: Path) -> str:
-    """Where a link points, for a message (the target is anyone's text: shown escaped)."""
-    try:
-        return printable(os.readlink(link))
-    except OSError:
-        return "(unreadable)"
 
 
 def _remove_temporaries(job: _Job) -> None:
@@ -421,7 +383,7 @@ def _ensure_subdirs(replica_dir: Path) -> None:
             path = path / part
             if path.is_symlink():
                 raise ConfigError(
-                    f"{path} is a symlink to {_target(path)}: a compiler cache must live "
+                    f"{path} is a symlink to {link_target(path)}: a compiler cache must live "
                     "inside the cache store, where a move aside takes it along",
                     hint=f"remove the link ({path}); rocmseat recreates the folder",
                 )

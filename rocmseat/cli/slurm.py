@@ -13,7 +13,7 @@ from rocmseat.cli.options import (
     sysfs_root_option,
 )
 from rocmseat.fleet.slurm import DEFAULT_BUDGET_S, DEFAULT_MAX_DRAINED
-from rocmseat.fleet.verdict_cache import DEFAULT_MAX_AGE_S
+from rocmseat.preflight.verdict_doc import DEFAULT_MAX_AGE_S
 
 
 @click.group()

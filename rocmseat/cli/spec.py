@@ -16,7 +16,7 @@ import click
 from rocmseat import jsonio
 from rocmseat.cli.options import json_option
 from rocmseat.errors import ConfigError
-from rocmseat.seat.locate import printable
+from rocmseat.text import printable
 
 _INT_LIST = re.compile(r"[0-9]{1,9}(?:,[0-9]{1,9})*")
 
@@ -112,8 +112,8 @@ def gate(  # noqa: PLR0917 (click passes every option)
 ) -> int:
     """Gate CANDIDATE_SEAT (speculation on) against BASE_SEAT: ship (0), do not ship (1),
     could not measure or decide (2)."""
-    from rocmseat.speculation.gate.gateflow import GateOptions, run_gate
-    from rocmseat.speculation.gate.gaterun import ArmError
+    from rocmseat.speculation.gate.arms import ArmError
+    from rocmseat.speculation.gate.flow import GateOptions, run_gate
 
     battery = {"concurrency": _int_list(concurrency, "--concurrency"), "repeats": repeats,
                "prompts": prompts, "output_tokens": output_tokens,
@@ -276,8 +276,8 @@ def advise_cmd(  # noqa: PLR0917 (click passes every option)
     state_dir: Path | None,
 ) -> int:
     """Best draft length per batch-size band from acceptance counters and measured step costs."""
-    from rocmseat.speculation.advise.advise import render
-    from rocmseat.speculation.advise.advising import AdviseRequest, advise_flow
+    from rocmseat.speculation.advise.advice import render
+    from rocmseat.speculation.advise.flow import AdviseRequest, advise_flow
 
     sources = sum(1 for given in (seat_file is not None, bool(targets), gate_dir is not None)
                   if given)

@@ -22,12 +22,7 @@ from typing import Protocol
 
 from rocmseat import exitcodes
 from rocmseat.findings import SEVERITY_ORDER, Finding, Severity, exit_code_for
-from rocmseat.fleet.verdict_cache import (
-    ALWAYS_FAMILIES,
-    ProfileId,
-    UnusableVerdict,
-    load_verdict,
-)
+from rocmseat.preflight.verdict_doc import ALWAYS_FAMILIES, ProfileId, UnusableVerdict, load_verdict
 
 MAX_OUTPUT_BYTES = 80
 

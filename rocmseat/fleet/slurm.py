@@ -15,7 +15,7 @@ on). So `rocmseat slurm health`, all of it within one budget (default 50 s):
    DOWN, FAIL, DRAIN, a reboot or power-save state, a maintenance reservation) is left alone:
    no drain, no resume (LBNL NHC likewise only re-onlines nodes whose note starts with "NHC:",
    helpers/node-mark-online);
-3. reads the node's last full preflight verdict (fleet/verdict_cache.py) and, when it is missing,
+3. reads the node's last full preflight verdict (preflight/verdict_doc.py) and, when it is missing,
    untrusted or older than `--max-age`, runs one full preflight in this process
    (rocmseat.preflight.verdict, which records it) within what is left of the budget;
 4. drains on a failing finding, `Reason="rocmseat: <check> <subject> [+N more] [<families>]"`,
@@ -45,7 +45,7 @@ from rocmseat import exitcodes
 from rocmseat.errors import RocmseatError
 from rocmseat.findings import SEVERITY_ORDER, Severity
 from rocmseat.fleet.npd import npd_line
-from rocmseat.fleet.verdict_cache import (
+from rocmseat.preflight.verdict_doc import (
     DEFAULT_MAX_AGE_S,
     CachedFinding,
     ProfileId,

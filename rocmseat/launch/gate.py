@@ -32,9 +32,9 @@ from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.launch.plan import ReplicaPlan, engine_env
 from rocmseat.safeio import read_regular_text
-from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
 from rocmseat.sysfs.parse import normalize_pci_address
+from rocmseat.text import printable
 
 Say = Callable[[str], None]
 INVOCATION_ENV = "INVOCATION_ID"

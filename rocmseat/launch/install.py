@@ -166,7 +166,7 @@ def read_unit(path: Path) -> str | None:
     """The unit file already at `path` (None: none), read as a regular file only: a FIFO there
     would hang `install`. A unit masked with `systemctl mask` (a link to /dev/null) is said."""
     from rocmseat.safeio import read_regular_text
-    from rocmseat.seat.locate import printable
+    from rocmseat.text import printable
 
     try:
         if path.is_symlink() and os.path.realpath(path) == os.devnull:

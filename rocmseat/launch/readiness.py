@@ -18,9 +18,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rocmseat.httpclient import ScrapeError, TransportError, request
 from rocmseat.jsonio import dumps_line
-from rocmseat.watch.fetch import TransportError, request
-from rocmseat.watch.scrape import ScrapeError
 
 API_KEY_FLAG = "--api-key"
 API_KEY_ENV = "VLLM_API_KEY"
@@ -72,7 +71,7 @@ Fetch = Callable[[str, bytes | None, float, Sequence[tuple[str, str]]], tuple[in
 
 def http_fetch(url: str, body: bytes | None, timeout_s: float,
                headers: Sequence[tuple[str, str]] = ()) -> tuple[int, bytes]:
-    """GET (body None) or POST JSON with rocmseat's one HTTP client (rocmseat.watch.fetch);
+    """GET (body None) or POST JSON with rocmseat's one HTTP client (rocmseat.httpclient);
     returns (status, body). A transport failure raises ScrapeError."""
     if body is not None:
         headers = [("Content-Type", "application/json"), *headers]

@@ -27,7 +27,7 @@ from rocmseat.launch.startuplog import StartupSummary
 from rocmseat.placement.rules import replica_state_dir
 from rocmseat.redact import redact_argv
 from rocmseat.safeio import read_regular_text
-from rocmseat.seat.locate import printable
+from rocmseat.text import printable
 
 __all__ = ["SCHEMA", "build_report", "previous_start", "replica_state_dir", "save_report"]
 
@@ -82,10 +82,10 @@ def build_report(
 
 def check_replica_tree(state_dir: Path, seat: str, replica: str) -> Path:
     """The replica's state dir after the rule of every dir rocmseat writes, renames or prunes
-    in (rocmseat.cache.store.check_owned_dir): each of `seats/`, `seats/<seat>/`, the replica's
+    in (rocmseat.statedir.check_owned_dir): each of `seats/`, `seats/<seat>/`, the replica's
     dir and its `history/` is, where it exists, a real directory of this user that no other
     user may write to. A `history` link would make pruning unlink files wherever it points."""
-    from rocmseat.cache.store import check_owned_dir
+    from rocmseat.statedir import check_owned_dir
 
     directory = replica_state_dir(state_dir, seat, replica)
     path = state_dir

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.placement.record import ReplicaPlacement
-from rocmseat.placement.rules import RESERVED_REPLICA_NAMES, located
+from rocmseat.placement.rules import located
 from rocmseat.seat.model import Seat
+from rocmseat.seat.naming import RESERVED_REPLICA_NAMES
 
 PREFLIGHT_MARGIN_S = 180  # preflight with the HIP probe, the config key and the cache move
 STOP_GRACE_S = 30  # `rocmseat launch --stop-grace`: SIGTERM -> SIGKILL of the engine

@@ -30,8 +30,8 @@ from rocmseat.placement.record import FILE_NAME, HipNumbering, ReplicaPlacement,
 from rocmseat.placement.recorded import Recorded, read_recorded
 from rocmseat.placement.resolve import assumed_numbering, pick, resolve, rule_placement
 from rocmseat.placement.rules import known_names, replica_index, seat_state_dir
-from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
+from rocmseat.text import printable
 
 
 @dataclass(frozen=True, slots=True)

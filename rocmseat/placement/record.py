@@ -25,15 +25,15 @@ from rocmseat.placement.rules import (
     MAX_PORT,
     http_base,
     known_names,
-    planned_port,
     probe_host,
     replica_cache_dir,
     replica_index,
     replica_state_dir,
 )
-from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat, is_replica_name, is_seat_name
+from rocmseat.seat.naming import planned_port
 from rocmseat.sysfs.parse import normalize_pci_address
+from rocmseat.text import printable
 
 SCHEMA = "rocmseat.placement/v1"
 FILE_NAME = "placement.json"

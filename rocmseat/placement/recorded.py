@@ -30,8 +30,8 @@ from rocmseat.placement.record import (
 )
 from rocmseat.placement.rules import replica_index, replica_state_dir, seat_state_dir
 from rocmseat.safeio import read_trusted_state
-from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
+from rocmseat.text import printable
 
 PLACEMENT_LIMIT_BYTES = 64 << 10  # a record is ~1 KiB
 

@@ -26,16 +26,15 @@ from rocmseat.placement.record import (
 )
 from rocmseat.placement.rules import (
     located,
-    planned_port,
     replica_cache_dir,
     replica_index,
-    replica_name,
     replica_port,
     replica_state_dir,
 )
-from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat, check_listen
+from rocmseat.seat.naming import planned_port, replica_name
 from rocmseat.sysfs.parse import normalize_pci_address
+from rocmseat.text import printable
 
 # Set per replica from its pair by launch; a seat that sets one would put every replica on the
 # same GPUs (docs/launch.md).

@@ -1,11 +1,12 @@
 """The seat's own placement rules: what a seat file alone says of replica i (docs/launch.md,
-"Placement"). Pure and small: it imports the seat schema only, so the seat loader can check a
-file by these rules without the node, HIP or preflight rooms.
+"Placement"). Pure and small: it imports the seat room only, none of the node, HIP or preflight
+rooms.
 
-One rule per fact: a replica's name (`[replicas] names[i]`, else `r<i>`) and back, its port
-(`serve.port_base + i`), its cache dir (`<cache_root>/<name>`), its state dir (`<state
-dir>/seats/<seat>/<name>`), the host a client connects to, and the one parser of a `--pair`
-option (two different PCI addresses, sorted).
+One rule per fact: a replica's name back to its index (the name and the port themselves,
+`[replicas] names[i]` else `r<i>` and `serve.port_base + i`, are rocmseat.seat.naming's, which
+the seat loader checks a file by), its port past 65535 located, its cache dir
+(`<cache_root>/<name>`), its state dir (`<state dir>/seats/<seat>/<name>`), the host a client
+connects to, and the one parser of a `--pair` option (two different PCI addresses, sorted).
 """
 
 from __future__ import annotations
@@ -15,24 +16,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocmseat.errors import ConfigError
-from rocmseat.seat.locate import Loc, format_loc, locate, printable
+from rocmseat.seat.naming import planned_port, replica_name
 from rocmseat.sysfs.parse import normalize_pci_address
+from rocmseat.text import printable
+from rocmseat.tomllocate import Loc, format_loc, locate
 
 if TYPE_CHECKING:  # the schema (pydantic) is not imported by `--pair` parsing: preflight's start
     from rocmseat.seat.model import Seat
 
 MAX_PORT = 65535
-# The seat's other units are rocmseat-<seat>-watch.service and -preflight.service: a replica of
-# either name would be rendered onto (and replaced by) that unit (docs/seat.md, [replicas]).
-RESERVED_REPLICA_NAMES = ("watch", "preflight")
 # `r<i>` in its one spelling (no leading zero); i below 100,000 (ports stop at 65535 anyway)
 _DEFAULT_NAME = re.compile(r"r(0|[1-9][0-9]{0,4})")
 _WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
-
-
-def replica_name(seat: Seat, index: int) -> str:
-    names = seat.replicas.names
-    return names[index] if names is not None and index < len(names) else f"r{index}"
 
 
 def replica_index(seat: Seat, name: str) -> int | None:
@@ -64,11 +59,6 @@ def known_names(seat: Seat) -> str:
     if seat.replicas.names is not None:
         return ", ".join(seat.replicas.names)
     return "r0" if seat.backend == "cpu" else "r0, r1, ..."
-
-
-def planned_port(seat: Seat, index: int) -> int:
-    """The one port rule: replica i listens on serve.port_base + i (unchecked; see replica_port)."""
-    return seat.serve.port_base + index
 
 
 def replica_port(seat: Seat, index: int) -> int:

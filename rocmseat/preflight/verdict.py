@@ -3,7 +3,7 @@ preflight` and the run `rocmseat slurm health` makes in-process when the cached 
 old (docs/fleet.md).
 
 Every full run (all default families, every GPU) writes `<state dir>/preflight/verdict.json`
-(rocmseat.fleet.verdict_cache); a run that could judge nothing (no amdgpu device, a bad profile)
+(rocmseat.preflight.verdict_doc); a run that could judge nothing (no amdgpu device, a bad profile)
 writes a verdict whose one `preflight.error` finding says why, so the fast readers report that
 instead of "stale". A partial run (`families`, `pairs`) never writes it: it would say "fine" for
 checks it did not run.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 from rocmseat.errors import RocmseatError
 from rocmseat.findings import Finding, Severity
-from rocmseat.fleet.verdict_cache import ERROR_CHECK, make_verdict, save_verdict
 from rocmseat.preflight.run import PreflightReport, preflight_report
+from rocmseat.preflight.verdict_doc import ERROR_CHECK, make_verdict, save_verdict
 from rocmseat.sysfs.fs import default_proc_root
 from rocmseat.sysfs.host import read_boot_identity
 

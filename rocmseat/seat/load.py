@@ -21,14 +21,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rocmseat.cache.envclass import classify_env
-from rocmseat.cache.key import normalise_flag
-from rocmseat.cache.layout import FORBIDDEN_SEAT_ENV
 from rocmseat.errors import ConfigError
-from rocmseat.seat.locate import Loc, format_loc, locate, printable, too_deep_line
+from rocmseat.seat.envclass import FORBIDDEN_SEAT_ENV, classify_env, normalise_flag
 from rocmseat.seat.model import Seat
 from rocmseat.seat.rules import document_problems, seat_problems
+from rocmseat.text import printable
 from rocmseat.tomlio import MAX_NESTING, TomlDoc, load_toml, parse_toml
+from rocmseat.tomllocate import Loc, format_loc, locate, too_deep_line
 
 # A seat file is a few KiB; 1 MiB leaves room for comments and stops /dev/zero-like input.
 SEAT_LIMIT_BYTES = 1 << 20

@@ -27,10 +27,10 @@ from pydantic import (
     field_validator,
 )
 
-from rocmseat.seat.locate import control_char, printable
 from rocmseat.seat.remediate_schema import Remediate
 from rocmseat.sysfs.fs import REAL_SYSFS_MOUNT
 from rocmseat.sysfs.parse import is_pci_address
+from rocmseat.text import control_char, printable
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Seat and replica names: unit names, state dirs, cache dirs. The one name rule of the house
@@ -432,8 +432,8 @@ GateRatio = Annotated[FiniteFloat, BeforeValidator(_as_float), Field(ge=0.01, le
 
 class Gate(_Section):
     """`[gate]`: thresholds and battery size of `rocmseat spec gate` when this seat is the
-    candidate (docs/spec.md). Absent keys take the field's defaults (rocmseat.speculation.gate.gates
-    GateConfig, rocmseat.speculation.gate.gateconf Battery); launch ignores the table, and it is
+    candidate (docs/spec.md). Absent keys take the field's defaults (rocmseat.speculation.gate.judge
+    GateConfig, rocmseat.speculation.gate.settings Battery); launch ignores the table, and it is
     not part
     of the config key (it changes no compiled graph)."""
 

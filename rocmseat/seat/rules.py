@@ -14,9 +14,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from rocmseat.placement.rules import RESERVED_REPLICA_NAMES, planned_port, replica_name
-from rocmseat.seat.locate import control_char
 from rocmseat.seat.model import METHODS_NEEDING_PATH, RESERVED_EXTRA_KEYS, Seat, check_listen
+from rocmseat.seat.naming import RESERVED_REPLICA_NAMES, planned_port, replica_name
+from rocmseat.text import control_char
 from rocmseat.tomlio import MAX_NESTING
 
 Location = tuple[str | int, ...]

@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from rocmseat.seat.locate import printable
 from rocmseat.speculation.advise.schedule import Schedule, ScheduleError, validate
+from rocmseat.text import printable
 
 # 2**63 has 19 digits: every counter, size and count rocmseat writes fits.
 MAX_INT_DIGITS = 20
@@ -136,7 +136,7 @@ class _Doc(BaseModel):
 
 
 class WindowDoc(_Doc):
-    """A run's /metrics deltas (rocmseat.speculation.gate.gaterun window_json)."""
+    """A run's /metrics deltas (rocmseat.speculation.gate.arms window_json)."""
 
     duration_s: Seconds
     spec_present: bool
@@ -163,7 +163,7 @@ class RunDoc(_Doc):
 
 
 class ArmDoc(_Doc):
-    """arms/<arm>/arm.json (rocmseat.speculation.gate.gaterun arm_json)."""
+    """arms/<arm>/arm.json (rocmseat.speculation.gate.arms arm_json)."""
 
     name: ArmName
     run_id: str | None = None  # absent in gates written before runs had an identity
@@ -209,7 +209,7 @@ class GateConfigDoc(_Doc):
 
 
 class GateDoc(_Doc):
-    """gate.json (rocmseat.speculation.gate.gateflow _document)."""
+    """gate.json (rocmseat.speculation.gate.flow _document)."""
 
     schema_: Literal["rocmseat.gate/v1"] = Field(alias="schema")
     run_id: str | None = None

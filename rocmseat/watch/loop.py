@@ -3,7 +3,7 @@
 Everything nondeterministic is injected (the scraper or a fetch callable, the clock): tests
 drive `step()` against a real local HTTP server or canned pages. The scrapes of one evaluation
 share one deadline (`timeout_s` after it starts), all start at once on one event loop and each
-page is parsed as it arrives (rocmseat/watch/fetch.py), so hung replicas can neither hold the
+page is parsed as it arrives (rocmseat/httpclient.py), so hung replicas can neither hold the
 others nor the evaluation past the deadline; sinks get transitions through `on_transition`,
 which must not block (sinks.BackgroundSender).
 
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from rocmseat.errors import ConfigError, RocmseatError
+from rocmseat.httpclient import AsyncScraper, NewSink, Result, Stopped
 from rocmseat.watch import alerts as A
 from rocmseat.watch.alerts import AlertBook, Transition
 from rocmseat.watch.baseline import (
@@ -35,7 +36,7 @@ from rocmseat.watch.baseline import (
     save_baseline,
 )
 from rocmseat.watch.detector import DetectorParams, SpecDetector, SpecVerdict
-from rocmseat.watch.fetch import AsyncScraper, CallableScraper, Fetch, NewSink, Result, Stopped
+from rocmseat.watch.fetch import CallableScraper, Fetch
 from rocmseat.watch.metrics import PageError, PageReader, Reading, read_page
 from rocmseat.watch.scrape import Target
 from rocmseat.watch.status import ReplicaStatus

@@ -13,12 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from rocmseat.errors import ConfigError, RocmseatError
+from rocmseat.errors import ConfigError
 from rocmseat.redact import redact_text, redact_url
-
-
-class ScrapeError(RocmseatError):
-    """The page could not be fetched: refused, timed out, HTTP error, too big, HTML."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from rocmseat import exitcodes
 from rocmseat.errors import ConfigError
+from rocmseat.httpclient import FD_RESERVE, ensure_descriptors
 from rocmseat.watch import alerts as A
 from rocmseat.watch.alerts import iso
 from rocmseat.watch.exporter import ExportState, start_exporter
-from rocmseat.watch.fetch import FD_RESERVE, ensure_descriptors
 from rocmseat.watch.filesd import BackgroundPoll, Reload, TargetsFile
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.remediate.service import Remediator

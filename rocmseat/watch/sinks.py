@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rocmseat.errors import CommandError
+from rocmseat.httpclient import ScrapeError
 from rocmseat.jsonio import dumps_line
 from rocmseat.redact import redact_argv, redact_text, redact_url
 from rocmseat.runner import run
 from rocmseat.watch.alerts import FIRING, Transition
-from rocmseat.watch.scrape import ScrapeError
 
 Deliver = Callable[[list[dict[str, Any]]], None]
 
@@ -163,9 +163,9 @@ def _one_token(exc: BaseException) -> str:
 
 def webhook_deliver(url: str, *, timeout_s: float = 10.0) -> Deliver:
     """POST the batch as Alertmanager v2 expects it: a JSON list of alerts, with rocmseat's one
-    HTTP client (rocmseat.watch.fetch.request). Userinfo in the URL is sent as Basic auth and
+    HTTP client (rocmseat.httpclient.request). Userinfo in the URL is sent as Basic auth and
     redacted in every error; a redirect is not followed (a 3xx is a failed delivery)."""
-    from rocmseat.watch.fetch import request
+    from rocmseat.httpclient import request
 
     shown = redact_url(url)
 

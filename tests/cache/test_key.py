@@ -12,13 +12,7 @@ from typing import Any
 import pytest
 
 from rocmseat.cache.fingerprint import fingerprint_model
-from rocmseat.cache.key import (
-    ConfigKey,
-    compute_key,
-    diff_factors,
-    replica_key,
-    split_engine_args,
-)
+from rocmseat.cache.key import ConfigKey, compute_key, diff_factors, replica_key, split_engine_args
 from rocmseat.errors import ConfigError
 from rocmseat.runner import Completed
 from rocmseat.seat.model import Seat

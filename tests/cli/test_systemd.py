@@ -503,7 +503,7 @@ def test_systemd_itself_reads_back_dollar_and_percent_paths(rocmseat_cli, tmp_pa
 
 def test_render_refuses_an_unclassified_env_variable_as_key_does(rocmseat_cli, tmp_path):
     """Issue 11: `systemd render` accepted an [env] variable that `key` refused. One rule now
-    (rocmseat.cache.envclass.classify_env, applied when the seat loads): both refuse it with
+    (rocmseat.seat.envclass.classify_env, applied when the seat loads): both refuse it with
     the same line."""
     seat_file = tmp_path / "seat.toml"
     seat_file.write_text(Path(R9700).read_text()

@@ -10,8 +10,8 @@ import pytest
 from rocmseat.errors import RocmseatError
 from rocmseat.findings import Severity
 from rocmseat.fleet import slurm
-from rocmseat.fleet.verdict_cache import CachedFinding
 from rocmseat.preflight.verdict import RecordedRun
+from rocmseat.preflight.verdict_doc import CachedFinding
 from rocmseat.runner import Completed
 from tests.sysfs.conftest import SYSFS_FIXTURES
 
@@ -266,7 +266,7 @@ def test_a_preflight_that_outlives_the_budget_is_unknown_and_drains_nothing(tmp_
 def test_a_stale_verdict_is_replaced_by_an_in_process_run(tmp_path):
     """Issue 16: `slurm health` ran `python -m rocmseat preflight` in a child to get a verdict;
     now it calls the library, which records the verdict as every full run does."""
-    from rocmseat.fleet.verdict_cache import verdict_path
+    from rocmseat.preflight.verdict_doc import verdict_path
 
     runner = FakeRunner(show=IDLE)
     outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=tmp_path,
@@ -394,7 +394,7 @@ AER_DRAINED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0"
 def test_a_forged_ok_verdict_never_resumes_a_drained_node(tmp_path, rocmseat_cli, how):
     """Issue 18: with the state dir 0777 and a forged ok verdict.json owned by nobody, `slurm
     health` sent `scontrol update NodeName=gpu07 State=RESUME` on a node drained for AER."""
-    from tests.fleet.test_verdict_cache import _forge_ok_verdict, _plant
+    from tests.preflight.test_verdict_doc import _forge_ok_verdict, _plant
 
     state = tmp_path / "s"
     _plant(state, _forge_ok_verdict(rocmseat_cli, state), how)

@@ -58,7 +58,7 @@ FINDING_FIELDS = ("check_id", "severity", "subject", "message")
 def base_documents(workdir: Path) -> tuple[str, str]:
     """(the real verdict of the degraded tree, its forged-ok twin), as file texts."""
     from rocmseat.cli.main import main
-    from rocmseat.fleet.verdict_cache import verdict_path
+    from rocmseat.preflight.verdict_doc import verdict_path
 
     state = workdir / "base"
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -99,7 +99,7 @@ def mutate_content(text: str, how: str, rng: random.Random) -> str:
 def plant(state: Path, text: str, kind: str, rng: random.Random) -> None:
     """Write the verdict file into `state` and apply one trust or kind mutation (or none, or
     several trust mutations joined by "+")."""
-    from rocmseat.fleet.verdict_cache import verdict_path
+    from rocmseat.preflight.verdict_doc import verdict_path
 
     path = verdict_path(state)
     path.parent.mkdir(parents=True, exist_ok=True)

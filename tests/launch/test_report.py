@@ -266,7 +266,7 @@ def test_one_startup_summary_serialiser_for_the_report_and_the_gate(tmp_path):
     """Issue 16: launch's startup report ("log") and the gate's arm record ("startup") wrote a
     startup summary with different keys (the report had no per-rank memory, the arm "compile"
     for "components"). Both are StartupSummary.to_json now."""
-    from rocmseat.speculation.gate.gaterun import ArmRecord, arm_json
+    from rocmseat.speculation.gate.arms import ArmRecord, arm_json
 
     text = (FIXTURES / "logs" / "rocm-0.33-aot-hit-eagle3.log").read_text()
     summary = classify_text(text)

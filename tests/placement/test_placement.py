@@ -375,7 +375,7 @@ def test_the_gate_finds_a_replica_by_the_seats_one_naming_rule(tmp_path, name, i
     """Issue 16: the speculation gate looked a replica up by its own looser rule (`r07` was
     replica 7, `r5` of a one-replica cpu seat was 5): it asks the placement's rule now."""
     from rocmseat.placement.rules import replica_index
-    from rocmseat.speculation.gate.gaterun import replica_slot
+    from rocmseat.speculation.gate.arms import replica_slot
 
     auto = seat_from(tmp_path, R9700.replace('names = ["r0", "r1"]', ""))
     assert replica_index(auto, name) == index

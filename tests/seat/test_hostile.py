@@ -25,7 +25,7 @@ import pytest
 
 from rocmseat.errors import ConfigError
 from rocmseat.seat.load import load_seat, parse_seat
-from rocmseat.seat.locate import format_loc
+from rocmseat.tomllocate import format_loc
 from tests.conftest import REPO, CliResult
 
 DEMO = REPO / "launchers" / "demo-cpu.toml"

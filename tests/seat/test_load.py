@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from rocmseat.cache.layout import FORBIDDEN_SEAT_ENV
 from rocmseat.errors import ConfigError
-from rocmseat.placement.rules import planned_port, replica_name
+from rocmseat.seat.envclass import FORBIDDEN_SEAT_ENV
 from rocmseat.seat.load import load_seat
+from rocmseat.seat.naming import planned_port, replica_name
 from tests.conftest import REPO
 
 R9700 = REPO / "launchers" / "r9700-mxfp4-dflash.toml"

@@ -14,7 +14,7 @@ import tomllib
 
 import pytest
 
-from rocmseat.speculation.advise import advise as adv
+from rocmseat.speculation.advise import advice as adv
 from rocmseat.speculation.advise.basis import MEASURED, Observation, decide, k0_rule
 from tests.conftest import FIXTURES, REPO
 

@@ -16,7 +16,7 @@ from rocmseat.speculation.gate.battery import (
     prefix_sizes,
     sizes,
 )
-from rocmseat.speculation.gate.gateconf import Battery
+from rocmseat.speculation.gate.settings import Battery
 
 
 def test_the_shipped_prompt_file():

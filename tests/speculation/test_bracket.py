@@ -8,8 +8,8 @@ import math
 import pytest
 
 from rocmseat.speculation.gate.bracket import bracketed_config, measured_drift, pooled_base
-from rocmseat.speculation.gate.gates import GateConfig, Verdict, judge
-from tests.speculation.test_gates import arm, s
+from rocmseat.speculation.gate.judge import GateConfig, Verdict, judge
+from tests.speculation.test_gate_judge import arm, s
 
 
 def test_the_drift_of_an_a_a_run_on_a_busy_host():

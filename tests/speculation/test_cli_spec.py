@@ -119,7 +119,7 @@ def test_advise_window_must_be_positive(rocmseat_cli):
 
 def test_progress_display(monkeypatch, capsys):
     from rocmseat.cli.spec import _Display
-    from rocmseat.speculation.gate.gaterun import Progress
+    from rocmseat.speculation.gate.arms import Progress
 
     events = [Progress("base", "launch", 0, 12, 3.0, None, "compiling (backbone)"),
               Progress("base", "decode@4", 5, 12, 95.0, 130.0, "repeat 2"),
@@ -194,7 +194,7 @@ def test_a_seat_too_small_for_the_battery(rocmseat_cli, tmp_path):
 def test_battery_error_is_a_located_config_error():
     from rocmseat.errors import ConfigError
     from rocmseat.speculation.gate.battery import BatteryError, sizes
-    from rocmseat.speculation.gate.gateconf import Battery
+    from rocmseat.speculation.gate.settings import Battery
 
     assert issubclass(BatteryError, ConfigError)  # exit 2, never a traceback
     try:

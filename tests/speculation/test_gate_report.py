@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from rocmseat.speculation.gate.gateflow import rejudge
+from rocmseat.speculation.gate.flow import rejudge
 from tests.conftest import FIXTURES
 from tests.speculation.test_basis import copy, with_method, without_the_schedule_arm
 
@@ -62,7 +62,7 @@ def test_the_picture(out):
 
 
 def test_the_picture_shows_each_comparison_its_verdict_and_crossover(tmp_path, monkeypatch):
-    import rocmseat.speculation.gate.gatereport as report
+    import rocmseat.speculation.gate.report as report
 
     drawn = []
     monkeypatch.setattr(report, "gate_picture", lambda path, arms, ratios, threshold: drawn.append(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES
-from tests.speculation.test_advise import Pages
+from tests.speculation.test_advice import Pages
 from tests.speculation.test_cli_spec import _seat
 
 GATE = FIXTURES / "spec" / "gate-cpu-deep"

@@ -296,7 +296,7 @@ def _metrics_server(page: str):
 def test_the_gate_sees_whether_the_watchdog_scrapes(tmp_path):
     """The real `rocmseat watch` beside a replica that answers: its successful scrapes grow;
     once it is gone the gate says so (a dead watchdog sees no hang: the hang gate is UNKNOWN)."""
-    from rocmseat.speculation.gate.gaterun import watch_gap
+    from rocmseat.speculation.gate.arms import watch_gap
 
     server = _metrics_server((REPO / "tests" / "fixtures" / "metrics" / "vllm-llama-k3.txt")
                              .read_text())

@@ -12,8 +12,8 @@ import pytest
 from rocmseat.errors import ConfigError
 from rocmseat.seat.load import load_seat, parse_seat
 from rocmseat.speculation.advise.seatedit import dump_toml, edit_drafter_schedule
-from rocmseat.speculation.gate.gateconf import load_seat_with_gate
-from rocmseat.speculation.gate.gaterun import arm_seat_text
+from rocmseat.speculation.gate.arms import arm_seat_text
+from rocmseat.speculation.gate.settings import load_seat_with_gate
 from tests.conftest import REPO
 
 DEMO_SEAT = REPO / "launchers" / "demo-cpu.toml"
@@ -110,7 +110,7 @@ def test_arm_seat_is_a_valid_seat_with_its_own_cache_state_and_port(tmp_path):
 
 
 def test_the_api_key_the_benchmark_client_needs(tmp_path):
-    from rocmseat.speculation.gate.gaterun import api_key
+    from rocmseat.speculation.gate.arms import api_key
 
     def seat_with(extra: str) -> object:
         path = tmp_path / "s.toml"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import time
 
-from rocmseat.watch.fetch import MAX_BODY_BYTES, AsyncScraper
+from rocmseat.httpclient import MAX_BODY_BYTES, AsyncScraper
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.scrape import Target
 from tests.watch.hostile import Reply, cases, http, run_case

@@ -35,9 +35,9 @@ from rocmseat.atomic import WriteRefused, exclusive_lock, file_identity, write_i
 from rocmseat.errors import ConfigError
 from rocmseat.safeio import _kind, read_regular_text
 from rocmseat.seat.load import SEAT_LIMIT_BYTES, parse_seat
-from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
 from rocmseat.speculation.advise.schedule import Schedule
+from rocmseat.text import printable
 from rocmseat.tomlio import parse_toml
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")

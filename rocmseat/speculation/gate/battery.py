@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmseat.errors import ConfigError
-from rocmseat.speculation.gate.gateconf import Battery
+from rocmseat.speculation.gate.settings import Battery
 
 PROMPTS_FILE = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
 TTFT_OUTPUT_TOKENS = 8

@@ -1,7 +1,7 @@
 """The bracketed gate (`--aba`): the base arm runs again after the candidate (pure).
 
 Arms run one after the other, so whatever the host does in between moves the figures (the
-drift, rocmseat.speculation.gate.gates). Running the base before and after the candidate measures
+drift, rocmseat.speculation.gate.judge). Running the base before and after the candidate measures
 that drift
 instead of assuming it, and the two base arms together are the comparison: their pooled repeats
 sit on both sides of the candidate in time, which cancels a drift that is linear in time.
@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 
-from rocmseat.speculation.gate.gates import ArmFigures, GateConfig, Series
+from rocmseat.speculation.gate.judge import ArmFigures, GateConfig, Series
 
 SECOND_BASE = "base-2"
 

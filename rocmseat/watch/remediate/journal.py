@@ -28,7 +28,7 @@ from rocmseat.atomic import atomic_write_json, exclusive_lock
 from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.redact import redact_text
 from rocmseat.safeio import read_regular_text, read_trusted_state
-from rocmseat.seat.locate import printable
+from rocmseat.text import printable
 from rocmseat.watch.alerts import iso
 from rocmseat.watch.remediate.policy import (
     State,
@@ -65,7 +65,7 @@ def seat_dir(state_dir: Path, seat: str) -> Path:
 
 
 def _prepare(state_dir: Path, seat: str) -> Path:
-    from rocmseat.cache.store import check_owned_dir
+    from rocmseat.statedir import check_owned_dir
 
     directory = seat_dir(state_dir, seat)
     for path in (state_dir / "remediation", directory, directory / "journal"):

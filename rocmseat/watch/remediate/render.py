@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rocmseat.seat.locate import printable
+from rocmseat.text import printable
 from rocmseat.watch.alerts import iso
 from rocmseat.watch.remediate.journal import Meta
 from rocmseat.watch.remediate.policy import State

@@ -263,7 +263,7 @@ def reset(state_dir: Path, seat: str, replica: str | None, now_s: float
         state, meta = journal.load_state(state_dir, seat)
         if replica is not None and replica not in state.ladders and not any(
                 h.scope == P.replica_scope(replica) for h in state.halts.values()):
-            from rocmseat.seat.locate import printable
+            from rocmseat.text import printable
 
             raise RocmseatError(f"replica {printable(replica, 80)!r}: no remediation state in "
                                 f"seat {seat}",

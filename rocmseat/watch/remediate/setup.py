@@ -2,7 +2,7 @@
 
 The replicas it may act on are the ones launch recorded (their placement.json in the state dir:
 rocmseat.placement.recorded.read_recorded); a rocm seat's node must have a passing preflight verdict
-of this boot (rocmseat.fleet.verdict_cache), read afresh before each step.
+of this boot (rocmseat.preflight.verdict_doc), read afresh before each step.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def node_refusal(state_dir: Path, sysfs_root: Path | None) -> Callable[[], str |
     def judge() -> str | None:
         if sysfs_root is None:
             return None
-        from rocmseat.fleet.verdict_cache import UnusableVerdict, load_verdict
+        from rocmseat.preflight.verdict_doc import UnusableVerdict, load_verdict
 
         try:
             verdict = load_verdict(state_dir, sysfs_root, max_age_s=VERDICT_MAX_AGE_S,

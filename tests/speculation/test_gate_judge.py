@@ -1,13 +1,12 @@
 """The gates: PASS / FAIL / INCONCLUSIVE against the measured noise, the repeats that would
-decide, the crossover and the schedule it proposes (rocmseat/speculation/gate/gates.py)."""
+decide, the crossover and the schedule it proposes (rocmseat/speculation/gate/judge.py)."""
 
 from __future__ import annotations
 
 import random
 
 from rocmseat import exitcodes
-from rocmseat.speculation.gate.gatereport import exit_code
-from rocmseat.speculation.gate.gates import (
+from rocmseat.speculation.gate.judge import (
     ArmFigures,
     GateConfig,
     Series,
@@ -19,6 +18,7 @@ from rocmseat.speculation.gate.gates import (
     proposed_schedule,
     ratio_gate,
 )
+from rocmseat.speculation.gate.report import exit_code
 
 
 def s(*values: float) -> Series:
@@ -196,7 +196,7 @@ def test_drift_between_arms_is_not_shrunk_by_repeats():
 
 def test_cold_ttft_says_gate_runs_not_repeats_would_decide():
     # one cold start per arm: --repeats never repeats it, only more gate runs do
-    from rocmseat.speculation.gate.gatereport import Comparison, gate_json, render_table
+    from rocmseat.speculation.gate.report import Comparison, gate_json, render_table
 
     base = arm()
     noisy = arm("candidate", 3, cold=120.0, warm=(20.0, 80.0, 50.0))

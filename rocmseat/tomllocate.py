@@ -1,4 +1,4 @@
-"""Map a key path (a pydantic error location) to its line in TOML text, and show text safely.
+"""Map a key path (a pydantic error location) to its line in TOML text.
 
 tomllib keeps no positions, so this scans the text: table headers, array-of-tables headers
 (counted, so `expect_log[1].pattern` finds the second `[[expect_log]]`), dotted and quoted keys,
@@ -7,9 +7,8 @@ Lines are TOML lines: split at LF only (a CR before it is dropped). `str.splitli
 splits at U+0085, U+2028, VT, FF ..., which TOML allows inside strings, and would shift every
 line number after such a string.
 
-The control-character rule of seat files lives here too (docs/seat.md, "Hostile input"), with
-`printable`, which every error message uses to show a key, a value or a path on one line.
-Pure: text in, line number or text out.
+The one TOML loader (rocmseat.tomlio) uses it to name the line of a key; the seat loader and the
+config key's errors too. Pure: text in, line number or text out.
 """
 
 from __future__ import annotations
@@ -17,39 +16,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from rocmseat.text import printable
+
 Loc = tuple[str | int, ...]
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
 _MAX_DOTTED_PREFIXES = 64
 
-# C0 (NUL ... US, which holds TAB, LF and CR), DEL and C1 (U+0080 ... U+009F): systemd reads NUL,
-# CR and LF as line ends, so one of them in a path or a value written into a unit adds a line
-# (an `ExecStartPre=+`, a `User=root`); NUL truncates a C string (execve, environ). U+2028 and
-# U+2029 are line ends to Python's str.splitlines and to log viewers.
-CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_CHAR_NAMES = {0x00: "NUL", 0x09: "TAB", 0x0A: "LF", 0x0D: "CR", 0x1B: "ESC", 0x7F: "DEL",
-               0x85: "NEL", 0x2028: "LINE SEPARATOR", 0x2029: "PARAGRAPH SEPARATOR"}
-
-
 def toml_lines(text: str) -> list[str]:
     """The lines of TOML text as TOML counts them (LF or CRLF ends a line)."""
     return [line.removesuffix("\r") for line in text.split("\n")]
-
-
-def control_char(text: str, allowed: str = "") -> tuple[int, str] | None:
-    """(offset, name) of the first control character of `text` not in `allowed`, or None."""
-    for match in CONTROL_CHARS.finditer(text):
-        if match.group() not in allowed:
-            code = ord(match.group())
-            name = _CHAR_NAMES.get(code)
-            return match.start(), f"U+{code:04X}" + (f" ({name})" if name else "")
-    return None
-
-
-def printable(text: str, limit: int = 200) -> str:
-    """`text` for a one-line message: control characters escaped, cut to `limit` characters."""
-    shown = CONTROL_CHARS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 # What matters to nesting: string delimiters, escapes, comments, brackets, line ends.

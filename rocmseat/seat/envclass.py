@@ -3,6 +3,10 @@ neutral (does not). A variable nobody classified is an error, never a silent gue
 
 Order of decision: the seat's [env_classes] (key wins over neutral when both match), then the
 built-in exact names, then the built-in patterns (first match in table order).
+
+The seat loader checks a seat's [env] by these tables (a variable that points a compiler cache
+is the store's to set, `FORBIDDEN_SEAT_ENV`), and the config key hashes by them: they live in
+the seat room, below both (docs/architecture.md, "The house").
 """
 
 from __future__ import annotations
@@ -187,3 +191,52 @@ def classify_env(
 def key_env(classified: Iterable[Classified]) -> dict[str, str]:
     """The variables that enter the key, with their values."""
     return {c.name: c.value for c in classified if c.env_class is EnvClass.KEY}
+
+
+# Variable -> subfolder of the replica root. Why each one:
+# - VLLM_CACHE_ROOT: vLLM's torch.compile tree (torch_compile_cache/<hash>/rank_<r>_<dp>/...)
+#   and its AOT tree (vllm/envs.py; vllm/compilation/backends.py).
+# - TRITON_CACHE_DIR is deliberately NOT set: vLLM gives each rank its own Triton cache under
+#   the compile cache dir (rank_<r>_<dp>/triton_cache) only when TRITON_CACHE_DIR is unset; a
+#   value in the environment is taken as a caller override and shared by every rank
+#   (vllm/compilation/compiler_interface.py, InductorAdaptor.initialize_cache, vLLM 0.33.0).
+#   TRITON_HOME moves Triton's own default (~/.triton/cache) into the store instead.
+# - TORCHINDUCTOR_CACHE_DIR is safe to set: vLLM overwrites it unconditionally with the per-hash
+#   `inductor_cache` dir when it compiles (compiler_interface.py initialize_cache and
+#   vllm/compilation/decorators.py, AOT path: "Unconditional because torch's cache_dir() may
+#   have pre-filled the /tmp default"), so our value only catches Inductor work done outside
+#   vLLM's compile, which would otherwise land in /tmp/torchinductor_<user>
+#   (torch/_inductor/runtime/cache_dir_utils.py default_cache_dir).
+# - TRITON_HOME: triton's default cache lives in $TRITON_HOME/.triton/cache (triton/knobs.py).
+# - MIOPEN_USER_DB_PATH / MIOPEN_CUSTOM_CACHE_DIR: MIOpen's per-user find db and compiled
+#   kernel cache (MIOpen docs, "Kernel cache" / "User databases").
+# - AMD_COMGR_CACHE_DIR: comgr's code-object cache (ROCm >= 6.2).
+# - AITER_JIT_DIR: AITER's JIT-built kernel modules.
+# - XDG_CACHE_HOME: anything else that follows XDG (vLLM's own default, torch hub excluded: the
+#   seat names model paths explicitly).
+CACHE_ENV_SUBDIRS: dict[str, str] = {
+    "VLLM_CACHE_ROOT": "vllm",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "TRITON_HOME": "triton-home",
+    "MIOPEN_USER_DB_PATH": "miopen/db",
+    "MIOPEN_CUSTOM_CACHE_DIR": "miopen/cache",
+    "AMD_COMGR_CACHE_DIR": "comgr",
+    "AITER_JIT_DIR": "aiter-jit",
+    "XDG_CACHE_HOME": "xdg-cache",
+}
+
+# Variables a seat must not set in [env]: each points a compiler cache somewhere, and the store
+# owns where compiler caches live (docs/architecture.md, incident 3).
+FORBIDDEN_SEAT_ENV: frozenset[str] = frozenset(
+    {*CACHE_ENV_SUBDIRS, "TRITON_CACHE_DIR"}
+)
+
+
+def normalise_flag(flag: str) -> str:
+    """`--compilation_config.x` -> `--compilation-config.x`: vLLM's FlexibleArgumentParser turns
+    underscores into dashes in a long flag's name up to the first dot
+    (vllm/utils/argparse_utils.py, parse_args), so both spellings are one flag."""
+    if not flag.startswith("--"):
+        return flag
+    name, dot, rest = flag[2:].partition(".")
+    return "--" + name.replace("_", "-") + dot + rest

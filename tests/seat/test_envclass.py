@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmseat.cache.envclass import VLLM_NEUTRAL, EnvClass, classify_env, classify_one
 from rocmseat.errors import ConfigError
+from rocmseat.seat.envclass import VLLM_NEUTRAL, EnvClass, classify_env, classify_one
 
 KEY, NEUTRAL = EnvClass.KEY, EnvClass.NEUTRAL
 

@@ -68,7 +68,7 @@ class Series:
 
 @dataclass(frozen=True, slots=True)
 class ArmFigures:
-    """What the battery measured on one arm (rocmseat.speculation.gate.gaterun builds it from the
+    """What the battery measured on one arm (rocmseat.speculation.gate.arms builds it from the
     runs)."""
 
     name: str

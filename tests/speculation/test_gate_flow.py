@@ -1,4 +1,4 @@
-"""The whole gate flow (rocmseat/speculation/gate/gateflow.py `run_gate`) with its arms replayed
+"""The whole gate flow (rocmseat/speculation/gate/flow.py `run_gate`) with its arms replayed
 from a
 recorded CPU gate instead of started: which arms run with which schedule, the --aba bracket,
 and the document written on every way out. No engine, no process is started."""
@@ -12,10 +12,10 @@ import shutil
 
 import pytest
 
-import rocmseat.speculation.gate.gateflow as gateflow
+import rocmseat.speculation.gate.flow as gateflow
+from rocmseat.speculation.gate.arms import ArmError, ArmRecord, load_arm_record
 from rocmseat.speculation.gate.bracket import SECOND_BASE
-from rocmseat.speculation.gate.gateflow import GateOptions, run_gate
-from rocmseat.speculation.gate.gaterun import ArmError, ArmRecord, load_arm_record
+from rocmseat.speculation.gate.flow import GateOptions, run_gate
 from tests.conftest import FIXTURES, REPO
 
 SCHEDULE_GATE = FIXTURES / "spec" / "gate-cpu-schedule"
@@ -199,11 +199,11 @@ class _Watch:
 )
 def test_the_hang_gate_needs_a_watchdog_that_watched(tmp_path, monkeypatch, watch, verdict, gap):
     # a dead or idle watchdog sees no hang: that was a PASS before
-    import rocmseat.speculation.gate.gaterun as gaterun
+    import rocmseat.speculation.gate.arms as gaterun
     from rocmseat.seat.load import load_seat
     from rocmseat.speculation.gate.battery import plan
-    from rocmseat.speculation.gate.gateconf import Battery
-    from rocmseat.speculation.gate.gates import GateConfig, judge
+    from rocmseat.speculation.gate.judge import GateConfig, judge
+    from rocmseat.speculation.gate.settings import Battery
 
     monkeypatch.setattr(gaterun, "WATCH_SCRAPE_TIMEOUT_S", 0.1)
     battery = Battery(concurrency=(1,), repeats=1, phases=("decode",))

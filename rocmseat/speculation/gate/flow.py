@@ -18,7 +18,6 @@ from rocmseat.atomic import WriteRefused, write_into
 from rocmseat.errors import ConfigError
 from rocmseat.redact import redact_text
 from rocmseat.seat.load import load_seat
-from rocmseat.seat.locate import locate, printable
 from rocmseat.speculation.advise.schedule import Schedule, as_lists
 from rocmseat.speculation.advise.verdict import (
     Config,
@@ -31,27 +30,7 @@ from rocmseat.speculation.advise.verdict import (
 )
 from rocmseat.speculation.documents import load_document
 from rocmseat.speculation.gate import battery as battery_mod
-from rocmseat.speculation.gate.battery import BatteryError
-from rocmseat.speculation.gate.bracket import (
-    SECOND_BASE,
-    bracketed_config,
-    measured_drift,
-    pooled_base,
-)
-from rocmseat.speculation.gate.gateconf import Battery, SeatWithGate, load_seat_with_gate
-from rocmseat.speculation.gate.gateout import claim_out, prepare_out
-from rocmseat.speculation.gate.gatereport import (
-    SCHEMA,
-    VERDICT_WORDS,
-    Comparison,
-    draw,
-    exit_code,
-    figures_json,
-    render_table,
-    single_stream,
-    verify_schedule_command,
-)
-from rocmseat.speculation.gate.gaterun import (
+from rocmseat.speculation.gate.arms import (
     ArmError,
     ArmRecord,
     GateRun,
@@ -64,7 +43,14 @@ from rocmseat.speculation.gate.gaterun import (
     now_utc,
     replica_slot,
 )
-from rocmseat.speculation.gate.gates import (
+from rocmseat.speculation.gate.battery import BatteryError
+from rocmseat.speculation.gate.bracket import (
+    SECOND_BASE,
+    bracketed_config,
+    measured_drift,
+    pooled_base,
+)
+from rocmseat.speculation.gate.judge import (
     ArmFigures,
     GateConfig,
     Verdict,
@@ -73,7 +59,22 @@ from rocmseat.speculation.gate.gates import (
     k0_note,
     proposed_schedule,
 )
+from rocmseat.speculation.gate.outdir import claim_out, prepare_out
+from rocmseat.speculation.gate.report import (
+    SCHEMA,
+    VERDICT_WORDS,
+    Comparison,
+    draw,
+    exit_code,
+    figures_json,
+    render_table,
+    single_stream,
+    verify_schedule_command,
+)
+from rocmseat.speculation.gate.settings import Battery, SeatWithGate, load_seat_with_gate
 from rocmseat.speculation.plot import PlotUnavailable
+from rocmseat.text import printable
+from rocmseat.tomllocate import locate
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +302,7 @@ def gate_view(comparisons: list[Comparison], schedule: Schedule | None,
 
 def _one_answer(out: Path, doc: dict[str, Any], view: GateView) -> OneAnswer:
     """The advisor on this gate's measurements, joined with the gate's verdicts."""
-    from rocmseat.speculation.advise import advise as adv
+    from rocmseat.speculation.advise import advice as adv
     from rocmseat.speculation.documents import DocumentInvalid, GateDoc, parse
 
     try:
@@ -364,7 +365,7 @@ def _load(out: Path) -> tuple[Path, Any, list[ArmRecord], Battery, GateConfig, G
     """What a finished gate saved under --out: its document, arm records and settings."""
     from rocmseat.safeio import read_regular_text
     from rocmseat.speculation.documents import GateDoc, parse
-    from rocmseat.speculation.gate.gaterun import load_arm_record
+    from rocmseat.speculation.gate.arms import load_arm_record
 
     out = out.absolute()
     doc = parse(GateDoc, load_document(read_regular_text(out / "gate.json",

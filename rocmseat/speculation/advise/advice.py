@@ -28,7 +28,6 @@ from rocmseat.errors import ConfigError, ReadError, RocmseatError
 from rocmseat.redact import redact_text, redact_url
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.load import load_seat
-from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
 from rocmseat.speculation.advise.acceptance import (
     MAX_SHORTFALL,
@@ -70,6 +69,7 @@ from rocmseat.speculation.documents import (
     parse,
 )
 from rocmseat.speculation.gate.benchresult import parse_bench_result
+from rocmseat.text import printable
 from rocmseat.watch.fetch import fetch_once
 from rocmseat.watch.metrics import read_page
 from rocmseat.watch.window import Snapshot, window_between
@@ -636,7 +636,7 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def seat_for(path: Path) -> Seat:
-    from rocmseat.speculation.gate.gateconf import load_seat_with_gate
+    from rocmseat.speculation.gate.settings import load_seat_with_gate
 
     return load_seat_with_gate(path).seat
 

@@ -12,7 +12,7 @@ from typing import Any
 from rocmseat import exitcodes
 from rocmseat.speculation.advise.acceptance import CountersError, estimate
 from rocmseat.speculation.advise.schedule import Schedule, as_lists
-from rocmseat.speculation.gate.gates import (
+from rocmseat.speculation.gate.judge import (
     ArmFigures,
     Crossover,
     GateResult,

@@ -17,8 +17,7 @@ from typing import Any
 from rocmseat import exitcodes
 from rocmseat.atomic import WriteRefused
 from rocmseat.errors import ConfigError, RocmseatError
-from rocmseat.seat.locate import printable
-from rocmseat.speculation.advise import advise as adv
+from rocmseat.speculation.advise import advice as adv
 from rocmseat.speculation.advise.basis import Decision, current_table, write_plan
 from rocmseat.speculation.advise.decide import proposal_of
 from rocmseat.speculation.advise.seatedit import current_drafter, write_drafter_schedule
@@ -31,6 +30,7 @@ from rocmseat.speculation.advise.verdict import (
     view_json,
 )
 from rocmseat.speculation.plot import PlotUnavailable, advise_picture
+from rocmseat.text import printable
 
 DEFAULT_WINDOW_S = 30.0
 
@@ -102,7 +102,7 @@ def _gate_answer(gate_dir: Path | None, decision: Decision
     if gate_dir is None:
         return None, None, ""
     from rocmseat.speculation.documents import DocumentInvalid
-    from rocmseat.speculation.gate.gateflow import judge_saved
+    from rocmseat.speculation.gate.flow import judge_saved
 
     # the gate's judge reads every file an arm saved (TTFT, prefix runs, launch logs), more
     # than the advisor: a gate directory with a link that leads out is not judged, so no byte

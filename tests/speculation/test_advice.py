@@ -420,7 +420,7 @@ def test_no_advice_from_a_gate_that_could_not_measure(rocmseat_cli, gate_dir):
 
 def test_advice_says_when_the_geometric_model_does_not_fit():
     from rocmseat.speculation.advise.acceptance import Counters
-    from rocmseat.speculation.advise.advise import Inputs, advice_json, render, run_advise
+    from rocmseat.speculation.advise.advice import Inputs, advice_json, render, run_advise
     from rocmseat.speculation.advise.stepcost import cells_from_runs
 
     cells = cells_from_runs([(b, k, 20.0 + 0.5 * b + k * (4.0 + 0.3 * b))

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from rocmseat.findings import Severity
-from rocmseat.fleet.verdict_cache import (
+from rocmseat.preflight.verdict_doc import (
     SCHEMA,
     UnusableVerdict,
     load_verdict,
@@ -197,7 +197,7 @@ def test_verdict_file_that_is_not_a_small_regular_file(tmp_path, kind, said):
         path.symlink_to("/dev/zero")
     code = (
         "import sys, time; from pathlib import Path; "
-        "from rocmseat.fleet.verdict_cache import load_verdict, UnusableVerdict\n"
+        "from rocmseat.preflight.verdict_doc import load_verdict, UnusableVerdict\n"
         "try:\n"
         "    load_verdict(Path(sys.argv[1]), Path('/nonexistent'), max_age_s=9, "
         "now_unix_s=time.time())\n"

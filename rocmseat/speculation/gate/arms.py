@@ -39,7 +39,6 @@ from rocmseat.redact import redact_text
 from rocmseat.runner import run
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.load import load_seat
-from rocmseat.seat.locate import printable
 from rocmseat.seat.model import Seat
 from rocmseat.speculation.advise.acceptance import Counters
 from rocmseat.speculation.advise.schedule import Schedule, as_lists
@@ -47,8 +46,7 @@ from rocmseat.speculation.advise.seatedit import dump_toml
 from rocmseat.speculation.documents import DocumentError, load_document
 from rocmseat.speculation.gate import battery as battery_mod
 from rocmseat.speculation.gate.benchresult import BenchResult, parse_bench_result
-from rocmseat.speculation.gate.gateconf import Battery, SeatWithGate
-from rocmseat.speculation.gate.gates import ArmFigures, GateConfig, Series
+from rocmseat.speculation.gate.judge import ArmFigures, GateConfig, Series
 from rocmseat.speculation.gate.procs import (
     BENCH_PROGRAM,
     AlertEvent,
@@ -61,6 +59,8 @@ from rocmseat.speculation.gate.procs import (
     start_launch,
     wait_ready,
 )
+from rocmseat.speculation.gate.settings import Battery, SeatWithGate
+from rocmseat.text import printable
 from rocmseat.watch.fetch import fetch_once
 from rocmseat.watch.metrics import read_page
 from rocmseat.watch.window import Snapshot, Window, window_between
@@ -228,7 +228,7 @@ class GateRun:
     on_progress: Callable[[Progress], None]
     arms_planned: int
     run_id: str | None = None  # the run's identity, in every arm.json
-                               # (rocmseat.speculation.gate.gateout)
+                               # (rocmseat.speculation.gate.outdir)
     started: float = field(default_factory=time.monotonic)
     arm_seconds: list[float] = field(default_factory=list)
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocmseat.seat.locate import format_loc, key_lines, locate
+from rocmseat.tomllocate import format_loc, key_lines, locate
 
 DOC = """\
 name = "x"   # a comment with key = "y"
@@ -162,6 +162,6 @@ def test_format_loc_escapes_control_characters() -> None:
     ("a = [\n" * 17 + "]", 17),
 ])
 def test_too_deep_line(text: str, line: int | None) -> None:
-    from rocmseat.seat.locate import too_deep_line
+    from rocmseat.tomllocate import too_deep_line
 
     assert too_deep_line(text, 16) == line

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.safeio import _kind, read_regular_text
-from rocmseat.seat.locate import printable
 from rocmseat.speculation.documents import DocumentError, load_document
+from rocmseat.text import printable
 
 GATE_SCHEMA = "rocmseat.gate/v1"
 LOCK_NAME = ".gate.lock"

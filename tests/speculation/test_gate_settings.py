@@ -1,5 +1,5 @@
 """The [gate] table of a candidate seat: thresholds and battery, one located error per problem
-(rocmseat/speculation/gate/gateconf.py)."""
+(rocmseat/speculation/gate/settings.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import os
 import pytest
 
 from rocmseat.errors import ConfigError
-from rocmseat.speculation.gate.gateconf import Battery, load_seat_with_gate
-from rocmseat.speculation.gate.gates import GateConfig
+from rocmseat.speculation.gate.judge import GateConfig
+from rocmseat.speculation.gate.settings import Battery, load_seat_with_gate
 from tests.conftest import REPO
 
 DEMO_SEAT = (REPO / "launchers" / "demo-cpu.toml").read_text()

@@ -16,7 +16,7 @@ from typing import Any
 
 from rocmseat.seat.load import load_seat
 from rocmseat.seat.model import Gate, Seat
-from rocmseat.speculation.gate.gates import GateConfig
+from rocmseat.speculation.gate.judge import GateConfig
 
 
 @dataclass(frozen=True, slots=True)
