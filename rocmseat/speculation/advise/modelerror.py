@@ -209,3 +209,30 @@ def confidence(margin: float, margin_sd: float, error: ModelError) -> float:
     if sd == 0.0:
         return 1.0 if margin > 0 else 0.5
     return 0.5 * (1.0 + math.erf(margin / (sd * math.sqrt(2.0))))
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(v for v in values if math.isfinite(v))
+    if not ordered:
+        return math.nan
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def stated(acceptance: Acceptance, cost: StepCost,
+           draws: Sequence[tuple[Acceptance, StepCost]], error: ModelError, *,
+           batch: int, k: int) -> tuple[Interval, Interval]:
+    """The 90 % interval of the gain at (batch, K) as the advice states it: before (the
+    bootstrap alone, as every tier had it) and after (with the model's left-out error and the
+    monotone bound). The bench checks both against gains the advisor never saw."""
+    gain = gain_of(acceptance, cost, batch, k)
+    gains = [gain_of(a, c, batch, k) for a, c in draws]
+    low, high = _percentile(gains, 0.05), _percentile(gains, 0.95)
+    before = Interval(gain, low, high, math.nan, None)
+    beyond = (k > acceptance.k or k > max(cost.measured_k())
+              or not cost.measured_batches()[0] <= batch <= cost.measured_batches()[-1])
+    measured_here = any(c.k == k and c.batch == batch for c in cost.cells)
+    if measured_here:
+        return before, before  # a measured tier keeps the bootstrap's interval
+    after = widened(gain, low, high, error, floor=monotone_floor(acceptance, cost, batch, k),
+                    extrapolated=beyond)
+    return before, after
