@@ -140,6 +140,7 @@ def watch(  # noqa: PLR0917 (click passes every option)
     source: TargetsFile | None = None
     extra: list[Target] = []
     remediator: Any = None
+    canary: Any = None  # the drafter canary factory ([canary] enabled)
     if seat_file is None and remediate not in (None, "off"):
         raise ConfigError("--remediate acts only on the replicas of a SEAT that rocmseat "
                           "launched (their placement record): --target and --targets-file "
@@ -168,6 +169,10 @@ def watch(  # noqa: PLR0917 (click passes every option)
         remediator = _remediator(seat, seat_file, state, remediate, node=node or this_node(),
                                  once=once, sysfs_root=resolve_sysfs_root(sysfs_root)
                                  if seat.backend == "rocm" else None)
+        if seat.canary.enabled and not once:
+            from rocmseat.watch.canary_service import canary_factory
+
+            canary = canary_factory(seat, state, watch_targets)
     else:
         expect_spec = not no_spec
         state = resolve_state_dir(state_dir)
@@ -195,7 +200,8 @@ def watch(  # noqa: PLR0917 (click passes every option)
         return _once(watch_targets, config, as_json)
     check_state_dir_writable(state)  # a learned baseline is saved after ~15 min: fail now
     sinks = Sinks(listen, webhook, hook_argv, seat_name, node)
-    return _service(watch_targets, config, sinks, source, extra, remediate=remediator)
+    return _service(watch_targets, config, sinks, source, extra, remediate=remediator,
+                    canary=canary)
 
 
 def _remediator(seat: Any, seat_file: Path, state: Path, option: str | None, *, node: str,
@@ -265,7 +271,8 @@ def _countdown(count: int) -> Callable[[float], None]:
 
 
 def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
-             source: TargetsFile | None, extra: list[Target], *, remediate: Any = None) -> int:
+             source: TargetsFile | None, extra: list[Target], *, remediate: Any = None,
+             canary: Any = None) -> int:
     """Run the service on a worker thread; this thread only waits for SIGTERM/SIGINT.
 
     No Python signal handler: one that calls `Event.set()` deadlocks when the signal lands
@@ -285,7 +292,7 @@ def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
         try:
             run_service(targets, config, sinks, log=log,
                         stop=stop, targets_file=source, extra_targets=extra,
-                        remediate=remediate)
+                        remediate=remediate, canary=canary)
         except BaseException as exc:  # handed to the CLI's error boundary below
             caught.append(exc)
 

@@ -31,11 +31,15 @@ REMEDIATION_RUNNING = "remediation_running"
 REMEDIATION_HALTED = "remediation_halted"
 REPLICA_NO_DRAFTER = "replica_no_drafter"
 REPLICA_OUT_OF_ROTATION = "replica_out_of_rotation"
+# the drafter canary and the slow-spawn lottery (issue 27; rocmseat/watch/canary*.py, spawn.py)
+DRAFTER_CANARY_FAILED = "drafter_canary_failed"
+REPLICA_SLOW_SPAWN = "replica_slow_spawn"
 
 ALERTS: tuple[str, ...] = (
     SPEC_ACCEPTANCE_DROP, SPEC_DRAFTER_DEAD, SPEC_BLIND, REPLICA_DOWN, REPLICA_STALLED,
     METRICS_UNSTABLE, GPU_AER_RECOVERY, GPU_AER_FAILED, GPU_RESET, GPU_WEDGED,
     REMEDIATION_RUNNING, REMEDIATION_HALTED, REPLICA_NO_DRAFTER, REPLICA_OUT_OF_ROTATION,
+    DRAFTER_CANARY_FAILED, REPLICA_SLOW_SPAWN,
 )
 SEVERITY: dict[str, str] = {
     SPEC_ACCEPTANCE_DROP: "warning",
@@ -52,6 +56,8 @@ SEVERITY: dict[str, str] = {
     REMEDIATION_HALTED: "critical",
     REPLICA_NO_DRAFTER: "warning",
     REPLICA_OUT_OF_ROTATION: "critical",
+    DRAFTER_CANARY_FAILED: "critical",
+    REPLICA_SLOW_SPAWN: "warning",
 }
 SUMMARY: dict[str, str] = {
     SPEC_ACCEPTANCE_DROP: "speculative acceptance fell below the baseline's healthy range",
@@ -71,6 +77,10 @@ SUMMARY: dict[str, str] = {
     "until `rocmseat remediate reset`",
     REPLICA_NO_DRAFTER: "the replica serves without its drafter (remediation step 2)",
     REPLICA_OUT_OF_ROTATION: "the replica stalled twice within an hour: out of rotation",
+    DRAFTER_CANARY_FAILED: "the canary's fixed prompts collapsed against their baseline for "
+    "this config key (the drafter's weights or cache changed behind the key?)",
+    REPLICA_SLOW_SPAWN: "this start decodes slower than the seat's history at the same load "
+    "(the spawn lottery: a restart may fix it)",
 }
 FIRING = "firing"
 RESOLVED = "resolved"

@@ -35,6 +35,7 @@ from rocmseat.watch.baseline import (
     read_config_key,
     save_baseline,
 )
+from rocmseat.watch.canary import Usage, subtract
 from rocmseat.watch.detector import DetectorParams, SpecDetector, SpecVerdict
 from rocmseat.watch.fetch import CallableScraper, Fetch
 from rocmseat.watch.metrics import PageError, PageReader, Reading, read_page
@@ -139,6 +140,9 @@ class Watcher:
         self.evaluated_at_s: float | None = None  # clock time at the end of the last step
         self.evaluations = 0
         self.last_duration_s: float | None = None
+        # the drafter canary's requests that finished by a scrape's time, per replica: taken
+        # out of that window (rocmseat.watch.canary_service.CanaryService.take)
+        self.take_canary: Callable[[str, float], Sequence[Usage]] | None = None
 
     def _new(self, target: Target) -> _Replica:
         cfg = self.config
@@ -253,6 +257,9 @@ class Watcher:
         if rep.previous is not None:
             window = window_between(rep.previous, snapshot)
             restarted = window is None
+        if self.take_canary is not None:
+            used = self.take_canary(rep.target.name, scraped_at)
+            window = None if window is None else subtract(window, used)
         rep.previous = snapshot
         if window is not None and (problem := window_problem(window)) is not None:
             # Both pages parse, the two together are not counts of one server. Start afresh
