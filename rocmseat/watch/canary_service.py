@@ -49,6 +49,7 @@ class CanaryTarget:
     base_url: str  # http://host:port (the replica's /metrics URL without its path)
     model: str  # the served model name
     max_num_seqs: int
+    api_key: str | None = field(default=None, repr=False)  # the server's --api-key
 
 
 @dataclass(slots=True)
@@ -68,8 +69,11 @@ def http_send(target: CanaryTarget, prompt: str, max_tokens: int) -> Any:
     drafter every time); the parsed JSON body."""
     body = jsonio.dumps({"model": target.model, "prompt": prompt, "max_tokens": max_tokens,
                          "temperature": 0, "n": 1}).encode()
+    headers = [("Content-Type", "application/json")]
+    if target.api_key:
+        headers.append(("Authorization", f"Bearer {target.api_key}"))
     response = request("POST", f"{target.base_url}/v1/completions", timeout_s=REQUEST_TIMEOUT_S,
-                       body=body, headers=(("Content-Type", "application/json"),))
+                       body=body, headers=headers)
     if response.status != 200:
         raise CanaryResponseError(f"HTTP {response.status}")
     try:
@@ -238,8 +242,11 @@ def canary_factory(seat: Any, state_dir: Path | None, targets: Sequence[Any]
         parts = urlsplit(url)
         return f"{parts.scheme}://{parts.netloc}"
 
+    from rocmseat.launch.readiness import served_api_key
+
+    key = served_api_key(seat.serve.extra_args, seat.env)  # as launch's canary reads it
     canary_targets = [CanaryTarget(t.name, base(t.url), seat.model.served_name or seat.name,
-                                   seat.serve.max_num_seqs) for t in targets]
+                                   seat.serve.max_num_seqs, key) for t in targets]
 
     def make(watcher: Any, log: Callable[[str], None]) -> CanaryService:
         return CanaryService(seat.canary, canary_targets, statuses=lambda: watcher.statuses,
