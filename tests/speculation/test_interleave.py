@@ -95,3 +95,34 @@ def test_a_start_whose_repeats_disagree_is_flagged():
     d = decide(starts, Rules())
     assert d.flagged == (1,)
     assert math.isfinite(d.ratio)
+
+
+def test_the_driver_runs_fresh_starts_in_order_until_decided():
+    """run_interleaved over a GateRun whose starts return recorded decode runs (the arm record's
+    shape), a 20 % effect: DIFFERENT after a few starts, named A00 B01 B02 A03 ..."""
+    from types import SimpleNamespace
+
+    from rocmseat.speculation.gate.interleave_run import run_interleaved
+
+    class FakeGate:
+        def __init__(self):
+            self.names = []
+            self.t = 0.0
+
+        def run_arm(self, name, seat):
+            self.names.append(name)
+            self.t += 90.0  # a cold start and its runs: 1.5 minutes
+            value = seat * (1.0 + 0.01 * (len(self.names) % 3))
+            runs = [SimpleNamespace(phase="decode", concurrency=4, error=None,
+                                    result=SimpleNamespace(output_tokens_per_s=value * f))
+                    for f in (0.99, 1.0, 1.01)]
+            return SimpleNamespace(name=name, runs=runs)
+
+    gate = FakeGate()
+    seen = []
+    done = run_interleaved(gate, 100.0, 120.0, Rules(), concurrency=4,
+                           clock=lambda: gate.t, on_decision=seen.append)
+    assert done.decision.result == DIFFERENT and done.decision.final
+    assert gate.names[:4] == ["A00", "B01", "B02", "A03"]
+    assert len(seen) == len(gate.names) == done.decision.starts
+    assert done.decision.minutes == pytest.approx(1.5 * len(gate.names))
