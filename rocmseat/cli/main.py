@@ -161,8 +161,9 @@ def _write_crash_log(args: list[str], trace: str) -> Path | None:
         return _append_private(Path(env), entry, flags | os.O_APPEND)
     try:
         from rocmseat.state import default_state_dir
+        from rocmseat.statedir import StateDir
 
-        folder = default_state_dir() / "errors"
+        folder = StateDir(default_state_dir()).errors
     except Exception:
         return None
     if not _private_dir(folder):

@@ -14,6 +14,7 @@ import click
 from rocmseat import exitcodes
 from rocmseat.cli.options import json_option, resolve_state_dir, state_dir_option
 from rocmseat.errors import ConfigError
+from rocmseat.statedir import StateDir
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,7 +35,7 @@ def _where(seat_file: Path | None, state_dir: Path | None) -> tuple[Path, str]:
         return resolve_state_dir(state_dir if state_dir is not None else seat.state_dir), \
             seat.name
     state = resolve_state_dir(state_dir)
-    base = state / "remediation"
+    base = StateDir(state).remediation_root
     try:
         seats = sorted(n for n in os.listdir(base) if not n.startswith(".")
                        and (base / n).is_dir() and not (base / n).is_symlink())

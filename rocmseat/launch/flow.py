@@ -43,6 +43,7 @@ from rocmseat.placement.resolve import probed_numbering
 from rocmseat.placement.rules import replica_index
 from rocmseat.redact import redact_argv
 from rocmseat.seat.model import Seat
+from rocmseat.statedir import ReplicaDir
 
 if TYPE_CHECKING:
     from rocmseat.cache.key import ConfigKey
@@ -226,7 +227,7 @@ def launch_replica(
     # One launch per replica: a second one would move the cache of a running engine aside and
     # race it for the port. The kernel drops the lock when we die; the engine does not inherit
     # it (PEP 446: our descriptors are not inheritable).
-    lock = usable_state_dir(record, state_dir) / ".launch.lock"
+    lock = ReplicaDir(usable_state_dir(record, state_dir)).launch_lock
     try:
         with exclusive_lock(lock, timeout_s=0.0):
             return _launch_locked(seat, placed, record, sysfs_root=sysfs_root,

@@ -33,12 +33,12 @@ from rocmseat.findings import Finding, Severity
 from rocmseat.launch.plan import ReplicaPlan, engine_env
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.model import Seat
+from rocmseat.statedir import ReplicaDir
 from rocmseat.sysfs.parse import normalize_pci_address
 from rocmseat.text import printable
 
 Say = Callable[[str], None]
 INVOCATION_ENV = "INVOCATION_ID"
-SYSFS_RESULT = "preflight-sysfs.json"
 SYSFS_SCHEMA = "rocmseat.preflight-sysfs/v1"
 SYSFS_RESULT_LIMIT_BYTES = 4 << 20  # the findings of one pair: a few KiB
 
@@ -109,15 +109,16 @@ def visibility(plan: ReplicaPlan, findings: Sequence[Finding]) -> Finding | None
 def _run(seat: Seat, plan: ReplicaPlan, sysfs_root: Path, state_dir: Path, *,
          families: Collection[str] | None, hip: bool, say: Say,
          environ: Mapping[str, str] | None = None) -> list[Finding]:
-    from rocmseat.preflight.run import run_preflight
+    from rocmseat.preflight.run import preflight_report
 
     # The HIP probe runs with the engine's own environment (HIP_VISIBLE_DEVICES, an inherited
     # ROCR_VISIBLE_DEVICES, HSA_*, NCCL_* ...): IPC that works in a bare shell can fail under
     # the replica's settings, and the mask must select the pair.
-    findings = run_preflight(sysfs_root, state_dir, families=families,
-                             pairs=[(plan.pci_pair[0], plan.pci_pair[1])],
-                             profile=seat.preflight.profile, hip=hip,
-                             hip_env=engine_env(environ or {}, plan) if hip else None)
+    report = preflight_report(sysfs_root, state_dir, families=families,
+                              pairs=[(plan.pci_pair[0], plan.pci_pair[1])],
+                              profile=seat.preflight.profile, hip=hip,
+                              hip_env=engine_env(environ or {}, plan) if hip else None)
+    findings = list(report.findings)
     for finding in findings:
         if finding.severity is not Severity.OK:
             say(f"preflight {finding.severity.value}: {finding.check_id} {finding.subject}: "
@@ -180,7 +181,7 @@ def launch_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None, state_di
 
 
 def _result_path(state_dir: Path, seat: Seat, plan: ReplicaPlan) -> Path:
-    return plan.placement.state_dir / SYSFS_RESULT
+    return ReplicaDir(plan.placement.state_dir).preflight_sysfs
 
 
 def _reuse(state_dir: Path, seat: Seat, plan: ReplicaPlan, invocation: str | None,

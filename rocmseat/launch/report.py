@@ -27,6 +27,7 @@ from rocmseat.launch.startuplog import StartupSummary
 from rocmseat.placement.rules import replica_state_dir
 from rocmseat.redact import redact_argv
 from rocmseat.safeio import read_regular_text
+from rocmseat.statedir import ReplicaDir, StateDir
 from rocmseat.text import printable
 
 __all__ = ["SCHEMA", "build_report", "previous_start", "replica_state_dir", "save_report"]
@@ -92,27 +93,28 @@ def check_replica_tree(state_dir: Path, seat: str, replica: str) -> Path:
     for part in directory.relative_to(state_dir).parts:
         path = path / part
         check_owned_dir(path, what="state dir")
-    check_owned_dir(directory / "history", what="startup history dir")
+    check_owned_dir(ReplicaDir(directory).history, what="startup history dir")
     return directory
 
 
 def save_report(state_dir: Path, report: dict[str, Any]) -> Path:
     """Write startup.json and this start's history entry; returns the startup.json path."""
     directory = check_replica_tree(state_dir, report["seat"], report["replica"])
-    history = directory / "history"
+    files = ReplicaDir(directory)
+    history = files.history
     entry = history / f"{report['started_at'].replace(':', '')}-{os.getpid()}.json"
-    with exclusive_lock(directory / ".lock", timeout_s=30.0):
+    with exclusive_lock(files.report_lock, timeout_s=30.0):
         history.mkdir(parents=True, exist_ok=True)
         check_replica_tree(state_dir, report["seat"], report["replica"])  # under the lock
         atomic_write_json(entry, report, mode=REPORT_MODE)
-        atomic_write_json(directory / "startup.json", report, mode=REPORT_MODE)
+        atomic_write_json(files.startup, report, mode=REPORT_MODE)
         for old in _history(history)[:-HISTORY_KEEP]:
             # lstat before unlink: only our regular files (a link is unlinked itself, never
             # followed; a dir or a FIFO someone put there is left alone)
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISREG(os.lstat(old).st_mode) or old.is_symlink():
                     old.unlink()
-    return directory / "startup.json"
+    return files.startup
 
 
 def _history(history: Path) -> list[Path]:
@@ -134,7 +136,7 @@ def previous_start(
     read (named, so the caller can say so; a corrupt old entry must not block a start). Each
     entry is read as a regular file of at most HISTORY_ENTRY_LIMIT_BYTES (never a FIFO: it
     would hang the start), and any shape of JSON, however nested, is a skipped entry."""
-    history = replica_state_dir(state_dir, seat, replica) / "history"
+    history = StateDir(state_dir).replica(seat, replica).history
     problems: list[str] = []
     if history.is_symlink():
         return None, [f"{history}: is a symlink: not read"]

@@ -26,11 +26,12 @@ from pathlib import Path
 from rocmseat.errors import ConfigError, NoDeviceError, RocmseatError
 from rocmseat.hip.numbering import ROCR_MASK
 from rocmseat.node.inventory import Inventory
-from rocmseat.placement.record import FILE_NAME, HipNumbering, ReplicaPlacement, key_arch
+from rocmseat.placement.record import HipNumbering, ReplicaPlacement, key_arch
 from rocmseat.placement.recorded import Recorded, read_recorded
 from rocmseat.placement.resolve import assumed_numbering, pick, resolve, rule_placement
 from rocmseat.placement.rules import known_names, replica_index, seat_state_dir
 from rocmseat.seat.model import Seat
+from rocmseat.statedir import PLACEMENT_FILE
 from rocmseat.text import printable
 
 
@@ -158,7 +159,7 @@ def _merge(seat: Seat, inventory: Inventory | None, state_root: Path, *,
     for name, problem in recorded.problems.items():
         if name and name not in by_name:
             rule = rule_placement(seat, name, state_root=state_root,
-                                  why=f"its {FILE_NAME} is not used ({problem})")
+                                  why=f"its {PLACEMENT_FILE} is not used ({problem})")
             if rule is not None:
                 by_name[name] = rule
                 unplaced.append(name)
@@ -166,8 +167,8 @@ def _merge(seat: Seat, inventory: Inventory | None, state_root: Path, *,
     if not records:
         why = (f"seat {seat.name} places its replicas from the node's GPUs ([replicas] mode = "
                f"'auto') and this host cannot tell them: {why or 'no sysfs root given'}; and no "
-               f"replica has a {FILE_NAME} under {seat_state_dir(state_root, seat.name)} (none "
-               "was launched with this state dir)")
+               f"replica has a {PLACEMENT_FILE} under {seat_state_dir(state_root, seat.name)} "
+               "(none was launched with this state dir)")
         source = "none"
     else:
         why = ""

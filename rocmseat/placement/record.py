@@ -36,7 +36,6 @@ from rocmseat.sysfs.parse import normalize_pci_address
 from rocmseat.text import printable
 
 SCHEMA = "rocmseat.placement/v1"
-FILE_NAME = "placement.json"
 HIP_ORDER_ASSUMED = "pci-bus-order"
 HIP_ORDER_PROBED = "hip-probe"
 # A gfx target as the KFD topology's gfx_target_version prints (gfx1201, gfx942, gfx90a).

@@ -21,16 +21,16 @@ from pathlib import Path
 from rocmseat.atomic import atomic_write_text
 from rocmseat.errors import ReadError
 from rocmseat.placement.record import (
-    FILE_NAME,
     PlacementFileError,
     ReplicaPlacement,
     parse_placement,
     placement_json,
     record_problem,
 )
-from rocmseat.placement.rules import replica_index, replica_state_dir, seat_state_dir
+from rocmseat.placement.rules import replica_index, seat_state_dir
 from rocmseat.safeio import read_trusted_state
 from rocmseat.seat.model import Seat
+from rocmseat.statedir import ReplicaDir, StateDir
 from rocmseat.text import printable
 
 PLACEMENT_LIMIT_BYTES = 64 << 10  # a record is ~1 KiB
@@ -52,7 +52,7 @@ class Recorded:
 
 def write_recorded(record: ReplicaPlacement) -> Path:
     """Save the record launch runs with (atomic; no argv, no environment: mode 0644)."""
-    path = record.state_dir / FILE_NAME
+    path = ReplicaDir(record.state_dir).placement
     atomic_write_text(path, placement_json(record))
     return path
 
@@ -90,7 +90,7 @@ def read_recorded(seat: Seat, state_root: Path | None) -> Recorded:
             continue
         if not stat.S_ISDIR(info.st_mode):
             continue
-        path = replica_state_dir(state_root, seat.name, name) / FILE_NAME
+        path = StateDir(state_root).replica(seat.name, name).placement
         record, why = _read_one(seat, state_root, path, name)
         if why is not None:
             problems[name] = why
@@ -141,6 +141,6 @@ def _without_clashes(records: Sequence[ReplicaPlacement],
             continue
         what, value, others = clash
         other = ", ".join(o for o in others if o != record.replica)
-        problems[record.replica] = (f"{record.state_dir / FILE_NAME}: {what} {value} is also in "
-                                    f"the record of {other}: neither is used")
+        problems[record.replica] = (f"{ReplicaDir(record.state_dir).placement}: {what} {value} "
+                                    f"is also in the record of {other}: neither is used")
     return kept

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from rocmseat.errors import ConfigError
 from rocmseat.seat.naming import planned_port, replica_name
+from rocmseat.statedir import StateDir
 from rocmseat.sysfs.parse import normalize_pci_address
 from rocmseat.text import printable
 from rocmseat.tomllocate import Loc, format_loc, locate
@@ -74,12 +75,12 @@ def replica_port(seat: Seat, index: int) -> int:
 
 def seat_state_dir(state_root: Path, seat: str) -> Path:
     """`<state dir>/seats/<seat>`: one dir per replica below it."""
-    return state_root / "seats" / seat
+    return StateDir(state_root).seat(seat)
 
 
 def replica_state_dir(state_root: Path, seat: str, replica: str) -> Path:
     """`<state dir>/seats/<seat>/<replica>`: startup reports, placement.json, the launch lock."""
-    return seat_state_dir(state_root, seat) / replica
+    return StateDir(state_root).replica(seat, replica).path
 
 
 def replica_cache_dir(seat: Seat, replica: str) -> Path:

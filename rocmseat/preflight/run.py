@@ -1,9 +1,9 @@
 """The library entry of preflight: sysfs root -> inventory -> findings (plus what renders them).
 
-`run_preflight` is what `launch` calls; `preflight_report` also returns the inventory and the
-pairs for the CLI's renderers. Families: pcie, aer, ras, numa, profile (with a profile), amdsmi
-(only when asked: amdsmi is optional), hip (only when asked: it initialises GPUs in child
-processes).
+`preflight_report` is the one entry (the CLI, `launch`'s gate and the recorded run call it): the
+findings, with the inventory and the pairs the renderers need. Families: pcie, aer, ras, numa,
+profile (with a profile), amdsmi (only when asked: amdsmi is optional), hip (only when asked: it
+initialises GPUs in child processes).
 """
 
 from __future__ import annotations
@@ -169,35 +169,6 @@ def preflight_report(
         profile_sha256=loaded.sha256 if loaded is not None else None,
         identity=identity,
     )
-
-
-def run_preflight(
-    sysfs_root: Path,
-    state_dir: Path,
-    *,
-    families: Collection[str] | None = None,
-    pairs: Sequence[tuple[str, str]] | None = None,
-    profile: Path | Profile | None = None,
-    hip: bool = False,
-    hip_env: Mapping[str, str] | None = None,
-    hip_library: Path | None = None,
-    amdsmi: bool | None = None,
-    sample_s: float | None = None,
-) -> list[Finding]:
-    """The findings of one preflight run (see preflight_report for the arguments)."""
-    report = preflight_report(
-        sysfs_root,
-        state_dir,
-        families=families,
-        pairs=pairs,
-        profile=profile,
-        hip=hip,
-        hip_env=hip_env,
-        hip_library=hip_library,
-        amdsmi=amdsmi,
-        sample_s=sample_s,
-    )
-    return list(report.findings)
 
 
 def _inventory_findings(inventory: Inventory, wanted: set[str], live: bool) -> list[Finding]:

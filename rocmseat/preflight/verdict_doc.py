@@ -31,6 +31,7 @@ from rocmseat.atomic import atomic_write_json
 from rocmseat.errors import ReadError
 from rocmseat.findings import Finding, Severity, exit_code_for
 from rocmseat.safeio import UntrustedState, read_trusted_state
+from rocmseat.statedir import StateDir
 from rocmseat.sysfs.fs import default_proc_root
 from rocmseat.sysfs.host import NO_PROC, BootIdentity, read_boot_identity
 
@@ -107,7 +108,7 @@ def _as_findings(findings: Iterable[CachedFinding]) -> list[Finding]:
 
 
 def verdict_path(state_dir: Path) -> Path:
-    return state_dir / "preflight" / "verdict.json"
+    return StateDir(state_dir).verdict
 
 
 def root_key(sysfs_root: Path) -> str:

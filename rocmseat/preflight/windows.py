@@ -36,6 +36,7 @@ from rocmseat.atomic import atomic_write_text, exclusive_lock
 from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.jsonio import dumps
 from rocmseat.safeio import UntrustedState, read_trusted_state
+from rocmseat.statedir import StateDir
 
 SCHEMA = "rocmseat.error-readings/v1"
 DEFAULT_WINDOW_S = 24 * 3600
@@ -80,7 +81,7 @@ class Window:
 
 
 def state_path(state_dir: Path) -> Path:
-    return state_dir / "preflight" / "error-readings.json"
+    return StateDir(state_dir).readings
 
 
 def parse_stamp(stamp: str) -> dt.datetime:

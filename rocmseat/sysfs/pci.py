@@ -22,7 +22,6 @@ from rocmseat.sysfs.parse import (
 )
 
 VENDOR_AMD_ATI = 0x1002  # PCI_VENDOR_ID_ATI: the GPU and its internal switch ports
-CLASS_BRIDGE_PCI = 0x0604
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +56,6 @@ class PciDevice:
     @property
     def is_amd(self) -> bool:
         return self.vendor_id == VENDOR_AMD_ATI
-
-    @property
-    def is_bridge(self) -> bool:
-        return self.class_code is not None and self.class_code >> 8 == CLASS_BRIDGE_PCI
 
 
 def read_pci_device(path: Path) -> PciDevice:

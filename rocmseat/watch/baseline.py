@@ -22,6 +22,7 @@ from typing import Any
 from rocmseat.atomic import atomic_write_json
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.safeio import read_trusted_state
+from rocmseat.statedir import StateDir
 
 SCHEMA = "rocmseat.watch-baseline/v1"
 _MAX_NAME = 200  # of 255 bytes a file name may have, with ".json" and room to spare
@@ -115,12 +116,12 @@ def baseline_path(state_dir: Path, replica_key: str) -> Path:
     if len(safe) > _MAX_NAME:
         digest = hashlib.sha256(safe.encode()).hexdigest()[:16]
         safe = f"{safe[:_MAX_NAME - 17]}~{digest}"
-    return state_dir / "watch" / f"{safe}.json"
+    return StateDir(state_dir).baseline(safe)
 
 
 def check_state_dir_writable(state_dir: Path) -> None:
     """Create `<state dir>/watch` and write a probe there, or raise a ConfigError naming it."""
-    folder = state_dir / "watch"
+    folder = StateDir(state_dir).baselines
     try:
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_json(folder / ".write-probe.json", {"schema": SCHEMA})

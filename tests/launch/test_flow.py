@@ -100,7 +100,7 @@ def test_preflight_only_then_launch_gate_runs_each_check_once(tmp_path, monkeypa
     """ExecStartPre= runs the sysfs families; launch (same $INVOCATION_ID) reuses them and
     runs only the HIP family."""
     calls: list[object] = []
-    real = rocmseat.preflight.run.run_preflight
+    real = rocmseat.preflight.run.preflight_report
 
     hip_envs: list[object] = []
 
@@ -109,7 +109,7 @@ def test_preflight_only_then_launch_gate_runs_each_check_once(tmp_path, monkeypa
         hip_envs.append(kw.get("hip_env"))
         return real(root, state, **kw)
 
-    monkeypatch.setattr(rocmseat.preflight.run, "run_preflight", counting)
+    monkeypatch.setattr(rocmseat.preflight.run, "preflight_report", counting)
     s = seat(tmp_path, hip=True)
     plan = plan_of(s, "x99-r9700", "r0", tmp_path)
     env = {"INVOCATION_ID": "5f0c" * 8}

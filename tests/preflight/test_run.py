@@ -1,4 +1,5 @@
-"""The library entry (`run_preflight`, used by launch) and the renderers."""
+"""The library entry (`preflight_report`: the CLI, launch's gate and the recorded run) and the
+renderers."""
 
 from __future__ import annotations
 
@@ -14,25 +15,25 @@ from rocmseat.node.inventory import read_inventory
 from rocmseat.placement.rules import parse_pair
 from rocmseat.preflight import render, textfile
 from rocmseat.preflight.pairs import propose_pairs
-from rocmseat.preflight.run import preflight_report, run_preflight
+from rocmseat.preflight.run import preflight_report
 from tests.sysfs.conftest import SYSFS_FIXTURES
 
 X99 = SYSFS_FIXTURES / "x99-r9700"
 
 
-def test_run_preflight_returns_findings(tmp_path):
-    findings = run_preflight(X99, tmp_path, pairs=[("0000:86:00.0", "0000:89:00.0")])
+def test_preflight_report_returns_findings(tmp_path):
+    findings = preflight_report(X99, tmp_path, pairs=[("0000:86:00.0", "0000:89:00.0")]).findings
     assert findings and all(isinstance(f, Finding) for f in findings)
     assert {f.severity for f in findings} == {Severity.OK}
     assert "0000:05:00.0" not in {f.subject for f in findings}
 
 
-def test_run_preflight_with_profile_path(tmp_path):
+def test_preflight_report_with_profile_path(tmp_path):
     from tests.conftest import REPO
 
-    findings = run_preflight(
+    findings = preflight_report(
         SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path, profile=REPO / "checks/x99-r9700.toml"
-    )
+    ).findings
     assert ("pcie.link.expected", "0000:89:00.0") in {(f.check_id, f.subject) for f in findings}
 
 
@@ -55,9 +56,9 @@ def test_interfaces_for_launch():
 
 def test_no_device_and_unknown_family(tmp_path):
     with pytest.raises(NoDeviceError, match="no amdgpu device"):
-        run_preflight(SYSFS_FIXTURES / "no-amdgpu", tmp_path)
+        preflight_report(SYSFS_FIXTURES / "no-amdgpu", tmp_path).findings
     with pytest.raises(ConfigError, match="unknown check family 'bogus'"):
-        run_preflight(X99, tmp_path, families={"bogus"})
+        preflight_report(X99, tmp_path, families={"bogus"}).findings
 
 
 def test_parse_pair():
@@ -75,9 +76,10 @@ def test_amdsmi_family_on_request(tmp_path, monkeypatch):
         "amdsmi_findings",
         lambda inventory: [Finding("amdsmi.crosscheck", Severity.UNKNOWN, "node", "not run: test")],
     )
-    findings = run_preflight(X99, tmp_path, amdsmi=True)
+    findings = preflight_report(X99, tmp_path, amdsmi=True).findings
     assert [f.check_id for f in findings if f.family == "amdsmi"] == ["amdsmi.crosscheck"]
-    assert not [f for f in run_preflight(X99, tmp_path) if f.family == "amdsmi"]  # tree: off
+    default = preflight_report(X99, tmp_path).findings
+    assert not [f for f in default if f.family == "amdsmi"]  # tree: off
 
 
 def test_rich_table_on_a_terminal(tmp_path):
@@ -188,12 +190,12 @@ def test_live_root_adds_udev_and_amdsmi(tmp_path, monkeypatch):
         "amdsmi_findings",
         lambda inventory: [Finding("amdsmi.crosscheck", Severity.UNKNOWN, "node", "not run: x")],
     )
-    findings = run_preflight(X99, tmp_path, amdsmi=True)
+    findings = preflight_report(X99, tmp_path, amdsmi=True).findings
     ids = {(f.check_id, f.severity) for f in findings}
     assert ("inventory.udev", Severity.OK) in ids
     assert ("amdsmi.crosscheck", Severity.UNKNOWN) in ids
     # amdsmi is optional: not asked, not run (so a node without it still exits 0)
-    assert not [f for f in run_preflight(X99, tmp_path) if f.family == "amdsmi"]
+    assert not [f for f in preflight_report(X99, tmp_path).findings if f.family == "amdsmi"]
 
 
 @given(st.text(max_size=40))

@@ -17,7 +17,7 @@ import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,7 +33,6 @@ from rocmseat.placement.rules import (
     known_names,
     replica_index,
     replica_port,
-    replica_state_dir,
 )
 from rocmseat.redact import redact_text
 from rocmseat.runner import run
@@ -60,6 +59,7 @@ from rocmseat.speculation.gate.procs import (
     wait_ready,
 )
 from rocmseat.speculation.gate.settings import Battery, SeatWithGate
+from rocmseat.statedir import StateDir
 from rocmseat.text import printable
 from rocmseat.watch.fetch import fetch_once
 from rocmseat.watch.metrics import read_page
@@ -296,7 +296,7 @@ class GateRun:
                 raise ArmError(f"arm {name}: the replica never became ready: {exc.message}",
                                hint=f"see {arm_dir / 'launch.log'}") from None
             record.startup = _startup_summary(arm_dir / "launch.log", record)
-            report = replica_state_dir(state_dir, seat.name, self.replica) / "startup.json"
+            report = StateDir(state_dir).replica(seat.name, self.replica).startup
             try:
                 value = load_document(read_regular_text(report, limit_bytes=16 << 20))
                 record.startup_report = value if isinstance(value, dict) else None
@@ -591,10 +591,6 @@ def gate_lock(out: Path) -> Any:
 
 def now_utc() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def with_battery(battery: Battery, **changes: Any) -> Battery:
-    return replace(battery, **{k: v for k, v in changes.items() if v is not None})
 
 
 def engine_pythons(*seats: Seat) -> list[Path]:

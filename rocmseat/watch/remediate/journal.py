@@ -28,6 +28,7 @@ from rocmseat.atomic import atomic_write_json, exclusive_lock
 from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.redact import redact_text
 from rocmseat.safeio import read_regular_text, read_trusted_state
+from rocmseat.statedir import StateDir
 from rocmseat.text import printable
 from rocmseat.watch.alerts import iso
 from rocmseat.watch.remediate.policy import (
@@ -61,14 +62,15 @@ class Meta:
 
 
 def seat_dir(state_dir: Path, seat: str) -> Path:
-    return state_dir / "remediation" / seat
+    return StateDir(state_dir).remediation(seat)
 
 
 def _prepare(state_dir: Path, seat: str) -> Path:
     from rocmseat.statedir import check_owned_dir
 
-    directory = seat_dir(state_dir, seat)
-    for path in (state_dir / "remediation", directory, directory / "journal"):
+    names = StateDir(state_dir)
+    directory = names.remediation(seat)
+    for path in (names.remediation_root, directory, names.remediation_journal(seat)):
         check_owned_dir(path, what="remediation dir")
         path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         check_owned_dir(path, what="remediation dir")
@@ -78,13 +80,13 @@ def _prepare(state_dir: Path, seat: str) -> Path:
 @contextlib.contextmanager
 def locked(state_dir: Path, seat: str, timeout_s: float = 60.0) -> Iterator[Path]:
     directory = _prepare(state_dir, seat)
-    with exclusive_lock(directory / ".lock", timeout_s=timeout_s):
+    with exclusive_lock(StateDir(state_dir).remediation_lock(seat), timeout_s=timeout_s):
         yield directory
 
 
 def load_state(state_dir: Path, seat: str) -> tuple[State, Meta]:
     """The state (empty when there is none yet); StateUnusable when it cannot be trusted."""
-    path = seat_dir(state_dir, seat) / "state.json"
+    path = StateDir(state_dir).remediation_state(seat)
     try:
         text = read_trusted_state(path, trusted_root=state_dir, limit_bytes=STATE_LIMIT_BYTES)
     except ReadError as exc:
@@ -109,8 +111,8 @@ def load_state(state_dir: Path, seat: str) -> tuple[State, Meta]:
 
 
 def save_state(state_dir: Path, meta: Meta, state: State, now_s: float) -> None:
-    directory = _prepare(state_dir, meta.seat)
-    atomic_write_json(directory / "state.json", {
+    _prepare(state_dir, meta.seat)
+    atomic_write_json(StateDir(state_dir).remediation_state(meta.seat), {
         "schema": STATE_SCHEMA, "seat": meta.seat, "seat_file": meta.seat_file,
         "node": meta.node, "mode": meta.mode, "written_at": iso(now_s), **state_json(state),
     }, mode=0o600)
@@ -134,9 +136,10 @@ def record_json(meta: Meta, record: StepRecord) -> dict[str, Any]:
 
 
 def write_record(state_dir: Path, meta: Meta, record: StepRecord) -> Path:
-    directory = _prepare(state_dir, meta.seat)
+    _prepare(state_dir, meta.seat)
     stamp = dt.datetime.fromtimestamp(record.time_s, dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    path = directory / "journal" / f"{stamp}-{os.getpid()}-{next(_SEQ)}.json"
+    journal = StateDir(state_dir).remediation_journal(meta.seat)
+    path = journal / f"{stamp}-{os.getpid()}-{next(_SEQ)}.json"
     atomic_write_json(path, record_json(meta, record), mode=0o600)
     return path
 
@@ -162,7 +165,7 @@ def journal_line(meta: Meta, record: StepRecord) -> str:
 def read_records(state_dir: Path, seat: str, *, last: int = 20) -> tuple[list[dict[str, Any]],
                                                                           list[str]]:
     """The newest `last` journal records, oldest first, and one line per file not read."""
-    journal = seat_dir(state_dir, seat) / "journal"
+    journal = StateDir(state_dir).remediation_journal(seat)
     if journal.is_symlink():
         return [], [f"{journal}: is a symlink: not read"]
     try:

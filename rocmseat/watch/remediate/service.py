@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 from rocmseat.errors import RocmseatError
 from rocmseat.placement.record import ReplicaPlacement
-from rocmseat.placement.rules import replica_state_dir
 from rocmseat.seat.model import Seat
+from rocmseat.statedir import StateDir
 from rocmseat.watch import alerts as A
 from rocmseat.watch.remediate import journal
 from rocmseat.watch.remediate import policy as P
@@ -72,7 +72,7 @@ def startup_facts(state_dir: Path, seat: str, replica: str) -> tuple[bool | None
     start began from an empty cache (rocmseat.launch.startupfacts)."""
     from rocmseat.safeio import read_trusted_state
 
-    path = replica_state_dir(state_dir, seat, replica) / "startup.json"
+    path = StateDir(state_dir).replica(seat, replica).startup
     try:
         text = read_trusted_state(path, trusted_root=state_dir, limit_bytes=STARTUP_LIMIT_BYTES)
         doc = json.loads(text) if text is not None else None
