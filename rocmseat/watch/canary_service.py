@@ -28,6 +28,7 @@ from rocmseat.httpclient import request
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.canary_schema import Canary
 from rocmseat.watch import alerts as A
+from rocmseat.watch.baseline import baseline_path
 from rocmseat.watch.canary import (
     Budget,
     CanaryResponseError,
@@ -193,7 +194,8 @@ class CanaryService:
     def _path(self, replica: str) -> Path | None:
         if self._state_dir is None:
             return None
-        return self._state_dir / "watch" / f"canary-{self._seat}.{replica}.json"
+        # beside the watcher's baselines, the name made safe the same way
+        return baseline_path(self._state_dir, f"canary-{self._seat}.{replica}")
 
     def _load(self, replica: str, key: str) -> list[float | None] | None:
         path = self._path(replica)

@@ -28,6 +28,7 @@ from pathlib import Path
 from rocmseat import atomic, jsonio
 from rocmseat.errors import RocmseatError
 from rocmseat.safeio import read_regular_text
+from rocmseat.watch.baseline import baseline_path
 from rocmseat.watch.window import Window
 
 MAX_STARTS_KEPT = 20
@@ -147,7 +148,8 @@ class SpawnWatch:
     def _path(self, replica: str) -> Path | None:
         if self._state_dir is None:
             return None
-        return self._state_dir / "watch" / f"spawn-{self._prefix}.{replica}.json"
+        # beside the watcher's baselines, the name made safe the same way
+        return baseline_path(self._state_dir, f"spawn-{self._prefix}.{replica}")
 
     def _load(self, replica: str) -> dict[str, dict[int, list[float]]]:
         path = self._path(replica)
