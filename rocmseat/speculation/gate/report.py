@@ -195,7 +195,7 @@ def render_table(arms: Sequence[ArmFigures], memory: Mapping[str, str], *,
     lines.append("")
     failed = next((c for c in comparisons if proposal is not None and c.arm.schedule is not None
                    and as_lists(c.arm.schedule) == as_lists(proposal)
-                   and exit_code(c.gates) != exitcodes.OK), None)
+                   and exit_code(c.gates) == exitcodes.PROBLEM), None)
     if failed is not None and proposal is not None:
         # its own third arm measured it: not a proposal any more (one answer, issue 27)
         lines.append(f"the crossover's num_speculative_tokens_per_batch_size = "
