@@ -13,14 +13,37 @@ import time
 
 import pytest
 
-from tests.e2e.harness import PROMPTS, note, wait_for
+from tests.e2e.harness import PROMPTS, Proc, note, tail, wait_for
 from tests.e2e.test_ready_engine import ready_world, use_drafter  # noqa: F401 (fixture)
-from tests.e2e.world import World, dump_toml
+from tests.e2e.world import REPLICA, World, dump_toml
 
 pytestmark = pytest.mark.engine
 
 SCENARIO = "drafter_canary"
 CANARY_INTERVAL_S = 10.0
+READY_S = 1200.0
+
+
+def launch(world: World, seat) -> None:
+    """World.launch with a readiness wait for a loaded host: a cold compile here has taken more
+    than World's 300 s while other engines compiled beside it (the seat's own timeout is raised
+    to match)."""
+    assert world.running() is None and world.notify is not None
+    world.notify.drain()
+    world.notify.messages.clear()
+    log = world.root / f"launch-{len(world.launches)}.log"
+    proc = Proc(["launch", seat, "--replica", REPLICA], log,
+                world.env(NOTIFY_SOCKET=str(world.notify_path)))
+    world.launches.append(proc)
+    notify = world.notify
+
+    def ready() -> bool:
+        if not proc.alive():
+            raise AssertionError(f"rocmseat launch exited before READY=1:\n{tail(log)}")
+        return notify.saw("READY=1")
+
+    wait_for("READY=1 on the notify socket", ready, READY_S + 60,
+             lambda: f"notify: {notify.messages[-5:]}\nlaunch log:\n{tail(log)}")
 
 
 def log_has(world: World, text: str) -> bool:
@@ -30,12 +53,13 @@ def log_has(world: World, text: str) -> bool:
 def test_a_drafter_swapped_behind_the_key_with_no_traffic(ready_world: World):  # noqa: F811
     world = ready_world
     doc = world.seat_doc()
+    doc["readiness"]["timeout_s"] = READY_S
     doc["canary"] = {"enabled": True, "interval_s": CANARY_INTERVAL_S, "prompts": list(PROMPTS),
                      "max_tokens": 24}
     seat = world.root / "canary-seat.toml"
     seat.write_text(dump_toml(doc))
     use_drafter(world, "good.safetensors")
-    world.launch(seat)
+    launch(world, seat)
     world.start_watch(seat)
     wait_for("the canary's baseline for the key", lambda: log_has(world, "canary-baseline-learned"),
              300, world.seen)
@@ -46,7 +70,7 @@ def test_a_drafter_swapped_behind_the_key_with_no_traffic(ready_world: World):  
 
     world.stop_replica()
     use_drafter(world, "bad.safetensors")  # the same config key: weights are not a factor
-    world.launch(seat)
+    launch(world, seat)
     ready_at = time.monotonic()
     wait_for("drafter_canary_failed with no traffic",
              lambda: log_has(world, "alert=drafter_canary_failed state=firing"),
