@@ -5,7 +5,7 @@ venv that sees the system's site-packages for the dependencies). Also times the
 node-problem-detector answer from a cached verdict (`--format npd --cached`) and prints its
 length in bytes.
 
-    python3 bench/bench_preflight.py [--gpus 16] [--runs 21]
+    python3 bench/bench_preflight.py [--gpus 16] [--runs 21] [--before REV]
     python3 bench/bench_preflight.py --hostile 5000 [--seed 1]   # issue 11's long battery
 
 Budget (issue 10): the regular install within 4x `python -c pass`, with gpu_metrics decoded and
@@ -62,10 +62,15 @@ def _check(name: str, proc: subprocess.CompletedProcess[str]) -> None:
         sys.exit(f"{name}: exited {proc.returncode}: {proc.stderr.strip()}")
 
 
-def regular_install(tmp: Path) -> Path:
-    """Build a wheel of this checkout and install it into a venv; its `rocmseat` script."""
-    src = tmp / "src"
+def sources(tmp: Path, tag: str, rev: str | None) -> Path:
+    """What a wheel is built from: this checkout's files, or those of git revision `rev`."""
+    src = tmp / f"src-{tag}"
     src.mkdir()
+    if rev is not None:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, *WHEEL_SOURCES],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+        return src
     for name in WHEEL_SOURCES:
         if (REPO / name).is_dir():
             shutil.copytree(
@@ -73,20 +78,36 @@ def regular_install(tmp: Path) -> Path:
             )
         else:
             shutil.copy2(REPO / name, src / name)
-    venv = tmp / "venv"
+    return src
+
+
+def install(tmp: Path, src: Path, tag: str, *, editable: bool) -> Path:
+    """Install `src` into a venv of its own (a wheel, or editable); its `rocmseat` script."""
+    venv = tmp / f"venv-{tag}"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(tmp / "dist"), str(src)], check=True)
-    (wheel,) = (tmp / "dist").glob("rocmseat-*.whl")
-    subprocess.run([*pip, "install", "--no-deps", "--no-index", str(wheel)], check=True)
+    if editable:
+        subprocess.run([*pip, "install", "--no-deps", "-e", str(src)],
+                       check=True, env=_own_env())
+    else:
+        dist = tmp / f"dist-{tag}"
+        subprocess.run([*pip, "wheel", "--no-deps", "-w", str(dist), str(src)], check=True)
+        (wheel,) = dist.glob("rocmseat-*.whl")
+        subprocess.run([*pip, "install", "--no-deps", "--no-index", str(wheel)], check=True)
     probe = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import rocmseat; print(rocmseat.__file__)"],
         capture_output=True, text=True, check=True, cwd=tmp, env=_own_env(),
     )
-    if not probe.stdout.strip().startswith(str(venv)):
-        sys.exit(f"the venv imports rocmseat from {probe.stdout.strip()}, not its own install")
+    home = src if editable else venv
+    if not probe.stdout.strip().startswith(str(home)):
+        sys.exit(f"the venv imports rocmseat from {probe.stdout.strip()}, not {home}")
     return venv / "bin" / "rocmseat"
+
+
+def regular_install(tmp: Path) -> Path:
+    """Build a wheel of this checkout and install it into a venv; its `rocmseat` script."""
+    return install(tmp, sources(tmp, "this", None), "this", editable=False)
 
 
 def editable_command() -> list[str]:
@@ -118,6 +139,19 @@ def timing(args: argparse.Namespace) -> int:
             "npd --cached (regular)": [str(regular), *common, "--format", "npd", "--cached"],
         }
         envs = {name: _own_env() if "regular" in name else None for name in commands}
+        if args.before:  # the same commands from revision REV, interleaved in the same run
+            print(f"installing {args.before} (a wheel and an editable install) ...")
+            old = sources(tmp, "before", args.before)
+            old_regular = install(tmp, old, "before-regular", editable=False)
+            old_editable = install(tmp, old, "before-editable", editable=True)
+            before = {
+                f"editable ({args.before})": [str(old_editable), *common, "--json"],
+                f"regular ({args.before})": [str(old_regular), *common, "--json"],
+                f"npd --cached ({args.before})": [str(old_regular), *common, "--format", "npd",
+                                                  "--cached"],
+            }
+            commands.update(before)
+            envs.update({name: _own_env() for name in before})
         for name, argv in commands.items():  # warm the page cache; write baseline and verdict
             _check(name, _once(argv, tmp, envs[name])[1])
         times: dict[str, list[float]] = {name: [] for name in commands}
@@ -127,7 +161,7 @@ def timing(args: argparse.Namespace) -> int:
                 seconds, proc = _once(argv, tmp, envs[name])
                 _check(name, proc)
                 times[name].append(seconds)
-                if name.startswith("npd"):
+                if name == "npd --cached (regular)":
                     npd_line = proc.stdout.rstrip("\n")
     base_median = statistics.median(times["python -c pass"])
     base_min = min(times["python -c pass"])
@@ -159,6 +193,8 @@ def main() -> int:
     parser.add_argument("--hostile", type=int, default=0, metavar="ROUNDS",
                         help="run issue 11's hostile sysfs battery this many rounds instead")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--before", metavar="REV",
+                        help="also time git revision REV's installs in the same run")
     args = parser.parse_args()
     os.environ.pop("ROCMSEAT_SYSFS_ROOT", None)
     return hostile(args) if args.hostile else timing(args)

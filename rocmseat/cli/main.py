@@ -7,13 +7,11 @@ traceback in a log file only its owner can write), 130 ^C.
 
 from __future__ import annotations
 
-import datetime as dt
 import importlib
 import importlib.util
 import os
 import stat
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -119,6 +117,8 @@ def _boundary(args: list[str]) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return exitcodes.BROKEN_PIPE
     except Exception as exc:
+        import traceback  # only on the way out of an internal error
+
         log = _write_crash_log(args, traceback.format_exc())
         where = f"traceback in {log}" if log else "traceback could not be written"
         click.echo(f"rocmseat: internal error: {type(exc).__name__}: {exc} ({where})", err=True)
@@ -151,6 +151,8 @@ def _write_crash_log(args: list[str], trace: str) -> Path | None:
     exclusively in `<state dir>/errors/` (mode 0700, owned by us). A predictable name in a shared
     /tmp would let another user plant a symlink that we then follow (issue 11).
     """
+    import datetime as dt
+
     from rocmseat.redact import redact_argv, redact_text
 
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -33,6 +33,8 @@ WIDE_COLUMNS = 100  # the full table's rows fit from here on (docs/preflight.md,
 def _pairs(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 ) -> list[tuple[str, str]]:
+    if not values:  # click calls back for an absent option too: no import on that path
+        return []
     from rocmseat.placement.rules import parse_pair
 
     try:

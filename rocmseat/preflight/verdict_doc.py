@@ -268,29 +268,30 @@ def check_identity(verdict: Verdict, here: BootIdentity) -> None:
 def parse_verdict(text: str) -> Verdict:
     """Pure: the text of a verdict file -> Verdict; UnusableVerdict naming what is wrong.
 
-    The document is validated by one strict pydantic model (`_Document`): exact types (no
+    The document is validated by one strict schema (`_document_validator`): exact types (no
     "4" for 4, no 4.0 for a count, no true for a number), finite bounded numbers, printable
     bounded strings, no unknown keys; then checked to say what a full run says."""
-    from pydantic import ValidationError
+    from pydantic_core import ValidationError
 
     try:
-        doc = _document_model().model_validate_json(text)
+        doc = _document_validator().validate_json(text)
     except ValidationError as exc:
         raise UnusableVerdict(_why(exc)) from None
     except (ValueError, RecursionError) as exc:
         raise UnusableVerdict(f"cached verdict is not JSON ({type(exc).__name__})") from None
-    findings = tuple(CachedFinding(f.check_id, Severity(f.severity), f.subject, f.message)
-                     for f in doc.findings)
-    verdict = Verdict(float(doc.written_at_unix_s), doc.sysfs_root, tuple(doc.families),
-                      doc.gpus, findings, doc.profile, doc.profile_sha256, doc.boot_id, doc.host)
+    findings = tuple(CachedFinding(f["check_id"], Severity(f["severity"]), f["subject"],
+                                   f["message"]) for f in doc["findings"])
+    verdict = Verdict(float(doc["written_at_unix_s"]), doc["sysfs_root"], tuple(doc["families"]),
+                      doc["gpus"], findings, doc.get("profile"), doc.get("profile_sha256"),
+                      doc.get("boot_id"), doc.get("host"))
     _check_consistent(verdict)
-    if doc.exit_code != verdict.exit_code():
+    if doc["exit_code"] != verdict.exit_code():
         raise UnusableVerdict("cached verdict's exit_code disagrees with its findings")
     return verdict
 
 
 def _why(exc: Any) -> str:
-    """The first problem pydantic found, as a short stable reason (no input values)."""
+    """The first problem the schema found, as a short stable reason (no input values)."""
     error = exc.errors(include_url=False, include_input=False)[0]
     loc = [str(part) for part in error["loc"]]
     if error["type"] == "json_invalid":
@@ -307,43 +308,55 @@ def _why(exc: Any) -> str:
 
 
 @functools.cache
-def _document_model() -> Any:
-    """The strict model of a `rocmseat.verdict/v1` document (built on first use: pydantic is
-    imported only by the readers, never on the writing path of a full run)."""
-    from typing import Annotated, Literal
+def _document_validator() -> Any:
+    """The strict schema of a `rocmseat.verdict/v1` document, built on first use.
 
-    from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+    pydantic's own validator core (pydantic_core, the engine under every pydantic model) with
+    the schema stated directly: the same strict checks a pydantic model makes, without
+    importing pydantic and generating a model, which would cost the cached NPD answer (it
+    reads this one file) more than the whole full run takes (docs/preflight.md, issue 23)."""
+    from pydantic_core import SchemaValidator
+    from pydantic_core import core_schema as cs
 
     printable = r"^[^\x00-\x1f\x7f-\x9f]*$"
-    text = Annotated[str, StringConstraints(max_length=_MAX_TEXT, pattern=printable)]
 
-    class _Strict(BaseModel):
-        model_config = ConfigDict(strict=True, extra="forbid", frozen=True,
-                                  allow_inf_nan=False)
+    def text(max_length: int = _MAX_TEXT, pattern: str = printable) -> Any:
+        return cs.str_schema(max_length=max_length, pattern=pattern, strict=True)
 
-    class _FindingDoc(_Strict):
-        check_id: Annotated[str, StringConstraints(max_length=200,
-                                                   pattern=_CHECK_ID_RE.pattern)]
-        severity: Literal["ok", "warn", "fail", "unknown"]
-        subject: text
-        message: text
+    def field(schema: Any, *, required: bool = True) -> Any:
+        return cs.typed_dict_field(schema, required=required)
 
-    class _Document(_Strict):
-        schema_: Literal["rocmseat.verdict/v1"] = Field(alias="schema")
+    def optional(schema: Any) -> Any:
+        return field(cs.nullable_schema(schema), required=False)
+
+    def strict_dict(fields: dict[str, Any]) -> Any:
+        return cs.typed_dict_schema(fields, extra_behavior="forbid", strict=True)
+
+    finding = strict_dict({
+        "check_id": field(text(200, _CHECK_ID_RE.pattern)),
+        "severity": field(cs.literal_schema(["ok", "warn", "fail", "unknown"])),
+        "subject": field(text()),
+        "message": field(text()),
+    })
+    document = strict_dict({
+        "schema": field(cs.literal_schema([SCHEMA])),
         # ints stay ints (a forged 10**400 is out of range, never an OverflowError)
-        written_at_unix_s: Annotated[float | int, Field(ge=0, le=MAX_UNIX_S)]
-        sysfs_root: Annotated[str, StringConstraints(max_length=4096, pattern=printable)]
-        families: Annotated[list[Annotated[str, StringConstraints(pattern=r"^[a-z]{1,16}$")]],
-                            Field(max_length=32)]
-        gpus: Annotated[int, Field(ge=0, le=MAX_GPUS)]
-        profile: text | None = None
-        profile_sha256: Annotated[str, StringConstraints(pattern=_SHA256_RE.pattern)] | None = None
-        boot_id: Annotated[str, StringConstraints(pattern=_BOOT_ID_RE.pattern)] | None = None
-        host: Annotated[str, StringConstraints(pattern=_HOST_RE.pattern)] | None = None
-        exit_code: Annotated[int, Field(ge=0, le=3)]
-        findings: Annotated[list[_FindingDoc], Field(max_length=MAX_FINDINGS)]
-
-    return _Document
+        "written_at_unix_s": field(cs.union_schema([
+            cs.int_schema(ge=0, le=MAX_UNIX_S, strict=True),
+            cs.float_schema(ge=0, le=MAX_UNIX_S, allow_inf_nan=False, strict=True),
+        ])),
+        "sysfs_root": field(text(4096)),
+        "families": field(cs.list_schema(text(16, r"^[a-z]{1,16}$"), max_length=32,
+                                         strict=True)),
+        "gpus": field(cs.int_schema(ge=0, le=MAX_GPUS, strict=True)),
+        "profile": optional(text()),
+        "profile_sha256": optional(text(64, _SHA256_RE.pattern)),
+        "boot_id": optional(text(36, _BOOT_ID_RE.pattern)),
+        "host": optional(text(64, _HOST_RE.pattern)),
+        "exit_code": field(cs.int_schema(ge=0, le=3, strict=True)),
+        "findings": field(cs.list_schema(finding, max_length=MAX_FINDINGS, strict=True)),
+    })
+    return SchemaValidator(document)
 
 
 def _check_consistent(verdict: Verdict) -> None:
