@@ -19,7 +19,7 @@ from tests.e2e.world import REPLICA, World, dump_toml
 
 pytestmark = pytest.mark.engine
 
-SCENARIO = "drafter_canary"
+SCENARIO = "a_drafter_swapped_behind_the_key_with_no_traffic"  # the test, as the summary keys it
 CANARY_INTERVAL_S = 10.0
 READY_S = 1200.0
 
