@@ -21,7 +21,16 @@ ratio advisor/baseline. Target: the advisor within one of the measured best at >
 
     python bench/bench_advise.py --models DIR --out DIR [--k-max 4] [--concurrency 1,4]
            [--levels spec-target-e0106,...] [--repeats 2] [--prompts 6] [--output-tokens 64]
-           [--passes 2]
+           [--passes 2] [--gates DIR ...]
+    python bench/bench_advise.py --gates tests/fixtures/spec/gate-cpu-deep ...   (no engine)
+
+Interval coverage (issue 27): the stated 90 % interval of the gain against gains the advisor never
+saw, before (the bootstrap alone: the intervals as they were) and after (with the model's
+left-out error, rocmseat.speculation.advise.modelerror), in the same run:
+- on the sweep: every (K, concurrency) with 0 < K < K_max, from the calibration data alone;
+- on recorded gate directories (`--gates`): every drafted (K, concurrency) cell left out of the
+  advisor's inputs in turn (its step-time cell and its tokens/s), predicted from the rest.
+Target: the stated 90 % covers >= 90 % of the left-out cells.
 
 Runs take long (a cold start is 40-120 s on a 2-core CPU host): arms already measured under
 --out are reused and the advice files are read back, so an interrupted run resumes.
@@ -32,6 +41,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import random
 import sys
 from dataclasses import replace
@@ -39,8 +49,15 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat.speculation.advise.acceptance import Counters, estimate, expected_tokens
-from rocmseat.speculation.advise.decide import advise
-from rocmseat.speculation.advise.stepcost import cells_from_runs, choose
+from rocmseat.speculation.advise.advice import from_gate
+from rocmseat.speculation.advise.decide import advise, bootstrap
+from rocmseat.speculation.advise.modelerror import (
+    Interval,
+    leave_out,
+    measured_gains,
+    stated,
+)
+from rocmseat.speculation.advise.stepcost import Cell, cells_from_runs, choose
 from rocmseat.speculation.gate.arms import GateRun, check_bench_client, load_arm_record
 from rocmseat.speculation.gate.judge import GateConfig
 from rocmseat.speculation.gate.settings import Battery, load_seat_with_gate
@@ -128,6 +145,70 @@ def run_arm(gate: GateRun, out: Path, name: str, seat_text: str, k: int | None) 
     return got
 
 
+Point = tuple[int, int, bool, float, "float | None"]  # (batch, K, ran a schedule, tok/s, sd)
+
+
+def covered(counters: Counters, cells: list[Cell], points: list[Point], *, batch: int, k: int
+            ) -> tuple[Interval, Interval]:
+    """The advisor's stated 90 % interval of the gain at (batch, K), before and after, from
+    these inputs alone (the bootstrap seeded: the same draws for both)."""
+    acceptance = estimate(counters)
+    cost = choose(cells)
+    draws = bootstrap(counters, cost, random.Random(0))
+    error = leave_out(cells, measured_gains(points), acceptance)
+    return stated(acceptance, cost, draws, error, batch=batch, k=k)
+
+
+def gate_coverage(gate_dir: Path) -> list[dict[str, Any]]:
+    """Every drafted (K, concurrency) cell of a recorded gate left out in turn."""
+    inputs = from_gate(gate_dir)
+    points: list[Point] = [(p.batch, p.k, p.schedule is not None, p.tokens_per_s, p.sd)
+                           for p in inputs.measured]
+    base = {b: v for b, k, sched, v, _ in points if k == 0 and not sched}
+    rows = []
+    for point in points:
+        b, k, sched, value, _ = point
+        if k == 0 or sched or b not in base:
+            continue
+        cells = [c for c in inputs.cells if (c.batch, c.k) != (b, k)]
+        rest = [q for q in points if q is not point]
+        before, after = covered(inputs.counters, cells, rest, batch=b, k=k)
+        rows.append(_row(gate_dir.name, b, k, value / base[b], before, after))
+    return rows
+
+
+def _row(source: str, batch: int, k: int, truth: float, before: Interval, after: Interval
+         ) -> dict[str, Any]:
+    return {"source": source, "batch": batch, "k": k, "measured_gain": truth,
+            "predicted_gain": before.gain, "before": [before.low, before.high],
+            "after": [after.low, after.high],
+            "before_covers": before.low <= truth <= before.high,
+            "after_covers": after.low <= truth <= after.high}
+
+
+def print_coverage(rows: list[dict[str, Any]]) -> None:
+    print()
+    print(f"{'left-out cell':<34}{'measured':>9}{'predicted':>10}{'before (90 %)':>17}"
+          f"{'':>4}{'after (90 %)':>17}")
+    for r in rows:
+        print(f"{r['source'] + ' K=' + str(r['k']) + ' c=' + str(r['batch']):<34}"
+              f"{r['measured_gain']:>9.3f}{r['predicted_gain']:>10.3f}"
+              f"{r['before'][0]:>8.3f}..{r['before'][1]:<7.3f}"
+              f"{'in' if r['before_covers'] else 'OUT':>4}"
+              f"{r['after'][0]:>8.3f}..{r['after'][1]:<7.3f}"
+              f"{'in' if r['after_covers'] else 'OUT':>4}")
+    n = len(rows)
+    if not n:
+        print("coverage: no left-out cells")
+        return
+    for name in ("before", "after"):
+        hit = sum(r[f"{name}_covers"] for r in rows)
+        width = sum(math.log(r[name][1] / r[name][0]) for r in rows) / n
+        print(f"coverage of the stated 90 % interval, {name:<6}: {hit}/{n} = {hit / n:.0%} of "
+              f"the left-out (K, concurrency) cells (mean width x{math.exp(width):.2f})")
+    print("target: after >= 90 %")
+
+
 def textbook_best(counters: Counters, c_ratio: float, k_max: int) -> int:
     """Leviathan's rule with vLLM's 'acceptance rate' S/D as alpha (the naive reading)."""
     a = min(counters.accepted_tokens / counters.draft_tokens, 0.999)
@@ -137,8 +218,10 @@ def textbook_best(counters: Counters, c_ratio: float, k_max: int) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--models", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--gates", type=Path, nargs="*", default=[],
+                        help="recorded gate directories: leave-one-cell-out coverage (no engine)")
     parser.add_argument("--python", default="/opt/rocmseat/vllm-venv/bin/python")
     parser.add_argument("--levels", default=None)
     parser.add_argument("--k-max", type=int, default=4)
@@ -150,6 +233,12 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=2,
                         help="sweep passes, every other one in the opposite order")
     args = parser.parse_args()
+    gate_rows = [row for gate in args.gates for row in gate_coverage(gate)]
+    if args.models is None or args.out is None:
+        if not gate_rows:
+            parser.error("--models and --out (the engine sweep), or --gates DIR ...")
+        print_coverage(gate_rows)
+        return 0 if _after_share(gate_rows) >= 0.9 else 1
     out = args.out.absolute()
     out.mkdir(parents=True, exist_ok=True)
     levels = (args.levels.split(",") if args.levels else
@@ -251,10 +340,37 @@ def main() -> int:
     print(f"ratio advisor (primary) / baseline: "
           f"{hits['level'] / hits['textbook'] if hits['textbook'] else float('inf'):.2f}x; "
           f"target >= 90 % of the points at >= 5 acceptance levels ({len(levels)} here)")
+    cover = sweep_coverage(levels, concurrency, args.k_max, base, cals, measured,
+                           base_values) + gate_rows
+    print_coverage(cover)
     (out / "table.json").write_text(json.dumps(
         {"rows": rows, "hits": hits, "hits_tied": tied_hits, "points": points,
-         "passes": args.passes, "levels": len(levels)}, indent=2))
+         "passes": args.passes, "levels": len(levels), "coverage": cover}, indent=2))
     return 0 if hits["level"] / points >= 0.9 and len(levels) >= 5 else 1
+
+
+def _after_share(rows: list[dict[str, Any]]) -> float:
+    return sum(r["after_covers"] for r in rows) / len(rows) if rows else 0.0
+
+
+def sweep_coverage(levels: list[str], concurrency: tuple[int, ...], k_max: int,
+                   base: dict[str, Any], cals: dict[str, dict[str, Any]],
+                   measured: dict[str, dict[int, dict[int, list[float]]]],
+                   base_values: dict[int, list[float]]) -> list[dict[str, Any]]:
+    """Every swept (K, concurrency) with 0 < K < K_max, stated from the calibration alone."""
+    rows = []
+    for level in levels:
+        cal = cals[level]
+        cells = cells_from_runs([*base["itl"], *cal["itl"]])
+        points: list[Point] = [
+            (c, 0, False, mean(v), sample_sd(v)) for c, v in base["tput"].items()] + [
+            (c, k_max, False, mean(v), sample_sd(v)) for c, v in cal["tput"].items()]
+        for k in range(1, k_max):
+            for c in concurrency:
+                truth = mean(measured[level][k][c]) / mean(base_values[c])
+                before, after = covered(cal["counters"], cells, points, batch=c, k=k)
+                rows.append(_row(level, c, k, truth, before, after))
+    return rows
 
 
 def statistically_tied(passes: list[list[float]], best: int) -> list[int]:

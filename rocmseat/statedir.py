@@ -7,7 +7,10 @@ spells these names. The layout (unchanged since rocmseat.startup/v1):
 
     <root>/preflight/verdict.json                the node's cached preflight verdict
     <root>/preflight/error-readings.json         timestamped error counter readings
-    <root>/watch/<replica key>.json              the watchdog's learned baselines
+    <root>/watch/<replica key>.json              the watchdog's learned baselines (and, by
+                                                 the same rule, canary-<seat>.<replica> and
+                                                 spawn-<seat>.<replica>: the drafter canary's
+                                                 and the slow-spawn history)
     <root>/errors/                               crash logs (mode 0700)
     <root>/seats/<seat>/<replica>/placement.json the placement launch ran with
     <root>/seats/<seat>/<replica>/startup.json   the latest startup report

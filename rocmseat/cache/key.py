@@ -35,6 +35,9 @@ NEUTRAL_FLAGS = frozenset(
         "--disable-uvicorn-access-log", "--max-log-len", "--ssl-keyfile", "--ssl-certfile",
         "--root-path", "--allowed-origins", "--allowed-methods", "--allowed-headers",
         "--enable-server-load-tracking", "--middleware", "--chat-template-content-format",
+        # observability: ObservabilityConfig.compute_hash has no factors (vllm/config/
+        # observability.py, vLLM 0.32): the drafter canary's per-request acceptance
+        "--per-request-spec-decode-metrics",
     }
 )
 _COMPILATION_FLAGS = ("--compilation-config", "-cc")

@@ -141,6 +141,7 @@ def watch(  # noqa: PLR0917 (click passes every option)
     extra: list[Target] = []
     remediator: Any = None
     kernel_log: Path | None = None
+    canary: Any = None  # the drafter canary factory ([canary] enabled)
     if seat_file is None and remediate not in (None, "off"):
         raise ConfigError("--remediate acts only on the replicas of a SEAT that rocmseat "
                           "launched (their placement record): --target and --targets-file "
@@ -171,6 +172,10 @@ def watch(  # noqa: PLR0917 (click passes every option)
         remediator = _remediator(seat, seat_file, state, remediate, node=node or this_node(),
                                  once=once, sysfs_root=resolve_sysfs_root(sysfs_root)
                                  if seat.backend == "rocm" else None)
+        if seat.canary.enabled and not once:
+            from rocmseat.watch.canary_service import canary_factory
+
+            canary = canary_factory(seat, state, watch_targets)
     else:
         min_ready = 1
         expect_spec = not no_spec
@@ -201,7 +206,7 @@ def watch(  # noqa: PLR0917 (click passes every option)
     check_state_dir_writable(state)  # a learned baseline is saved after ~15 min: fail now
     sinks = Sinks(listen, webhook, hook_argv, seat_name, node)
     return _service(watch_targets, config, sinks, source, extra, remediate=remediator,
-                    kernel_log=kernel_log)
+                    kernel_log=kernel_log, canary=canary)
 
 
 def _kernel_log(backend: str, sysfs_root: Path | None) -> Path | None:
@@ -284,7 +289,7 @@ def _countdown(count: int) -> Callable[[float], None]:
 
 def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
              source: TargetsFile | None, extra: list[Target], *, remediate: Any = None,
-             kernel_log: Path | None = None) -> int:
+             kernel_log: Path | None = None, canary: Any = None) -> int:
     """Run the service on a worker thread; this thread only waits for SIGTERM/SIGINT.
 
     No Python signal handler: one that calls `Event.set()` deadlocks when the signal lands
@@ -304,7 +309,8 @@ def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
         try:
             run_service(targets, config, sinks, log=log,
                         stop=stop, targets_file=source, extra_targets=extra,
-                        remediate=remediate, kernel_log=kernel_log)
+                        remediate=remediate, kernel_log=kernel_log,
+                        canary=canary)
         except BaseException as exc:  # handed to the CLI's error boundary below
             caught.append(exc)
 

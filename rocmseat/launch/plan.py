@@ -158,6 +158,11 @@ def engine_argv(seat: Seat, port: int) -> tuple[str, ...]:
     spec = speculative_config(seat)
     if spec is not None:
         argv += ["--speculative-config", jsonio.dumps_line(spec)]
+        if seat.canary.enabled:
+            # each response carries its own acceptance for the watchdog's drafter canary
+            # (vllm/entrypoints/openai/completion/serving.py: metrics.speculative_decoding);
+            # vLLM refuses the flag without a speculative config (vllm/config/vllm.py)
+            argv += ["--per-request-spec-decode-metrics", "summary"]
     argv += ["--max-model-len", str(serve.max_model_len), "--max-num-seqs", str(serve.max_num_seqs)]
     if serve.max_num_batched_tokens is not None:
         argv += ["--max-num-batched-tokens", str(serve.max_num_batched_tokens)]

@@ -27,6 +27,7 @@ from pydantic import (
     field_validator,
 )
 
+from rocmseat.seat.canary_schema import Canary
 from rocmseat.seat.remediate_schema import Remediate
 from rocmseat.sysfs.fs import REAL_SYSFS_MOUNT
 from rocmseat.sysfs.parse import is_pci_address
@@ -489,6 +490,7 @@ class Seat(_Section):
     watch: Watch = Field(default_factory=Watch)
     gate: Gate = Field(default_factory=Gate)
     remediate: Remediate = Field(default_factory=Remediate)  # watch's (docs/remediate.md)
+    canary: Canary = Field(default_factory=Canary)  # watch's drafter canary (docs/watch.md)
 
     _source_path: Path | None = PrivateAttr(default=None)
     _source_text: str | None = PrivateAttr(default=None)

@@ -157,6 +157,11 @@ def seat_problems(seat: Seat) -> list[tuple[Location, str]]:
                 f"{expected:g} is above 1 + num_speculative_tokens = "
                 f"{1 + drafter.num_speculative_tokens}, the most a step can accept",
             ))
+    if seat.canary.enabled and drafter is None:
+        # vLLM refuses --per-request-spec-decode-metrics without a speculative config
+        # (vllm/config/vllm.py, VllmConfig.__post_init__)
+        problems.append((("canary", "enabled"),
+                         "the seat has no [drafter]: a drafter canary has nothing to check"))
     replicas = seat.replicas
     if replicas.mode == "explicit" and not replicas.pairs:
         problems.append((("replicas", "mode"), "mode 'explicit' needs 'pairs'"))

@@ -138,7 +138,7 @@ _BASIS_STYLE: dict[str, tuple[str | None, float, str]] = {
     "measured": (None, 0.55, "-"), "model": ("//", 0.25, "--"), "extrapolated": ("xx", 0.15, ":")}
 
 
-def advise_picture(path: Path, decision: Decision, source: str) -> Path:
+def advise_picture(path: Path, decision: Decision, source: str, headline: str = "") -> Path:
     """Left: the proposed K per batch size, each tier drawn by its basis (measured solid,
     model hatched, extrapolated cross-hatched and dotted), the model's own staircase where the
     measurements changed it. Middle: k*(alpha) per batch size with the measured alpha.
@@ -152,6 +152,14 @@ def advise_picture(path: Path, decision: Decision, source: str) -> Path:
     ax = axes[0]
     shown: set[str] = set()
     for t in decision.tiers:
+        if t.tie:
+            # a tie proposes nothing: the seat's K stays (rocmseat.speculation.advise.ties)
+            label = "tie: the seat's K kept"
+            ax.bar(t.start - 0.5, advice.best_k[t.start - 1], width=t.end - t.start + 1,
+                   align="edge", color=(0.5, 0.5, 0.5, 0.25), edgecolor="tab:gray",
+                   linewidth=1.2, label=None if label in shown else label)
+            shown.add(label)
+            continue
         hatch, alpha, linestyle = _BASIS_STYLE[t.basis]
         ax.bar(t.start - 0.5, t.k, width=t.end - t.start + 1, align="edge",
                color=(0.12, 0.47, 0.71, alpha), hatch=hatch, edgecolor="tab:blue",
@@ -214,4 +222,8 @@ def advise_picture(path: Path, decision: Decision, source: str) -> Path:
     else:
         fig.text(0.5, 0.005, f"no model-check panel: the {source} source has no measured arms "
                  "to check the model against (a gate directory has)", ha="center", fontsize=7)
+    if headline:
+        # the one answer of gate and advisor (rocmseat.speculation.advise.verdict) over the panels
+        fig.suptitle(headline, fontsize=9, color="tab:red" if "do not ship" in headline.lower()
+                     else "black")
     return _save(fig, path)

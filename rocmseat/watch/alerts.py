@@ -35,12 +35,16 @@ REMEDIATION_RUNNING = "remediation_running"
 REMEDIATION_HALTED = "remediation_halted"
 REPLICA_NO_DRAFTER = "replica_no_drafter"
 REPLICA_OUT_OF_ROTATION = "replica_out_of_rotation"
+# the drafter canary and the slow-spawn lottery (issue 27; rocmseat/watch/canary*.py, spawn.py)
+DRAFTER_CANARY_FAILED = "drafter_canary_failed"
+REPLICA_SLOW_SPAWN = "replica_slow_spawn"
 
 ALERTS: tuple[str, ...] = (
     SPEC_ACCEPTANCE_DROP, SPEC_DRAFTER_DEAD, SPEC_BLIND, REPLICA_DOWN, REPLICA_STALLED,
     METRICS_UNSTABLE, GPU_AER_RECOVERY, GPU_AER_FAILED, GPU_RESET, GPU_WEDGED,
     REMEDIATION_RUNNING, REMEDIATION_HALTED, REPLICA_NO_DRAFTER, REPLICA_OUT_OF_ROTATION,
     GPU_RING_TIMEOUT, GPU_PAGE_FAULT, GPU_LOST,
+    DRAFTER_CANARY_FAILED, REPLICA_SLOW_SPAWN,
 )
 SEVERITY: dict[str, str] = {
     SPEC_ACCEPTANCE_DROP: "warning",
@@ -60,6 +64,8 @@ SEVERITY: dict[str, str] = {
     GPU_RING_TIMEOUT: "critical",
     GPU_PAGE_FAULT: "warning",
     GPU_LOST: "critical",
+    DRAFTER_CANARY_FAILED: "critical",
+    REPLICA_SLOW_SPAWN: "warning",
 }
 SUMMARY: dict[str, str] = {
     SPEC_ACCEPTANCE_DROP: "speculative acceptance fell below the baseline's healthy range",
@@ -83,6 +89,10 @@ SUMMARY: dict[str, str] = {
     GPU_PAGE_FAULT: "the kernel log says a GPU VM page fault hit the replica's GPU",
     GPU_LOST: "the kernel log says a GPU of the replica failed its reset or fell off the bus: "
     "a node problem (drain), never restarted by remediation",
+    DRAFTER_CANARY_FAILED: "the canary's fixed prompts collapsed against their baseline for "
+    "this config key (the drafter's weights or cache changed behind the key?)",
+    REPLICA_SLOW_SPAWN: "this start decodes slower than the seat's history at the same load "
+    "(the spawn lottery: a restart may fix it)",
 }
 FIRING = "firing"
 RESOLVED = "resolved"

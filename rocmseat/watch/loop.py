@@ -35,12 +35,14 @@ from rocmseat.watch.baseline import (
     read_config_key,
     save_baseline,
 )
+from rocmseat.watch.canary import Usage, subtract
 from rocmseat.watch.detector import DetectorParams, SpecDetector, SpecVerdict
 from rocmseat.watch.fetch import CallableScraper, Fetch
 from rocmseat.watch.kernel import HOLD_S as KERNEL_HOLD_S
 from rocmseat.watch.kernel import KernelCause, KernelFollower, kernel_node_events
 from rocmseat.watch.metrics import PageError, PageReader, Reading, read_page
 from rocmseat.watch.scrape import Target
+from rocmseat.watch.spawn import SpawnWatch
 from rocmseat.watch.status import ReplicaStatus
 from rocmseat.watch.uevents import GpuPath, node_events
 from rocmseat.watch.window import Snapshot, Window, window_between, window_problem
@@ -144,6 +146,12 @@ class Watcher:
         self.evaluated_at_s: float | None = None  # clock time at the end of the last step
         self.evaluations = 0
         self.last_duration_s: float | None = None
+        # the drafter canary's requests that finished by a scrape's time, per replica: taken
+        # out of that window (rocmseat.watch.canary_service.CanaryService.take)
+        self.take_canary: Callable[[str, float], Sequence[Usage]] | None = None
+        # the slow-spawn lottery: decode rate at matched load across starts (watch/spawn.py)
+        self.spawn = SpawnWatch(state_dir=config.state_dir, prefix=config.key_prefix,
+                                warn=on_warning)
 
     def _new(self, target: Target) -> _Replica:
         cfg = self.config
@@ -259,6 +267,9 @@ class Watcher:
         if rep.previous is not None:
             window = window_between(rep.previous, snapshot)
             restarted = window is None
+        if self.take_canary is not None:
+            used = self.take_canary(rep.target.name, scraped_at)
+            window = None if window is None else subtract(window, used)
         rep.previous = snapshot
         if window is not None and (problem := window_problem(window)) is not None:
             # Both pages parse, the two together are not counts of one server. Start afresh
@@ -272,6 +283,7 @@ class Watcher:
             rep.restarts += 1
             rep.stall_since = None
             self._engine_restarted(rep, now)
+            self.spawn.restarted(rep.target.name)
         elif window is not None:
             rep.restarts = 0
         self._set(rep, A.METRICS_UNSTABLE, rep.restarts >= self.config.unstable_after, now,
@@ -280,6 +292,10 @@ class Watcher:
         if window is not None:
             self._judge(rep, window, now)
             self._judge_stall(rep, window, snapshot, now)
+            judged = rep.last_verdict
+            spawn = self.spawn.observe(rep.target.name, rep.detector.key, window,
+                                       judged is None or not (judged.drop or judged.dead))
+            self._set(rep, A.REPLICA_SLOW_SPAWN, spawn.slow, now, **spawn.details())
         return self._status(rep, window, None, restarted=restarted, blind=blind, now=now)
 
     def _expects_spec(self, rep: _Replica) -> bool:

@@ -20,6 +20,7 @@ from rocmseat.errors import ConfigError
 from rocmseat.httpclient import FD_RESERVE, ensure_descriptors
 from rocmseat.watch import alerts as A
 from rocmseat.watch.alerts import iso
+from rocmseat.watch.canary_service import CanaryService
 from rocmseat.watch.exporter import ExportState, start_exporter
 from rocmseat.watch.filesd import BackgroundPoll, Reload, TargetsFile
 from rocmseat.watch.kernel import KernelFollower
@@ -119,6 +120,7 @@ def run_service(
     extra_targets: list[Target] | None = None,
     remediate: Callable[[Callable[[str], None]], Remediator] | None = None,
     kernel_log: Path | None = None,
+    canary: Callable[[Watcher, Callable[[str], None]], CanaryService] | None = None,
 ) -> None:
     """Evaluate every interval until `stop`; log, export, post and hook every alert change.
     `targets_file` is re-read when it changes (its targets come after `extra_targets`).
@@ -135,6 +137,10 @@ def run_service(
     raise_fd_limit(len(targets))
     watcher = Watcher(targets, config, on_transition=fanout, on_warning=log)
     remediator = remediate(log) if remediate is not None else None  # docs/remediate.md
+    canary_service = canary(watcher, log) if canary is not None else None  # [canary]
+    if canary_service is not None:
+        watcher.take_canary = canary_service.take
+        canary_service.start()
     started = time.time()
 
     def state() -> ExportState:
@@ -197,6 +203,8 @@ def run_service(
             server.server_close()
         if remediator is not None:
             remediator.close()
+        if canary_service is not None:
+            canary_service.close()
         fanout.close()
         watcher.close()
         log("rocmseat-watch stop")

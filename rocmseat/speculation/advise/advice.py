@@ -37,9 +37,17 @@ from rocmseat.speculation.advise.acceptance import (
     check_counters,
     estimate,
 )
-from rocmseat.speculation.advise.basis import Decision, Observation, decide, noise_of, seat_k0_trap
+from rocmseat.speculation.advise.basis import (
+    Decision,
+    Observation,
+    current_table,
+    decide,
+    noise_of,
+    seat_k0_trap,
+)
 from rocmseat.speculation.advise.decide import Advice, Allowed, advise, throughput
 from rocmseat.speculation.advise.iterlog import parse_iteration_log
+from rocmseat.speculation.advise.modelerror import leave_out, measured_gains, monotone_floor
 from rocmseat.speculation.advise.schedule import Schedule, as_lists, lookup
 from rocmseat.speculation.advise.stepcost import (
     Cell,
@@ -49,6 +57,7 @@ from rocmseat.speculation.advise.stepcost import (
     cells_from_steps,
     choose,
 )
+from rocmseat.speculation.advise.ties import settle
 from rocmseat.speculation.documents import (
     ArmDoc,
     DocumentError,
@@ -183,10 +192,13 @@ def _counters_of(window: WindowDoc | None, shown: str, key: str, k: int) -> Coun
     return c
 
 
-def from_gate(directory: Path) -> Inputs:
+def from_gate(directory: Path, gate: GateDoc | None = None) -> Inputs:
+    """The advisor's inputs from a gate directory; `gate`: its document already read (the gate
+    asks the advisor before it writes gate.json)."""
     gate_path = directory / "gate.json"
     gate_shown = printable(str(gate_path))
-    gate = _document(GateDoc, directory, gate_path)
+    if gate is None:
+        gate = _document(GateDoc, directory, gate_path)
     if gate.error is not None:
         # a partial gate.json: the arms stopped short (docs/spec.md "Exit codes")
         raise CannotAdvise(f"{gate_shown}: the gate could not measure "
@@ -337,11 +349,21 @@ def run_advise(inputs: Inputs, *, k_limit: int | None = None) -> tuple[Decision,
                       allowed=allowed)
 
     method = inputs.seat.drafter.method if inputs.seat and inputs.seat.drafter else None
+    left_out = leave_out(cost.cells, measured_gains(
+        [(p.batch, p.k, p.schedule is not None, p.tokens_per_s, p.sd) for p in inputs.measured]),
+        acceptance)
     decision = decide(run, observations(inputs, acceptance, cost), method,
-                      lambda b, k: throughput(acceptance, cost, b, k), cost.rms_relative)
+                      lambda b, k: throughput(acceptance, cost, b, k),
+                      fit_error=cost.rms_relative, left_out=left_out,
+                      floor=lambda b, k: monotone_floor(acceptance, cost, b, k))
     trap = seat_k0_trap(method, current_drafter(inputs.seat)[1])
     if trap:
         decision = replace(decision, notes=(*decision.notes, trap))
+    k_now, sched_now = current_drafter(inputs.seat)
+    if inputs.seat is None:
+        k_now = acceptance.k  # a live window of constant K: the replica drafts K now
+    decision = settle(decision, current_table(k_now, sched_now, inputs.max_num_seqs),
+                      acceptance, cost)
     return decision, acceptance, cost
 
 
@@ -371,6 +393,9 @@ def verify_command(inputs: Inputs, decision: Decision) -> str | None:
     of the candidate's seat and gate that copy (a runnable command line), or None."""
     if not decision.unmeasured or decision.advice.num_speculative_tokens is None:
         return None
+    if (decision.advice.num_speculative_tokens, decision.advice.schedule) == current_drafter(
+            inputs.seat):
+        return None  # the proposal is what the seat runs: nothing new to measure
     if inputs.source["kind"] != "gate":
         # no gate directory: the seat files are the operator's (placeholders in capitals)
         return ("cp SEAT.toml PROPOSAL.toml && rocmseat spec advise SEAT.toml --write "
@@ -445,7 +470,9 @@ def advice_json(inputs: Inputs, decision: Decision, acceptance: Acceptance, cost
                         "extrapolated": p.extrapolated} for p in advice.points],
         "best_k": list(advice.best_k),
         "bands": [{"start": t.start, "end": t.end, "k": t.k, "gain": _r(t.band.gain),
-                   "gain_low": _r(t.band.gain_low), "gain_high": _r(t.band.gain_high),
+                   "gain_low": _r(t.gain_low), "gain_high": _r(t.gain_high),
+                   "bootstrap_low": _r(t.band.gain_low), "bootstrap_high": _r(t.band.gain_high),
+                   "tie": t.tie or None,
                    "basis": t.basis, "evidence": t.evidence,
                    "confidence": _r(t.confidence),
                    "runner_up_k": t.band.runner_up,
@@ -470,6 +497,7 @@ def advice_json(inputs: Inputs, decision: Decision, acceptance: Acceptance, cost
             "rms_relative_miss": _r(decision.model_error),
             "from": decision.model_error_from,
             "misses": [f"{o.arm}@{o.batch}" for o in decision.observations if o.misses],
+            "left_out": _left_out_json(decision),
         },
         "notes": list(decision.notes),
         "next": verify_command(inputs, decision),
@@ -479,6 +507,17 @@ def advice_json(inputs: Inputs, decision: Decision, acceptance: Acceptance, cost
         "written": written,
         "exit_code": exit_code,
     }
+
+
+def _left_out_json(decision: Decision) -> dict[str, Any] | None:
+    e = decision.left_out
+    if e is None:
+        return None
+    return {"how": e.how, "rms_log_miss": _r(e.rms), "noise": _r(e.noise),
+            "sigma": _r(e.sigma), "k_shape_measured": e.k_shape_measured,
+            "misses": [{"batch": m.batch, "k": m.k, "predicted_gain": _r(m.predicted),
+                        "measured_gain": _r(m.measured), "log_miss": _r(m.log_miss),
+                        "noise": _r(m.noise)} for m in e.misses]}
 
 
 def _shown(value: float | None, spec: str) -> str:
@@ -523,10 +562,21 @@ def render(doc: dict[str, Any]) -> str:
                      f"{_shown(b['confidence'], '.0%')}{over} with the model's error; bootstrap "
                      f"agreement {_shown(b['bootstrap_agreement'], '.0%')}")
         lines.append(f"    {b['evidence']}")
+        if b["tie"]:
+            lines.append(f"    TIE: {b['tie']}: the proposal leaves these batch sizes as the "
+                         "seat has them")
     mc = doc["model_check"]
+    lo = mc["left_out"]
+    if lo is not None:
+        misses = ", ".join(f"K={m['k']}@{m['batch']} {m['log_miss']:+.2f}" for m in lo["misses"])
+        lines.append(f"model error on what it was not fitted to: {lo['how']}: "
+                     f"RMS log miss {_shown(lo['rms_log_miss'], '.3f')} (measured noise "
+                     f"{_shown(lo['noise'], '.3f')}); in the interval and confidence of every "
+                     f"model or extrapolated tier" + (f"; misses {misses}" if misses else ""))
     if mc["rms_relative_miss"] is not None:
-        lines.append(f"model error: {mc['rms_relative_miss']:.1%} RMS, from {mc['from']}: the "
-                     "confidence adds it to the bootstrap's spread")
+        lines.append(f"model error: {mc['rms_relative_miss']:.1%} RMS, from {mc['from']} "
+                     "(in-sample): the confidence of a measured tier adds it to the bootstrap's "
+                     "spread")
     else:
         lines.append("model error: unknown (no measured arms, no step-cost fit): the confidence "
                      "is the bootstrap's alone and overstates what is known")
@@ -547,7 +597,9 @@ def render(doc: dict[str, Any]) -> str:
     if p["num_speculative_tokens"] is None:
         lines.append("proposal: do not speculate (no K pays at any batch size)")
     else:
-        bases = sorted({b["basis"] for b in doc["bands"]})
+        bases = sorted({b["basis"] for b in doc["bands"] if not b["tie"]}
+                       | ({"tie: the seat's K kept"} if any(b["tie"] for b in doc["bands"])
+                          else set()))
         lines.append(f"proposal: num_speculative_tokens = {p['num_speculative_tokens']}"
                      + (f", num_speculative_tokens_per_batch_size = "
                         f"{p['num_speculative_tokens_per_batch_size']}"
@@ -570,6 +622,15 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"  {doc['next']}")
     if doc["written"]:
         lines.append(doc["written"])
+    answer = doc.get("one_answer")
+    if doc.get("gate_note"):
+        lines.append(f"one answer: none: {doc['gate_note']}")
+    if answer:
+        lines.append(f"one answer (gate and advisor): {answer['answer'].upper()}: "
+                     f"{answer['text']}")
+        if answer["why_they_differ"]:
+            lines.append("  the gate's crossover proposal is not the advisor's: "
+                         f"{answer['why_they_differ']}")
     lines.append(f"picture: {doc['picture'] or doc['picture_note']}")
     return "\n".join(lines) + "\n"
 

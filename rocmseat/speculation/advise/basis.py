@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rocmseat.speculation.advise.decide import MAX_K, Advice, Allowed, Band
+from rocmseat.speculation.advise.modelerror import ModelError, confidence, widened
 from rocmseat.speculation.advise.schedule import lookup
 
 NOISE_FLOOR = 0.02  # the gate's --noise-floor default: one run's spread is at least this
@@ -96,6 +97,11 @@ class Tier:
     confidence: float  # P(K beats the runner-up) with the model's error added
     band: Band
     lost_at: tuple[int, ...] = ()  # batch sizes where an arm ran this K and lost
+    # the stated 90 % interval of the gain: the bootstrap's for a measured tier, with the model's
+    # left-out error (rocmseat.speculation.advise.modelerror) for a model or extrapolated one
+    gain_low: float = math.nan
+    gain_high: float = math.nan
+    tie: str = ""  # '' or why this tier's gain is not measurable (rocmseat...advise.ties)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +114,13 @@ class Decision:
     model_error_from: str  # which of the two
     k0_allowed: bool
     notes: tuple[str, ...]
+    left_out: ModelError | None = None  # the model's error on what it was not fitted to
 
     @property
     def unmeasured(self) -> tuple[Tier, ...]:
-        return tuple(t for t in self.tiers if t.basis != MEASURED)
+        """The proposed tiers no arm measured (a tied tier proposes nothing: the seat keeps
+        its K there)."""
+        return tuple(t for t in self.tiers if t.basis != MEASURED and not t.tie)
 
 
 def _ranges(batches: Sequence[int]) -> str:
@@ -119,7 +128,8 @@ def _ranges(batches: Sequence[int]) -> str:
 
 
 def _tier(band: Band, obs: Sequence[Observation], drafter: bool,
-          model_error: float | None) -> Tier:
+          model_error: float | None, *, error: ModelError | None = None,
+          floor: Callable[[int, int], float | None] | None = None) -> Tier:
     here = [o for o in obs if o.drafter == drafter and o.k == band.k
             and band.start <= o.batch <= band.end]
     lost = [(o, q) for o in here for q in obs if q.batch == o.batch and o.loses_to(q)]
@@ -138,15 +148,29 @@ def _tier(band: Band, obs: Sequence[Observation], drafter: bool,
         evidence = (f"no gate arm ran K={band.k} at batch sizes {band.start}-{band.end}: "
                     "predicted from the measured acceptance and step costs") if not here \
             else contradicted
+    low, high = band.gain_low, band.gain_high
+    if error is not None and basis != MEASURED:
+        # the model's error measured on what it was not fitted to, in the interval and the
+        # confidence (rocmseat.speculation.advise.modelerror)
+        interval = widened(band.gain, band.gain_low, band.gain_high, error,
+                           floor=floor(band.start, band.k) if floor else None,
+                           extrapolated=basis == EXTRAPOLATED)
+        low, high = interval.low, interval.high
+        conf = (1.0 if band.runner_up is None
+                else confidence(band.margin, band.margin_sd, error))
+    else:
+        conf = _confidence(band, model_error)
+    return Tier(band.start, band.end, band.k, basis, evidence, contradicted, conf, band,
+                tuple(sorted({o.batch for o, _ in lost})), low, high)
+
+
+def _confidence(band: Band, model_error: float | None) -> float:
     sd = math.hypot(band.margin_sd, model_error or 0.0)
     if band.runner_up is None or math.isinf(band.margin):
-        confidence = 1.0
-    elif sd == 0.0:
-        confidence = 1.0 if band.margin > 0 else 0.5
-    else:
-        confidence = 0.5 * (1.0 + math.erf(band.margin / (sd * math.sqrt(2.0))))
-    return Tier(band.start, band.end, band.k, basis, evidence, contradicted, confidence, band,
-                tuple(sorted({o.batch for o, _ in lost})))
+        return 1.0
+    if sd == 0.0:
+        return 1.0 if band.margin > 0 else 0.5
+    return 0.5 * (1.0 + math.erf(band.margin / (sd * math.sqrt(2.0))))
 
 
 def _model_error(obs: Sequence[Observation]) -> float | None:
@@ -196,11 +220,14 @@ def k0_rule(obs: Sequence[Observation], method: str | None) -> tuple[bool, str]:
 
 
 def decide(run: Callable[[Allowed | None], Advice], obs: Sequence[Observation],
-           method: str | None, predict: Callable[[int, int], float],
-           fit_error: float | None = None) -> Decision:
+           method: str | None, predict: Callable[[int, int], float], *,
+           fit_error: float | None = None, left_out: ModelError | None = None,
+           floor: Callable[[int, int], float | None] | None = None) -> Decision:
     """The staircase, then again without what the measurements rule out, until nothing
     proposed is contradicted. Without measured arms the model's error is the step-cost fit's
-    (`fit_error`, relative RMS over the measured cells)."""
+    (`fit_error`, relative RMS over the measured cells). `left_out`: the model's error on
+    measurements left out of its fit, in the interval and confidence of every model or
+    extrapolated tier, with `floor(batch, K)` the monotone lower bound of the gain."""
     free = run(None)
     error = _model_error(obs)
     error_from = "the measured arms"
@@ -221,7 +248,8 @@ def decide(run: Callable[[Allowed | None], Advice], obs: Sequence[Observation],
         notes.append(why)
     def judged(advice: Advice) -> tuple[Tier, ...]:
         drafter = advice.num_speculative_tokens is not None
-        return tuple(_tier(b, obs, drafter, error) for b in advice.bands)
+        return tuple(_tier(b, obs, drafter, error, error=left_out, floor=floor)
+                     for b in advice.bands)
 
     # each round rules out at least one (range, K) of at most MAX_K + 1 per batch size; a
     # contradiction left after the last round stays in the tier's evidence
@@ -247,7 +275,8 @@ def decide(run: Callable[[Allowed | None], Advice], obs: Sequence[Observation],
                 f"a schedule does not deliver here; K={k_now} is predicted {loss:.0%} below a "
                 "seat without a drafter at "
                 f"{at}: whether to speculate at all is the gate's verdict")
-    return Decision(advice, free, tiers, tuple(obs), error, error_from, k0_ok, tuple(notes))
+    return Decision(advice, free, tiers, tuple(obs), error, error_from, k0_ok, tuple(notes),
+                    left_out)
 
 
 def _spoken_for(tier: Tier, obs: Sequence[Observation]) -> tuple[int, int]:
@@ -282,14 +311,17 @@ class WritePlan:
 
 def write_plan(decision: Decision, current: Sequence[int], *, accept_model: bool) -> WritePlan:
     table = writable(decision, current, accept_model=accept_model)
-    held = not accept_model and any(t.basis != MEASURED for t in decision.tiers)
+    held = not accept_model and bool(decision.unmeasured)
 
     def kept(t: Tier) -> str:
         ks = ",".join(str(k) for k in sorted(set(table[t.start - 1:t.end])))
+        if t.tie:
+            return f" (a tie: batch sizes {t.start}-{t.end} keep K={ks})"
+        if t.basis == MEASURED or accept_model:
+            return ""
         return f" (not written: batch sizes {t.start}-{t.end} keep K={ks})"
 
-    basis = "\n".join(f"  batch {t.start}-{t.end} K={t.k}: {t.basis}"
-                      + ("" if t.basis == MEASURED or accept_model else kept(t))
+    basis = "\n".join(f"  batch {t.start}-{t.end} K={t.k}: {t.basis}{kept(t)}"
                       for t in decision.tiers)
     return WritePlan(table, tuple(table) != tuple(current[:len(table)]), held, basis)
 
@@ -300,12 +332,11 @@ def writable(decision: Decision, current: Sequence[int], *, accept_model: bool
     is only the model's, the seat's current K (`current`, index 0 = batch size 1) unless
     `accept_model`."""
     proposal = list(decision.advice.best_k)
-    if accept_model:
-        return tuple(proposal)
     out = list(current[:len(proposal)]) + [current[-1] if current else 0] * max(
         0, len(proposal) - len(current))
     for t in decision.tiers:
-        if t.basis == MEASURED:
+        # a tied tier keeps the written seat's K (rocmseat.speculation.advise.ties)
+        if not t.tie and (t.basis == MEASURED or accept_model):
             for b in range(t.start, t.end + 1):
                 out[b - 1] = proposal[b - 1]
     return tuple(out)

@@ -76,6 +76,8 @@ class Advice:
     schedule: Schedule | None  # None: one K serves every batch size (or none pays)
     staircase: dict[int, tuple[Threshold, ...]]  # batch size -> k*(alpha) thresholds
     alpha: float
+    # the bootstrap's draws (counters resampled, step costs perturbed): any other ratio's spread
+    draws: tuple[tuple[Acceptance, StepCost], ...] = ()
 
 
 def throughput(acceptance: Acceptance, cost: StepCost, batch: int, k: int) -> float:
@@ -149,6 +151,18 @@ def _sd(values: Sequence[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in finite) / (len(finite) - 1))
 
 
+def bootstrap(counters: Counters, cost: StepCost, rng: random.Random,
+              draws: int = BOOTSTRAP_DRAWS) -> list[tuple[Acceptance, StepCost]]:
+    """Draws of (acceptance, step cost): the counters resampled, the step costs perturbed."""
+    samples: list[tuple[Acceptance, StepCost]] = []
+    for _ in range(draws):
+        try:
+            samples.append((estimate(resample(counters, rng)), perturbed(cost, rng)))
+        except CountersError:
+            continue
+    return samples
+
+
 def proposal_of(table: Sequence[int]) -> tuple[int | None, Schedule | None]:
     """A K-per-batch-size table (index 0 = batch size 1) -> (num_speculative_tokens, schedule):
     None for K when no batch size drafts, no schedule when one K serves every batch size."""
@@ -187,13 +201,7 @@ def advise(counters: Counters, cost: StepCost, *, max_num_seqs: int,
     table = tuple(best_k(acceptance, cost, b, limit, allowed)
                   for b in range(1, max_num_seqs + 1))
     schedule_all = from_table(table)
-    rng = rng or random.Random(0)
-    samples: list[tuple[Acceptance, StepCost]] = []
-    for _ in range(draws):
-        try:
-            samples.append((estimate(resample(counters, rng)), perturbed(cost, rng)))
-        except CountersError:
-            continue
+    samples = bootstrap(counters, cost, rng or random.Random(0), draws)
     bands = []
     for start, end, k in schedule_all:
         gain = throughput(acceptance, cost, start, k) / throughput(acceptance, cost, start, 0)
@@ -214,5 +222,5 @@ def advise(counters: Counters, cost: StepCost, *, max_num_seqs: int,
         k_limit=limit, points=points, best_k=table, bands=tuple(bands),
         num_speculative_tokens=k_max, schedule=schedule,
         staircase={b: staircase(cost, b, limit) for b in stair_batches},
-        alpha=acceptance.alpha,
+        alpha=acceptance.alpha, draws=tuple(samples),
     )

@@ -16,12 +16,21 @@ from typing import Any
 
 from rocmseat import exitcodes
 from rocmseat.atomic import WriteRefused
-from rocmseat.errors import ConfigError
+from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.speculation.advise import advice as adv
 from rocmseat.speculation.advise.basis import Decision, current_table, write_plan
 from rocmseat.speculation.advise.decide import proposal_of
 from rocmseat.speculation.advise.seatedit import current_drafter, write_drafter_schedule
+from rocmseat.speculation.advise.verdict import (
+    DO_NOT_SHIP,
+    UNDECIDED,
+    GateView,
+    OneAnswer,
+    one_answer,
+    view_json,
+)
 from rocmseat.speculation.plot import PlotUnavailable, advise_picture
+from rocmseat.text import printable
 
 DEFAULT_WINDOW_S = 30.0
 
@@ -56,7 +65,9 @@ def advise_flow(request: AdviseRequest) -> AdviseOutcome:
         picture = picture or request.gate_dir / "advise.png"
     decision, acceptance, cost = adv.run_advise(inputs, k_limit=request.k_limit)
     advice = decision.advice
-    picture_path, picture_note = _picture(picture, decision, inputs)
+    answer, view, gate_note = _gate_answer(request.gate_dir, decision)
+    picture_path, picture_note = _picture(picture, decision, inputs,
+                                          answer.headline if answer else "")
     written: str | None = None
     write_error: ConfigError | None = None
     code = exitcodes.OK
@@ -72,9 +83,64 @@ def advise_flow(request: AdviseRequest) -> AdviseOutcome:
         if k_now is not None and (advice.num_speculative_tokens, advice.schedule) != (
                 k_now, sched_now):
             code = exitcodes.PROBLEM
+    if answer is not None and code == exitcodes.OK and request.write_seat is None:
+        # the gate's verdict stands in the advice: the same exit code as `spec gate` on it
+        code = {DO_NOT_SHIP: exitcodes.PROBLEM, UNDECIDED: exitcodes.CANNOT_CHECK}.get(
+            answer.answer, code)
     doc = adv.advice_json(inputs, decision, acceptance, cost, picture=picture_path,
                           picture_note=picture_note, exit_code=code, written=written)
+    doc["gate"] = None if view is None else view_json(view)
+    doc["one_answer"] = None if answer is None else answer.json()
+    doc["gate_note"] = gate_note or None
     return AdviseOutcome(doc, code, write_error)
+
+
+def _gate_answer(gate_dir: Path | None, decision: Decision
+                 ) -> tuple[OneAnswer | None, GateView | None, str]:
+    """The gate's verdicts on this directory, judged again by the gate's rules, joined with the
+    advice into one answer (rocmseat.speculation.advise.verdict); None without a gate."""
+    if gate_dir is None:
+        return None, None, ""
+    from rocmseat.speculation.documents import DocumentInvalid
+    from rocmseat.speculation.gate.flow import judge_saved
+
+    # the gate's judge reads every file an arm saved (TTFT, prefix runs, launch logs), more
+    # than the advisor: a gate directory with a link that leads out is not judged, so no byte
+    # of a file outside it reaches the answer (docs/architecture.md "Hostile input")
+    outside = _leads_outside(gate_dir)
+    if outside:
+        return None, None, (f"the gate's verdicts were not judged: {outside} leads outside the "
+                            "gate directory")
+    try:
+        view = judge_saved(gate_dir)
+    except (RocmseatError, DocumentInvalid, ValueError, OSError) as exc:
+        return None, None, f"the gate's verdicts could not be judged: {printable(str(exc), 300)}"
+    if view is None:  # an A/A run judges no candidate
+        return None, None, ""
+    return one_answer(view, decision), view, ""
+
+
+MAX_GATE_ENTRIES = 100_000  # a gate directory holds a few hundred files
+
+
+def _leads_outside(directory: Path) -> str:
+    """'' or the first link under `directory` that resolves outside it (or a directory too
+    large to check)."""
+    root = directory.resolve()
+    # what the gate's judge reads: gate.json and the arms' files (not the advice's own picture)
+    read = [directory / "gate.json", directory / "arms"]
+    for count, path in enumerate(p for top in read for p in (top, *(
+            top.rglob("*") if top.is_dir() and not top.is_symlink() else ()))):
+        if count > MAX_GATE_ENTRIES:
+            return f"{printable(str(directory))} (more than {MAX_GATE_ENTRIES} entries)"
+        if path.is_symlink():
+            try:
+                inside = path.resolve(strict=True).is_relative_to(root)
+            except (OSError, RuntimeError, ValueError):
+                inside = False
+            if not inside:
+                return printable(str(path))
+    return ""
 
 
 def _inputs(request: AdviseRequest) -> adv.Inputs:
@@ -103,12 +169,12 @@ def _inputs(request: AdviseRequest) -> adv.Inputs:
     return inputs
 
 
-def _picture(path: Path | None, decision: Decision, inputs: adv.Inputs
+def _picture(path: Path | None, decision: Decision, inputs: adv.Inputs, headline: str = ""
              ) -> tuple[str | None, str]:
     if path is None:
         return None, "not drawn (pass --picture PATH)"
     try:
-        drawn = str(advise_picture(path, decision, inputs.source["kind"]))
+        drawn = str(advise_picture(path, decision, inputs.source["kind"], headline))
     except (PlotUnavailable, WriteRefused) as exc:
         # a picture that cannot be written is a note: the advice is still printed
         return None, exc.message

@@ -17,7 +17,17 @@ from rocmseat import exitcodes, jsonio
 from rocmseat.atomic import WriteRefused, write_into
 from rocmseat.errors import ConfigError
 from rocmseat.redact import redact_text
+from rocmseat.seat.load import load_seat
 from rocmseat.speculation.advise.schedule import Schedule, as_lists
+from rocmseat.speculation.advise.verdict import (
+    Config,
+    GateView,
+    OneAnswer,
+    arms_of,
+    one_answer,
+    view_json,
+    without_advice,
+)
 from rocmseat.speculation.documents import load_document
 from rocmseat.speculation.gate import battery as battery_mod
 from rocmseat.speculation.gate.arms import (
@@ -43,6 +53,7 @@ from rocmseat.speculation.gate.bracket import (
 from rocmseat.speculation.gate.judge import (
     ArmFigures,
     GateConfig,
+    Verdict,
     crossover,
     judge,
     k0_note,
@@ -216,8 +227,6 @@ def _proposal(records: list[ArmRecord], config: GateConfig, aa: bool,
 
 def _drafter_method(record: ArmRecord) -> str | None:
     """The candidate arm's speculative method, from the seat it ran (None: no drafter)."""
-    from rocmseat.seat.load import load_seat
-
     seat = load_seat(record.seat_file)
     return seat.drafter.method if seat.drafter else None
 
@@ -256,14 +265,66 @@ def assemble(out: Path, base_path: Path, cand_path: Path, records: list[ArmRecor
                     drift=drift, run_id=run_id)
     memory = {r.name: _memory_cell(r) for r in records}
     shown = Path(picture).name if picture else picture_note  # beside the table in --out
+    answer_lines: list[str] = []
+    if not options.aa:
+        # one answer with `spec advise --from-gate` on this directory (issue 27)
+        view = gate_view(comparisons, schedule, records)
+        answer = _one_answer(out, doc, view)
+        doc["gate_view"] = view_json(view)
+        doc["one_answer"] = answer.json()
+        answer_lines = answer.lines()
     table = render_table(arms, memory, comparisons=comparisons, proposal=schedule,
                          proposal_note=note, picture=shown,
                          verify=verify_schedule_command(base_path, cand_path, battery.concurrency,
-                                                        battery.repeats, out))
+                                                        battery.repeats, out),
+                         answer=answer_lines)
     notes = tuple(note for note in (
         _write_note(out, "gate.json", (jsonio.dumps(doc, indent=2) + "\n").encode()),
         _write_note(out, "gate.txt", table.encode())) if note is not None)
     return GateOutcome(doc, table, code, notes)
+
+
+def gate_view(comparisons: list[Comparison], schedule: Schedule | None,
+              records: list[ArmRecord]) -> GateView:
+    """The gate's verdicts and proposal as the one-answer rule reads them
+    (rocmseat.speculation.advise.verdict)."""
+    arms = arms_of([(c.arm.name, c.arm.k, c.arm.schedule, VERDICT_WORDS[exit_code(c.gates)],
+                     [f"{g.gate} {g.verdict.value}: {g.detail}" for g in c.gates
+                      if g.verdict is not Verdict.PASS]) for c in comparisons])
+    cand = comparisons[0]
+    cross = cand.crossover.concurrency if cand.crossover is not None else None
+    proposed: Config = ((cand.arm.k, schedule) if schedule is not None
+                        else (cand.arm.k, None) if cross is None else None)
+    ran = next((r.name for r in records if r.schedule is not None and schedule is not None
+                and [list(e) for e in r.schedule] == [list(e) for e in schedule]), None)
+    return GateView(arms, proposed, ran)
+
+
+def _one_answer(out: Path, doc: dict[str, Any], view: GateView) -> OneAnswer:
+    """The advisor on this gate's measurements, joined with the gate's verdicts."""
+    from rocmseat.speculation.advise import advice as adv
+    from rocmseat.speculation.documents import DocumentInvalid, GateDoc, parse
+
+    try:
+        gate = parse(GateDoc, load_document(jsonio.dumps(doc)), str(out / "gate.json"))
+        decision = adv.run_advise(adv.from_gate(out, gate))[0]
+    except (adv.CannotAdvise, ConfigError, DocumentInvalid) as exc:
+        return without_advice(view, printable(str(exc), 300))
+    return one_answer(view, decision)
+
+
+def judge_saved(out: Path) -> GateView | None:
+    """The verdicts of a finished gate from what it saved under --out, judged again by the
+    gate's own rules (nothing is written); None for an A/A run."""
+    out, _, records, _, config, options = _load(out)
+    if options.aa:
+        return None
+    seat = load_seat(out / "arms" / "candidate" / "seat.toml")
+    schedule, comparisons, _ = _proposal(records, config, False, seat.serve.max_num_seqs)
+    ran = next((r for r in records if r.name == "schedule"), None)
+    if ran is not None and ran.schedule is not None:
+        schedule = ran.schedule
+    return gate_view(comparisons, schedule, records)
 
 
 def _write_note(out: Path, name: str, data: bytes) -> str | None:
@@ -293,8 +354,16 @@ def _memory_cell(record: ArmRecord) -> str:
 
 def rejudge(out: Path) -> GateOutcome:
     """Judge a finished gate again from what it saved under --out (no engine is started)."""
+    out, doc, records, battery, config, options = _load(out)
+    seats = load_seat(out / "arms" / "candidate" / "seat.toml")
+    return assemble(out, Path(doc.base_seat), Path(doc.candidate_seat), records,
+                    battery=battery, config=config, options=options,
+                    max_num_seqs=seats.serve.max_num_seqs, run_id=doc.run_id)
+
+
+def _load(out: Path) -> tuple[Path, Any, list[ArmRecord], Battery, GateConfig, GateOptions]:
+    """What a finished gate saved under --out: its document, arm records and settings."""
     from rocmseat.safeio import read_regular_text
-    from rocmseat.seat.load import load_seat
     from rocmseat.speculation.documents import GateDoc, parse
     from rocmseat.speculation.gate.arms import load_arm_record
 
@@ -309,10 +378,7 @@ def rejudge(out: Path) -> GateOutcome:
     names = {r.name for r in records}
     options = GateOptions(out=out, replica=doc.replica, verify_schedule="schedule" in names,
                           aa=doc.aa, aba=SECOND_BASE in names)
-    seats = load_seat(out / "arms" / "candidate" / "seat.toml")
-    return assemble(out, Path(doc.base_seat), Path(doc.candidate_seat), records,
-                    battery=battery, config=config, options=options,
-                    max_num_seqs=seats.serve.max_num_seqs, run_id=doc.run_id)
+    return out, doc, records, battery, config, options
 
 
 def _compare(base: ArmFigures, cand: ArmFigures, config: GateConfig, aa: bool) -> Comparison:
@@ -403,6 +469,10 @@ def _document(base_path: Path, cand_path: Path, records: list[ArmRecord], *,
         "exit_code": code,
         "error": None if error is None else redact_text(error),
         "measured_drift": None if drift is None else round(drift, 4),
+        # the gate's verdicts joined with `spec advise` on this directory (issue 27; None for
+        # an A/A run or a gate that could not measure)
+        "gate_view": None,
+        "one_answer": None,
     }
 
 

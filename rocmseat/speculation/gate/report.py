@@ -145,7 +145,8 @@ def verify_schedule_command(base_seat: Path, candidate_seat: Path, concurrency: 
 
 def render_table(arms: Sequence[ArmFigures], memory: Mapping[str, str], *,
                  comparisons: Sequence[Comparison], proposal: Schedule | None,
-                 proposal_note: str, picture: str, verify: str | None = None) -> str:
+                 proposal_note: str, picture: str, verify: str | None = None,
+                 answer: Sequence[str] = ()) -> str:
     levels = sorted({c for a in arms for c in a.throughput})
     lines = []
     head = f"{'':<22}" + "".join(f"{a.name:>22}" for a in arms)
@@ -192,9 +193,18 @@ def render_table(arms: Sequence[ArmFigures], memory: Mapping[str, str], *,
                 lines.append(f"  {'(info)':<12} {'crossover':<16} concurrency {cx.concurrency}"
                              f"{noise}; last held at {cx.last_winning or '-'}")
     lines.append("")
-    if proposal is not None:
+    failed = next((c for c in comparisons if proposal is not None and c.arm.schedule is not None
+                   and as_lists(c.arm.schedule) == as_lists(proposal)
+                   and exit_code(c.gates) == exitcodes.PROBLEM), None)
+    if failed is not None and proposal is not None:
+        # its own third arm measured it: not a proposal any more (one answer, issue 27)
+        lines.append(f"the crossover's num_speculative_tokens_per_batch_size = "
+                     f"{as_lists(proposal)} ran as the arm '{failed.arm.name}': "
+                     f"{VERDICT_WORDS[exit_code(failed.gates)]}; not proposed")
+    elif proposal is not None:
         lines.append(f"proposed num_speculative_tokens_per_batch_size = {as_lists(proposal)}")
     lines.append(proposal_note)
+    lines += answer  # the one answer with `spec advise` (rocmseat.speculation.advise.verdict)
     if proposal is not None and verify is not None and not any(a.schedule for a in arms):
         lines.append("next: the proposal is interpolated from the crossover, not measured; run "
                      "it as a third arm before it serves:")

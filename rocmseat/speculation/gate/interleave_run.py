@@ -1,0 +1,53 @@
+"""The interleaved gate at work: arms A and B over fresh starts in the order A B B A A B ...,
+each start one `GateRun.run_arm` (launch cold, the battery, stop), decided after every start
+by rocmseat.speculation.gate.interleave until DIFFERENT, SAME or the bound (UNKNOWN).
+
+The figure of a start is the median of its decode runs' output tokens/s at one concurrency (its
+repeats); the minutes are the wall time of the start, launch included (what the bound counts).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rocmseat.speculation.gate.arms import ArmError, ArmRecord, GateRun
+from rocmseat.speculation.gate.interleave import Decision, Rules, Start, arm_of, decide
+from rocmseat.speculation.gate.settings import SeatWithGate
+
+
+@dataclass(frozen=True, slots=True)
+class Interleaved:
+    decision: Decision
+    starts: tuple[Start, ...]
+    decisions: tuple[Decision, ...]  # after every start
+
+
+def start_of(record: ArmRecord, arm: str, concurrency: int, minutes: float) -> Start:
+    repeats = tuple(r.result.output_tokens_per_s for r in record.runs
+                    if r.phase == "decode" and r.concurrency == concurrency
+                    and r.result is not None and r.error is None)
+    if not repeats:
+        raise ArmError(f"arm {record.name}: no decode run at concurrency {concurrency}")
+    return Start(arm, repeats, minutes)
+
+
+def run_interleaved(gate: GateRun, a: SeatWithGate, b: SeatWithGate, rules: Rules, *,
+                    concurrency: int, prefix: str = "",
+                    clock: Callable[[], float] = time.monotonic,
+                    on_decision: Callable[[Decision], None] = lambda d: None) -> Interleaved:
+    starts: list[Start] = []
+    decisions: list[Decision] = []
+    for index in itertools.count():
+        arm = arm_of(index)
+        began = clock()
+        record = gate.run_arm(f"{prefix}{arm}{index:02d}", a if arm == "A" else b)
+        starts.append(start_of(record, arm, concurrency, (clock() - began) / 60.0))
+        decision = decide(starts, rules)
+        decisions.append(decision)
+        on_decision(decision)
+        if decision.final:
+            return Interleaved(decision, tuple(starts), tuple(decisions))
+    raise AssertionError("unreachable: itertools.count() does not end")

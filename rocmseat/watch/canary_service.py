@@ -1,0 +1,258 @@
+"""The drafter canary at work: a thread beside the watcher that sends the seat's fixed prompts to
+each replica, judges every complete round (rocmseat.watch.canary) and sets
+`drafter_canary_failed` through the watcher's alert book; the canary requests' usage waits here
+until the watcher takes it out of its next window (Watcher.take_canary).
+
+When it sends: every `[canary] interval_s` per replica, only when the watcher's last verdict says
+the replica is up; with `when = "idle"` only while it runs and queues nothing; never when it is
+saturated (requests wait, or every sequence slot is taken); never beyond `tokens_per_hour`
+(counted from each response's usage). The baseline of each config key (per prompt, its draft
+acceptance rate) is kept in the state dir beside the watcher's own baselines, so a restart of
+the watchdog or of the replica keeps it; a new key learns afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rocmseat import atomic, jsonio
+from rocmseat.errors import RocmseatError
+from rocmseat.httpclient import request
+from rocmseat.safeio import read_regular_text
+from rocmseat.seat.canary_schema import Canary
+from rocmseat.watch import alerts as A
+from rocmseat.watch.baseline import baseline_path
+from rocmseat.watch.canary import (
+    Budget,
+    CanaryResponseError,
+    RoundVerdict,
+    Usage,
+    idle,
+    judge_round,
+    parse_response,
+    saturated,
+)
+from rocmseat.watch.status import ReplicaStatus
+
+REQUEST_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryTarget:
+    replica: str
+    base_url: str  # http://host:port (the replica's /metrics URL without its path)
+    model: str  # the served model name
+    max_num_seqs: int
+    api_key: str | None = field(default=None, repr=False)  # the server's --api-key
+
+
+@dataclass(slots=True)
+class _State:
+    key: str | None = None
+    baseline: list[float | None] | None = None
+    last_round_s: float | None = None
+    pending: list[tuple[float, Usage]] = field(default_factory=list)
+    last: RoundVerdict | None = None
+
+
+Send = Callable[[CanaryTarget, str, int], Any]  # (target, prompt, max_tokens) -> response JSON
+
+
+def http_send(target: CanaryTarget, prompt: str, max_tokens: int) -> Any:
+    """POST /v1/completions at temperature 0 (greedy: the same prompt asks the same of the
+    drafter every time); the parsed JSON body."""
+    body = jsonio.dumps({"model": target.model, "prompt": prompt, "max_tokens": max_tokens,
+                         "temperature": 0, "n": 1}).encode()
+    headers = [("Content-Type", "application/json")]
+    if target.api_key:
+        headers.append(("Authorization", f"Bearer {target.api_key}"))
+    response = request("POST", f"{target.base_url}/v1/completions", timeout_s=REQUEST_TIMEOUT_S,
+                       body=body, headers=headers)
+    if response.status != 200:
+        raise CanaryResponseError(f"HTTP {response.status}")
+    try:
+        return json.loads(response.body)
+    except (ValueError, RecursionError):
+        raise CanaryResponseError("the response is not JSON") from None
+
+
+class CanaryService:
+    def __init__(self, config: Canary, targets: Sequence[CanaryTarget], *,
+                 statuses: Callable[[], Sequence[ReplicaStatus]],
+                 set_alert: Callable[[str, str, bool, dict[str, str]], None],
+                 state_dir: Path | None, seat: str, log: Callable[[str], None],
+                 send: Send = http_send, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.targets = {t.replica: t for t in targets}
+        self._statuses = statuses
+        self._set_alert = set_alert
+        self._state_dir = state_dir
+        self._seat = seat
+        self._log = log
+        self._send = send
+        self._clock = clock
+        self._state = {t.replica: _State() for t in targets}
+        self._budget = Budget(config.tokens_per_hour, [])
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- the watcher's side -------------------------------------------------------------
+    def take(self, replica: str, until_s: float) -> list[Usage]:
+        """The canary requests of `replica` that finished by `until_s` (a scrape's time), taken
+        out of what waits: the watcher subtracts them from that window."""
+        with self._lock:
+            state = self._state.get(replica)
+            if state is None:
+                return []
+            done = [u for t, u in state.pending if t <= until_s]
+            state.pending = [(t, u) for t, u in state.pending if t > until_s]
+        return done
+
+    # --- the thread ---------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="rocmseat-canary", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=REQUEST_TIMEOUT_S + 5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.tick()
+
+    def tick(self) -> None:
+        """One look at every replica: run a round where one is due and allowed."""
+        by_name = {s.replica: s for s in self._statuses()}
+        for name, target in self.targets.items():
+            status = by_name.get(name)
+            if status is None or self._stop.is_set():
+                continue
+            if self._due(name, status, target):
+                self.run_round(target, status.key)
+
+    def _due(self, name: str, status: ReplicaStatus, target: CanaryTarget) -> bool:
+        state = self._state[name]
+        now = self._clock()
+        if state.last_round_s is not None and now - state.last_round_s < self.config.interval_s:
+            return False
+        if not status.up or status.window is None:
+            return False
+        running, waiting = status.window.running, status.window.waiting
+        if saturated(running, waiting, target.max_num_seqs):
+            return False  # the replica's room is its traffic's
+        if self.config.when == "idle" and not idle(running, waiting):
+            return False
+        need = len(self.config.prompts) * self.config.max_tokens
+        return self._budget.left(now) >= need
+
+    def run_round(self, target: CanaryTarget, key: str) -> RoundVerdict | None:
+        """Every prompt once; a complete round is judged and acted on."""
+        state = self._state[target.replica]
+        state.last_round_s = self._clock()
+        rates: list[float | None] = []
+        for prompt in self.config.prompts:
+            try:
+                usage = parse_response(self._send(target, prompt, self.config.max_tokens))
+            except (RocmseatError, CanaryResponseError) as exc:
+                self._log(f"rocmseat-watch replica={target.replica} canary-request-failed "
+                          f"error={str(exc)[:160].replace(' ', '_')}")
+                return None  # an incomplete round judges nothing
+            now = self._clock()
+            with self._lock:
+                state.pending.append((now, usage))
+            self._budget.spend(now, usage.generation_tokens + usage.prompt_tokens)
+            rates.append(usage.rate)
+        return self._judge(target, key, rates)
+
+    def _judge(self, target: CanaryTarget, key: str, rates: list[float | None]
+               ) -> RoundVerdict:
+        state = self._state[target.replica]
+        if state.key != key:
+            state.key, state.baseline = key, self._load(target.replica, key)
+        verdict = judge_round(rates, state.baseline, self.config.collapse_ratio)
+        state.last = verdict
+        details = verdict.details()
+        if verdict.learned:
+            state.baseline = list(rates)
+            self._save(target.replica, key, rates)
+            self._log(f"rocmseat-watch replica={target.replica} canary-baseline-learned "
+                      f"key={key} rates={details['rates']}")
+        self._set_alert(target.replica, A.DRAFTER_CANARY_FAILED, verdict.failed, details)
+        return verdict
+
+    # --- baselines in the state dir -------------------------------------------------------
+    def _path(self, replica: str) -> Path | None:
+        if self._state_dir is None:
+            return None
+        # beside the watcher's baselines, the name made safe the same way
+        return baseline_path(self._state_dir, f"canary-{self._seat}.{replica}")
+
+    def _load(self, replica: str, key: str) -> list[float | None] | None:
+        path = self._path(replica)
+        if path is None or not path.exists():
+            return None
+        try:
+            doc = json.loads(read_regular_text(path, limit_bytes=1 << 20))
+        except (RocmseatError, ValueError, RecursionError):
+            return None  # unreadable: relearn (said in the baseline line that follows)
+        if not isinstance(doc, dict) or doc.get("key") != key:
+            return None
+        rates = doc.get("rates")
+        if not isinstance(rates, list) or len(rates) != len(self.config.prompts):
+            return None
+        out: list[float | None] = []
+        for r in rates:
+            if r is None:
+                out.append(None)
+            elif isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r) \
+                    and 0 <= r <= 1:
+                out.append(float(r))
+            else:
+                return None
+        return out
+
+    def _save(self, replica: str, key: str, rates: list[float | None]) -> None:
+        path = self._path(replica)
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic.write_into(path.parent, path.name, (jsonio.dumps(
+                {"key": key, "prompts": len(rates), "rates": rates}) + "\n").encode())
+        except (OSError, RocmseatError) as exc:
+            self._log(f"rocmseat-watch replica={replica} canary-baseline-not-saved "
+                      f"error={str(exc)[:120].replace(' ', '_')}")
+
+
+def canary_factory(seat: Any, state_dir: Path | None, targets: Sequence[Any]
+                   ) -> Callable[[Any, Callable[[str], None]], CanaryService]:
+    """The service's canary for a seat with `[canary] enabled` (rocmseat watch SEAT): one
+    CanaryTarget per watched replica (its /metrics URL without the path)."""
+    from urllib.parse import urlsplit
+
+    def base(url: str) -> str:
+        parts = urlsplit(url)
+        return f"{parts.scheme}://{parts.netloc}"
+
+    from rocmseat.launch.readiness import served_api_key
+
+    key = served_api_key(seat.serve.extra_args, seat.env)  # as launch's canary reads it
+    canary_targets = [CanaryTarget(t.name, base(t.url), seat.model.served_name or seat.name,
+                                   seat.serve.max_num_seqs, key) for t in targets]
+
+    def make(watcher: Any, log: Callable[[str], None]) -> CanaryService:
+        return CanaryService(seat.canary, canary_targets, statuses=lambda: watcher.statuses,
+                             set_alert=watcher.set_alert, state_dir=state_dir, seat=seat.name,
+                             log=log)
+
+    return make

@@ -1,0 +1,187 @@
+"""The slow-spawn lottery, seen (issue 27 item 5).
+
+On the R9700 a process's decode speed is set when it spawns: some starts run 1.2-2.0x slower for
+their whole life and only a restart changes that (ROCm/legacy-rocm-build#6347, open). A slow
+start looks healthy to every other check: it answers, it drafts, its acceptance is normal.
+
+So the watchdog learns each replica's decode rate at matched load, per config key, across starts:
+the rate of a window is decode steps per second per running request, `generation tokens /
+acceptance length / seconds / running requests` (the acceptance length takes speculation out:
+a drafter that accepts less emits fewer tokens per step, which is the detector's business, not
+the spawn's), bucketed by the number of running requests (the load). A start keeps the median
+rate of its first `judge_windows` windows per bucket; the history of a key is those medians of
+the starts before. A start whose median in a bucket is at least `factor` times slower than the
+median of at least `min_starts` earlier starts in that bucket raises `replica_slow_spawn`,
+naming the factor; only while acceptance is normal (no acceptance drop, no dead drafter: a
+collapsed drafter is slow for another reason). The alert stays for the life of the start; a
+restart judges afresh. Windows with no running request, or without generation, teach nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocmseat import atomic, jsonio
+from rocmseat.errors import RocmseatError
+from rocmseat.safeio import read_regular_text
+from rocmseat.watch.baseline import baseline_path
+from rocmseat.watch.window import Window
+
+MAX_STARTS_KEPT = 20
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnParams:
+    factor: float = 1.2  # this much slower than the history at the same load
+    judge_windows: int = 3  # windows per bucket that make a start's figure
+    min_starts: int = 2  # earlier starts in the bucket before a start is judged
+
+
+def window_rate(window: Window) -> tuple[int, float] | None:
+    """(bucket: running requests, decode steps per second per running request), or None when
+    the window teaches nothing (idle, no generation count, an empty window)."""
+    running = window.running
+    gen = window.generation_tokens
+    if running is None or gen is None or running < 1 or gen <= 0 or window.duration_s <= 0:
+        return None
+    al = window.acceptance_length or 1.0  # no drafts in the window: one token per step
+    return round(running), gen / al / window.duration_s / running
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+@dataclass(slots=True)
+class _Replica:
+    key: str = ""
+    history: dict[str, dict[int, list[float]]] = field(default_factory=dict)  # key -> bucket
+    current: dict[int, list[float]] = field(default_factory=dict)  # this start's rates
+    slow: tuple[int, float] | None = None  # (bucket, factor) once judged slow
+    loaded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnVerdict:
+    slow: bool
+    bucket: int | None
+    factor: float | None  # history median / this start's median (>= 1: slower)
+    starts: int  # earlier starts in the bucket
+
+    def details(self) -> dict[str, str]:
+        return {"factor": "-" if self.factor is None else f"{self.factor:.2f}",
+                "running": "-" if self.bucket is None else str(self.bucket),
+                "starts": str(self.starts)}
+
+
+class SpawnWatch:
+    """Per replica, per config key: the rate history and the judgement of the running start."""
+
+    def __init__(self, params: SpawnParams | None = None, *, state_dir: Path | None = None,
+                 prefix: str = "", warn: Callable[[str], None] = lambda line: None) -> None:
+        self.params = params or SpawnParams()
+        self._warn = warn
+        self._state_dir = state_dir
+        self._prefix = prefix
+        self._replicas: dict[str, _Replica] = {}
+
+    def restarted(self, replica: str) -> None:
+        """A new engine process: the finished start's figures join the history."""
+        rep = self._get(replica)
+        self._close_start(replica, rep)
+
+    def observe(self, replica: str, key: str, window: Window, acceptance_ok: bool
+                ) -> SpawnVerdict:
+        rep = self._get(replica)
+        if key != rep.key:
+            self._close_start(replica, rep)  # another config: its own history
+            rep.key = key
+        hist = rep.history.setdefault(key, {})
+        found = window_rate(window)
+        if found is not None and acceptance_ok:
+            bucket, rate = found
+            mine = rep.current.setdefault(bucket, [])
+            if len(mine) < self.params.judge_windows:
+                mine.append(rate)
+        if rep.slow is not None:
+            return SpawnVerdict(True, rep.slow[0], rep.slow[1], len(hist.get(rep.slow[0], ())))
+        best: SpawnVerdict = SpawnVerdict(False, None, None, 0)
+        for bucket, mine in rep.current.items():
+            before = hist.get(bucket, [])
+            if len(mine) < self.params.judge_windows or len(before) < self.params.min_starts:
+                continue
+            factor = _median(before) / _median(mine)
+            if best.factor is None or factor > best.factor:
+                best = SpawnVerdict(False, bucket, factor, len(before))
+        if best.factor is not None and best.factor >= self.params.factor and acceptance_ok:
+            rep.slow = (best.bucket or 0, best.factor)
+            return SpawnVerdict(True, best.bucket, best.factor, best.starts)
+        return best
+
+    # --- history ----------------------------------------------------------------------
+    def _get(self, replica: str) -> _Replica:
+        rep = self._replicas.get(replica)
+        if rep is None:
+            rep = self._replicas[replica] = _Replica()
+        if not rep.loaded:
+            rep.loaded = True
+            rep.history = self._load(replica)
+        return rep
+
+    def _close_start(self, replica: str, rep: _Replica) -> None:
+        if rep.key and rep.current:
+            hist = rep.history.setdefault(rep.key, {})
+            for bucket, rates in rep.current.items():
+                if len(rates) >= self.params.judge_windows:
+                    hist.setdefault(bucket, []).append(_median(rates))
+                    del hist[bucket][:-MAX_STARTS_KEPT]
+            self._save(replica, rep.history)
+        rep.current, rep.slow = {}, None
+
+    def _path(self, replica: str) -> Path | None:
+        if self._state_dir is None:
+            return None
+        # beside the watcher's baselines, the name made safe the same way
+        return baseline_path(self._state_dir, f"spawn-{self._prefix}.{replica}")
+
+    def _load(self, replica: str) -> dict[str, dict[int, list[float]]]:
+        path = self._path(replica)
+        if path is None or not path.exists():
+            return {}
+        try:
+            doc = json.loads(read_regular_text(path, limit_bytes=1 << 20))
+        except (RocmseatError, ValueError, RecursionError):
+            return {}
+        out: dict[str, dict[int, list[float]]] = {}
+        if not isinstance(doc, dict) or not isinstance(doc.get("keys"), dict):
+            return {}
+        for key, buckets in doc["keys"].items():
+            if not isinstance(buckets, dict):
+                continue
+            for bucket, rates in buckets.items():
+                if not (isinstance(bucket, str) and bucket.isdigit() and isinstance(rates, list)):
+                    continue
+                good = [float(r) for r in rates if isinstance(r, int | float)
+                        and not isinstance(r, bool) and math.isfinite(r) and r > 0]
+                if good:
+                    out.setdefault(str(key), {})[int(bucket)] = good[-MAX_STARTS_KEPT:]
+        return out
+
+    def _save(self, replica: str, history: dict[str, dict[int, list[float]]]) -> None:
+        path = self._path(replica)
+        if path is None:
+            return
+        doc = {"keys": {k: {str(b): r for b, r in v.items()} for k, v in history.items()}}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic.write_into(path.parent, path.name, (jsonio.dumps(doc) + "\n").encode())
+        except (OSError, RocmseatError) as exc:  # kept in memory; the next start tries again
+            self._warn(f"rocmseat-watch replica={replica} spawn-history-not-saved "
+                       f"error={str(exc)[:120].replace(' ', '_')}")
