@@ -9,6 +9,7 @@ seat files into place.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -137,6 +138,15 @@ def check_trusted_path(path: Path, *, trusted_root: Path | None = None) -> None:
         if directory in (stop, directory.parent) or not _is_below(stop, directory):
             return
         directory = directory.parent
+
+
+def check_write_dirs(path: Path, *, trusted_root: Path) -> None:
+    """Before a state file is written: every directory that exists from `trusted_root` (the
+    state dir, inclusive) down to the file's parent is a real directory, never a link (a link
+    planted at `<state>/preflight` would carry the write outside the state dir) nor a file.
+    UntrustedState naming it otherwise; an absent directory passes (the writer makes it)."""
+    with contextlib.suppress(FileNotFoundError):
+        _check_dir_shapes(path, trusted_root)
 
 
 def _check_dir_shapes(path: Path, trusted_root: Path | None) -> None:

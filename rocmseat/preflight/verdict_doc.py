@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat.atomic import atomic_write_json
-from rocmseat.errors import ReadError
+from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.findings import Finding, Severity, exit_code_for
-from rocmseat.safeio import UntrustedState, read_trusted_state
+from rocmseat.safeio import UntrustedState, check_write_dirs, read_trusted_state
 from rocmseat.statedir import StateDir
 from rocmseat.sysfs.fs import default_proc_root
 from rocmseat.sysfs.host import NO_PROC, BootIdentity, read_boot_identity
@@ -178,6 +178,10 @@ def to_json(verdict: Verdict) -> dict[str, Any]:
 def save_verdict(state_dir: Path, verdict: Verdict) -> str | None:
     """Write the verdict atomically; a one-line problem, or None."""
     path = verdict_path(state_dir)
+    try:
+        check_write_dirs(path, trusted_root=state_dir)
+    except RocmseatError as exc:
+        return f"{path}: cannot save the preflight verdict ({exc.message})"
     try:
         atomic_write_json(path, to_json(verdict))
     except OSError as exc:

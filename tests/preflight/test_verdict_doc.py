@@ -438,3 +438,19 @@ def test_a_state_dir_reached_through_a_link_is_untrusted(rocmseat_cli, tmp_path)
     with pytest.raises(UnusableVerdict, match=r"^untrusted state dir: is a symlink"):
         _load(link)
     assert _load(real).exit_code() == 1
+
+
+def test_a_link_planted_at_the_preflight_dir_never_carries_the_verdict_outside(rocmseat_cli,
+                                                                              tmp_path):
+    """`<state>/preflight` a symlink to a directory elsewhere: the full run says in one line
+    that it cannot save the verdict and writes nothing there (it wrote verdict.json through
+    the link)."""
+    state, elsewhere = tmp_path / "s", tmp_path / "elsewhere"
+    state.mkdir()
+    elsewhere.mkdir()
+    (state / "preflight").symlink_to(elsewhere)
+    result = rocmseat_cli("preflight", "--sysfs-root", str(X99), "--state-dir", str(state))
+    assert result.exit_code == 2  # the error readings under the link are untrusted: unknown
+    assert "cannot save the preflight verdict" in result.stderr and "symlink" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert list(elsewhere.iterdir()) == []
