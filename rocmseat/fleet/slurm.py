@@ -445,7 +445,8 @@ def reason_families(reason: str | None) -> frozenset[str] | None:
 def drain_reason(
     findings: Sequence[CachedFinding], severity: Severity, *, carried: Collection[str] = ()
 ) -> str:
-    """`rocmseat: <check> <subject> [+N more] [families]` for the findings of `severity`.
+    """`rocmseat: <check> <subject> [+N more[: other checks]] [families]` for the findings of
+    `severity` (at most MAX_REASON characters: the other checks named while they fit).
 
     The tag lists the family of every such finding and `carried` (causes of an earlier drain
     this verdict did not re-check), so a later pass resumes only when it covers them all.
@@ -461,8 +462,17 @@ def drain_reason(
         head = f"{REASON_PREFIX} {word}{first.check_id} {first.subject}{more}"
     else:
         head = f"{REASON_PREFIX} preflight {severity.value}"
-    head = _REASON_UNSAFE_RE.sub("?", head)
-    return head[: MAX_REASON - len(tag)].rstrip() + tag
+    head = _REASON_UNSAFE_RE.sub("?", head)[: MAX_REASON - len(tag)].rstrip()
+    # the other checks by name, worst first, as many as fit: an operator reading `sinfo -R`
+    # sees a kernel event class (events.gpu_reset) behind a degraded link, not only "+3 more"
+    others = list(dict.fromkeys(f.check_id for f in chosen[1:] if f.check_id != chosen[0].check_id))
+    named = ""
+    for check in others:
+        candidate = f"{named},{check}" if named else f": {check}"
+        if len(head) + len(_REASON_UNSAFE_RE.sub("?", candidate)) + len(tag) > MAX_REASON:
+            break
+        named = _REASON_UNSAFE_RE.sub("?", candidate)
+    return head + named + tag
 
 
 def decide(

@@ -76,7 +76,7 @@ FAIL = [_f("pcie.link.degraded", Severity.FAIL, "0000:89:00.0"),
 UNKNOWN = [_f("aer.unknown", Severity.UNKNOWN, "0000:05:00.0")]
 FULL = {"aer", "numa", "pcie", "inventory", "preflight"}  # what a full run without --hip covers
 # the drain reason of both failures: the degraded link first (rocmseat.preflight.order)
-BOTH = "rocmseat: pcie.link.degraded 0000:89:00.0 +1 more [aer,pcie]"
+BOTH = "rocmseat: pcie.link.degraded 0000:89:00.0 +1 more: aer.badtlp [aer,pcie]"
 TAGGED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0",
                          "Reason=rocmseat: pcie.link.degraded 0000:89:00.0 [pcie]")
 HIP_DRAINED = DRAINED.replace("Reason=rocmseat: pcie.link.degraded 0000:89:00.0",

@@ -23,7 +23,7 @@ def test_a_degraded_link_leads_an_aer_count():
     # before: by check id, so "aer..." sorted first and the link hid behind "+1 more"
     assert npd_line(findings, gpus=4) == ("FAIL pcie.link.degraded 0000:89:00.0 +1 more", 1)
     assert drain_reason(findings, Severity.FAIL) == (
-        "rocmseat: pcie.link.degraded 0000:89:00.0 +1 more [aer,pcie]")
+        "rocmseat: pcie.link.degraded 0000:89:00.0 +1 more: aer.badtlp [aer,pcie]")
 
 
 def test_severity_outranks_the_family_and_an_unknown_family_weighs_least():
