@@ -774,3 +774,48 @@ def test_the_timers_hip_run_on_a_host_without_hip_resumes_a_pcie_drain(tmp_path,
                            node="vm", runner=runner)
     assert outcome.action.kind == "resume", outcome
     assert runner.calls[-1][0] == ["scontrol", "update", "NodeName=vm", "State=RESUME"]
+
+
+@pytest.mark.parametrize("shape", ["file", "fifo", "link", "socket"])
+def test_slurm_health_under_a_wrong_shape_state_dir(tmp_path, rocmseat_cli, monkeypatch, shape):
+    """Issue 28, item 4: a file, FIFO, link or socket where `<state>/preflight` should be: `slurm
+    health` says so in one line and exits 2 (could not check), acts on nothing, and writes
+    nothing through the link."""
+    import os
+    import shlex
+    import socket
+
+    state, elsewhere = tmp_path / "state", tmp_path / "elsewhere"
+    state.mkdir()
+    target = state / "preflight"
+    if shape == "file":
+        target.write_text("x")
+    elif shape == "fifo":
+        os.mkfifo(target)
+    elif shape == "link":
+        elsewhere.mkdir()
+        target.symlink_to(elsewhere)
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(target))
+        sock.close()
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    one, asked = tmp_path / "one.txt", tmp_path / "asked.txt"
+    one.write_text(IDLE + "\n")
+    (fakebin / "scontrol").write_text(
+        "#!/bin/sh\n"
+        f"echo \"$*\" >> {shlex.quote(str(asked))}\n"
+        f"case \"$*\" in '-o show node'*) exec cat {shlex.quote(str(one))};; esac\n"
+        "exit 1\n")
+    (fakebin / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fakebin}{os.pathsep}{os.environ['PATH']}")
+    result = rocmseat_cli("slurm", "health", "--node", "vm", "--sysfs-root",
+                          str(SYSFS_FIXTURES / "x99-r9700-degraded"), "--state-dir", str(state))
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    said = result.stdout + result.stderr
+    assert said.count("\n") <= 2 and "preflight" in said, said
+    assert "update" not in (asked.read_text() if asked.exists() else "")
+    if shape == "link":
+        assert list(elsewhere.iterdir()) == []
