@@ -180,22 +180,16 @@ def judge_aer(
     read_errors = _read_errors(gpu, current, windows)
     if read_errors:
         findings.append(
-            Finding(
-                "aer.unknown",
-                Severity.UNKNOWN,
-                gpu.pci_address,
-                f"cannot read AER counters: {first_of(read_errors)}",
-                "run as root or check the sysfs tree",
-                {"errors": read_errors},
+            Subject(gpu.pci_address).unknown(
+                "aer.unknown", f"cannot read AER counters: {first_of(read_errors)}",
+                "run as root or check the sysfs tree", {"errors": read_errors},
             )
         )
     with_aer = [hop for hop in gpu.path if hop.aer.present]
     if not with_aer and not read_errors:
         return [
-            Finding(
+            Subject(gpu.pci_address).unknown(
                 "aer.unavailable",
-                Severity.UNKNOWN,
-                gpu.pci_address,
                 "no AER statistics on any function of the path (kernel without CONFIG_PCIEAER, "
                 "or firmware-first error handling)",
                 "read the BMC/firmware error log instead",
@@ -213,13 +207,10 @@ def judge_aer(
         root = gpu.root_port
         end = f" to {hop_words(root)}" if root is not None else ""
         findings.append(
-            Finding(
+            Subject(gpu.pci_address).ok(
                 "aer.clean",
-                Severity.OK,
-                gpu.pci_address,
                 f"no AER errors {window} on {len(with_aer)} functions from {gpu.pci_address}{end}",
-                "",
-                {"window": window},
+                "", {"window": window},
             )
         )
     return findings
@@ -328,27 +319,22 @@ def _rootport(
     cor = deltas.get("rootport.cor", 0)
     if cor > device_cor:
         findings.append(
-            Finding(
+            Subject(hop.address).finding(
                 "aer.rootport_total",
                 _severity(cor, thresholds.correctable_warn, thresholds.correctable_fail),
-                hop.address,
                 f"{where}: +{cor:,} ERR_COR messages reported to the root port {span}",
-                "errors somewhere below this root port",
-                {"delta": cor, "window": span},
+                "errors somewhere below this root port", {"delta": cor, "window": span},
             )
         )
     for kind in ("fatal", "nonfatal"):
         grew = deltas.get(f"rootport.{kind}", 0)
         if grew > 0 and deltas.get(f"{kind}.TOTAL", 0) == 0:
             findings.append(
-                Finding(
+                Subject(hop.address).fail(
                     f"aer.rootport_{kind}",
-                    Severity.FAIL,
-                    hop.address,
                     f"{where}: +{grew:,} ERR_{kind.upper()} messages reported to the root port "
                     f"{span}",
-                    "uncorrectable errors below this root port: check dmesg",
-                    {"delta": grew},
+                    "uncorrectable errors below this root port: check dmesg", {"delta": grew},
                 )
             )
     return findings

@@ -9,7 +9,7 @@ unless an expectations profile says otherwise.
 
 from __future__ import annotations
 
-from rocmseat.findings import Finding, Severity, Subject
+from rocmseat.findings import Finding, Subject
 from rocmseat.node.firmware import dpm_lanes_known, dpm_star_problem
 from rocmseat.node.inventory import Gpu, Hop
 from rocmseat.node.link import (
@@ -239,10 +239,8 @@ def _firmware_below(gpu: Gpu, truth: LinkTruth, data: dict[str, object]) -> list
         return []
     level = "at its top DPM level" if fw.at_top else "(no DPM levels: its current link)"
     return [
-        Finding(
+        Subject(gpu.pci_address).fail(
             "pcie.link.firmware_below",
-            Severity.FAIL,
-            gpu.pci_address,
             f"the GPU firmware runs the link at {fw.words()} {level} "
             f"({', '.join(fw.sources)}); hop {eff.limited_at} trained "
             f"{link_words(eff.speed_gts, eff.width)}",
@@ -276,30 +274,24 @@ def _judge_from_firmware(
             context += f"; the endpoint claims {endpoint_claim(gpu)} (what lspci would show)"
     if fw.at_top is False and fw.top is not None:
         return [
-            Finding(
+            Subject(subject).warn(
                 "pcie.link.idle",
-                Severity.WARN,
-                subject,
                 f"{said}, at pp_dpm_pcie level {fw.active_index} (idle power saving); its top "
                 f"level is {fw.top.index} ({link_words(fw.top.speed_gts, fw.top.width)})"
                 f"{context}",
-                "judge under load: rocmseat preflight --sample 30 while a job runs",
-                data,
+                "judge under load: rocmseat preflight --sample 30 while a job runs", data,
             )
         ]
     if expected is not None and (fw.speed_gts, fw.width) != expected:
         return [
-            Finding(
+            Subject(subject).fail(
                 "pcie.link.expected",
-                Severity.FAIL,
-                subject,
                 f"{said}; the profile expects {link_words(*expected)}{context}",
-                "fix the link, or the profile if the slot changed",
-                data,
+                "fix the link, or the profile if the slot changed", data,
             )
         ]
     note = "; as the profile expects" if expected is not None else ""
-    return [Finding("pcie.link.ok", Severity.OK, subject, f"{said}{note}{context}", "", data)]
+    return [Subject(subject).ok("pcie.link.ok", f"{said}{note}{context}", "", data)]
 
 
 def gpu_capability(gpu: Gpu) -> tuple[float | None, int | None]:

@@ -216,11 +216,8 @@ def _gpu_findings(checked: tuple[Gpu, ...], inventory: Inventory, selected: set[
 
 def _inventory_findings(inventory: Inventory, wanted: set[str], live: bool) -> list[Finding]:
     findings = [
-        Finding(
-            "inventory.card",
-            Severity.UNKNOWN,
-            problem.split(":", 1)[0],
-            f"cannot read DRM card: {problem}",
+        Subject(problem.split(":", 1)[0]).unknown(
+            "inventory.card", f"cannot read DRM card: {problem}",
             "a card without its device link: driver unbinding or a broken tree",
         )
         for problem in inventory.problems
@@ -230,11 +227,8 @@ def _inventory_findings(inventory: Inventory, wanted: set[str], live: bool) -> l
     present = {g.pci_address for g in inventory.gpus}
     for address in sorted(wanted - present):
         findings.append(
-            Finding(
-                "inventory.gpu_missing",
-                Severity.FAIL,
-                address,
-                f"no amdgpu device at {address}",
+            Subject(address).fail(
+                "inventory.gpu_missing", f"no amdgpu device at {address}",
                 "check the address, or dmesg for a GPU that fell off",
             )
         )
@@ -249,10 +243,8 @@ def _kfd_findings(inventory: Inventory) -> list[Finding]:
     """A GPU KFD lists with no DRM card, or a KFD topology nobody could read: the run cannot
     count the node's GPUs, so it says so (never "4 GPUs, ok" over a fifth it cannot see)."""
     findings = [
-        Finding(
+        Subject(address).unknown(
             "inventory.kfd_only",
-            Severity.UNKNOWN,
-            address,
             f"GPU {address} is listed by KFD (class/kfd topology) but has no DRM card: it "
             "cannot be checked",
             "its DRM device is gone (driver unbound, GPU fell off the bus?): check dmesg and "
@@ -263,10 +255,8 @@ def _kfd_findings(inventory: Inventory) -> list[Finding]:
     if inventory.kfd_errors:
         more = len(inventory.kfd_errors) - 1
         findings.append(
-            Finding(
+            NODE.unknown(
                 "inventory.kfd",
-                Severity.UNKNOWN,
-                "node",
                 f"cannot read the KFD topology: {inventory.kfd_errors[0]}"
                 + (f" (and {more} more)" if more else "")
                 + "; a GPU listed only there would go unseen",
@@ -284,10 +274,8 @@ def _identity_findings(gpus: tuple[Gpu, ...]) -> list[Finding]:
             continue
         more = len(gpu.identity_errors) - 1
         findings.append(
-            Finding(
+            Subject(gpu.pci_address).unknown(
                 "inventory.gpu.identity",
-                Severity.UNKNOWN,
-                gpu.pci_address,
                 f"cannot read the GPU's identity: {gpu.identity_errors[0]}"
                 + (f" (and {more} more)" if more else ""),
                 "kept as a GPU (bound to amdgpu or listed by KFD); check the sysfs tree",
@@ -416,9 +404,10 @@ def _events(kmsg: Path | None, gpus: tuple[Gpu, ...], checked: tuple[Gpu, ...],
     from rocmseat.preflight.events import EventThresholds, judge_events, read_kernel_events
 
     if kmsg is None:
-        return [Finding("events.source", Severity.UNKNOWN, "node",
-                        "no kernel log for a sysfs tree that is not this host's",
-                        "pass --kernel-log FILE or set ROCMSEAT_KMSG")]
+        return [NODE.unknown(
+            "events.source", "no kernel log for a sysfs tree that is not this host's",
+            "pass --kernel-log FILE or set ROCMSEAT_KMSG",
+        )]
     thresholds = profile.events if profile is not None else EventThresholds()
     only = {g.pci_address for g in checked} if len(checked) < len(gpus) else None
     return judge_events(read_kernel_events(kmsg, gpus, live=live), gpus, thresholds, only=only)
@@ -434,11 +423,8 @@ def _hip(
         from rocmseat.hip.check import hip_findings
     except ImportError as exc:
         return [
-            Finding(
-                "hip.runtime",
-                Severity.UNKNOWN,
-                "node",
-                f"the HIP probe module is unavailable ({exc})",
+            NODE.unknown(
+                "hip.runtime", f"the HIP probe module is unavailable ({exc})",
                 "install rocmseat with its hip package",
             )
         ]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmseat.errors import RocmseatError
-from rocmseat.findings import Finding, Severity
+from rocmseat.findings import NODE
 from rocmseat.preflight.run import PreflightOptions, PreflightReport, preflight_report
 from rocmseat.preflight.verdict_doc import ERROR_CHECK, make_verdict, save_verdict
 from rocmseat.sysfs.fs import default_proc_root
@@ -90,7 +90,7 @@ def record_error(
 ) -> str | None:
     """Write the verdict of a full run that judged nothing: one unknown saying why."""
     verdict = make_verdict(
-        (Finding(ERROR_CHECK, Severity.UNKNOWN, "node", error.message),),
+        (NODE.unknown(ERROR_CHECK, error.message),),
         sysfs_root=sysfs_root,
         families=(),
         gpus=0,
