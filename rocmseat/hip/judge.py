@@ -112,7 +112,7 @@ def _ipc(probe: PairProbe, subject: str, base: dict[str, Any]) -> Finding:
     hint = ("no cross-process IPC: RCCL and vLLM's custom all-reduce host-stage every transfer; "
             "keep the TP group on one socket" if f.error_code == 17 else
             "HIP IPC between these GPUs does not work for the replica")
-    return Finding("hip.ipc", Severity.FAIL, subject, message, hint, {
+    return Subject(subject).fail("hip.ipc", message, hint, {
         **base, **_failure_data(f), "direction": f"{first.owner}->{first.opener}",
         "failed_directions": [f"{d.owner}->{d.opener}" for d in failed]})
 
