@@ -52,6 +52,39 @@ class Finding:
                    doc.get("hint", ""), dict(doc.get("data", {})))
 
 
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """The common fields of one subject's findings, written once: a judge says
+    `gpu = Subject(address)` then `gpu.fail("aer.fatal", message, hint)` instead of spelling a
+    whole `Finding(...)` each time."""
+
+    subject: str
+
+    def finding(self, check_id: str, severity: Severity, message: str, hint: str = "",
+                data: Mapping[str, Any] | None = None) -> Finding:
+        return Finding(check_id, severity, self.subject, message, hint,
+                       data if data is not None else {})
+
+    def ok(self, check_id: str, message: str, hint: str = "",
+           data: Mapping[str, Any] | None = None) -> Finding:
+        return self.finding(check_id, Severity.OK, message, hint, data)
+
+    def warn(self, check_id: str, message: str, hint: str = "",
+             data: Mapping[str, Any] | None = None) -> Finding:
+        return self.finding(check_id, Severity.WARN, message, hint, data)
+
+    def fail(self, check_id: str, message: str, hint: str = "",
+             data: Mapping[str, Any] | None = None) -> Finding:
+        return self.finding(check_id, Severity.FAIL, message, hint, data)
+
+    def unknown(self, check_id: str, message: str, hint: str = "",
+                data: Mapping[str, Any] | None = None) -> Finding:
+        return self.finding(check_id, Severity.UNKNOWN, message, hint, data)
+
+
+NODE = Subject("node")  # findings about the node as a whole
+
+
 def worst(findings: Iterable[Finding]) -> Severity:
     return max((f.severity for f in findings), key=SEVERITY_ORDER.__getitem__, default=Severity.OK)
 

@@ -210,14 +210,8 @@ class _Body:
             if not data or out_total >= _PIECE:
                 break
             if self._z is None:  # gzip, between two members: the next one must start here
-                if len(data) < len(_GZIP_MAGIC):
+                if not self._next_member(data):
                     return False  # wait for more (finish() refuses a stray byte)
-                if not data.startswith(_GZIP_MAGIC):
-                    raise ScrapeError("data after the end of the compressed body")
-                self._members += 1
-                if self._members > MAX_GZIP_MEMBERS:
-                    raise ScrapeError(f"more than {MAX_GZIP_MEMBERS:,} gzip members in the body")
-                self._z = self._inflater()
             elif self._z.eof:  # deflate: one stream, nothing after it
                 raise ScrapeError("data after the end of the compressed body")
             room = self.cap - self.decoded
@@ -237,6 +231,18 @@ class _Body:
             else:
                 self._input = self._z.unconsumed_tail
         return bool(self._input)
+
+    def _next_member(self, data: bytes) -> bool:
+        """Start the gzip member `data` begins with (False: too few bytes to tell yet)."""
+        if len(data) < len(_GZIP_MAGIC):
+            return False
+        if not data.startswith(_GZIP_MAGIC):
+            raise ScrapeError("data after the end of the compressed body")
+        self._members += 1
+        if self._members > MAX_GZIP_MEMBERS:
+            raise ScrapeError(f"more than {MAX_GZIP_MEMBERS:,} gzip members in the body")
+        self._z = self._inflater()
+        return True
 
     def _decoded(self, data: bytes) -> None:
         start = self.decoded
@@ -504,15 +510,7 @@ async def _exchange(conn: _Conn, head: h11.Request, body: bytes | None,
     while True:
         event = http.next_event()
         if event is h11.NEED_DATA:
-            try:
-                data = await conn.reader.read(_READ_BYTES)
-            except ConnectionResetError:
-                if conn.reused and received is None:
-                    raise _Stale() from None
-                raise
-            if not data and conn.reused and received is None:
-                raise _Stale()
-            http.receive_data(data)  # b"" is the end of the stream
+            await _receive(conn, started=received is not None)
             continue
         if isinstance(event, h11.Response):
             received = on_head(event)
@@ -532,6 +530,20 @@ async def _exchange(conn: _Conn, head: h11.Request, body: bytes | None,
         elif isinstance(event, h11.ConnectionClosed):
             raise ScrapeError("the connection closed before the page was complete")
         # InformationalResponse (1xx) and anything else: read on.
+
+
+async def _receive(conn: _Conn, *, started: bool) -> None:
+    """Feed the parser the next bytes. A reused connection the server closed before any
+    response (`started` False) raises _Stale: the caller retries on a fresh one."""
+    try:
+        data = await conn.reader.read(_READ_BYTES)
+    except ConnectionResetError:
+        if conn.reused and not started:
+            raise _Stale() from None
+        raise
+    if not data and conn.reused and not started:
+        raise _Stale()
+    conn.http.receive_data(data)  # b"" is the end of the stream
 
 
 # ----- one request (readiness canary, webhooks, the gate's probes) ---------------------------

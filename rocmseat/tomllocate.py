@@ -57,10 +57,7 @@ def too_deep_line(text: str, limit: int) -> int | None:
         elif in_comment:
             continue
         elif in_string is not None:
-            if token == "\\" and in_string in ('"', '"""'):
-                pos += 1 if text[pos : pos + 1] != "\n" else 0  # skip the escaped character
-            elif token == in_string:
-                in_string = None
+            pos, in_string = _string_token(text, pos, token, in_string)
         elif token in ('"', "'", '"""', "'''"):
             in_string = token
         elif token == "#":
@@ -71,6 +68,16 @@ def too_deep_line(text: str, limit: int) -> int | None:
                 return line
         elif token in "]}":
             depth = max(0, depth - 1)
+
+
+def _string_token(text: str, pos: int, token: str, in_string: str) -> tuple[int, str | None]:
+    """A token inside an open string: an escape skips the next character (in the basic
+    strings); the string's own delimiter closes it. Returns the new position and string."""
+    if token == "\\" and in_string in ('"', '"""'):
+        return pos + (1 if text[pos : pos + 1] != "\n" else 0), in_string  # skip the escaped
+    if token == in_string:
+        return pos, None
+    return pos, in_string
 
 
 def key_lines(text: str) -> dict[Loc, int]:

@@ -13,7 +13,7 @@ import pytest
 
 from rocmseat import exitcodes
 from rocmseat.atomic import LockTimeout, atomic_write_json, atomic_write_text, exclusive_lock
-from rocmseat.findings import Finding, Severity, exit_code_for, worst
+from rocmseat.findings import NODE, Finding, Severity, Subject, exit_code_for, worst
 from rocmseat.runner import run
 from rocmseat.sysfs.fs import Unreadable, Unsupported, read_attr
 
@@ -144,3 +144,15 @@ def test_lock_never_follows_a_planted_symlink(tmp_path):
     with _pytest.raises(ReadError), exclusive_lock(dangling, timeout_s=1):
         pass
     assert not (tmp_path / "would-be-created").exists()
+
+
+def test_subject_builds_the_finding_it_names():
+    """findings.Subject: the subject once, the severity by method; data absent is an empty map."""
+    gpu = Subject("0000:03:00.0")
+    assert gpu.fail("aer.fatal", "m", "h", {"delta": 1}) == Finding(
+        "aer.fatal", Severity.FAIL, "0000:03:00.0", "m", "h", {"delta": 1})
+    assert gpu.ok("pcie.link.ok", "m") == Finding("pcie.link.ok", Severity.OK, "0000:03:00.0", "m")
+    assert [gpu.warn("x.y", "m").severity, gpu.unknown("x.y", "m").severity] == [
+        Severity.WARN, Severity.UNKNOWN]
+    assert gpu.finding("x.y", Severity.FAIL, "m").data == {}
+    assert NODE.warn("aer.window", "m").subject == "node"

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rocmseat.cache.audit import CacheEntry, SeatAudit
+from rocmseat.cache.current import CurrentKey
 from rocmseat.cache.key import MISSING, FactorChange
 
 SCHEMA = "rocmseat.cache-audit/v1"
@@ -129,27 +130,7 @@ def audit_table(audits: Sequence[SeatAudit]) -> str:
                 rows.append((replica, "absent", "-", "-", "-", "-", "-", "-"))
             else:
                 rows.append(_row(replica, live))
-            lines = notes.setdefault(len(rows) - 1, [])
-            key = current.key if current is not None else None
-            if live is not None:
-                lines.append(f"live, {live.state}: {STATE_WHY[live.state]}")
-            if key is not None:
-                lines.append(f"current key {_short(key.digest)}")
-            elif current is not None:
-                lines.append("current key unknown: these factors could not be computed:")
-                lines.extend(f"  {name}: {why}" for name, why in sorted(current.unknown.items()))
-            elif live is not None and live.unknown:
-                lines.append("no current key: " + "; ".join(live.unknown))
-            if live is not None and live.changes:
-                lines.append("differs: " + "; ".join(c.describe() for c in live.changes))
-            for moved in audit.moved(replica):
-                lines.append(_moved_line(moved))
-                if moved.moved_because is not None:
-                    lines.append(f"    moved because {moved.moved_because}")
-                differs = "; ".join(c.describe() for c in moved.changes)
-                # Said once when the current key is still the one it was moved for.
-                if differs and moved.moved_because != f"changed: {differs}":
-                    lines.append(f"    differs from current: {differs}")
+            notes[len(rows) - 1] = _replica_notes(audit, replica, current, live)
         widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
         for index, row in enumerate(rows):
             cells = (cell.ljust(w) for cell, w in zip(row, widths, strict=True))
@@ -157,6 +138,33 @@ def audit_table(audits: Sequence[SeatAudit]) -> str:
             out.extend(f"    {line}" for line in notes.get(index, []))
         out.append("")
     return "\n".join(out)
+
+
+def _replica_notes(audit: SeatAudit, replica: str, current: CurrentKey | None,
+                   live: CacheEntry | None) -> list[str]:
+    """The lines under a replica's row: its live cache, its current key, its moved-aside dirs."""
+    lines: list[str] = []
+    key = current.key if current is not None else None
+    if live is not None:
+        lines.append(f"live, {live.state}: {STATE_WHY[live.state]}")
+    if key is not None:
+        lines.append(f"current key {_short(key.digest)}")
+    elif current is not None:
+        lines.append("current key unknown: these factors could not be computed:")
+        lines.extend(f"  {name}: {why}" for name, why in sorted(current.unknown.items()))
+    elif live is not None and live.unknown:
+        lines.append("no current key: " + "; ".join(live.unknown))
+    if live is not None and live.changes:
+        lines.append("differs: " + "; ".join(c.describe() for c in live.changes))
+    for moved in audit.moved(replica):
+        lines.append(_moved_line(moved))
+        if moved.moved_because is not None:
+            lines.append(f"    moved because {moved.moved_because}")
+        differs = "; ".join(c.describe() for c in moved.changes)
+        # Said once when the current key is still the one it was moved for.
+        if differs and moved.moved_because != f"changed: {differs}":
+            lines.append(f"    differs from current: {differs}")
+    return lines
 
 
 def _row(replica: str, entry: CacheEntry) -> tuple[str, ...]:

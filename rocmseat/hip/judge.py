@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rocmseat.findings import Finding, Severity
+from rocmseat.findings import Finding, Severity, Subject
 from rocmseat.hip.probe import Direction, PairProbe, StageFailure
 
 # Host links whose slower figure is below this fraction of the faster one are asymmetric
@@ -59,27 +59,33 @@ def judge_pair(probe: PairProbe) -> list[Finding]:
 def _runtime(probe: PairProbe, subject: str, base: dict[str, Any]) -> Finding:
     hint = "install the ROCm HIP runtime or set ROCM_PATH / ROCMSEAT_HIP_LIBRARY"
     if probe.no_runtime is not None:
-        return Finding("hip.runtime", Severity.UNKNOWN, subject, probe.no_runtime, hint, base)
+        return Subject(subject).unknown("hip.runtime", probe.no_runtime, hint, base)
     if probe.runtime_failure is not None:
         f = probe.runtime_failure
         source = f" ({probe.library})" if probe.library else ""
         message = f"HIP could not be used{source}: {f.call or f.stage}: {f.reason}"
         if f.hung:
             message = f"HIP stage {f.stage} hung: {f.reason}"
-        return Finding("hip.runtime", Severity.UNKNOWN, subject, message,
-                       "check the amdgpu driver, /dev/kfd access and HIP_VISIBLE_DEVICES",
-                       {**base, **_failure_data(f)})
+        return Subject(subject).unknown(
+            "hip.runtime", message,
+            "check the amdgpu driver, /dev/kfd access and HIP_VISIBLE_DEVICES",
+            {**base, **_failure_data(f)},
+        )
     if probe.not_visible is not None:
-        return Finding("hip.runtime", Severity.UNKNOWN, subject,
-                       f"HIP does not see {probe.not_visible}",
-                       "check HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES in the replica env",
-                       {**base, "devices": list(probe.devices)})
-    return Finding("hip.runtime", Severity.OK, subject,
-                   f"HIP runtime {hip_version(probe.runtime_version)} from {probe.library}, "
-                   f"{len(probe.devices)} devices",
-                   data={**base, "library": probe.library,
-                         "runtime_version": probe.runtime_version,
-                         "devices": list(probe.devices)})
+        return Subject(subject).unknown(
+            "hip.runtime", f"HIP does not see {probe.not_visible}",
+            "check HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES in the replica env",
+            {**base, "devices": list(probe.devices)},
+        )
+    return Subject(subject).ok(
+        "hip.runtime",
+        f"HIP runtime {hip_version(probe.runtime_version)} from {probe.library}, "
+        f"{len(probe.devices)} devices",
+        "",
+        {**base, "library": probe.library,
+         "runtime_version": probe.runtime_version,
+         "devices": list(probe.devices)},
+    )
 
 
 def _ipc(probe: PairProbe, subject: str, base: dict[str, Any]) -> Finding:
@@ -87,11 +93,12 @@ def _ipc(probe: PairProbe, subject: str, base: dict[str, Any]) -> Finding:
     failed = [d for d in probe.directions if d.failure is not None]
     if not failed and len(probe.directions) == 2:
         nbytes = probe.directions[0].verified_bytes or 0
-        return Finding("hip.ipc", Severity.OK, subject,
-                       f"IPC verified both ways ({nbytes >> 20} MiB each, every byte); {wall}",
-                       data={**base, "verified_bytes": nbytes})
+        return Subject(subject).ok(
+            "hip.ipc", f"IPC verified both ways ({nbytes >> 20} MiB each, every byte); {wall}", "",
+            {**base, "verified_bytes": nbytes},
+        )
     if not failed:
-        return Finding("hip.ipc", Severity.UNKNOWN, subject, f"IPC not probed; {wall}", data=base)
+        return Subject(subject).unknown("hip.ipc", f"IPC not probed; {wall}", "", base)
     first = failed[0]
     assert first.failure is not None
     f = first.failure
@@ -105,7 +112,7 @@ def _ipc(probe: PairProbe, subject: str, base: dict[str, Any]) -> Finding:
     hint = ("no cross-process IPC: RCCL and vLLM's custom all-reduce host-stage every transfer; "
             "keep the TP group on one socket" if f.error_code == 17 else
             "HIP IPC between these GPUs does not work for the replica")
-    return Finding("hip.ipc", Severity.FAIL, subject, message, hint, {
+    return Subject(subject).fail("hip.ipc", message, hint, {
         **base, **_failure_data(f), "direction": f"{first.owner}->{first.opener}",
         "failed_directions": [f"{d.owner}->{d.opener}" for d in failed]})
 
@@ -116,18 +123,19 @@ def _p2p(probe: PairProbe, subject: str, base: dict[str, Any]) -> Finding:
     figures = f"{short(probe.a)}->{short(probe.b)} = {int(bool(ab))}, " \
               f"{short(probe.b)}->{short(probe.a)} = {int(bool(ba))}"
     if not (ab and ba):
-        return Finding("hip.p2p", Severity.WARN, subject,
-                       f"hipDeviceCanAccessPeer {figures}: RCCL routes through the host",
-                       "check that the pair shares a PCIe root complex / socket, IOMMU settings",
-                       data)
+        return Subject(subject).warn(
+            "hip.p2p", f"hipDeviceCanAccessPeer {figures}: RCCL routes through the host",
+            "check that the pair shares a PCIe root complex / socket, IOMMU settings", data,
+        )
     refused = {k: v for k, v in probe.enable_peer.items() if v}
     if refused:
-        return Finding("hip.p2p", Severity.WARN, subject,
-                       f"peer access reported but hipDeviceEnablePeerAccess failed: "
-                       f"{', '.join(f'{k}: {v}' for k, v in refused.items())}",
-                       "RCCL routes through the host", data)
-    return Finding("hip.p2p", Severity.OK, subject, f"hipDeviceCanAccessPeer {figures}",
-                   data=data)
+        return Subject(subject).warn(
+            "hip.p2p",
+            f"peer access reported but hipDeviceEnablePeerAccess failed: "
+            f"{', '.join(f'{k}: {v}' for k, v in refused.items())}",
+            "RCCL routes through the host", data,
+        )
+    return Subject(subject).ok("hip.p2p", f"hipDeviceCanAccessPeer {figures}", "", data)
 
 
 def _host_figures(directions: tuple[Direction, ...]) -> dict[str, tuple[float | None, ...]]:
@@ -149,17 +157,20 @@ def _bandwidth(probe: PairProbe, subject: str, base: dict[str, Any]) -> Finding:
     if None in d2d.values() or len(d2d) < 2:
         text += " (D2D not measured: IPC failed)"
     if None in (*a_fig, *b_fig):
-        return Finding("hip.bandwidth", Severity.UNKNOWN, subject,
-                       f"host bandwidth not measured for both GPUs: {text}", data=data)
+        return Subject(subject).unknown(
+            "hip.bandwidth", f"host bandwidth not measured for both GPUs: {text}", "", data,
+        )
     for label, i in (("H2D", 0), ("D2H", 1)):
         fa, fb = a_fig[i], b_fig[i]
         assert fa is not None and fb is not None
         if min(fa, fb) < ASYMMETRY_RATIO * max(fa, fb):
             slow, fast = (probe.a, probe.b) if fa < fb else (probe.b, probe.a)
-            return Finding(
-                "hip.bandwidth", Severity.WARN, subject,
+            return Subject(subject).warn(
+                "hip.bandwidth",
                 f"asymmetric host links: {label} {short(slow)} {_fmt(min(fa, fb))} GB/s against "
                 f"{short(fast)} {_fmt(max(fa, fb))} GB/s; {text}",
                 "the pair runs at the slower link's pace (a x8 slot or a down-trained link); "
-                "see the pcie findings", {**data, "slow": slow, "fast": fast})
-    return Finding("hip.bandwidth", Severity.OK, subject, text, data=data)
+                "see the pcie findings",
+                {**data, "slow": slow, "fast": fast},
+            )
+    return Subject(subject).ok("hip.bandwidth", text, "", data)

@@ -109,15 +109,15 @@ def visibility(plan: ReplicaPlan, findings: Sequence[Finding]) -> Finding | None
 def _run(seat: Seat, plan: ReplicaPlan, sysfs_root: Path, state_dir: Path, *,
          families: Collection[str] | None, hip: bool, say: Say,
          environ: Mapping[str, str] | None = None) -> list[Finding]:
-    from rocmseat.preflight.run import preflight_report
+    from rocmseat.preflight.run import PreflightOptions, preflight_report
 
     # The HIP probe runs with the engine's own environment (HIP_VISIBLE_DEVICES, an inherited
     # ROCR_VISIBLE_DEVICES, HSA_*, NCCL_* ...): IPC that works in a bare shell can fail under
     # the replica's settings, and the mask must select the pair.
-    report = preflight_report(sysfs_root, state_dir, families=families,
-                              pairs=[(plan.pci_pair[0], plan.pci_pair[1])],
-                              profile=seat.preflight.profile, hip=hip,
-                              hip_env=engine_env(environ or {}, plan) if hip else None)
+    report = preflight_report(sysfs_root, state_dir, PreflightOptions(
+        families=families, pairs=[(plan.pci_pair[0], plan.pci_pair[1])],
+        profile=seat.preflight.profile, hip=hip,
+        hip_env=engine_env(environ or {}, plan) if hip else None))
     findings = list(report.findings)
     for finding in findings:
         if finding.severity is not Severity.OK:

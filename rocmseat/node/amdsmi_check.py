@@ -14,8 +14,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from rocmseat.findings import Finding, Severity
-from rocmseat.node.inventory import Inventory
+from rocmseat.findings import NODE, Finding, Subject
+from rocmseat.node.inventory import Gpu, Inventory
 from rocmseat.node.link import effective_link
 from rocmseat.runner import Runner, run
 from rocmseat.sysfs.parse import normalize_pci_address
@@ -44,10 +44,8 @@ def amdsmi_findings(
 
 
 def _unknown(why: str) -> Finding:
-    return Finding(
+    return NODE.unknown(
         "amdsmi.crosscheck",
-        Severity.UNKNOWN,
-        "node",
         f"amdsmi cross-check not run: {why}",
         "install amdsmi from the ROCm instance (/opt/rocm/share/amd_smi) or pass --no-amdsmi",
     )
@@ -80,73 +78,56 @@ def compare_amdsmi(inventory: Inventory, report: Mapping[str, Any]) -> list[Find
         address = normalize_pci_address(bdf) if isinstance(bdf, str) else None
         if address is not None and isinstance(entry, dict):
             seen[address] = entry
-    findings: list[Finding] = []
     ours = {g.pci_address for g in inventory.gpus}
-    for address in sorted(ours - set(seen)):
-        findings.append(
-            Finding(
-                "amdsmi.disagree", Severity.WARN, address, "sysfs lists this GPU; amdsmi does not"
-            )
-        )
-    for address in sorted(set(seen) - ours):
-        findings.append(
-            Finding(
-                "amdsmi.disagree",
-                Severity.WARN,
-                address,
-                "amdsmi lists this GPU; sysfs (class/drm) does not",
-            )
-        )
+    findings = [Subject(address).warn("amdsmi.disagree", "sysfs lists this GPU; amdsmi does not")
+                for address in sorted(ours - set(seen))]
+    findings += [Subject(address).warn("amdsmi.disagree",
+                                       "amdsmi lists this GPU; sysfs (class/drm) does not")
+                 for address in sorted(set(seen) - ours)]
     for gpu in inventory.gpus:
         entry = seen.get(gpu.pci_address)
-        if entry is None:
-            continue
-        notes = []
-        numa = entry.get("numa_affinity")
-        if isinstance(numa, int) and numa != gpu.numa_node_raw:
-            findings.append(
-                Finding(
-                    "amdsmi.disagree",
-                    Severity.WARN,
-                    gpu.pci_address,
-                    f"amdsmi NUMA affinity {numa}, sysfs numa_node {gpu.numa_node_raw}",
-                )
-            )
-        # amdsmi answers "N/A" or an error object where a field is unsupported: take dicts only
-        pcie = _table(entry.get("pcie"))
-        static = _table(pcie.get("pcie_static"))
-        metric = _table(pcie.get("pcie_metric"))
-        eff = effective_link(gpu)
-        static_speed = _mts_to_gts(static.get("max_pcie_speed"))
-        if static_speed is not None:
-            notes.append(
-                f"static max {static_speed:g} GT/s x{_lanes(static.get('max_pcie_width'))} "
-                "(from the endpoint: inherits the internal-switch over-report)"
-            )
-        speed = _mts_to_gts(metric.get("pcie_speed"))
-        width = metric.get("pcie_width")
-        if speed is not None and isinstance(width, int):
-            if (speed, width) != (eff.speed_gts, eff.width):
-                findings.append(
-                    Finding(
-                        "amdsmi.disagree",
-                        Severity.WARN,
-                        gpu.pci_address,
-                        f"amdsmi gpu_metrics link {speed:g} GT/s x{width}, sysfs effective link "
-                        f"{eff.speed_gts} GT/s x{eff.width} (an idle link may have dropped)",
-                    )
-                )
-            else:
-                notes.append(f"gpu_metrics link {speed:g} GT/s x{width} agrees")
-        replay = entry.get("replay")
-        if isinstance(replay, int):
-            notes.append(f"replays {replay} (sysfs {gpu.amdgpu.pcie_replay_count})")
-        findings.append(
-            Finding(
-                "amdsmi.crosscheck",
-                Severity.OK,
-                gpu.pci_address,
-                "amdsmi sees this GPU" + (": " + "; ".join(notes) if notes else ""),
-            )
+        if entry is not None:
+            findings += _compare_gpu(gpu, entry)
+    return findings
+
+
+def _compare_gpu(gpu: Gpu, entry: Mapping[str, Any]) -> list[Finding]:
+    """One GPU both sides list: NUMA affinity and the firmware's link against sysfs."""
+    it = Subject(gpu.pci_address)
+    findings: list[Finding] = []
+    notes = []
+    numa = entry.get("numa_affinity")
+    if isinstance(numa, int) and numa != gpu.numa_node_raw:
+        findings.append(it.warn(
+            "amdsmi.disagree", f"amdsmi NUMA affinity {numa}, sysfs numa_node {gpu.numa_node_raw}"
+        ))
+    # amdsmi answers "N/A" or an error object where a field is unsupported: take dicts only
+    pcie = _table(entry.get("pcie"))
+    static = _table(pcie.get("pcie_static"))
+    metric = _table(pcie.get("pcie_metric"))
+    eff = effective_link(gpu)
+    static_speed = _mts_to_gts(static.get("max_pcie_speed"))
+    if static_speed is not None:
+        notes.append(
+            f"static max {static_speed:g} GT/s x{_lanes(static.get('max_pcie_width'))} "
+            "(from the endpoint: inherits the internal-switch over-report)"
         )
+    speed = _mts_to_gts(metric.get("pcie_speed"))
+    width = metric.get("pcie_width")
+    if speed is not None and isinstance(width, int):
+        if (speed, width) != (eff.speed_gts, eff.width):
+            findings.append(it.warn(
+                "amdsmi.disagree",
+                f"amdsmi gpu_metrics link {speed:g} GT/s x{width}, sysfs effective link "
+                f"{eff.speed_gts} GT/s x{eff.width} (an idle link may have dropped)",
+            ))
+        else:
+            notes.append(f"gpu_metrics link {speed:g} GT/s x{width} agrees")
+    replay = entry.get("replay")
+    if isinstance(replay, int):
+        notes.append(f"replays {replay} (sysfs {gpu.amdgpu.pcie_replay_count})")
+    findings.append(it.ok(
+        "amdsmi.crosscheck",
+        "amdsmi sees this GPU" + (": " + "; ".join(notes) if notes else ""),
+    ))
     return findings

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rocmseat.findings import Finding, Severity
+from rocmseat.findings import NODE, Finding, Subject
 from rocmseat.node.inventory import Inventory
 
 _CARD_RE = re.compile(r"^card\d+$")
@@ -36,26 +36,19 @@ def udev_card_addresses(context: Any | None = None) -> dict[str, str] | str:
 
 def compare_udev(inventory: Inventory, cards: dict[str, str] | str) -> list[Finding]:
     if isinstance(cards, str):
-        return [Finding("inventory.udev", Severity.WARN, "node", cards)]
+        return [NODE.warn("inventory.udev", cards)]
     findings = []
     for gpu in inventory.gpus:
         seen = cards.get(gpu.card or "")
         if seen != gpu.pci_address:
             findings.append(
-                Finding(
+                Subject(gpu.pci_address).warn(
                     "inventory.udev",
-                    Severity.WARN,
-                    gpu.pci_address,
                     f"udev maps {gpu.card} to {seen or 'nothing'}; sysfs to {gpu.pci_address}",
                 )
             )
     if not findings:
         findings.append(
-            Finding(
-                "inventory.udev",
-                Severity.OK,
-                "node",
-                f"udev agrees on {len(inventory.gpus)} GPU cards",
-            )
+            NODE.ok("inventory.udev", f"udev agrees on {len(inventory.gpus)} GPU cards")
         )
     return findings

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from rocmseat.findings import Finding, Severity
+from rocmseat.findings import Finding, Severity, Subject
 from rocmseat.node.inventory import Gpu, Hop
 from rocmseat.preflight.link import hop_words
 from rocmseat.preflight.windows import DEFAULT_WINDOW_S, Window
@@ -180,22 +180,16 @@ def judge_aer(
     read_errors = _read_errors(gpu, current, windows)
     if read_errors:
         findings.append(
-            Finding(
-                "aer.unknown",
-                Severity.UNKNOWN,
-                gpu.pci_address,
-                f"cannot read AER counters: {first_of(read_errors)}",
-                "run as root or check the sysfs tree",
-                {"errors": read_errors},
+            Subject(gpu.pci_address).unknown(
+                "aer.unknown", f"cannot read AER counters: {first_of(read_errors)}",
+                "run as root or check the sysfs tree", {"errors": read_errors},
             )
         )
     with_aer = [hop for hop in gpu.path if hop.aer.present]
     if not with_aer and not read_errors:
         return [
-            Finding(
+            Subject(gpu.pci_address).unknown(
                 "aer.unavailable",
-                Severity.UNKNOWN,
-                gpu.pci_address,
                 "no AER statistics on any function of the path (kernel without CONFIG_PCIEAER, "
                 "or firmware-first error handling)",
                 "read the BMC/firmware error log instead",
@@ -213,13 +207,10 @@ def judge_aer(
         root = gpu.root_port
         end = f" to {hop_words(root)}" if root is not None else ""
         findings.append(
-            Finding(
+            Subject(gpu.pci_address).ok(
                 "aer.clean",
-                Severity.OK,
-                gpu.pci_address,
                 f"no AER errors {window} on {len(with_aer)} functions from {gpu.pci_address}{end}",
-                "",
-                {"window": window},
+                "", {"window": window},
             )
         )
     return findings
@@ -241,79 +232,75 @@ def _judge_hop(
     if hop.address == gpu.pci_address:
         where = f"GPU {gpu.pci_address}"
     span = "since the counters reset (device re-enumerated)" if reset else window.phrase
-    findings: list[Finding] = []
-    device_cor = 0
-    for key, delta in sorted(deltas.items()):
-        if delta <= 0 or key.endswith(".TOTAL") or key.startswith("rootport."):
-            continue
-        kind = key.split(".", 1)[0]
-        name = _error_name(key)
-        data = {
-            "function": hop.address,
-            "error": name,
-            "kind": kind,
-            "delta": delta,
-            "count": now[key],
-            "window": span,
-        }
-        grew = f"+{delta:,}"
-        boot = "" if span.startswith("since") else f"; {now[key]:,} since boot"
-        if kind in ("fatal", "nonfatal"):
-            findings.append(
-                Finding(
-                    f"aer.{kind}",
-                    Severity.FAIL,
-                    hop.address,
-                    f"{where}: {grew} uncorrectable ({kind}) {name} {span}{boot}",
-                    "uncorrectable PCIe errors: take the GPU out of service, reseat it, check "
-                    "dmesg for 'PCIe Bus Error'",
-                    data,
-                )
-            )
-        elif kind == "correctable":
-            device_cor += delta
-            severity = _severity(delta, thresholds.correctable_warn, thresholds.correctable_fail)
-            findings.append(
-                Finding(
-                    _check_id(kind, name),
-                    severity,
-                    hop.address,
-                    f"{where}: {grew} {name} {span}{boot}",
-                    "correctable errors at this link (often counted at the link partner): reseat "
-                    "the GPU/riser, check the slot; measure a window with --sample 60 under load",
-                    data,
-                )
-            )
-        elif key == REPLAY_KEY:
-            severity = _severity(delta, thresholds.replay_warn, thresholds.replay_fail)
-            findings.append(
-                Finding(
-                    "aer.replay",
-                    severity,
-                    hop.address,
-                    f"{where}: {grew} PCIe replays (pcie_replay_count) {span}{boot}",
-                    "replays (NAKs) mean a noisy link: reseat, check the riser",
-                    data,
-                )
-            )
-        elif kind + "." == FIRMWARE_PREFIX and name in FIRMWARE_COUNTERS:
-            check_id, words = FIRMWARE_COUNTERS[name]
-            severity = _severity(delta, thresholds.replay_warn, thresholds.replay_fail)
-            findings.append(
-                Finding(
-                    check_id,
-                    severity,
-                    hop.address,
-                    f"{where}: {grew} {words} (gpu_metrics) {span}{boot}",
-                    "the GPU firmware counts link-level retries: reseat the GPU/OAM module, "
-                    "check the board's PCIe retimers; measure under load with --sample 60",
-                    data,
-                )
-            )
+    counted = [(key, delta) for key, delta in sorted(deltas.items())
+               if delta > 0 and not key.endswith(".TOTAL") and not key.startswith("rootport.")]
+    device_cor = sum(delta for key, delta in counted if key.split(".", 1)[0] == "correctable")
+    findings = [
+        finding for key, delta in counted
+        for finding in [_counter_finding(hop, key, delta, now[key], where=where, span=span,
+                                         thresholds=thresholds)]
+        if finding is not None
+    ]
     findings.extend(
         _rootport(hop, deltas, device_cor=device_cor, where=where, span=span, thresholds=thresholds)
     )
     return [f for f in findings if f.severity != Severity.OK]
+
+
+def _counter_finding(
+    hop: Hop, key: str, delta: int, count: int, *, where: str, span: str,
+    thresholds: AerThresholds,
+) -> Finding | None:
+    """One function's counter that grew by `delta` over `span` (None: not a counter judged)."""
+    it = Subject(hop.address)
+    kind = key.split(".", 1)[0]
+    name = _error_name(key)
+    data = {
+        "function": hop.address,
+        "error": name,
+        "kind": kind,
+        "delta": delta,
+        "count": count,
+        "window": span,
+    }
+    grew = f"+{delta:,}"
+    boot = "" if span.startswith("since") else f"; {count:,} since boot"
+    if kind in ("fatal", "nonfatal"):
+        return it.fail(
+            f"aer.{kind}",
+            f"{where}: {grew} uncorrectable ({kind}) {name} {span}{boot}",
+            "uncorrectable PCIe errors: take the GPU out of service, reseat it, check "
+            "dmesg for 'PCIe Bus Error'",
+            data,
+        )
+    if kind == "correctable":
+        return it.finding(
+            _check_id(kind, name),
+            _severity(delta, thresholds.correctable_warn, thresholds.correctable_fail),
+            f"{where}: {grew} {name} {span}{boot}",
+            "correctable errors at this link (often counted at the link partner): reseat "
+            "the GPU/riser, check the slot; measure a window with --sample 60 under load",
+            data,
+        )
+    if key == REPLAY_KEY:
+        return it.finding(
+            "aer.replay",
+            _severity(delta, thresholds.replay_warn, thresholds.replay_fail),
+            f"{where}: {grew} PCIe replays (pcie_replay_count) {span}{boot}",
+            "replays (NAKs) mean a noisy link: reseat, check the riser",
+            data,
+        )
+    if kind + "." == FIRMWARE_PREFIX and name in FIRMWARE_COUNTERS:
+        check_id, words = FIRMWARE_COUNTERS[name]
+        return it.finding(
+            check_id,
+            _severity(delta, thresholds.replay_warn, thresholds.replay_fail),
+            f"{where}: {grew} {words} (gpu_metrics) {span}{boot}",
+            "the GPU firmware counts link-level retries: reseat the GPU/OAM module, "
+            "check the board's PCIe retimers; measure under load with --sample 60",
+            data,
+        )
+    return None
 
 
 def _rootport(
@@ -332,27 +319,22 @@ def _rootport(
     cor = deltas.get("rootport.cor", 0)
     if cor > device_cor:
         findings.append(
-            Finding(
+            Subject(hop.address).finding(
                 "aer.rootport_total",
                 _severity(cor, thresholds.correctable_warn, thresholds.correctable_fail),
-                hop.address,
                 f"{where}: +{cor:,} ERR_COR messages reported to the root port {span}",
-                "errors somewhere below this root port",
-                {"delta": cor, "window": span},
+                "errors somewhere below this root port", {"delta": cor, "window": span},
             )
         )
     for kind in ("fatal", "nonfatal"):
         grew = deltas.get(f"rootport.{kind}", 0)
         if grew > 0 and deltas.get(f"{kind}.TOTAL", 0) == 0:
             findings.append(
-                Finding(
+                Subject(hop.address).fail(
                     f"aer.rootport_{kind}",
-                    Severity.FAIL,
-                    hop.address,
                     f"{where}: +{grew:,} ERR_{kind.upper()} messages reported to the root port "
                     f"{span}",
-                    "uncorrectable errors below this root port: check dmesg",
-                    {"delta": grew},
+                    "uncorrectable errors below this root port: check dmesg", {"delta": grew},
                 )
             )
     return findings

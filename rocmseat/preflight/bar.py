@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from rocmseat.findings import Finding, Severity
+from rocmseat.findings import Finding, Severity, Subject
 from rocmseat.node.inventory import Gpu
 from rocmseat.sysfs.attrs import errors_of
 from rocmseat.sysfs.pci import vram_bar
@@ -43,24 +43,25 @@ def judge_bar(gpu: Gpu) -> list[Finding]:
         why = errors[0] if errors else (
             "no 64-bit prefetchable memory BAR in resource" if bar is None
             else "mem_info_vram_total is not known")
-        return [Finding("pcie.bar.unknown", Severity.UNKNOWN, subject,
-                        f"cannot tell the VRAM BAR's size against VRAM: {why}",
-                        "check the sysfs tree", {"errors": errors})]
+        return [Subject(subject).unknown(
+            "pcie.bar.unknown", f"cannot tell the VRAM BAR's size against VRAM: {why}",
+            "check the sysfs tree", {"errors": errors},
+        )]
     data = {"bar_index": bar.index, "bar_bytes": bar.size_bytes, "vram_bytes": vram}
     if bar.size_bytes < vram:
-        return [Finding(
+        return [Subject(subject).warn(
             "pcie.bar.small",
-            Severity.WARN,
-            subject,
             f"GPU {subject}: VRAM BAR{bar.index} is {_size(bar.size_bytes)} for "
             f"{_size(vram)} of VRAM (small BAR): peer access and HIP IPC over PCIe will be "
             "disabled or staged through host memory",
-            f"{BIOS_WORDS}, then cold-boot",
-            data,
+            f"{BIOS_WORDS}, then cold-boot", data,
         )]
-    return [Finding("pcie.bar.ok", Severity.OK, subject,
-                    f"VRAM BAR{bar.index} {_size(bar.size_bytes)} covers {_size(vram)} of VRAM "
-                    "(large BAR)", "", data)]
+    return [Subject(subject).ok(
+        "pcie.bar.ok",
+        f"VRAM BAR{bar.index} {_size(bar.size_bytes)} covers {_size(vram)} of VRAM "
+        "(large BAR)",
+        "", data,
+    )]
 
 
 def small_bar_gpus(gpus: Sequence[Gpu]) -> list[str]:

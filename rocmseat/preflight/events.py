@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocmseat.findings import Finding, Severity
+from rocmseat.findings import NODE, Finding, Severity, Subject
 from rocmseat.node.inventory import Gpu
 from rocmseat.redact import redact_text
 from rocmseat.sysfs.fs import Unreadable
@@ -156,9 +156,10 @@ def judge_events(events: KernelEvents | Unreadable, gpus: Sequence[Gpu],
     gate of one replica): another GPU's events are left out; a device that is no GPU and the
     node stay (a fatal line that names no GPU is everyone's)."""
     if isinstance(events, Unreadable):
-        return [Finding("events.source", Severity.UNKNOWN, "node",
-                        f"cannot read the kernel log {events.path}: {events.reason}",
-                        "run as root (or with CAP_SYSLOG), or pass --kernel-log FILE")]
+        return [NODE.unknown(
+            "events.source", f"cannot read the kernel log {events.path}: {events.reason}",
+            "run as root (or with CAP_SYSLOG), or pass --kernel-log FILE",
+        )]
     findings = _source_findings(events)
     others = {g.pci_address for g in gpus} - set(only) if only is not None else set()
     seen = {subject for subject, _ in events.tallies}
@@ -167,10 +168,10 @@ def judge_events(events: KernelEvents | Unreadable, gpus: Sequence[Gpu],
             findings.append(_finding(subject, name, tally, events.window, thresholds))
     for gpu in gpus:
         if gpu.pci_address not in seen and gpu.pci_address not in others:
-            findings.append(Finding(
-                "events.gpu", Severity.OK, gpu.pci_address,
-                f"no amdgpu or AER event {events.window} ({events.lines:,} lines read)",
-                data={"lines": events.lines},
+            findings.append(Subject(gpu.pci_address).ok(
+                "events.gpu",
+                f"no amdgpu or AER event {events.window} ({events.lines:,} lines read)", "",
+                {"lines": events.lines},
             ))
     return findings
 
@@ -178,16 +179,16 @@ def judge_events(events: KernelEvents | Unreadable, gpus: Sequence[Gpu],
 def _source_findings(events: KernelEvents) -> list[Finding]:
     findings = []
     if events.lost_during:
-        findings.append(Finding(
-            "events.lost", Severity.WARN, "node",
+        findings.append(NODE.warn(
+            "events.lost",
             f"ring buffer overrun: {events.lost_during:,} records lost while reading "
             f"{events.source}; events among them are unseen",
             "a log flood outran the reader: check dmesg for its source",
             {"lost": events.lost_during},
         ))
     if events.lost_before_first:
-        findings.append(Finding(
-            "events.lost", Severity.WARN, "node",
+        findings.append(NODE.warn(
+            "events.lost",
             f"ring buffer overrun: {events.lost_before_first:,} records of this boot were "
             "dropped before they were read; events among them are unseen",
             "keep the journal (journalctl -k -b) or raise log_buf_len; a watchdog that runs "
@@ -195,9 +196,10 @@ def _source_findings(events: KernelEvents) -> list[Finding]:
             {"lost": events.lost_before_first, "before_first": True},
         ))
     for note in events.notes:
-        findings.append(Finding("events.source", Severity.WARN, "node",
-                                f"kernel log {events.source}: {note}",
-                                "events in the unread part are unseen"))
+        findings.append(NODE.warn(
+            "events.source", f"kernel log {events.source}: {note}",
+            "events in the unread part are unseen",
+        ))
     return findings
 
 
@@ -237,8 +239,8 @@ def _finding(subject: str, name: str, tally: Tally, window: str,
         "processes": list(tally.processes), "details": list(tally.details),
         "upstream": event_class.upstream,
     }
-    return Finding(
-        f"events.{name}", _severity(name, tally.count, thresholds), subject,
+    return Subject(subject).finding(
+        f"events.{name}", _severity(name, tally.count, thresholds),
         f"{event_class.title}: {tally.count}x {window}{when}{extra}: {tally.sample}",
         _HINTS[event_class.severity], data,
     )

@@ -9,7 +9,7 @@ unless an expectations profile says otherwise.
 
 from __future__ import annotations
 
-from rocmseat.findings import Finding, Severity
+from rocmseat.findings import Finding, Subject
 from rocmseat.node.firmware import dpm_lanes_known, dpm_star_problem
 from rocmseat.node.inventory import Gpu, Hop
 from rocmseat.node.link import (
@@ -98,13 +98,49 @@ def _dpm_idle(gpu: Gpu, link: PhysicalLink) -> DpmLevel | None:
 
 def judge_link(gpu: Gpu, expected: tuple[float, int] | None = None) -> list[Finding]:
     """`pcie.link.*` findings for one GPU; `expected` = (GT/s, width) from a profile."""
-    subject = gpu.pci_address
     errors = link_errors(gpu)
     truth = link_truth(gpu)
     eff = truth.walked
     claim = endpoint_claim(gpu)
+    data = _link_data(truth, claim)
+    if truth.source == "firmware":
+        return _judge_from_firmware(gpu, truth, expected, errors, data)
+    if truth.source == "none":
+        return [_unjudged(gpu, truth, claim, errors, data)]
+    it = Subject(gpu.pci_address)
+    overclaim = (
+        f"; the endpoint claims {claim} (what lspci on {gpu.pci_address} would falsely show)"
+        if _endpoint_overclaims(gpu, eff)
+        else ""
+    )
+    findings = _walked_below(gpu, overclaim, data)
+    findings += _firmware_below(gpu, truth, data)
+    if expected is not None and (eff.speed_gts, eff.width) != expected:
+        findings.append(it.fail(
+            "pcie.link.expected",
+            f"effective link {link_words(eff.speed_gts, eff.width)} at "
+            f"{eff.limited_at}; the profile expects {link_words(*expected)}",
+            "fix the link, or the profile if the slot changed",
+            data,
+        ))
+    if findings:
+        return findings
+    where = f"hop {eff.limited_at}"
+    root = gpu.root_port
+    if root is not None and root.address == eff.limited_at:
+        where = hop_words(root)
+    note = _capability_note(gpu, eff)
+    if expected is not None:
+        note += "; as the profile expects"
+    return [it.ok("pcie.link.ok",
+                  f"{link_words(eff.speed_gts, eff.width)} at {where}{note}{overclaim}", "", data)]
+
+
+def _link_data(truth: LinkTruth, claim: str) -> dict[str, object]:
+    """The data every `pcie.link.*` finding carries: the link as each source reads it."""
+    eff = truth.walked
     fw = truth.firmware
-    data: dict[str, object] = {
+    return {
         "effective_speed_gts": truth.speed_gts,
         "effective_width": truth.width,
         "source": truth.source,
@@ -117,58 +153,54 @@ def judge_link(gpu: Gpu, expected: tuple[float, int] | None = None) -> list[Find
         "firmware_width": fw.width,
         "firmware_sources": list(fw.sources),
     }
-    if truth.source == "firmware":
-        return _judge_from_firmware(gpu, truth, expected, errors, data)
-    if truth.source == "none" and gpu.amdgpu.asleep and not errors:
+
+
+def _unjudged(gpu: Gpu, truth: LinkTruth, claim: str, errors: list[str],
+              data: dict[str, object]) -> Finding:
+    """No source says the link: asleep behind a hidden hierarchy (ok), else unknown and why."""
+    it = Subject(gpu.pci_address)
+    fw = truth.firmware
+    if gpu.amdgpu.asleep and not errors:
         # the hierarchy is hidden (a VM) and the firmware was not asked: nothing to judge, and
         # nothing wrong either
-        return [Finding("pcie.link.asleep", Severity.OK, subject,
-                        f"{ASLEEP_WORDS}; {truth.hierarchy.why}, so the link is judged when it "
-                        f"is awake ({gpu.amdgpu.asleep})", "", data)]
-    if truth.source == "none":
-        if truth.hierarchy.kind != WALKED and not errors:
-            said = fw.problem or "no pp_dpm_pcie level and no gpu_metrics link"
-            reason = (
-                f"{truth.hierarchy.why}, so the endpoint's claim {claim} is not the link, and "
-                f"the GPU firmware does not say it ({said})"
-            )
-        else:
-            reason = "; ".join(errors) or f"no link state readable on the path of {subject}"
-            if fw.problem:
-                reason += f"; the GPU firmware does not say it either ({fw.problem})"
-        return [
-            Finding(
-                "pcie.link.unknown",
-                Severity.UNKNOWN,
-                subject,
-                f"cannot judge the link: {reason}",
-                "check that the sysfs tree is complete and readable; judge the link on the host "
-                "(bare metal) where the slot's root port is visible",
-                data,
-            )
-        ]
-    links = physical_links(gpu)
-    findings: list[Finding] = []
-    overclaim = (
-        f"; the endpoint claims {claim} (what lspci on {subject} would falsely show)"
-        if _endpoint_overclaims(gpu, eff)
-        else ""
+        return it.ok("pcie.link.asleep",
+                     f"{ASLEEP_WORDS}; {truth.hierarchy.why}, so the link is judged when it "
+                     f"is awake ({gpu.amdgpu.asleep})", "", data)
+    if truth.hierarchy.kind != WALKED and not errors:
+        said = fw.problem or "no pp_dpm_pcie level and no gpu_metrics link"
+        reason = (
+            f"{truth.hierarchy.why}, so the endpoint's claim {claim} is not the link, and "
+            f"the GPU firmware does not say it ({said})"
+        )
+    else:
+        reason = "; ".join(errors) or f"no link state readable on the path of {gpu.pci_address}"
+        if fw.problem:
+            reason += f"; the GPU firmware does not say it either ({fw.problem})"
+    return it.unknown(
+        "pcie.link.unknown",
+        f"cannot judge the link: {reason}",
+        "check that the sysfs tree is complete and readable; judge the link on the host "
+        "(bare metal) where the slot's root port is visible",
+        data,
     )
-    for link in links:
+
+
+def _walked_below(gpu: Gpu, overclaim: str, data: dict[str, object]) -> list[Finding]:
+    """Each physical link on the path trained down (x0), idle at a low DPM level, or below
+    what both its ends support."""
+    it = Subject(gpu.pci_address)
+    findings: list[Finding] = []
+    for link in physical_links(gpu):
         if link.trained_width == 0:
             # current_link_width 0: the Negotiated Link Width field is 0, the link did not train
             # (PCIe Base Spec, Link Status register; drivers/pci/pci-sysfs.c prints it as is)
-            findings.append(
-                Finding(
-                    "pcie.link.down",
-                    Severity.FAIL,
-                    subject,
-                    f"{hop_words(link.upstream)} reports its link down (x0) toward "
-                    f"{link.downstream.address}{overclaim}",
-                    "the GPU is behind a link that did not train: reseat it and power-cycle",
-                    data,
-                )
-            )
+            findings.append(it.fail(
+                "pcie.link.down",
+                f"{hop_words(link.upstream)} reports its link down (x0) toward "
+                f"{link.downstream.address}{overclaim}",
+                "the GPU is behind a link that did not train: reseat it and power-cycle",
+                data,
+            ))
             continue
         if not _below(link):
             continue
@@ -176,62 +208,23 @@ def judge_link(gpu: Gpu, expected: tuple[float, int] | None = None) -> list[Find
         capable = link_words(link.capable_speed_gts, link.capable_width)
         idle = _dpm_idle(gpu, link)
         if idle is not None:
-            findings.append(
-                Finding(
-                    "pcie.link.idle",
-                    Severity.WARN,
-                    subject,
-                    f"{hop_words(link.upstream)} trained {trained}, at pp_dpm_pcie level "
-                    f"{idle.index} (idle power saving); both ends support {capable}",
-                    "judge under load: rocmseat preflight --sample 30 while a job runs",
-                    data,
-                )
-            )
+            findings.append(it.warn(
+                "pcie.link.idle",
+                f"{hop_words(link.upstream)} trained {trained}, at pp_dpm_pcie level "
+                f"{idle.index} (idle power saving); both ends support {capable}",
+                "judge under load: rocmseat preflight --sample 30 while a job runs",
+                data,
+            ))
             continue
-        findings.append(
-            Finding(
-                "pcie.link.degraded",
-                Severity.FAIL,
-                subject,
-                f"{hop_words(link.upstream)} trained {trained}; both ends support {capable}"
-                f"{overclaim}",
-                "reseat the GPU and its riser/cable, check the slot's BIOS link speed setting, "
-                "then power-cycle (a warm reboot keeps a bad training)",
-                data,
-            )
-        )
-    findings += _firmware_below(gpu, truth, data)
-    if expected is not None and (eff.speed_gts, eff.width) != expected:
-        findings.append(
-            Finding(
-                "pcie.link.expected",
-                Severity.FAIL,
-                subject,
-                f"effective link {link_words(eff.speed_gts, eff.width)} at "
-                f"{eff.limited_at}; the profile expects {link_words(*expected)}",
-                "fix the link, or the profile if the slot changed",
-                data,
-            )
-        )
-    if findings:
-        return findings
-    where = f"hop {eff.limited_at}"
-    root = gpu.root_port
-    if root is not None and root.address == eff.limited_at:
-        where = hop_words(root)
-    note = _capability_note(gpu, eff)
-    if expected is not None:
-        note += "; as the profile expects"
-    return [
-        Finding(
-            "pcie.link.ok",
-            Severity.OK,
-            subject,
-            f"{link_words(eff.speed_gts, eff.width)} at {where}{note}{overclaim}",
-            "",
+        findings.append(it.fail(
+            "pcie.link.degraded",
+            f"{hop_words(link.upstream)} trained {trained}; both ends support {capable}"
+            f"{overclaim}",
+            "reseat the GPU and its riser/cable, check the slot's BIOS link speed setting, "
+            "then power-cycle (a warm reboot keeps a bad training)",
             data,
-        )
-    ]
+        ))
+    return findings
 
 
 def _firmware_below(gpu: Gpu, truth: LinkTruth, data: dict[str, object]) -> list[Finding]:
@@ -246,10 +239,8 @@ def _firmware_below(gpu: Gpu, truth: LinkTruth, data: dict[str, object]) -> list
         return []
     level = "at its top DPM level" if fw.at_top else "(no DPM levels: its current link)"
     return [
-        Finding(
+        Subject(gpu.pci_address).fail(
             "pcie.link.firmware_below",
-            Severity.FAIL,
-            gpu.pci_address,
             f"the GPU firmware runs the link at {fw.words()} {level} "
             f"({', '.join(fw.sources)}); hop {eff.limited_at} trained "
             f"{link_words(eff.speed_gts, eff.width)}",
@@ -283,30 +274,24 @@ def _judge_from_firmware(
             context += f"; the endpoint claims {endpoint_claim(gpu)} (what lspci would show)"
     if fw.at_top is False and fw.top is not None:
         return [
-            Finding(
+            Subject(subject).warn(
                 "pcie.link.idle",
-                Severity.WARN,
-                subject,
                 f"{said}, at pp_dpm_pcie level {fw.active_index} (idle power saving); its top "
                 f"level is {fw.top.index} ({link_words(fw.top.speed_gts, fw.top.width)})"
                 f"{context}",
-                "judge under load: rocmseat preflight --sample 30 while a job runs",
-                data,
+                "judge under load: rocmseat preflight --sample 30 while a job runs", data,
             )
         ]
     if expected is not None and (fw.speed_gts, fw.width) != expected:
         return [
-            Finding(
+            Subject(subject).fail(
                 "pcie.link.expected",
-                Severity.FAIL,
-                subject,
                 f"{said}; the profile expects {link_words(*expected)}{context}",
-                "fix the link, or the profile if the slot changed",
-                data,
+                "fix the link, or the profile if the slot changed", data,
             )
         ]
     note = "; as the profile expects" if expected is not None else ""
-    return [Finding("pcie.link.ok", Severity.OK, subject, f"{said}{note}{context}", "", data)]
+    return [Subject(subject).ok("pcie.link.ok", f"{said}{note}{context}", "", data)]
 
 
 def gpu_capability(gpu: Gpu) -> tuple[float | None, int | None]:
@@ -339,41 +324,28 @@ def _capability_note(gpu: Gpu, eff: EffectiveLink) -> str:
 
 def judge_dpm(gpu: Gpu) -> list[Finding]:
     """`pcie.dpm.*`: pp_dpm_pcie's active and highest level against the trained link."""
-    subject = gpu.pci_address
+    it = Subject(gpu.pci_address)
     if gpu.amdgpu.asleep:
-        return [Finding("pcie.dpm.asleep", Severity.OK, subject,
-                        f"{ASLEEP_WORDS} ({gpu.amdgpu.asleep})", "",
-                        {"asleep": gpu.amdgpu.asleep})]
+        return [it.ok("pcie.dpm.asleep", f"{ASLEEP_WORDS} ({gpu.amdgpu.asleep})", "",
+                      {"asleep": gpu.amdgpu.asleep})]
     dpm_errors = errors_of(gpu.amdgpu.errors, "pp_dpm_pcie")
     if dpm_errors:
-        return [
-            Finding(
-                "pcie.dpm.unknown",
-                Severity.UNKNOWN,
-                subject,
-                f"cannot read pp_dpm_pcie: {dpm_errors[0]}",
-            )
-        ]
+        return [it.unknown("pcie.dpm.unknown", f"cannot read pp_dpm_pcie: {dpm_errors[0]}")]
     levels = gpu.amdgpu.pp_dpm_pcie
     if levels is None:
-        return [
-            Finding(
-                "pcie.dpm.absent",
-                Severity.OK,
-                subject,
-                "pp_dpm_pcie not exposed (amdgpu does not create it on MI200/MI300-class "
-                "parts); the link is judged from PCI sysfs and gpu_metrics",
-            )
-        ]
+        return [it.ok(
+            "pcie.dpm.absent",
+            "pp_dpm_pcie not exposed (amdgpu does not create it on MI200/MI300-class "
+            "parts); the link is judged from PCI sysfs and gpu_metrics",
+        )]
     if not levels:
-        return [
-            Finding(
-                "pcie.dpm.empty",
-                Severity.OK,
-                subject,
-                "pp_dpm_pcie is empty (the ASIC prints no PCIe levels)",
-            )
-        ]
+        return [it.ok("pcie.dpm.empty", "pp_dpm_pcie is empty (the ASIC prints no PCIe levels)")]
+    return [_judge_levels(gpu, levels)]
+
+
+def _judge_levels(gpu: Gpu, levels: tuple[DpmLevel, ...]) -> Finding:
+    """A non-empty pp_dpm_pcie table: its highest level against the trained link."""
+    it = Subject(gpu.pci_address)
     top = max(levels, key=lambda lv: (lv.speed_gts, lv.width))
     active = [lv for lv in levels if lv.active]
     truth = link_truth(gpu)
@@ -405,29 +377,21 @@ def judge_dpm(gpu: Gpu) -> list[Finding]:
         and (top.speed_gts < truth.speed_gts
              or (dpm_lanes_known(gpu) and top.width < truth.width))
     ):
-        return [
-            Finding(
-                "pcie.dpm.below_link",
-                Severity.WARN,
-                subject,
-                f"{top_text} is below the trained link "
-                f"{link_words(truth.speed_gts, truth.width)}; {active_text}",
-                "the GPU will never use the link's full rate: check "
-                "power_dpm_force_performance_level and the SMU's PCIe table (firmware)",
-                data,
-            )
-        ]
+        return it.warn(
+            "pcie.dpm.below_link",
+            f"{top_text} is below the trained link "
+            f"{link_words(truth.speed_gts, truth.width)}; {active_text}",
+            "the GPU will never use the link's full rate: check "
+            "power_dpm_force_performance_level and the SMU's PCIe table (firmware)",
+            data,
+        )
     star_problem = dpm_star_problem(gpu)
     if star_problem is not None:
-        return [
-            Finding(
-                "pcie.dpm.unknown",
-                Severity.UNKNOWN,
-                subject,
-                f"{star_problem}; highest level {top.index} "
-                f"({link_words(top.speed_gts, top.width)}): no active level to judge",
-                "read it again under load; a suspended GPU wakes on use",
-                data,
-            )
-        ]
-    return [Finding("pcie.dpm.ok", Severity.OK, subject, f"{active_text}; {top_text}", "", data)]
+        return it.unknown(
+            "pcie.dpm.unknown",
+            f"{star_problem}; highest level {top.index} "
+            f"({link_words(top.speed_gts, top.width)}): no active level to judge",
+            "read it again under load; a suspended GPU wakes on use",
+            data,
+        )
+    return it.ok("pcie.dpm.ok", f"{active_text}; {top_text}", "", data)

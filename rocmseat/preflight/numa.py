@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rocmseat.findings import Finding, Severity
+from rocmseat.findings import Finding, Subject
 from rocmseat.node.inventory import Gpu, Inventory
 from rocmseat.preflight.pairs import Pair, make_pair
 from rocmseat.sysfs.attrs import errors_of, first_of
@@ -38,10 +38,8 @@ def judge_locality(gpu: Gpu, inventory: Inventory) -> list[Finding]:
         # the socket may still have been inferred, but from a partial reading: never a quiet ok
         socket = "unknown" if gpu.socket is None else str(gpu.socket)
         return [
-            Finding(
+            Subject(subject).unknown(
                 "numa.unknown",
-                Severity.UNKNOWN,
-                subject,
                 f"cannot read the GPU's locality: {first_of(errors)}; socket {socket} "
                 f"({gpu.socket_source})",
                 "check numa_node, local_cpulist, node*/cpulist and cpu*/topology in the tree",
@@ -55,10 +53,8 @@ def judge_locality(gpu: Gpu, inventory: Inventory) -> list[Finding]:
         nodes = ", ".join(str(n) for n in host_nodes) or "none"
         socket = "unknown" if gpu.socket is None else str(gpu.socket)
         return [
-            Finding(
+            Subject(subject).unknown(
                 "numa.unknown",
-                Severity.UNKNOWN,
-                subject,
                 f"numa_node {gpu.numa_node} is not a NUMA node of this host (nodes: {nodes}); "
                 f"socket {socket} ({gpu.socket_source})",
                 "check the BIOS's PCI proximity (ACPI _PXM) and devices/system/node in the tree",
@@ -71,34 +67,24 @@ def judge_locality(gpu: Gpu, inventory: Inventory) -> list[Finding]:
         else:
             text = f"socket {gpu.socket} inferred from the {gpu.socket_source}"
         return [
-            Finding(
+            Subject(subject).warn(
                 "numa.node_unknown",
-                Severity.WARN,
-                subject,
                 f"numa_node is -1 on a {len(inventory.sockets)}-socket host (no ACPI _PXM); {text}",
-                "update the BIOS / enable NUMA-aware PCI affinity (ACPI _PXM, SRAT)",
-                data,
+                "update the BIOS / enable NUMA-aware PCI affinity (ACPI _PXM, SRAT)", data,
             )
         ]
     if gpu.socket is None:
         return [
-            Finding(
-                "numa.socket_unknown",
-                Severity.UNKNOWN,
-                subject,
-                f"cannot tell the GPU's socket: {gpu.socket_source}",
-                "check devices/system/cpu/cpu*/topology/physical_package_id",
-                data,
+            Subject(subject).unknown(
+                "numa.socket_unknown", f"cannot tell the GPU's socket: {gpu.socket_source}",
+                "check devices/system/cpu/cpu*/topology/physical_package_id", data,
             )
         ]
     node = "NUMA node unknown (-1)" if gpu.numa_node is None else f"NUMA node {gpu.numa_node}"
     return [
-        Finding(
+        Subject(subject).ok(
             "numa.locality",
-            Severity.OK,
-            subject,
-            f"{node}, socket {gpu.socket} ({gpu.socket_source}), CPUs {gpu.local_cpulist}",
-            "",
+            f"{node}, socket {gpu.socket} ({gpu.socket_source}), CPUs {gpu.local_cpulist}", "",
             data,
         )
     ]
@@ -134,13 +120,9 @@ def judge_proposed(pairs: Sequence[Pair], inventory: Inventory) -> list[Finding]
     for pair in pairs:
         node = "" if pair.numa_node is None else f", NUMA node {pair.numa_node}"
         findings.append(
-            Finding(
-                "numa.pair",
-                Severity.OK,
-                pair.subject,
-                f"proposed TP2 pair on socket {pair.socket}{node}; {_asymmetry(pair)}",
-                "",
-                _pair_data(pair),
+            Subject(pair.subject).ok(
+                "numa.pair", f"proposed TP2 pair on socket {pair.socket}{node}; {_asymmetry(pair)}",
+                "", _pair_data(pair),
             )
         )
     taken = {a for pair in pairs for a in pair.addresses()}
@@ -149,20 +131,15 @@ def judge_proposed(pairs: Sequence[Pair], inventory: Inventory) -> list[Finding]
             continue
         if gpu.socket is None:
             findings.append(
-                Finding(
+                Subject(gpu.pci_address).warn(
                     "numa.pair.unpaired",
-                    Severity.WARN,
-                    gpu.pci_address,
                     "not paired: its socket is unknown, and a pair must not straddle sockets",
                 )
             )
         else:
             findings.append(
-                Finding(
-                    "numa.pair.unpaired",
-                    Severity.OK,
-                    gpu.pci_address,
-                    f"no socket-local partner left on socket {gpu.socket}",
+                Subject(gpu.pci_address).ok(
+                    "numa.pair.unpaired", f"no socket-local partner left on socket {gpu.socket}",
                 )
             )
     return findings
@@ -177,11 +154,8 @@ def judge_requested(requested: Sequence[tuple[str, str]], inventory: Inventory) 
         missing = [x for x, g in ((a, gpu_a), (b, gpu_b)) if g is None]
         if missing:
             findings.append(
-                Finding(
-                    "numa.pair.missing",
-                    Severity.FAIL,
-                    subject,
-                    f"no amdgpu device at {', '.join(missing)}",
+                Subject(subject).fail(
+                    "numa.pair.missing", f"no amdgpu device at {', '.join(missing)}",
                     "check the address (rocmseat preflight lists the GPUs) or the hardware",
                 )
             )
@@ -190,36 +164,26 @@ def judge_requested(requested: Sequence[tuple[str, str]], inventory: Inventory) 
         pair = make_pair(gpu_a, gpu_b)
         if gpu_a.socket is None or gpu_b.socket is None:
             findings.append(
-                Finding(
+                Subject(subject).unknown(
                     "numa.pair.unknown",
-                    Severity.UNKNOWN,
-                    subject,
-                    "cannot tell whether the pair shares a socket (a GPU's socket is unknown)",
-                    "",
+                    "cannot tell whether the pair shares a socket (a GPU's socket is unknown)", "",
                     _pair_data(pair),
                 )
             )
         elif gpu_a.socket != gpu_b.socket:
             findings.append(
-                Finding(
+                Subject(subject).fail(
                     "numa.pair.cross_socket",
-                    Severity.FAIL,
-                    subject,
                     f"pair straddles sockets {gpu_a.socket} and {gpu_b.socket}: "
                     "cross-socket HIP IPC fails on such platforms and every all-reduce "
                     "is host-staged",
-                    "pair GPUs on one socket (see the proposed pairs)",
-                    _pair_data(pair),
+                    "pair GPUs on one socket (see the proposed pairs)", _pair_data(pair),
                 )
             )
         else:
             findings.append(
-                Finding(
-                    "numa.pair",
-                    Severity.OK,
-                    subject,
-                    f"pair on socket {pair.socket}; {_asymmetry(pair)}",
-                    "",
+                Subject(subject).ok(
+                    "numa.pair", f"pair on socket {pair.socket}; {_asymmetry(pair)}", "",
                     _pair_data(pair),
                 )
             )

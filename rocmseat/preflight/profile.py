@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from rocmseat.findings import Finding, Severity
+from rocmseat.findings import Finding, Subject
 from rocmseat.node.inventory import Inventory
 from rocmseat.preflight.aer import AerThresholds
 from rocmseat.preflight.events import EventThresholds
@@ -153,41 +153,31 @@ def judge_profile(inventory: Inventory, profile: Profile, checked: set[str]) -> 
         gpu = present.get(expected.pci_address)
         if gpu is None:
             findings.append(
-                Finding(
+                Subject(expected.pci_address).fail(
                     "profile.gpu.missing",
-                    Severity.FAIL,
-                    expected.pci_address,
                     f"profile {profile.name} expects a GPU at {expected.pci_address}; none found",
                     "a GPU fell off the bus (dmesg), or the profile is out of date",
                 )
             )
         elif expected.socket is not None and gpu.socket != expected.socket:
             findings.append(
-                Finding(
+                Subject(expected.pci_address).fail(
                     "profile.gpu.socket",
-                    Severity.FAIL,
-                    expected.pci_address,
                     f"profile {profile.name} expects socket {expected.socket}; found {gpu.socket}",
                 )
             )
         else:
             findings.append(
-                Finding(
-                    "profile.gpu.present",
-                    Severity.OK,
-                    expected.pci_address,
-                    f"present as profile {profile.name} expects",
+                Subject(expected.pci_address).ok(
+                    "profile.gpu.present", f"present as profile {profile.name} expects",
                 )
             )
     known = {g.pci_address for g in profile.gpus}
     for address in sorted(present):
         if address not in known and (not checked or address in checked):
             findings.append(
-                Finding(
-                    "profile.gpu.unexpected",
-                    Severity.WARN,
-                    address,
-                    f"GPU not listed in profile {profile.name}",
+                Subject(address).warn(
+                    "profile.gpu.unexpected", f"GPU not listed in profile {profile.name}",
                     "add it to the profile",
                 )
             )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rocmseat.findings import Finding, Severity
+from rocmseat.findings import Finding, Severity, Subject
 from rocmseat.node.inventory import Gpu
 from rocmseat.preflight.aer import (
     RAS_PREFIX,
@@ -46,16 +46,9 @@ def bad_page_threshold(gpu: Gpu, thresholds: AerThresholds) -> int | None:
 
 
 def _unknown(subject: str, reasons: list[str], hint: str) -> list[Finding]:
-    return [
-        Finding(
-            "ras.unknown",
-            Severity.UNKNOWN,
-            subject,
-            f"cannot read the RAS counts: {first_of(reasons)}",
-            hint,
-            {"errors": reasons},
-        )
-    ]
+    return [Subject(subject).unknown("ras.unknown",
+                                     f"cannot read the RAS counts: {first_of(reasons)}",
+                                     hint, {"errors": reasons})]
 
 
 def _no_ras(gpu: Gpu) -> list[Finding]:
@@ -131,55 +124,12 @@ def judge_ras(
         return cannot
     deltas, reset = counter_deltas(now, base)
     span = "since the counts reset (the driver reloaded)" if reset else window.phrase
-    boot = "" if span.startswith("since") else "; {:,} since the driver loaded"
-    findings: list[Finding] = []
-    for key, delta in sorted(deltas.items()):
-        if delta <= 0:
-            continue
-        _prefix, block, kind = key.split(".", 2)
-        data = {"block": block, "kind": kind, "delta": delta, "count": now[key], "window": span}
-        grew = f"GPU {subject}: +{delta:,}"
-        if kind == "ue":
-            findings.append(
-                Finding(
-                    "ras.ue",
-                    Severity.FAIL,
-                    subject,
-                    f"{grew} uncorrectable {block} errors {span}{boot.format(now[key])}",
-                    "uncorrectable GPU errors: drain the GPU, check dmesg (amdgpu RAS) and the "
-                    "vendor's RMA criteria",
-                    data,
-                )
-            )
-        elif kind == "ce":
-            severity = Severity.OK
-            if delta >= thresholds.ras_ce_fail:
-                severity = Severity.FAIL
-            elif delta >= thresholds.ras_ce_warn:
-                severity = Severity.WARN
-            if severity != Severity.OK:
-                findings.append(
-                    Finding(
-                        "ras.ce",
-                        severity,
-                        subject,
-                        f"{grew} correctable {block} errors {span}{boot.format(now[key])}",
-                        "correctable errors are corrected, and a rising rate precedes "
-                        "uncorrectable ones: watch the trend, plan the GPU's service",
-                        data,
-                    )
-                )
-        elif kind == "de":
-            findings.append(
-                Finding(
-                    "ras.de",
-                    Severity.WARN,
-                    subject,
-                    f"{grew} deferred {block} errors {span}{boot.format(now[key])}",
-                    "deferred (poisoned) data: the consumer of it fails; check dmesg",
-                    data,
-                )
-            )
+    findings = [
+        finding for key, delta in sorted(deltas.items()) if delta > 0
+        for finding in [_count_finding(subject, key, delta, now[key], span=span,
+                                       thresholds=thresholds)]
+        if finding is not None
+    ]
     pages = ras.bad_pages or ()
     rule = bad_page_rule(gpu, thresholds)
     threshold = rule.pages
@@ -187,33 +137,68 @@ def judge_ras(
     if threshold is not None and _exceeds(len(pages), rule, thresholds):
         findings.append(_bad_pages(gpu, len(pages), rule))
     elif unreserved:
-        findings.append(
-            Finding(
-                "ras.bad_pages",
-                Severity.WARN,
-                subject,
-                f"GPU {subject}: {len(unreserved):,} bad VRAM pages could not be reserved "
-                "(flag F in gpu_vram_bad_pages)",
-                "the pages are still in use: reset the GPU so the driver retires them",
-                {"pages": len(pages), "unreserved": len(unreserved)},
-            )
-        )
+        findings.append(Subject(subject).warn(
+            "ras.bad_pages",
+            f"GPU {subject}: {len(unreserved):,} bad VRAM pages could not be reserved "
+            "(flag F in gpu_vram_bad_pages)",
+            "the pages are still in use: reset the GPU so the driver retires them",
+            {"pages": len(pages), "unreserved": len(unreserved)},
+        ))
     if findings:
         return findings
     limit = f" (no threshold: {rule.words})" if threshold is None else (
         f" (threshold {threshold:,}: {rule.words})"
     )
-    return [
-        Finding(
-            "ras.clean",
-            Severity.OK,
-            subject,
-            f"no RAS errors {span} in {len(ras.blocks)} blocks; {len(pages):,} retired VRAM "
-            f"pages{limit}",
-            "",
-            {"window": span, "pages": len(pages)},
+    return [Subject(subject).ok(
+        "ras.clean",
+        f"no RAS errors {span} in {len(ras.blocks)} blocks; {len(pages):,} retired VRAM "
+        f"pages{limit}",
+        "",
+        {"window": span, "pages": len(pages)},
+    )]
+
+
+def _count_finding(subject: str, key: str, delta: int, count: int, *, span: str,
+                   thresholds: AerThresholds) -> Finding | None:
+    """One RAS count that grew by `delta` over `span`: ue fails, ce against its thresholds,
+    de warns (None: a ce under its warning threshold)."""
+    it = Subject(subject)
+    boot = "" if span.startswith("since") else f"; {count:,} since the driver loaded"
+    _prefix, block, kind = key.split(".", 2)
+    data = {"block": block, "kind": kind, "delta": delta, "count": count, "window": span}
+    grew = f"GPU {subject}: +{delta:,}"
+    if kind == "ue":
+        return it.fail(
+            "ras.ue",
+            f"{grew} uncorrectable {block} errors {span}{boot}",
+            "uncorrectable GPU errors: drain the GPU, check dmesg (amdgpu RAS) and the "
+            "vendor's RMA criteria",
+            data,
         )
-    ]
+    if kind == "ce":
+        severity = Severity.OK
+        if delta >= thresholds.ras_ce_fail:
+            severity = Severity.FAIL
+        elif delta >= thresholds.ras_ce_warn:
+            severity = Severity.WARN
+        if severity == Severity.OK:
+            return None
+        return it.finding(
+            "ras.ce",
+            severity,
+            f"{grew} correctable {block} errors {span}{boot}",
+            "correctable errors are corrected, and a rising rate precedes "
+            "uncorrectable ones: watch the trend, plan the GPU's service",
+            data,
+        )
+    if kind == "de":
+        return it.warn(
+            "ras.de",
+            f"{grew} deferred {block} errors {span}{boot}",
+            "deferred (poisoned) data: the consumer of it fails; check dmesg",
+            data,
+        )
+    return None
 
 
 def _exceeds(pages: int, rule: BadPageRule, thresholds: AerThresholds) -> bool:
@@ -236,10 +221,8 @@ def _bad_pages(gpu: Gpu, pages: int, rule: BadPageRule) -> Finding:
         hint = ("the driver keeps the GPU running and asks to 'consult AMD Service Action Guide "
                 "(SAG) for appropriate service procedures'; older amdgpu (before 2025) used VRAM "
                 "/ 100 MiB for -1")
-    return Finding(
+    return Subject(subject).fail(
         "ras.bad_pages",
-        Severity.FAIL,
-        subject,
         f"GPU {subject}: RAS records:{pages} exceed threshold:{rule.pages} ({pages:,} retired "
         f"VRAM pages in gpu_vram_bad_pages; {rule.words})",
         hint,

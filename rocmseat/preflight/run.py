@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocmseat.errors import ConfigError, NoDeviceError
-from rocmseat.findings import Finding, Severity
+from rocmseat.findings import NODE, Finding, Severity, Subject
 from rocmseat.node.inventory import Gpu, Inventory, read_inventory
 from rocmseat.preflight.aer import AerThresholds, judge_aer, snapshot, unknown_sources
 from rocmseat.preflight.bar import cite_small_bar, judge_bar, small_bar_gpus
@@ -24,6 +24,7 @@ from rocmseat.preflight.link import judge_dpm, judge_link
 from rocmseat.preflight.numa import judge_locality, judge_proposed, judge_requested
 from rocmseat.preflight.pairs import Pair, propose_pairs
 from rocmseat.preflight.windows import (
+    Entry,
     Stamp,
     Window,
     load_ring,
@@ -62,112 +63,78 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def preflight_report(
-    sysfs_root: Path,
-    state_dir: Path,
-    *,
-    families: Collection[str] | None = None,
-    pairs: Sequence[tuple[str, str]] | None = None,
-    profile: Path | Profile | None = None,
-    hip: bool = False,
-    hip_env: Mapping[str, str] | None = None,
-    hip_library: Path | None = None,
-    hip_stage_timeout_s: float = 30.0,
-    amdsmi: bool | None = None,
-    sample_s: float | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    now: Callable[[], str] = _now,
-    proc_root: Path | None = None,
-    kernel_log: Path | None = None,
-) -> PreflightReport:
-    """Raises NoDeviceError when the root has no amdgpu device, ConfigError on a bad profile.
+@dataclass(frozen=True, slots=True)
+class PreflightOptions:
+    """What one run checks, and how (each default is the CLI's).
 
-    `proc_root` is where this boot's id is read (None: the default for `sysfs_root`,
+    `proc_root` is where this boot's id is read (None: the default for the sysfs root,
     rocmseat.sysfs.fs.default_proc_root). `kernel_log` is the log the events family reads
     (None: rocmseat.sysfs.fs.default_kmsg_path; a default run on a tree with no kernel log of
     its own skips the family, an asked-for one says unknown).
     """
-    loaded: Profile | None
-    if isinstance(profile, Path):
-        from rocmseat.preflight.profile import load_profile
 
-        loaded = load_profile(profile)
-    else:
-        loaded = profile
+    families: Collection[str] | None = None
+    pairs: Sequence[tuple[str, str]] | None = None
+    profile: Path | Profile | None = None
+    hip: bool = False
+    hip_env: Mapping[str, str] | None = None
+    hip_library: Path | None = None
+    hip_stage_timeout_s: float = 30.0
+    amdsmi: bool | None = None
+    sample_s: float | None = None
+    sleep: Callable[[float], None] = time.sleep
+    now: Callable[[], str] = _now
+    proc_root: Path | None = None
+    kernel_log: Path | None = None
+
+
+def preflight_report(
+    sysfs_root: Path, state_dir: Path, options: PreflightOptions | None = None
+) -> PreflightReport:
+    """Raises NoDeviceError when the root has no amdgpu device, ConfigError on a bad profile."""
+    opts = options if options is not None else PreflightOptions()
+    loaded = _load_profile(opts.profile)
     live = is_live_root(sysfs_root)
-    selected = set(families) if families else set(DEFAULT_FAMILIES)
-    if not families:
-        if hip:
-            selected.add("hip")
-        # amdsmi is an optional dependency (docs/architecture.md "Dependencies"): cross-check
-        # only when asked, so a node
-        # without it is not "could not check" on every run (the ExecStartPre of every replica).
-        if amdsmi:
-            selected.add("amdsmi")
-    kmsg = kernel_log if kernel_log is not None else default_kmsg_path(sysfs_root)
-    if not families and kmsg is None:
-        selected.discard("events")
-    unknown = selected - set(FAMILIES)
-    if unknown:
-        raise ConfigError(f"unknown check family {sorted(unknown)[0]!r} (one of {FAMILIES})")
-    if families and "profile" in selected and loaded is None:
-        # Asked for, it must run: an empty family would be a silent pass.
-        raise ConfigError("the profile family needs an expectations profile (--profile FILE)")
-    if not sysfs_root.is_dir():
-        # a mistyped --sysfs-root / ROCMSEAT_SYSFS_ROOT: say so, not "no amdgpu device"
-        raise NoDeviceError(f"{sysfs_root}: no such directory (the sysfs root to read)")
-    inventory = read_inventory(sysfs_root)
-    if not inventory.gpus:
-        others = f" (found {', '.join(inventory.other_cards)})" if inventory.other_cards else ""
-        problems = f" ({'; '.join(inventory.problems)})" if inventory.problems else ""
-        raise NoDeviceError(
-            f"no amdgpu device under {sysfs_root / 'class' / 'drm'}{others}{problems}"
-        )
-    proc = proc_root if proc_root is not None else default_proc_root(sysfs_root)
+    kmsg = opts.kernel_log if opts.kernel_log is not None else default_kmsg_path(sysfs_root)
+    selected = _select_families(opts, loaded, kmsg)
+    inventory = _read_node(sysfs_root)
+    proc = opts.proc_root if opts.proc_root is not None else default_proc_root(sysfs_root)
     identity = read_boot_identity(proc)
-    requested = tuple(pairs or ())
+    requested = tuple(opts.pairs or ())
     if not requested and loaded is not None and "numa" in selected:
         requested = loaded.pairs
-    wanted = {a for pair in (pairs or ()) for a in pair}
+    wanted = {a for pair in (opts.pairs or ()) for a in pair}
     checked = tuple(g for g in inventory.gpus if not wanted or g.pci_address in wanted)
     findings: list[Finding] = _inventory_findings(inventory, wanted, live)
     findings += _identity_findings(checked)
-    thresholds = loaded.thresholds if loaded is not None else AerThresholds()
-    for gpu in checked:
-        if "pcie" in selected:
-            expected = loaded.expected_link(gpu.pci_address) if loaded is not None else None
-            findings += judge_link(gpu, expected)
-            findings += judge_dpm(gpu)
-            findings += judge_bar(gpu)
-        if "numa" in selected:
-            findings += judge_locality(gpu, inventory)
+    findings += _gpu_findings(checked, inventory, selected, loaded)
     proposed = propose_pairs(inventory)
     if "numa" in selected:
-        if requested:
-            findings += judge_requested(requested, inventory)
-        else:
-            findings += judge_proposed(proposed, inventory)
+        findings += (judge_requested(requested, inventory) if requested
+                     else judge_proposed(proposed, inventory))
     if "profile" in selected and loaded is not None:
         from rocmseat.preflight.profile import judge_profile
 
         findings += judge_profile(inventory, loaded, wanted)
     window = None
     if "aer" in selected or "ras" in selected:
+        thresholds = loaded.thresholds if loaded is not None else AerThresholds()
         error_findings, window = _error_windows(
-            sysfs_root, state_dir, checked, thresholds, families=selected, sample_s=sample_s,
-            sleep=sleep, now=now, identity=identity, proc_root=proc,
+            sysfs_root, state_dir, checked, thresholds, families=selected,
+            sample_s=opts.sample_s, sleep=opts.sleep, now=opts.now, identity=identity,
+            proc_root=proc,
         )
         findings += error_findings
     if "events" in selected:
         findings += _events(kmsg, inventory.gpus, checked, loaded,
-                            live=live and kernel_log is None)
+                            live=live and opts.kernel_log is None)
     if "amdsmi" in selected:
         from rocmseat.node.amdsmi_check import amdsmi_findings
 
         findings += amdsmi_findings(inventory)
     if "hip" in selected:
-        hip_pairs = list(pairs) if pairs else [p.addresses() for p in proposed]
-        findings += _hip(hip_pairs, hip_env, hip_library, hip_stage_timeout_s)
+        hip_pairs = list(opts.pairs) if opts.pairs else [p.addresses() for p in proposed]
+        findings += _hip(hip_pairs, opts.hip_env, opts.hip_library, opts.hip_stage_timeout_s)
         findings = cite_small_bar(findings, small_bar_gpus(checked))
     return PreflightReport(
         inventory=inventory,
@@ -178,19 +145,79 @@ def preflight_report(
         aer_window=window,
         profile=loaded.name if loaded is not None else None,
         families=tuple(sorted(f for f in selected if f != "profile" or loaded is not None)),
-        full=not families and not pairs,
+        full=not opts.families and not opts.pairs,
         profile_sha256=loaded.sha256 if loaded is not None else None,
         identity=identity,
     )
 
 
+def _load_profile(profile: Path | Profile | None) -> Profile | None:
+    if isinstance(profile, Path):
+        from rocmseat.preflight.profile import load_profile
+
+        return load_profile(profile)
+    return profile
+
+
+def _select_families(opts: PreflightOptions, loaded: Profile | None,
+                     kmsg: Path | None) -> set[str]:
+    """The families this run judges: those asked for, else the defaults (plus hip and amdsmi
+    when asked; events only where there is a kernel log). ConfigError on a bad request."""
+    families = opts.families
+    selected = set(families) if families else set(DEFAULT_FAMILIES)
+    if not families:
+        if opts.hip:
+            selected.add("hip")
+        # amdsmi is an optional dependency (docs/architecture.md "Dependencies"): cross-check
+        # only when asked, so a node
+        # without it is not "could not check" on every run (the ExecStartPre of every replica).
+        if opts.amdsmi:
+            selected.add("amdsmi")
+        if kmsg is None:
+            selected.discard("events")
+    unknown = selected - set(FAMILIES)
+    if unknown:
+        raise ConfigError(f"unknown check family {sorted(unknown)[0]!r} (one of {FAMILIES})")
+    if families and "profile" in selected and loaded is None:
+        # Asked for, it must run: an empty family would be a silent pass.
+        raise ConfigError("the profile family needs an expectations profile (--profile FILE)")
+    return selected
+
+
+def _read_node(sysfs_root: Path) -> Inventory:
+    """The inventory, or NoDeviceError saying why there is none."""
+    if not sysfs_root.is_dir():
+        # a mistyped --sysfs-root / ROCMSEAT_SYSFS_ROOT: say so, not "no amdgpu device"
+        raise NoDeviceError(f"{sysfs_root}: no such directory (the sysfs root to read)")
+    inventory = read_inventory(sysfs_root)
+    if not inventory.gpus:
+        others = f" (found {', '.join(inventory.other_cards)})" if inventory.other_cards else ""
+        problems = f" ({'; '.join(inventory.problems)})" if inventory.problems else ""
+        raise NoDeviceError(
+            f"no amdgpu device under {sysfs_root / 'class' / 'drm'}{others}{problems}"
+        )
+    return inventory
+
+
+def _gpu_findings(checked: tuple[Gpu, ...], inventory: Inventory, selected: set[str],
+                  loaded: Profile | None) -> list[Finding]:
+    """The per-GPU sysfs families: pcie (link, DPM, BAR) and numa (locality)."""
+    findings: list[Finding] = []
+    for gpu in checked:
+        if "pcie" in selected:
+            expected = loaded.expected_link(gpu.pci_address) if loaded is not None else None
+            findings += judge_link(gpu, expected)
+            findings += judge_dpm(gpu)
+            findings += judge_bar(gpu)
+        if "numa" in selected:
+            findings += judge_locality(gpu, inventory)
+    return findings
+
+
 def _inventory_findings(inventory: Inventory, wanted: set[str], live: bool) -> list[Finding]:
     findings = [
-        Finding(
-            "inventory.card",
-            Severity.UNKNOWN,
-            problem.split(":", 1)[0],
-            f"cannot read DRM card: {problem}",
+        Subject(problem.split(":", 1)[0]).unknown(
+            "inventory.card", f"cannot read DRM card: {problem}",
             "a card without its device link: driver unbinding or a broken tree",
         )
         for problem in inventory.problems
@@ -200,11 +227,8 @@ def _inventory_findings(inventory: Inventory, wanted: set[str], live: bool) -> l
     present = {g.pci_address for g in inventory.gpus}
     for address in sorted(wanted - present):
         findings.append(
-            Finding(
-                "inventory.gpu_missing",
-                Severity.FAIL,
-                address,
-                f"no amdgpu device at {address}",
+            Subject(address).fail(
+                "inventory.gpu_missing", f"no amdgpu device at {address}",
                 "check the address, or dmesg for a GPU that fell off",
             )
         )
@@ -219,10 +243,8 @@ def _kfd_findings(inventory: Inventory) -> list[Finding]:
     """A GPU KFD lists with no DRM card, or a KFD topology nobody could read: the run cannot
     count the node's GPUs, so it says so (never "4 GPUs, ok" over a fifth it cannot see)."""
     findings = [
-        Finding(
+        Subject(address).unknown(
             "inventory.kfd_only",
-            Severity.UNKNOWN,
-            address,
             f"GPU {address} is listed by KFD (class/kfd topology) but has no DRM card: it "
             "cannot be checked",
             "its DRM device is gone (driver unbound, GPU fell off the bus?): check dmesg and "
@@ -233,10 +255,8 @@ def _kfd_findings(inventory: Inventory) -> list[Finding]:
     if inventory.kfd_errors:
         more = len(inventory.kfd_errors) - 1
         findings.append(
-            Finding(
+            NODE.unknown(
                 "inventory.kfd",
-                Severity.UNKNOWN,
-                "node",
                 f"cannot read the KFD topology: {inventory.kfd_errors[0]}"
                 + (f" (and {more} more)" if more else "")
                 + "; a GPU listed only there would go unseen",
@@ -254,10 +274,8 @@ def _identity_findings(gpus: tuple[Gpu, ...]) -> list[Finding]:
             continue
         more = len(gpu.identity_errors) - 1
         findings.append(
-            Finding(
+            Subject(gpu.pci_address).unknown(
                 "inventory.gpu.identity",
-                Severity.UNKNOWN,
-                gpu.pci_address,
                 f"cannot read the GPU's identity: {gpu.identity_errors[0]}"
                 + (f" (and {more} more)" if more else ""),
                 "kept as a GPU (bound to amdgpu or listed by KFD); check the sysfs tree",
@@ -286,63 +304,30 @@ def _error_windows(
     current = snapshot(gpus)
     windows: dict[str, Window] = {}
     stamp: Stamp | None = None  # set when this run's reading joins the error readings
+    stored: Mapping[str, tuple[Entry, ...]] = {}
     if sample_s is not None:
-        first = current
-        sleep(sample_s)
-        addresses = {g.pci_address for g in gpus}
-        again = read_inventory(sysfs_root)
-        gpus = tuple(g for g in again.gpus if g.pci_address in addresses)
-        current = snapshot(gpus)
-        window = f"during the {sample_s:g} s sample"
-        windows = {address: Window(counters, window) for address, counters in first.items()}
-        for address in sorted(addresses - {g.pci_address for g in gpus}):
-            findings.append(
-                Finding(
-                    "inventory.gpu_lost",
-                    Severity.FAIL,
-                    address,
-                    f"GPU {address} disappeared {window} (its DRM card or PCI function is gone)",
-                    "check dmesg for amdgpu/PCIe errors: the GPU fell off the bus or was reset",
-                )
-            )
+        gpus, current, windows, window = _sample(sysfs_root, gpus, current, sample_s, sleep,
+                                                 findings=findings)
     elif identity.error is not None:
         # readings from another boot would hide errors counted since this one: never guess
         window = "since boot"
-        findings.append(
-            Finding(
-                "aer.window",
-                Severity.WARN,
-                "node",
-                f"cannot tell this boot ({identity.error}); counting since boot",
-                "check the proc root (ROCMSEAT_PROC_ROOT)",
-            )
-        )
+        findings.append(NODE.warn("aer.window",
+                                  f"cannot tell this boot ({identity.error}); counting since boot",
+                                  "check the proc root (ROCMSEAT_PROC_ROOT)"))
     else:
         loaded = load_ring(state_dir, sysfs_root, identity.boot_id)
         if loaded.problem:
-            findings.append(
-                Finding(
-                    "aer.window",
-                    Severity.UNKNOWN if loaded.untrusted else Severity.WARN,
-                    "node",
-                    f"{loaded.problem}; counting since boot",
-                    "the state dir and its files must be owned by root or this user and "
-                    "writable by no one else" if loaded.untrusted
-                    else "remove the file; the next run writes a fresh one",
-                )
-            )
+            findings.append(NODE.finding(
+                "aer.window",
+                Severity.UNKNOWN if loaded.untrusted else Severity.WARN,
+                f"{loaded.problem}; counting since boot",
+                "the state dir and its files must be owned by root or this user and "
+                "writable by no one else" if loaded.untrusted
+                else "remove the file; the next run writes a fresh one",
+            ))
         stamp = None if loaded.untrusted else _stamp(now, proc_root, findings)
         stored = loaded.ring.devices if loaded.ring is not None else {}
-        at = stamp or Stamp(now())
-        windows = {
-            address: window_for(stored.get(address, ()), at, thresholds.window_s)
-            for address in current
-        }
-        phrases = sorted({w.phrase for w in windows.values()})
-        window = phrases[0] if len(phrases) == 1 else (
-            f"the last {window_words(thresholds.window_s)} (each device's own start: see its "
-            "findings)"
-        )
+        windows, window = _ring_windows(stored, current, stamp or Stamp(now()), thresholds)
     for gpu in gpus:
         if "aer" in families:
             findings += judge_aer(gpu, current, windows, thresholds)
@@ -357,16 +342,47 @@ def _error_windows(
     problem = save_readings(state_dir, sysfs_root, identity.boot_id, current, stamp,
                             seen=stored, unknown=unknown_sources(gpus))
     if problem:
-        findings.append(
-            Finding(
-                "aer.window",
-                Severity.WARN,
-                "node",
-                problem,
-                "pass --state-dir to a writable directory",
-            )
-        )
+        findings.append(NODE.warn("aer.window", problem,
+                                  "pass --state-dir to a writable directory"))
     return findings, window
+
+
+def _sample(
+    sysfs_root: Path, gpus: tuple[Gpu, ...], first: dict[str, dict[str, int]], sample_s: float,
+    sleep: Callable[[float], None], *, findings: list[Finding],
+) -> tuple[tuple[Gpu, ...], dict[str, dict[str, int]], dict[str, Window], str]:
+    """`--sample`: read again after `sample_s`; the first reading opens each device's window.
+    A GPU gone meanwhile is a failure (appended to `findings`)."""
+    sleep(sample_s)
+    addresses = {g.pci_address for g in gpus}
+    again = read_inventory(sysfs_root)
+    gpus = tuple(g for g in again.gpus if g.pci_address in addresses)
+    window = f"during the {sample_s:g} s sample"
+    windows = {address: Window(counters, window) for address, counters in first.items()}
+    for address in sorted(addresses - {g.pci_address for g in gpus}):
+        findings.append(Subject(address).fail(
+            "inventory.gpu_lost",
+            f"GPU {address} disappeared {window} (its DRM card or PCI function is gone)",
+            "check dmesg for amdgpu/PCIe errors: the GPU fell off the bus or was reset",
+        ))
+    return gpus, snapshot(gpus), windows, window
+
+
+def _ring_windows(
+    stored: Mapping[str, tuple[Entry, ...]], current: Mapping[str, Mapping[str, int]], at: Stamp,
+    thresholds: AerThresholds,
+) -> tuple[dict[str, Window], str]:
+    """Each device's window from the stored readings, and the phrase that names them."""
+    windows = {
+        address: window_for(stored.get(address, ()), at, thresholds.window_s)
+        for address in current
+    }
+    phrases = sorted({w.phrase for w in windows.values()})
+    window = phrases[0] if len(phrases) == 1 else (
+        f"the last {window_words(thresholds.window_s)} (each device's own start: see its "
+        "findings)"
+    )
+    return windows, window
 
 
 def _stamp(now: Callable[[], str], proc_root: Path | None, findings: list[Finding]) -> Stamp:
@@ -374,15 +390,11 @@ def _stamp(now: Callable[[], str], proc_root: Path | None, findings: list[Findin
     proc root whose uptime cannot be read leaves the window on the wall clock, and says so."""
     boot_s, error = read_uptime_s(proc_root)
     if error is not None:
-        findings.append(
-            Finding(
-                "aer.window",
-                Severity.WARN,
-                "node",
-                f"cannot read the boot clock ({error}); the window is measured on the wall clock",
-                "check the proc root (ROCMSEAT_PROC_ROOT)",
-            )
-        )
+        findings.append(NODE.warn(
+            "aer.window",
+            f"cannot read the boot clock ({error}); the window is measured on the wall clock",
+            "check the proc root (ROCMSEAT_PROC_ROOT)",
+        ))
     return Stamp(now(), boot_s)
 
 
@@ -392,9 +404,10 @@ def _events(kmsg: Path | None, gpus: tuple[Gpu, ...], checked: tuple[Gpu, ...],
     from rocmseat.preflight.events import EventThresholds, judge_events, read_kernel_events
 
     if kmsg is None:
-        return [Finding("events.source", Severity.UNKNOWN, "node",
-                        "no kernel log for a sysfs tree that is not this host's",
-                        "pass --kernel-log FILE or set ROCMSEAT_KMSG")]
+        return [NODE.unknown(
+            "events.source", "no kernel log for a sysfs tree that is not this host's",
+            "pass --kernel-log FILE or set ROCMSEAT_KMSG",
+        )]
     thresholds = profile.events if profile is not None else EventThresholds()
     only = {g.pci_address for g in checked} if len(checked) < len(gpus) else None
     return judge_events(read_kernel_events(kmsg, gpus, live=live), gpus, thresholds, only=only)
@@ -410,11 +423,8 @@ def _hip(
         from rocmseat.hip.check import hip_findings
     except ImportError as exc:
         return [
-            Finding(
-                "hip.runtime",
-                Severity.UNKNOWN,
-                "node",
-                f"the HIP probe module is unavailable ({exc})",
+            NODE.unknown(
+                "hip.runtime", f"the HIP probe module is unavailable ({exc})",
                 "install rocmseat with its hip package",
             )
         ]

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmseat.errors import RocmseatError
-from rocmseat.findings import Finding, Severity
-from rocmseat.preflight.run import PreflightReport, preflight_report
+from rocmseat.findings import NODE
+from rocmseat.preflight.run import PreflightOptions, PreflightReport, preflight_report
 from rocmseat.preflight.verdict_doc import ERROR_CHECK, make_verdict, save_verdict
 from rocmseat.sysfs.fs import default_proc_root
 from rocmseat.sysfs.host import read_boot_identity
@@ -55,9 +55,10 @@ def run_and_record(
     full = not families and not pairs
     try:
         report = preflight_report(
-            sysfs_root, state_dir, families=families, pairs=pairs, profile=profile, hip=hip,
-            hip_stage_timeout_s=hip_stage_timeout_s, amdsmi=amdsmi, sample_s=sample_s,
-            sleep=sleep, kernel_log=kernel_log,
+            sysfs_root, state_dir, PreflightOptions(
+                families=families, pairs=pairs, profile=profile, hip=hip,
+                hip_stage_timeout_s=hip_stage_timeout_s, amdsmi=amdsmi, sample_s=sample_s,
+                sleep=sleep, kernel_log=kernel_log),
         )
     except RocmseatError as exc:
         problem = record_error(sysfs_root, state_dir, exc, now_unix_s=clock()) if full else None
@@ -89,7 +90,7 @@ def record_error(
 ) -> str | None:
     """Write the verdict of a full run that judged nothing: one unknown saying why."""
     verdict = make_verdict(
-        (Finding(ERROR_CHECK, Severity.UNKNOWN, "node", error.message),),
+        (NODE.unknown(ERROR_CHECK, error.message),),
         sysfs_root=sysfs_root,
         families=(),
         gpus=0,

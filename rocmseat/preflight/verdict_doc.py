@@ -29,7 +29,7 @@ from typing import Any
 
 from rocmseat.atomic import atomic_write_json
 from rocmseat.errors import ReadError, RocmseatError
-from rocmseat.findings import Finding, Severity, exit_code_for
+from rocmseat.findings import Finding, Severity, Subject, exit_code_for
 from rocmseat.safeio import UntrustedState, check_write_dirs, read_trusted_state
 from rocmseat.statedir import StateDir
 from rocmseat.sysfs.fs import default_proc_root
@@ -104,7 +104,7 @@ class Verdict:
 
 
 def _as_findings(findings: Iterable[CachedFinding]) -> list[Finding]:
-    return [Finding(f.check_id, f.severity, f.subject, f.message) for f in findings]
+    return [Subject(f.subject).finding(f.check_id, f.severity, f.message) for f in findings]
 
 
 def verdict_path(state_dir: Path) -> Path:

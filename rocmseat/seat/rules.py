@@ -114,54 +114,84 @@ def _is_long(loc: Location) -> bool:
 
 def seat_problems(seat: Seat) -> list[tuple[Location, str]]:
     """Rules across keys, each with the key it is reported against (the loader adds the line)."""
+    problems = _drafter_problems(seat)
+    problems += _acceptance_problems(seat)
+    problems += _canary_problems(seat)
+    problems += _replica_problems(seat)
+    problems += _cpu_problems(seat)
+    problems.extend(port_problems(seat))
+    return problems
+
+
+def _drafter_problems(seat: Seat) -> list[tuple[Location, str]]:
+    """[drafter]: its extra keys, its path, its per-batch-size schedule."""
     problems: list[tuple[Location, str]] = []
     drafter = seat.drafter
-    if drafter is not None:
-        for key in drafter.extra:
-            if key in RESERVED_EXTRA_KEYS:
-                problems.append((
-                    ("drafter", "extra", key),
-                    f"{key!r} is set by the [drafter] table itself, not by extra",
-                ))
-            elif key == "tensor_parallel_size":
-                # vllm/config/speculative.py (SpeculativeConfig._verify_args): "Please pass
-                # 'draft_tensor_parallel_size' instead."
-                problems.append((
-                    ("drafter", "extra", key),
-                    "vLLM rejects 'tensor_parallel_size'; use 'draft_tensor_parallel_size'",
-                ))
-        if drafter.path is None and drafter.method in METHODS_NEEDING_PATH:
-            problems.append(
-                (("drafter", "method"), f"method {drafter.method!r} needs a drafter 'path'")
-            )
-        schedule = drafter.num_speculative_tokens_per_batch_size
-        if schedule is not None:
-            top = max(k for _, _, k in schedule)
-            if top > drafter.num_speculative_tokens:
-                problems.append((
-                    ("drafter", "num_speculative_tokens_per_batch_size"),
-                    f"drafts up to {top} tokens but num_speculative_tokens is "
-                    f"{drafter.num_speculative_tokens}",
-                ))
+    if drafter is None:
+        return problems
+    for key in drafter.extra:
+        if key in RESERVED_EXTRA_KEYS:
+            problems.append((
+                ("drafter", "extra", key),
+                f"{key!r} is set by the [drafter] table itself, not by extra",
+            ))
+        elif key == "tensor_parallel_size":
+            # vllm/config/speculative.py (SpeculativeConfig._verify_args): "Please pass
+            # 'draft_tensor_parallel_size' instead."
+            problems.append((
+                ("drafter", "extra", key),
+                "vLLM rejects 'tensor_parallel_size'; use 'draft_tensor_parallel_size'",
+            ))
+    if drafter.path is None and drafter.method in METHODS_NEEDING_PATH:
+        problems.append(
+            (("drafter", "method"), f"method {drafter.method!r} needs a drafter 'path'")
+        )
+    schedule = drafter.num_speculative_tokens_per_batch_size
+    if schedule is not None:
+        top = max(k for _, _, k in schedule)
+        if top > drafter.num_speculative_tokens:
+            problems.append((
+                ("drafter", "num_speculative_tokens_per_batch_size"),
+                f"drafts up to {top} tokens but num_speculative_tokens is "
+                f"{drafter.num_speculative_tokens}",
+            ))
+    return problems
+
+
+def _acceptance_problems(seat: Seat) -> list[tuple[Location, str]]:
+    """[watch] expected_acceptance_length against the drafter."""
     expected = seat.watch.expected_acceptance_length
-    if expected is not None:
-        if drafter is None:
-            problems.append((
-                ("watch", "expected_acceptance_length"),
-                "the seat has no [drafter]: nothing is drafted, so nothing is accepted",
-            ))
-        elif expected > 1 + drafter.num_speculative_tokens:
-            # each step accepts at most K drafted tokens plus the one the target adds
-            problems.append((
-                ("watch", "expected_acceptance_length"),
-                f"{expected:g} is above 1 + num_speculative_tokens = "
-                f"{1 + drafter.num_speculative_tokens}, the most a step can accept",
-            ))
-    if seat.canary.enabled and drafter is None:
+    drafter = seat.drafter
+    if expected is None:
+        return []
+    if drafter is None:
+        return [(
+            ("watch", "expected_acceptance_length"),
+            "the seat has no [drafter]: nothing is drafted, so nothing is accepted",
+        )]
+    if expected > 1 + drafter.num_speculative_tokens:
+        # each step accepts at most K drafted tokens plus the one the target adds
+        return [(
+            ("watch", "expected_acceptance_length"),
+            f"{expected:g} is above 1 + num_speculative_tokens = "
+            f"{1 + drafter.num_speculative_tokens}, the most a step can accept",
+        )]
+    return []
+
+
+def _canary_problems(seat: Seat) -> list[tuple[Location, str]]:
+    """[canary] against the drafter."""
+    if seat.canary.enabled and seat.drafter is None:
         # vLLM refuses --per-request-spec-decode-metrics without a speculative config
         # (vllm/config/vllm.py, VllmConfig.__post_init__)
-        problems.append((("canary", "enabled"),
-                         "the seat has no [drafter]: a drafter canary has nothing to check"))
+        return [(("canary", "enabled"),
+                 "the seat has no [drafter]: a drafter canary has nothing to check")]
+    return []
+
+
+def _replica_problems(seat: Seat) -> list[tuple[Location, str]]:
+    """[replicas]: mode against pairs, reserved names, one name per pair."""
+    problems: list[tuple[Location, str]] = []
     replicas = seat.replicas
     if replicas.mode == "explicit" and not replicas.pairs:
         problems.append((("replicas", "mode"), "mode 'explicit' needs 'pairs'"))
@@ -179,16 +209,22 @@ def seat_problems(seat: Seat) -> list[tuple[Location, str]]:
         problems.append((
             ("replicas", "names"), f"{len(replicas.names)} names for {len(replicas.pairs)} pairs"
         ))
-    if seat.backend == "cpu":
-        if seat.tp != 1:
-            problems.append((("tp",), "backend 'cpu' runs with tp = 1"))
-        if replicas.mode != "auto":
-            problems.append((("replicas", "mode"), "backend 'cpu' has no GPU pairs: use 'auto'"))
-        if seat.serve.gpu_memory_utilization is not None:
-            problems.append((
-                ("serve", "gpu_memory_utilization"), "is for backend 'rocm' only"
-            ))
-    problems.extend(port_problems(seat))
+    return problems
+
+
+def _cpu_problems(seat: Seat) -> list[tuple[Location, str]]:
+    """backend 'cpu': one process, no GPU pairs, no GPU memory share."""
+    problems: list[tuple[Location, str]] = []
+    if seat.backend != "cpu":
+        return problems
+    if seat.tp != 1:
+        problems.append((("tp",), "backend 'cpu' runs with tp = 1"))
+    if seat.replicas.mode != "auto":
+        problems.append((("replicas", "mode"), "backend 'cpu' has no GPU pairs: use 'auto'"))
+    if seat.serve.gpu_memory_utilization is not None:
+        problems.append((
+            ("serve", "gpu_memory_utilization"), "is for backend 'rocm' only"
+        ))
     return problems
 
 

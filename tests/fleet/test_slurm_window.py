@@ -93,15 +93,15 @@ def test_a_month_slow_clock_stepped_in_one_boot_keeps_the_node_drained(
     ago, became the base of the 24 h window: `slurm health` said OK and resumed the node. The
     window runs on the boot clock now (<proc>/uptime): the node stays drained."""
     from rocmseat.findings import Severity
-    from rocmseat.preflight.run import preflight_report
+    from rocmseat.preflight.run import PreflightOptions, preflight_report
     from tests.preflight.test_boot_clock import proc_root
 
     root = _badtlp_only(copy_tree)
     state_dir = tmp_path / "state"
     month_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
     # the timer's run, one minute after boot, before time sync
-    first = preflight_report(root, state_dir, now=lambda: month_ago,
-                             proc_root=proc_root(tmp_path, 60.0))
+    first = preflight_report(root, state_dir, PreflightOptions(now=lambda: month_ago,
+                             proc_root=proc_root(tmp_path, 60.0)))
     assert [f.check_id for f in first.findings if f.severity == Severity.FAIL] == ["aer.badtlp"]
     # NTP has stepped the clock; ten minutes of uptime later Slurm's health checks run
     monkeypatch.setenv("ROCMSEAT_PROC_ROOT", str(proc_root(tmp_path, 660.0)))

@@ -105,10 +105,10 @@ def test_preflight_only_then_launch_gate_runs_each_check_once(tmp_path, monkeypa
 
     hip_envs: list[object] = []
 
-    def counting(root, state, **kw):  # a spy: the real preflight runs, HIP probe included
-        calls.append((kw.get("families"), kw.get("hip")))
-        hip_envs.append(kw.get("hip_env"))
-        return real(root, state, **kw)
+    def counting(root, state, options):  # a spy: the real preflight runs, HIP probe included
+        calls.append((options.families, options.hip))
+        hip_envs.append(options.hip_env)
+        return real(root, state, options)
 
     monkeypatch.setattr(rocmseat.preflight.run, "preflight_report", counting)
     s = seat(tmp_path, hip=True)

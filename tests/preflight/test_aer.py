@@ -7,7 +7,7 @@ import json
 from rocmseat.findings import Severity
 from rocmseat.node.inventory import read_inventory
 from rocmseat.preflight.aer import AerThresholds, judge_aer, snapshot
-from rocmseat.preflight.run import preflight_report
+from rocmseat.preflight.run import PreflightOptions, preflight_report
 from rocmseat.preflight.windows import state_path
 from tests.sysfs.conftest import SYSFS_FIXTURES
 
@@ -19,7 +19,7 @@ def _aer(findings):
 
 
 def test_first_run_reports_counts_since_boot(tmp_path):
-    report = preflight_report(DEGRADED, tmp_path, families={"aer"})
+    report = preflight_report(DEGRADED, tmp_path, PreflightOptions(families={"aer"}))
     bad = [f for f in report.findings if f.severity != Severity.OK]
     assert [(f.check_id, f.severity, f.subject) for f in bad] == [
         ("aer.badtlp", Severity.FAIL, "0000:80:02.0")
@@ -42,7 +42,8 @@ def test_later_runs_judge_the_same_window(copy_tree, tmp_path):
     state = tmp_path / "state"
 
     def run(stamp):
-        report = preflight_report(root, state, families={"aer"}, now=lambda: stamp)
+        report = preflight_report(root, state,
+                                  PreflightOptions(families={"aer"}, now=lambda: stamp))
         return report, [(f.check_id, f.severity, f.data.get("delta"))
                         for f in report.findings if f.severity != Severity.OK]
 
@@ -68,7 +69,7 @@ def test_later_runs_judge_the_same_window(copy_tree, tmp_path):
 
 def test_nonfatal_growth_fails_even_once(copy_tree, tmp_path):
     root = copy_tree("x99-r9700")
-    preflight_report(root, tmp_path, families={"aer"})
+    preflight_report(root, tmp_path, PreflightOptions(families={"aer"}))
     gpu = (root / "class/drm/card2/device").resolve()
     text = (gpu / "aer_dev_nonfatal").read_text()
     (gpu / "aer_dev_nonfatal").write_text(
@@ -76,7 +77,7 @@ def test_nonfatal_growth_fails_even_once(copy_tree, tmp_path):
             "TOTAL_ERR_NONFATAL 0", "TOTAL_ERR_NONFATAL 1"
         )
     )
-    report = preflight_report(root, tmp_path, families={"aer"})
+    report = preflight_report(root, tmp_path, PreflightOptions(families={"aer"}))
     (fail,) = [f for f in report.findings if f.severity != Severity.OK]
     assert (fail.check_id, fail.severity, fail.subject) == (
         "aer.nonfatal",
@@ -95,7 +96,8 @@ def test_sample_takes_two_readings(copy_tree, tmp_path):
         usp = root / "devices/pci0000:00/0000:00:02.0/0000:03:00.0/aer_dev_correctable"
         usp.write_text(usp.read_text().replace("RxErr 0", "RxErr 3"))
 
-    report = preflight_report(root, tmp_path, families={"aer"}, sample_s=30, sleep=load_meanwhile)
+    report = preflight_report(root, tmp_path,
+                              PreflightOptions(families={"aer"}, sample_s=30, sleep=load_meanwhile))
     assert slept == [30]
     assert report.aer_window == "during the 30 s sample"
     bad = [f for f in report.findings if f.severity != Severity.OK]
@@ -107,11 +109,12 @@ def test_sample_takes_two_readings(copy_tree, tmp_path):
 
 def test_counter_reset_counts_anew(copy_tree, tmp_path):
     root = copy_tree("x99-r9700-degraded")
-    preflight_report(root, tmp_path, families={"aer"}, now=lambda: "2026-11-29T10:00:00Z")
+    preflight_report(root, tmp_path,
+                     PreflightOptions(families={"aer"}, now=lambda: "2026-11-29T10:00:00Z"))
     rp = root / "devices/pci0000:80/0000:80:02.0/aer_dev_correctable"
     rp.write_text(rp.read_text().replace("BadTLP 6655", "BadTLP 2"))
-    report = preflight_report(root, tmp_path, families={"aer"},
-                              now=lambda: "2026-11-30T11:00:00Z")
+    report = preflight_report(root, tmp_path, PreflightOptions(families={"aer"},
+                              now=lambda: "2026-11-30T11:00:00Z"))
     (warn,) = [f for f in report.findings if f.severity != Severity.OK]
     assert "since the counters reset" in warn.message and warn.data["delta"] == 2
 
@@ -127,7 +130,7 @@ def test_rootport_total_without_device_counts(copy_tree, tmp_path):
     # firmware-first: device counters stay 0, the root port's ERR_COR total grows
     root = copy_tree("x99-r9700")
     (root / "devices/pci0000:00/0000:00:02.0/aer_rootport_total_err_cor").write_text("7\n")
-    findings = preflight_report(root, tmp_path, families={"aer"}).findings
+    findings = preflight_report(root, tmp_path, PreflightOptions(families={"aer"})).findings
     (warn,) = [f for f in findings if f.severity != Severity.OK]
     assert warn.check_id == "aer.rootport_total" and "+7 ERR_COR" in warn.message
 
@@ -135,12 +138,12 @@ def test_rootport_total_without_device_counts(copy_tree, tmp_path):
 def test_unreadable_or_absent_aer_is_unknown(copy_tree, tmp_path):
     root = copy_tree("x99-r9700")
     (root / "devices/pci0000:00/0000:00:02.0/aer_dev_fatal").write_text("nonsense\n")
-    findings = preflight_report(root, tmp_path, families={"aer"}).findings
+    findings = preflight_report(root, tmp_path, PreflightOptions(families={"aer"})).findings
     assert [f.check_id for f in findings if f.severity == Severity.UNKNOWN] == ["aer.unknown"]
     mi = copy_tree("mi300x-8gpu")
     for path in mi.rglob("aer_*"):
         path.unlink()
-    findings = preflight_report(mi, tmp_path / "s2", families={"aer"}).findings
+    findings = preflight_report(mi, tmp_path / "s2", PreflightOptions(families={"aer"})).findings
     assert {f.check_id for f in findings} == {"aer.unavailable"}
 
 
@@ -150,7 +153,8 @@ def test_gpu_lost_during_the_sample_fails(copy_tree, tmp_path):
     def fall_off_the_bus(_seconds):
         (root / "class/drm/card3").unlink()
 
-    report = preflight_report(root, tmp_path, families={"aer"}, sample_s=5, sleep=fall_off_the_bus)
+    options = PreflightOptions(families={"aer"}, sample_s=5, sleep=fall_off_the_bus)
+    report = preflight_report(root, tmp_path, options)
     lost = [(f.check_id, f.severity, f.subject) for f in report.findings if f.severity != "ok"]
     assert lost == [("inventory.gpu_lost", Severity.FAIL, "0000:86:00.0")]
     (finding,) = [f for f in report.findings if f.check_id == "inventory.gpu_lost"]

@@ -9,7 +9,7 @@ import pytest
 from rocmseat.errors import ParseError
 from rocmseat.findings import Finding, Severity
 from rocmseat.preflight.bar import cite_small_bar
-from rocmseat.preflight.run import preflight_report
+from rocmseat.preflight.run import PreflightOptions, preflight_report
 from rocmseat.sysfs.pci import parse_resource, vram_bar
 from tests.sysfs.conftest import SYSFS_FIXTURES, fixture_builder
 
@@ -21,7 +21,8 @@ def _resource(root):
 
 
 def test_large_bar_is_ok(tmp_path):
-    report = preflight_report(SYSFS_FIXTURES / "mi300x-8gpu-rocm7", tmp_path, families={"pcie"})
+    report = preflight_report(SYSFS_FIXTURES / "mi300x-8gpu-rocm7", tmp_path,
+                              PreflightOptions(families={"pcie"}))
     oks = [f for f in report.findings if f.check_id == "pcie.bar.ok"]
     assert len(oks) == 8
     assert oks[0].message == "VRAM BAR0 256 GiB covers 196,592 MiB of VRAM (large BAR)"
@@ -30,7 +31,7 @@ def test_large_bar_is_ok(tmp_path):
 def test_a_256_mib_bar_warns_naming_the_bios_settings(copy_tree, tmp_path):
     root = copy_tree("mi300x-8gpu-rocm7")
     _resource(root).write_text(fixture_builder().gpu_bars(256 << 20, base=0xE0000000))
-    report = preflight_report(root, tmp_path, families={"pcie"})
+    report = preflight_report(root, tmp_path, PreflightOptions(families={"pcie"}))
     (small,) = [f for f in report.findings if f.check_id == "pcie.bar.small"]
     assert (small.severity, small.subject) == (Severity.WARN, GPU)
     assert small.message.startswith(
@@ -62,7 +63,7 @@ def test_the_hip_failure_cites_the_small_bar():
 def test_a_broken_resource_file_is_unknown(copy_tree, tmp_path, text):
     root = copy_tree("mi300x-8gpu-rocm7")
     _resource(root).write_text(text)
-    report = preflight_report(root, tmp_path, families={"pcie"})
+    report = preflight_report(root, tmp_path, PreflightOptions(families={"pcie"}))
     (unknown,) = [f for f in report.findings if f.check_id.startswith("pcie.bar")
                   and f.subject == GPU]
     assert (unknown.check_id, unknown.severity) == ("pcie.bar.unknown", Severity.UNKNOWN)

@@ -12,7 +12,7 @@ import pytest
 
 from rocmseat.findings import Severity
 from rocmseat.located import DocumentInvalid
-from rocmseat.preflight.run import preflight_report
+from rocmseat.preflight.run import PreflightOptions, preflight_report
 from rocmseat.preflight.windows import (
     Entry,
     Stamp,
@@ -48,12 +48,12 @@ def test_a_month_slow_clock_stepped_in_the_same_boot_still_fails(copy_tree, tmp_
     root = copy_tree("x99-r9700-degraded")
     state = tmp_path / "state"
     # the node-preflight timer, 1 min after boot, before time sync: the clock is a month slow
-    first = preflight_report(root, state, now=lambda: "2026-11-01T00:01:00Z",
-                             proc_root=proc_root(tmp_path, 60.0))
+    first = preflight_report(root, state, PreflightOptions(now=lambda: "2026-11-01T00:01:00Z",
+                             proc_root=proc_root(tmp_path, 60.0)))
     assert ("aer.badtlp", Severity.FAIL, "0000:80:02.0") in _checks(first)
     # NTP stepped the clock; 30 minutes of uptime later the next run
-    later = preflight_report(root, state, now=lambda: "2026-12-01T00:30:00Z",
-                             proc_root=proc_root(tmp_path, 1860.0))
+    later = preflight_report(root, state, PreflightOptions(now=lambda: "2026-12-01T00:30:00Z",
+                             proc_root=proc_root(tmp_path, 1860.0)))
     assert ("aer.badtlp", Severity.FAIL, "0000:80:02.0") in _checks(later)
     (badtlp,) = [f for f in later.findings if f.check_id == "aer.badtlp"]
     assert "+6,655 BadTLP since boot (no reading of this boot is 24 h old yet)" in badtlp.message
@@ -65,11 +65,11 @@ def test_a_month_slow_clock_stepped_in_the_same_boot_still_fails(copy_tree, tmp_
 def test_the_boot_clock_measures_the_window_a_day_later(copy_tree, tmp_path):
     root = copy_tree("x99-r9700-degraded")
     state = tmp_path / "state"
-    preflight_report(root, state, now=lambda: "2026-11-01T00:01:00Z",
-                     proc_root=proc_root(tmp_path, 60.0))
+    preflight_report(root, state, PreflightOptions(now=lambda: "2026-11-01T00:01:00Z",
+                     proc_root=proc_root(tmp_path, 60.0)))
     # 25 h of uptime later (and the wall clock a month on): the boot's reading is the base
-    later = preflight_report(root, state, now=lambda: "2026-12-02T01:01:00Z",
-                             proc_root=proc_root(tmp_path, 60.0 + 25 * 3600))
+    later = preflight_report(root, state, PreflightOptions(now=lambda: "2026-12-02T01:01:00Z",
+                             proc_root=proc_root(tmp_path, 60.0 + 25 * 3600)))
     assert not [c for c in _checks(later) if c[0] == "aer.badtlp"]
     (clean,) = [f for f in later.findings
                 if f.check_id == "aer.clean" and f.subject == "0000:86:00.0"]
@@ -87,7 +87,7 @@ def test_an_unreadable_reading_is_never_a_base(copy_tree, tmp_path):
     table = (root / "bus/pci/devices" / MI_GPU).resolve() / "gpu_metrics"
 
     def run(stamp):
-        return preflight_report(root, state, families={"aer"}, now=lambda: stamp)
+        return preflight_report(root, state, PreflightOptions(families={"aer"}, now=lambda: stamp))
 
     table.write_bytes(builder.mi300x_metrics(replay=500))
     run("2026-12-01T00:00:00Z")
@@ -129,7 +129,8 @@ def test_an_unreadable_uptime_warns_and_keeps_the_wall_clock(copy_tree, tmp_path
     root = copy_tree("x99-r9700")
     proc = proc_root(tmp_path, 60.0)
     (proc / "uptime").write_text("soon\n")
-    report = preflight_report(root, tmp_path / "state", families={"aer"}, proc_root=proc)
+    report = preflight_report(root, tmp_path / "state",
+                              PreflightOptions(families={"aer"}, proc_root=proc))
     (warn,) = [f for f in report.findings if f.check_id == "aer.window"]
     assert warn.severity == Severity.WARN and "cannot read the boot clock" in warn.message
 

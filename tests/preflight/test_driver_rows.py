@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rocmseat.findings import Severity, exit_code_for
-from rocmseat.preflight.run import preflight_report
+from rocmseat.preflight.run import PreflightOptions, preflight_report
 from rocmseat.sysfs import attrs as attrs_module
 from rocmseat.sysfs.fs import Unreadable
 from tests.sysfs.conftest import SYSFS_FIXTURES, fixture_builder
@@ -57,10 +57,11 @@ def test_rocm7_mi300x_node_with_format_1_9_is_clean_exit_0(tmp_path):
 def test_rocm7_replays_growing_fail(copy_tree, tmp_path, builder):
     root = copy_tree(ROCM7)
     state = tmp_path / "state"
-    assert _bad(preflight_report(root, state, now=lambda: "2026-12-01T00:00:00Z")) == []
+    assert _bad(preflight_report(root, state,
+                                 PreflightOptions(now=lambda: "2026-12-01T00:00:00Z"))) == []
     (_dev(root, MI_GPU) / "gpu_metrics").write_bytes(
         builder.mi300x_metrics_v19(replay=500, recovery=3, nak_received=120))
-    report = preflight_report(root, state, now=lambda: "2026-12-01T01:00:00Z")
+    report = preflight_report(root, state, PreflightOptions(now=lambda: "2026-12-01T01:00:00Z"))
     assert _bad(report) == [
         ("aer.fw_l0_recovery", Severity.WARN, MI_GPU),
         ("aer.fw_nak_received", Severity.FAIL, MI_GPU),
@@ -106,7 +107,8 @@ def test_bad_page_threshold_module_parameter(copy_tree, tmp_path, builder, param
         (dev / "ip_discovery/die/0/255/0/revision").write_text(f"{mp0}\n")
         (dev / "ras/gpu_vram_bad_pages").write_text(
             builder.mi300x_ras(bad_pages=pages)["ras/gpu_vram_bad_pages"])
-    report = preflight_report(root, tmp_path, families={"ras"}, pairs=[(MI_GPU, MI_GPU)])
+    report = preflight_report(root, tmp_path,
+                              PreflightOptions(families={"ras"}, pairs=[(MI_GPU, MI_GPU)]))
     (finding,) = [f for f in report.findings if f.subject == MI_GPU]
     assert finding.check_id == verdict
     assert words in finding.message
@@ -115,7 +117,8 @@ def test_bad_page_threshold_module_parameter(copy_tree, tmp_path, builder, param
 def test_an_unreadable_module_parameter_is_unknown_not_a_guess(copy_tree, tmp_path):
     root = copy_tree(ROCM7)
     (root / "module/amdgpu/parameters/bad_page_threshold").write_text("lots\n")
-    report = preflight_report(root, tmp_path, families={"ras"}, pairs=[(MI_GPU, MI_GPU)])
+    report = preflight_report(root, tmp_path,
+                              PreflightOptions(families={"ras"}, pairs=[(MI_GPU, MI_GPU)]))
     (finding,) = [f for f in report.findings if f.subject == MI_GPU]
     assert (finding.check_id, finding.severity) == ("ras.unknown", Severity.UNKNOWN)
     assert "bad_page_threshold" in finding.message
@@ -128,7 +131,7 @@ def test_mi300x_without_ras_is_unknown(copy_tree, tmp_path):
 
     root = copy_tree(ROCM7)
     shutil.rmtree(_dev(root, MI_GPU) / "ras")
-    report = preflight_report(root, tmp_path, families={"ras"})
+    report = preflight_report(root, tmp_path, PreflightOptions(families={"ras"}))
     assert _bad(report) == [("ras.unknown", Severity.UNKNOWN, MI_GPU)]
     (unknown,) = [f for f in report.findings if f.check_id == "ras.unknown"]
     assert "RAS disabled or failed to initialise: memory errors are not counted" in (
@@ -142,7 +145,7 @@ def test_feature_mask_without_count_files_is_unknown(copy_tree, tmp_path):
     root = copy_tree(ROCM7)
     for count in (_dev(root, MI_GPU) / "ras").glob("*_err_count"):
         count.unlink()
-    report = preflight_report(root, tmp_path, families={"ras"})
+    report = preflight_report(root, tmp_path, PreflightOptions(families={"ras"}))
     assert _bad(report) == [("ras.unknown", Severity.UNKNOWN, MI_GPU)]
 
 
@@ -152,10 +155,11 @@ def test_a_count_that_vanishes_after_growing_is_unknown(copy_tree, tmp_path):
     state = tmp_path / "state"
     umc = _dev(root, MI_GPU) / "ras/umc_err_count"
     umc.write_text("ue: 0\nce: 7\nde: 0\n")
-    preflight_report(root, state, families={"ras"}, now=lambda: "2026-12-01T00:00:00Z")
+    preflight_report(root, state,
+                     PreflightOptions(families={"ras"}, now=lambda: "2026-12-01T00:00:00Z"))
     umc.unlink()
-    report = preflight_report(root, state, families={"ras"},
-                              now=lambda: "2026-12-02T06:00:00Z")
+    report = preflight_report(root, state, PreflightOptions(families={"ras"},
+                              now=lambda: "2026-12-02T06:00:00Z"))
     assert _bad(report) == [("ras.unknown", Severity.UNKNOWN, MI_GPU)]
     (unknown,) = [f for f in report.findings if f.check_id == "ras.unknown"]
     assert "ras.umc.ce counted 7 and is gone now" in unknown.message
@@ -166,10 +170,12 @@ def test_a_firmware_counter_that_vanishes_after_growing_is_unknown(copy_tree, tm
     state = tmp_path / "state"
     table = _dev(root, MI_GPU) / "gpu_metrics"
     table.write_bytes(builder.mi300x_metrics_v19(replay=40))
-    preflight_report(root, state, families={"aer"}, now=lambda: "2026-12-01T00:00:00Z")
+    preflight_report(root, state,
+                     PreflightOptions(families={"aer"}, now=lambda: "2026-12-01T00:00:00Z"))
     values = {"pcie_link_width": 16, "pcie_link_speed": 320}  # replay left all-ones
     table.write_bytes(builder.attr_table(values))
-    report = preflight_report(root, state, families={"aer"}, now=lambda: "2026-12-02T06:00:00Z")
+    options = PreflightOptions(families={"aer"}, now=lambda: "2026-12-02T06:00:00Z")
+    report = preflight_report(root, state, options)
     assert ("aer.unknown", Severity.UNKNOWN, MI_GPU) in _bad(report)
 
 
@@ -239,7 +245,7 @@ def test_a_radeon_table_unreadable_is_no_aer_unknown(copy_tree, tmp_path):
     root = copy_tree("vm-rdna4")
     table = _dev(root, "0000:00:05.0") / "gpu_metrics"
     table.write_bytes(table.read_bytes()[:64])
-    report = preflight_report(root, tmp_path, families={"aer"})
+    report = preflight_report(root, tmp_path, PreflightOptions(families={"aer"}))
     assert "aer.unknown" not in _ids(report)
 
 
@@ -251,7 +257,7 @@ def test_rdna4_gen5_in_a_vm_takes_pp_dpm_pcies_figure(copy_tree, tmp_path, build
     (dev / "pp_dpm_pcie").write_text("0: 2.5GT/s, x1 97Mhz \n1: 32.0GT/s, x16 1800Mhz *\n")
     (dev / "gpu_metrics").write_bytes(
         builder.gpu_metrics((1, 3), {"pcie_link_width": 16, "pcie_link_speed": 25}))
-    report = preflight_report(root, tmp_path, families={"pcie"})
+    report = preflight_report(root, tmp_path, PreflightOptions(families={"pcie"}))
     assert _bad(report) == []
     (link,) = [f for f in report.findings if f.check_id == "pcie.link.ok"]
     assert link.message.startswith("32 GT/s x16 from the GPU firmware (pp_dpm_pcie level 1, "
@@ -268,7 +274,7 @@ def test_the_clamp_is_only_smu_14_0_2s(copy_tree, tmp_path, builder):
     (dev / "pp_dpm_pcie").write_text("0: 2.5GT/s, x1 97Mhz \n1: 16.0GT/s, x16 1800Mhz *\n")
     (dev / "gpu_metrics").write_bytes(
         builder.gpu_metrics((1, 3), {"pcie_link_width": 16, "pcie_link_speed": 25}))
-    report = preflight_report(root, tmp_path, families={"pcie"})
+    report = preflight_report(root, tmp_path, PreflightOptions(families={"pcie"}))
     assert "pcie.link.unknown" in _ids(report)
 
 
@@ -281,7 +287,7 @@ def test_an_idle_x16_rx580_at_gen1_is_idle_not_degraded(copy_tree, tmp_path):
                  if f"location_id {0x89 << 8}\n" in p.read_text())
     props.write_text(props.read_text().replace("120001", "80003"))  # Polaris, gfx803
     (_dev(root, gpu) / "pp_dpm_pcie").write_text("0: 2.5GT/s, x8 *\n1: 8.0GT/s, x16 \n")
-    report = preflight_report(root, tmp_path, families={"pcie"})
+    report = preflight_report(root, tmp_path, PreflightOptions(families={"pcie"}))
     mine = [(f.check_id, f.severity) for f in report.findings if f.subject == gpu]
     assert ("pcie.link.idle", Severity.WARN) in mine
     assert ("pcie.link.degraded", Severity.FAIL) not in mine
@@ -291,11 +297,13 @@ def test_an_unreadable_mp0_version_is_unknown_under_the_default(copy_tree, tmp_p
     """The default threshold derives from MP0's version: unreadable, it is not guessed."""
     root = copy_tree(ROCM7)
     (_dev(root, MI_GPU) / "ip_discovery/die/0/255/0/minor").write_text("zero\n")
-    report = preflight_report(root, tmp_path, families={"ras"}, pairs=[(MI_GPU, MI_GPU)])
+    report = preflight_report(root, tmp_path,
+                              PreflightOptions(families={"ras"}, pairs=[(MI_GPU, MI_GPU)]))
     (finding,) = [f for f in report.findings if f.subject == MI_GPU]
     assert (finding.check_id, finding.severity) == ("ras.unknown", Severity.UNKNOWN)
     assert "the MP0 version the default threshold derives from" in finding.message
     # a positive module parameter needs no MP0 version
     (root / "module/amdgpu/parameters/bad_page_threshold").write_text("50\n")
-    report = preflight_report(root, tmp_path, families={"ras"}, pairs=[(MI_GPU, MI_GPU)])
+    report = preflight_report(root, tmp_path,
+                              PreflightOptions(families={"ras"}, pairs=[(MI_GPU, MI_GPU)]))
     assert [f.check_id for f in report.findings if f.subject == MI_GPU] == ["ras.clean"]

@@ -9,7 +9,7 @@ import pytest
 from rocmseat.findings import Severity
 from rocmseat.node.inventory import read_inventory
 from rocmseat.preflight.link import judge_dpm, judge_link
-from rocmseat.preflight.run import preflight_report
+from rocmseat.preflight.run import PreflightOptions, preflight_report
 from tests.sysfs.conftest import SYSFS_FIXTURES, fixture_builder
 
 
@@ -174,7 +174,8 @@ def test_dmi_naming_a_hypervisor_makes_a_walked_path_emulated(copy_tree):
 
 
 def test_the_full_run_table_shows_the_verdict_link(tmp_path):
-    report = preflight_report(SYSFS_FIXTURES / "vm-rdna4", tmp_path, families={"pcie"})
+    report = preflight_report(SYSFS_FIXTURES / "vm-rdna4", tmp_path,
+                              PreflightOptions(families={"pcie"}))
     from rocmseat.preflight.render import to_json
 
     (gpu,) = to_json(report)["gpus"]

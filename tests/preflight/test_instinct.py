@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rocmseat.findings import Severity
-from rocmseat.preflight.run import preflight_report
+from rocmseat.preflight.run import PreflightOptions, preflight_report
 from tests.sysfs.conftest import SYSFS_FIXTURES, fixture_builder
 
 GPU = "0000:0c:00.0"
@@ -42,7 +42,7 @@ def test_firmware_pcie_counters_and_ras_ue_growing_fail(copy_tree, tmp_path, bui
     state = tmp_path / "state"
 
     def run(stamp):
-        return preflight_report(root, state, now=lambda: stamp)
+        return preflight_report(root, state, PreflightOptions(now=lambda: stamp))
 
     assert _bad(run("2026-12-01T00:00:00Z")) == []
     (_gpu_dir(root) / "gpu_metrics").write_bytes(
@@ -84,9 +84,10 @@ def test_retired_pages_above_the_threshold_fail(copy_tree, tmp_path, builder):
     (_gpu_dir(root) / "ras/gpu_vram_bad_pages").write_text(pages)
     profile = tmp_path / "p.toml"
     profile.write_text('name = "p"\n[thresholds]\nras_bad_pages_fail = 4\n')
-    report = preflight_report(root, tmp_path / "s", families={"ras"}, profile=profile)
+    report = preflight_report(root, tmp_path / "s",
+                              PreflightOptions(families={"ras"}, profile=profile))
     assert _bad(report) == [("ras.bad_pages", Severity.FAIL, None)]
-    report = preflight_report(root, tmp_path / "s2", families={"ras"})
+    report = preflight_report(root, tmp_path / "s2", PreflightOptions(families={"ras"}))
     assert _bad(report) == []  # under the driver's threshold of 128
 
 
@@ -103,12 +104,13 @@ def test_retired_pages_above_the_threshold_fail(copy_tree, tmp_path, builder):
 def test_unreadable_ras_is_unknown(copy_tree, tmp_path, name, text, check):
     root = copy_tree("mi300x-8gpu")
     (_gpu_dir(root) / "ras" / name).write_text(text)
-    report = preflight_report(root, tmp_path, families={"ras"})
+    report = preflight_report(root, tmp_path, PreflightOptions(families={"ras"}))
     assert _bad(report) == [(check, Severity.UNKNOWN, None)]
 
 
 def test_radeon_has_no_ras_finding(tmp_path):
-    report = preflight_report(SYSFS_FIXTURES / "x99-r9700", tmp_path, families={"ras"})
+    report = preflight_report(SYSFS_FIXTURES / "x99-r9700", tmp_path,
+                              PreflightOptions(families={"ras"}))
     assert report.findings == ()
 
 
@@ -118,7 +120,7 @@ def test_an_undecodable_gpu_metrics_is_unknown_not_clean(copy_tree, tmp_path, ta
     root = copy_tree("mi300x-8gpu")
     data = (SYSFS_FIXTURES.parent / "gpu_metrics" / table).read_bytes()
     (_gpu_dir(root) / "gpu_metrics").write_bytes(data)
-    report = preflight_report(root, tmp_path, families={"aer"})
+    report = preflight_report(root, tmp_path, PreflightOptions(families={"aer"}))
     (unknown,) = [f for f in report.findings if f.severity != Severity.OK]
     assert (unknown.check_id, unknown.severity) == ("aer.unknown", Severity.UNKNOWN)
     assert "gpu_metrics" in unknown.message

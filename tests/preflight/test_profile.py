@@ -10,7 +10,7 @@ from rocmseat.errors import ConfigError
 from rocmseat.findings import Severity
 from rocmseat.node.inventory import read_inventory
 from rocmseat.preflight.profile import judge_profile, load_profile
-from rocmseat.preflight.run import preflight_report
+from rocmseat.preflight.run import PreflightOptions, preflight_report
 from tests.conftest import REPO
 from tests.sysfs.conftest import SYSFS_FIXTURES
 
@@ -184,7 +184,8 @@ def test_profile_pairs_and_thresholds_drive_the_run(tmp_path):
         tmp_path,
         '[[pair]]\ngpus = ["05:00.0", "86:00.0"]\n[thresholds]\naer_correctable_fail = 10000\n',
     )
-    report = preflight_report(SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path / "s", profile=path)
+    report = preflight_report(SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path / "s",
+                              PreflightOptions(profile=path))
     assert report.requested == (("0000:05:00.0", "0000:86:00.0"),)
     pairs = [
         (f.check_id, f.severity) for f in report.findings if f.check_id.startswith("numa.pair")
@@ -197,7 +198,8 @@ def test_profile_pairs_and_thresholds_drive_the_run(tmp_path):
 
 def test_profile_naming_an_absent_gpu_fails(tmp_path):
     path = _profile(tmp_path, '[[gpu]]\npci_address = "0000:42:00.0"\n')
-    report = preflight_report(SYSFS_FIXTURES / "x99-r9700", tmp_path / "s", profile=path)
+    report = preflight_report(SYSFS_FIXTURES / "x99-r9700", tmp_path / "s",
+                              PreflightOptions(profile=path))
     missing = [f for f in report.findings if f.check_id == "profile.gpu.missing"]
     assert [(f.subject, f.severity) for f in missing] == [("0000:42:00.0", Severity.FAIL)]
     unexpected = {f.subject for f in report.findings if f.check_id == "profile.gpu.unexpected"}
@@ -206,7 +208,8 @@ def test_profile_naming_an_absent_gpu_fails(tmp_path):
 
 def test_only_profile_without_a_profile_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"needs an expectations profile \(--profile FILE\)"):
-        preflight_report(SYSFS_FIXTURES / "x99-r9700", tmp_path, families={"profile"})
+        preflight_report(SYSFS_FIXTURES / "x99-r9700", tmp_path,
+                         PreflightOptions(families={"profile"}))
 
 
 @pytest.mark.parametrize(

@@ -15,14 +15,15 @@ from rocmseat.node.inventory import read_inventory
 from rocmseat.placement.rules import parse_pair
 from rocmseat.preflight import render, textfile
 from rocmseat.preflight.pairs import propose_pairs
-from rocmseat.preflight.run import preflight_report
+from rocmseat.preflight.run import PreflightOptions, preflight_report
 from tests.sysfs.conftest import SYSFS_FIXTURES
 
 X99 = SYSFS_FIXTURES / "x99-r9700"
 
 
 def test_preflight_report_returns_findings(tmp_path):
-    findings = preflight_report(X99, tmp_path, pairs=[("0000:86:00.0", "0000:89:00.0")]).findings
+    findings = preflight_report(X99, tmp_path,
+                                PreflightOptions(pairs=[("0000:86:00.0", "0000:89:00.0")])).findings
     assert findings and all(isinstance(f, Finding) for f in findings)
     assert {f.severity for f in findings} == {Severity.OK}
     assert "0000:05:00.0" not in {f.subject for f in findings}
@@ -32,7 +33,8 @@ def test_preflight_report_with_profile_path(tmp_path):
     from tests.conftest import REPO
 
     findings = preflight_report(
-        SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path, profile=REPO / "checks/x99-r9700.toml"
+        SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path,
+        PreflightOptions(profile=REPO / "checks/x99-r9700.toml"),
     ).findings
     assert ("pcie.link.expected", "0000:89:00.0") in {(f.check_id, f.subject) for f in findings}
 
@@ -58,7 +60,7 @@ def test_no_device_and_unknown_family(tmp_path):
     with pytest.raises(NoDeviceError, match="no amdgpu device"):
         preflight_report(SYSFS_FIXTURES / "no-amdgpu", tmp_path).findings
     with pytest.raises(ConfigError, match="unknown check family 'bogus'"):
-        preflight_report(X99, tmp_path, families={"bogus"}).findings
+        preflight_report(X99, tmp_path, PreflightOptions(families={"bogus"})).findings
 
 
 def test_parse_pair():
@@ -76,7 +78,7 @@ def test_amdsmi_family_on_request(tmp_path, monkeypatch):
         "amdsmi_findings",
         lambda inventory: [Finding("amdsmi.crosscheck", Severity.UNKNOWN, "node", "not run: test")],
     )
-    findings = preflight_report(X99, tmp_path, amdsmi=True).findings
+    findings = preflight_report(X99, tmp_path, PreflightOptions(amdsmi=True)).findings
     assert [f.check_id for f in findings if f.family == "amdsmi"] == ["amdsmi.crosscheck"]
     default = preflight_report(X99, tmp_path).findings
     assert not [f for f in default if f.family == "amdsmi"]  # tree: off
@@ -160,7 +162,8 @@ def test_hypothesis_any_content_in_any_file_gives_findings(tmp_path_factory):
         path.write_bytes(content)
         try:
             report = preflight_report(
-                root, tmp_path_factory.mktemp("s"), families={"pcie", "aer", "numa"}
+                root, tmp_path_factory.mktemp("s"),
+                PreflightOptions(families={"pcie", "aer", "numa"}),
             )
             assert report.findings
             render.render_json(report)
@@ -190,7 +193,7 @@ def test_live_root_adds_udev_and_amdsmi(tmp_path, monkeypatch):
         "amdsmi_findings",
         lambda inventory: [Finding("amdsmi.crosscheck", Severity.UNKNOWN, "node", "not run: x")],
     )
-    findings = preflight_report(X99, tmp_path, amdsmi=True).findings
+    findings = preflight_report(X99, tmp_path, PreflightOptions(amdsmi=True)).findings
     ids = {(f.check_id, f.severity) for f in findings}
     assert ("inventory.udev", Severity.OK) in ids
     assert ("amdsmi.crosscheck", Severity.UNKNOWN) in ids

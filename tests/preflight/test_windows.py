@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from rocmseat.findings import Severity
 from rocmseat.preflight import windows
-from rocmseat.preflight.run import preflight_report
+from rocmseat.preflight.run import PreflightOptions, preflight_report
 from rocmseat.preflight.windows import (
     MAX_ENTRIES,
     Entry,
@@ -88,7 +88,8 @@ def test_many_looks_never_shorten_the_window(copy_tree, tmp_path):
     state = tmp_path / "state"
 
     def run(stamp, **kw):
-        report = preflight_report(root, state, families={"aer"}, now=lambda: stamp, **kw)
+        report = preflight_report(root, state,
+                                  PreflightOptions(families={"aer"}, now=lambda: stamp, **kw))
         return [(f.check_id, f.severity, f.data.get("delta"))
                 for f in report.findings if f.severity != Severity.OK]
 
@@ -122,9 +123,10 @@ def test_profile_sets_the_window(copy_tree, tmp_path):
     profile.write_text('name = "p"\n[thresholds]\nwindow_h = 2\n')
     state = tmp_path / "state"
     kw = {"families": {"aer"}, "profile": profile}
-    preflight_report(root, state, now=lambda: "2026-12-01T00:00:00Z", **kw)
+    preflight_report(root, state, PreflightOptions(now=lambda: "2026-12-01T00:00:00Z", **kw))
     _grow(root, 3)
-    report = preflight_report(root, state, now=lambda: "2026-12-01T03:00:00Z", **kw)
+    report = preflight_report(root, state,
+                              PreflightOptions(now=lambda: "2026-12-01T03:00:00Z", **kw))
     assert report.aer_window == "in the last 2 h (since 2026-12-01 00:00 UTC)"
     assert [f.data["delta"] for f in report.findings if f.severity != Severity.OK] == [3]
 
@@ -239,7 +241,7 @@ def test_hostile_reading_files_are_one_line_problems(tmp_path, devices):
     assert loaded.problem.startswith(f"{path}: unusable error readings (")
     assert "\n" not in loaded.problem
     # a run says so, counts since boot (never fewer errors), and writes a fresh file
-    report = preflight_report(root, tmp_path, families={"aer"})
+    report = preflight_report(root, tmp_path, PreflightOptions(families={"aer"}))
     (warn,) = [f for f in report.findings if f.check_id == "aer.window"]
     assert warn.severity == Severity.WARN
     assert report.aer_window.startswith("since boot")
@@ -263,7 +265,7 @@ def test_an_untrusted_reading_file_is_unknown_and_left_alone(tmp_path):
     path = state_path(state)
     path.parent.mkdir(parents=True)
     path.symlink_to(elsewhere)
-    report = preflight_report(root, state, families={"aer"})
+    report = preflight_report(root, state, PreflightOptions(families={"aer"}))
     (unknown,) = [f for f in report.findings if f.check_id == "aer.window"]
     assert unknown.severity == Severity.UNKNOWN and "untrusted" in unknown.message
     # the errors are still counted (since boot), and the planted link is not written through
@@ -272,7 +274,7 @@ def test_an_untrusted_reading_file_is_unknown_and_left_alone(tmp_path):
     path.unlink()
     path.write_text("{}")
     path.chmod(0o666)
-    report = preflight_report(root, state, families={"aer"})
+    report = preflight_report(root, state, PreflightOptions(families={"aer"}))
     (unknown,) = [f for f in report.findings if f.check_id == "aer.window"]
     assert unknown.severity == Severity.UNKNOWN
 
