@@ -106,7 +106,7 @@ def run(
         raise
 
 
-def _collect(proc: subprocess.Popen[bytes], args: tuple[str, ...], timeout_s: float | None,  # noqa: PLR0917
+def _collect(proc: subprocess.Popen[bytes], args: tuple[str, ...], timeout_s: float | None,  # noqa: PLR0912, PLR0915, PLR0917
              input_text: str | None, limit_bytes: int,
              cancel: threading.Event | None = None) -> Completed:
     assert proc.stdout is not None and proc.stderr is not None

@@ -76,3 +76,31 @@ def test_the_layers_contract_fails_on_a_lazy_back_edge(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "rocmseat.text is not allowed to import rocmseat.cache" in proc.stdout
     assert "rocmseat.text -> rocmseat.cache.key" in proc.stdout
+
+
+# The functions past ruff's branch/statement limits, each with a `noqa` on its `def` line: the
+# debt docs/architecture.md ("Function size") lists. It may shrink; it may not grow.
+SIZE_EXCEPTIONS = {
+    "rocmseat/cli/launch.py:launch", "rocmseat/cli/watch.py:watch",
+    "rocmseat/launch/flow.py:_launch_locked", "rocmseat/runner.py:_collect",
+    "rocmseat/speculation/advise/advice.py:from_gate",
+    "rocmseat/speculation/advise/advice.py:render",
+    "rocmseat/speculation/gate/arms.py:run_arm", "rocmseat/speculation/plot.py:advise_picture",
+    "rocmseat/watch/exporter.py:collect", "rocmseat/watch/filesd.py:_group",
+    "rocmseat/watch/metrics.py:_read", "rocmseat/watch/service.py:run_service",
+    "rocmseat/watch/uevents.py:node_events",
+}
+
+
+def test_the_function_size_exceptions_are_the_listed_ones() -> None:
+    found = set()
+    pattern = re.compile(r"^\s*def (\w+)\(.*# noqa: [^#]*PLR09(?:12|15)")
+    for path in sorted((REPO / "rocmseat").rglob("*.py")):
+        for line in path.read_text().splitlines():
+            match = pattern.match(line)
+            if match:
+                found.add(f"{path.relative_to(REPO).as_posix()}:{match.group(1)}")
+    assert found == SIZE_EXCEPTIONS
+    text = (REPO / "docs" / "architecture.md").read_text()
+    for entry in SIZE_EXCEPTIONS:
+        assert entry.split(":")[1] in text, entry

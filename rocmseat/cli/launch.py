@@ -43,7 +43,7 @@ def _say(text: str) -> None:
 @json_option
 @sysfs_root_option
 @state_dir_option
-def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_only: bool,
+def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_only: bool,  # noqa: PLR0912
            pair_text: str | None, stop_grace_s: float, no_drafter: bool, as_json: bool,
            sysfs_root: Path | None, state_dir: Path | None) -> int:
     """Start one replica of SEAT under supervision, or show the plan of every replica."""

@@ -107,7 +107,7 @@ class Finite(click.ParamType[float]):
                    "the seat's remediate.mode, else off].")
 @state_dir_option
 @sysfs_root_option
-def watch(  # noqa: PLR0917 (click passes every option)
+def watch(  # noqa: PLR0915, PLR0917 (click passes every option)
     seat_file: Path | None,
     targets: tuple[str, ...],
     targets_file: Path | None,

@@ -325,7 +325,7 @@ def placed_plan(seat: Seat, placed: Placement, record: ReplicaPlacement, *,
     return plan
 
 
-def _launch_locked(
+def _launch_locked(  # noqa: PLR0915
     seat: Seat, placed: Placement, record: ReplicaPlacement, *, sysfs_root: Path | None,
     state_dir: Path, echo: Say, say: Say, environ: dict[str, str],
     stop_grace_s: float, probe_interval_s: float, fetch: Fetch,

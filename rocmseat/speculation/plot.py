@@ -138,7 +138,7 @@ _BASIS_STYLE: dict[str, tuple[str | None, float, str]] = {
     "measured": (None, 0.55, "-"), "model": ("//", 0.25, "--"), "extrapolated": ("xx", 0.15, ":")}
 
 
-def advise_picture(path: Path, decision: Decision, source: str, headline: str = "") -> Path:
+def advise_picture(path: Path, decision: Decision, source: str, headline: str = "") -> Path:  # noqa: PLR0915
     """Left: the proposed K per batch size, each tier drawn by its basis (measured solid,
     model hatched, extrapolated cross-hatched and dotted), the model's own staircase where the
     measurements changed it. Middle: k*(alpha) per batch size with the measured alpha.

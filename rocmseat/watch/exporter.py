@@ -66,7 +66,7 @@ class WatchCollector:
         self._source = source
         self._clock = clock
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Any]:  # noqa: PLR0915
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         state = _state(self._source)

@@ -241,7 +241,7 @@ class _Budget:
         return dict(known)
 
 
-def _group(group: Any, where: str, budget: _Budget) -> list[Target]:
+def _group(group: Any, where: str, budget: _Budget) -> list[Target]:  # noqa: PLR0912
     if not isinstance(group, dict):
         raise ConfigError(f"{where}: expected a mapping with 'targets' and 'labels'")
     twice: tuple[str, ...] = getattr(group, "twice", ())

@@ -241,7 +241,7 @@ class PageReader:
         return _assemble(self._sums, self._maxima, self._per_pos, self._created,
                          len(self._engines))
 
-    def _read(self, lines: list[str]) -> None:
+    def _read(self, lines: list[str]) -> None:  # noqa: PLR0912
         sums, maxima, per_pos, seen = self._sums, self._maxima, self._per_pos, self._seen
         number = self._number
         content = False

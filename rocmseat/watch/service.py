@@ -109,7 +109,7 @@ def raise_fd_limit(targets: int) -> bool:
     return ensure_descriptors(targets)[0]
 
 
-def run_service(
+def run_service(  # noqa: PLR0915
     targets: list[Target],
     config: WatchConfig,
     sinks: Sinks,

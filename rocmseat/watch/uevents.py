@@ -59,7 +59,7 @@ def _affected(devpath: str, gpus: Iterable[GpuPath], *, below_ok: bool) -> list[
     return hits
 
 
-def node_events(props: Mapping[str, str], gpus: Iterable[GpuPath]) -> list[NodeEvent]:
+def node_events(props: Mapping[str, str], gpus: Iterable[GpuPath]) -> list[NodeEvent]:  # noqa: PLR0912
     """The alert changes one uevent means for the replicas whose GPUs it touches."""
     devpath = props.get("DEVPATH", "")
     subsystem = props.get("SUBSYSTEM", "")

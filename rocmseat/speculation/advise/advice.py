@@ -192,7 +192,7 @@ def _counters_of(window: WindowDoc | None, shown: str, key: str, k: int) -> Coun
     return c
 
 
-def from_gate(directory: Path, gate: GateDoc | None = None) -> Inputs:
+def from_gate(directory: Path, gate: GateDoc | None = None) -> Inputs:  # noqa: PLR0912, PLR0915
     """The advisor's inputs from a gate directory; `gate`: its document already read (the gate
     asks the advisor before it writes gate.json)."""
     gate_path = directory / "gate.json"
@@ -530,7 +530,7 @@ def _measured_in_order(inputs: Inputs) -> list[MeasuredPoint]:
     return sorted(inputs.measured, key=lambda p: (p.arm != "base", p.arm, p.batch))
 
 
-def render(doc: dict[str, Any]) -> str:
+def render(doc: dict[str, Any]) -> str:  # noqa: PLR0912, PLR0915
     a = doc["acceptance"]
     lines = [f"source: {doc['source']['kind']} {doc['source']['where']}",
              f"acceptance: alpha {a['alpha']} ± {a['alpha_se']} over {a['drafts']:.0f} drafts at "

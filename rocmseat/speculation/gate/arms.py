@@ -242,7 +242,7 @@ class GateRun:
         per_arm = self.arm_seconds[0] if self.arm_seconds else this_arm
         return max(this_arm - spent, 0.0) + per_arm * remaining_arms
 
-    def run_arm(self, name: str, source: SeatWithGate, *, schedule: Schedule | None = None,
+    def run_arm(self, name: str, source: SeatWithGate, *, schedule: Schedule | None = None,  # noqa: PLR0912, PLR0915
                 expect_spec: bool | None = None, k: int | None = None) -> ArmRecord:
         arm_dir = self.out / "arms" / name
         arm_dir.mkdir(parents=True, exist_ok=True)
