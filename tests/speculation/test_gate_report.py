@@ -9,8 +9,8 @@ import struct
 
 import pytest
 
-from rocmseat.speculation.gate.flow import rejudge
 from tests.conftest import FIXTURES
+from tests.speculation.rejudge import rejudge
 from tests.speculation.test_basis import copy, with_method, without_the_schedule_arm
 
 GATE = FIXTURES / "spec" / "gate-cpu-deep"

@@ -316,7 +316,7 @@ def _one_answer(out: Path, doc: dict[str, Any], view: GateView) -> OneAnswer:
 def judge_saved(out: Path) -> GateView | None:
     """The verdicts of a finished gate from what it saved under --out, judged again by the
     gate's own rules (nothing is written); None for an A/A run."""
-    out, _, records, _, config, options = _load(out)
+    out, _, records, _, config, options = load_saved(out)
     if options.aa:
         return None
     seat = load_seat(out / "arms" / "candidate" / "seat.toml")
@@ -352,16 +352,7 @@ def _memory_cell(record: ArmRecord) -> str:
     return f"{plan.severity.value}: {min(ranks):.2f} GiB {ratio:.0%}"
 
 
-def rejudge(out: Path) -> GateOutcome:
-    """Judge a finished gate again from what it saved under --out (no engine is started)."""
-    out, doc, records, battery, config, options = _load(out)
-    seats = load_seat(out / "arms" / "candidate" / "seat.toml")
-    return assemble(out, Path(doc.base_seat), Path(doc.candidate_seat), records,
-                    battery=battery, config=config, options=options,
-                    max_num_seqs=seats.serve.max_num_seqs, run_id=doc.run_id)
-
-
-def _load(out: Path) -> tuple[Path, Any, list[ArmRecord], Battery, GateConfig, GateOptions]:
+def load_saved(out: Path) -> tuple[Path, Any, list[ArmRecord], Battery, GateConfig, GateOptions]:
     """What a finished gate saved under --out: its document, arm records and settings."""
     from rocmseat.safeio import read_regular_text
     from rocmseat.speculation.documents import GateDoc, parse
