@@ -107,6 +107,11 @@ FOREIGN_FLAGS = {
     "--check": "tests/fixtures/build_sysfs_fixtures.py", "--hostile": "bench/bench_preflight.py",
     "--rounds": "the hostile batteries (tests/*/hostile.py, tests/fleet/verdict_battery.py)",
     "--update-golden": "pytest (tests/conftest.py)",
+    "--per-request-spec-decode-metrics": "vllm (the drafter canary, docs/seat.md)",
+    "--cpuset-cpus": "docker (docs/launch.md, Containers)", "--cpuset-mems": "docker",
+    "--device": "docker", "--ipc": "docker",
+    "--find-links": "pip (docs/install.md)", "--no-index": "pip",
+    "--gates": "bench/bench_advise.py", "--metrics-format": "bench/bench_preflight.py",
 }
 FLAG_RE = re.compile(r"(?<![\w/.-])--[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*")
 
