@@ -22,19 +22,13 @@ from typing import Protocol
 
 from rocmseat import exitcodes
 from rocmseat.findings import Finding, Severity, exit_code_for
-from rocmseat.preflight.order import worst_first
+from rocmseat.preflight.order import Ordered, worst_first
 from rocmseat.preflight.verdict_doc import ALWAYS_FAMILIES, ProfileId, UnusableVerdict, load_verdict
 
 MAX_OUTPUT_BYTES = 80
 
 
-class _FindingLike(Protocol):
-    @property
-    def check_id(self) -> str: ...
-    @property
-    def severity(self) -> Severity: ...
-    @property
-    def subject(self) -> str: ...
+class _FindingLike(Ordered, Protocol):
     @property
     def message(self) -> str: ...
 
