@@ -86,7 +86,7 @@ SIZE_EXCEPTIONS = {
     "rocmseat/speculation/advise/advice.py:from_gate",
     "rocmseat/speculation/advise/advice.py:render",
     "rocmseat/speculation/gate/arms.py:run_arm", "rocmseat/speculation/plot.py:advise_picture",
-    "rocmseat/watch/exporter.py:collect", "rocmseat/watch/filesd.py:_group",
+    "rocmseat/watch/exporter.py:collect",
     "rocmseat/watch/metrics.py:_read", "rocmseat/watch/service.py:run_service",
     "rocmseat/watch/uevents.py:node_events",
 }

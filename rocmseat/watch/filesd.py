@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import json
 import os
 import re
@@ -225,7 +226,7 @@ class _Budget:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.left = MAX_WORK
-        self.labels: dict[int, dict[str, str]] = {}
+        self.labels: dict[int, _Shared] = {}
 
     def spend(self, units: int, where: str) -> None:
         self.left -= units
@@ -233,15 +234,15 @@ class _Budget:
             raise ConfigError(f"{where}: more than {MAX_WORK:,} labels in all, counting each "
                               "target's (YAML aliases repeat a group or its labels)")
 
-    def checked_labels(self, raw: dict[Any, Any], where: str) -> dict[str, str]:
+    def prepared(self, raw: dict[Any, Any], where: str) -> _Shared:
         known = self.labels.get(id(raw))
         if known is None:
             self.spend(len(raw), where)
-            known = self.labels[id(raw)] = _labels(raw, where)
-        return dict(known)
+            known = self.labels[id(raw)] = _shared(_labels(raw, where), where)
+        return known
 
 
-def _group(group: Any, where: str, budget: _Budget) -> list[Target]:  # noqa: PLR0912
+def _group(group: Any, where: str, budget: _Budget) -> list[Target]:
     if not isinstance(group, dict):
         raise ConfigError(f"{where}: expected a mapping with 'targets' and 'labels'")
     twice: tuple[str, ...] = getattr(group, "twice", ())
@@ -264,7 +265,44 @@ def _group(group: Any, where: str, budget: _Budget) -> list[Target]:  # noqa: PL
     if twice:
         raise ConfigError(f"{where}: key 'labels.{twice[0][:40]}' is given twice")
     budget.spend(len(addresses) * (len(raw_labels) + 1), where)
-    labels = budget.checked_labels(raw_labels, where)
+    shared = budget.prepared(raw_labels, where)
+    out = []
+    for address in addresses:
+        shown = redact_url(address)[:80]
+        if len(address) > 300 or not _ADDRESS.match(address):
+            raise ConfigError(f"{where}: target {shown!r} is not host:port")
+        url = f"{shared.scheme}://{address}{shared.path_and_query}"
+        check_http_url(url, f"{where}: target {shown!r}")
+        name = shared.replica or shared.instance or address
+        if not _NAME.match(name) or len(name) > 200:
+            raise ConfigError(f"{where}: replica name {name[:80]!r} must match "
+                              "[A-Za-z0-9[][A-Za-z0-9._:[]-]*")
+        out.append(Target(name, url, labels=shared.pairs_with(address),
+                          expect_spec=shared.expect_spec))
+    return out
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """What a label mapping gives every target that carries it, worked out once per mapping (a
+    YAML alias shares one mapping among many groups: the per-target work stays one tuple)."""
+
+    scheme: str
+    path_and_query: str
+    expect_spec: bool | None
+    replica: str | None
+    instance: str | None
+    sorted_pairs: tuple[tuple[str, str], ...]  # the carried labels but `replica`, sorted
+
+    def pairs_with(self, address: str) -> tuple[tuple[str, str], ...]:
+        if self.instance is not None:  # the user's `instance` label wins over the address
+            return self.sorted_pairs
+        at = bisect.bisect_left(self.sorted_pairs, ("instance", address))
+        return (*self.sorted_pairs[:at], ("instance", address), *self.sorted_pairs[at:])
+
+
+def _shared(labels: dict[str, str], where: str) -> _Shared:
+    labels = dict(labels)
     scheme = labels.pop("__scheme__", "http")
     if scheme not in ("http", "https"):
         raise ConfigError(f"{where}: key 'labels.__scheme__': {scheme[:40]!r} is not http or "
@@ -276,21 +314,12 @@ def _group(group: Any, where: str, budget: _Budget) -> list[Target]:  # noqa: PL
     params = {k[len("__param_"):]: v for k, v in labels.items() if k.startswith("__param_")}
     carried = {k: redact_text(v) for k, v in labels.items() if not k.startswith("__")}
     query = f"?{urlencode(params)}" if params else ""
-    out = []
-    for address in addresses:
-        shown = redact_url(address)[:80]
-        if len(address) > 300 or not _ADDRESS.match(address):
-            raise ConfigError(f"{where}: target {shown!r} is not host:port")
-        url = f"{scheme}://{address}{quote(metrics_path, safe='/:@!$&()*+,;=-._~')}{query}"
-        check_http_url(url, f"{where}: target {shown!r}")
-        own = {"instance": address, **carried}
-        name = own.get("replica") or own["instance"]
-        if not _NAME.match(name) or len(name) > 200:
-            raise ConfigError(f"{where}: replica name {name[:80]!r} must match "
-                              "[A-Za-z0-9[][A-Za-z0-9._:[]-]*")
-        pairs = tuple(sorted((k, v) for k, v in own.items() if k != "replica"))
-        out.append(Target(name, url, labels=pairs, expect_spec=expect_spec))
-    return out
+    return _Shared(
+        scheme=scheme,
+        path_and_query=f"{quote(metrics_path, safe='/:@!$&()*+,;=-._~')}{query}",
+        expect_spec=expect_spec, replica=carried.get("replica") or None,
+        instance=carried.get("instance"),
+        sorted_pairs=tuple(sorted((k, v) for k, v in carried.items() if k != "replica")))
 
 
 def _labels(raw: dict[Any, Any], where: str) -> dict[str, str]:

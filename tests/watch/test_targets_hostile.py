@@ -23,7 +23,7 @@ from rocmseat.watch.filesd import TargetsFile, read_targets_file
 SEED = 18
 COUNT = 150
 SECRET = "hunter2-s3cr3t"
-CASE_BOUND_S = 20.0  # a hang, not a speed target
+CASE_BOUND_S = 60.0  # a hang, not a speed target (0.5 s alone; CI runs it beside the engine)
 CONTROLS = ["\x00", "\x1b", "\x07", "\x7f", "\x9b", "\x85", "\u2028", "\u2029", "\n", "\r"]
 
 
