@@ -151,7 +151,7 @@ class Watcher:
         self.take_canary: Callable[[str, float], Sequence[Usage]] | None = None
         # the slow-spawn lottery: decode rate at matched load across starts (watch/spawn.py)
         self.spawn = SpawnWatch(state_dir=config.state_dir, prefix=config.key_prefix,
-                                warn=on_warning)
+                                log=on_warning)
 
     def _new(self, target: Target) -> _Replica:
         cfg = self.config

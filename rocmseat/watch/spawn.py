@@ -1,4 +1,4 @@
-"""The slow-spawn lottery, seen (issue 27 item 5).
+"""The slow-spawn lottery, seen (issue 27 item 6).
 
 On the R9700 a process's decode speed is set when it spawns: some starts run 1.2-2.0x slower for
 their whole life and only a restart changes that (ROCm/legacy-rocm-build#6347, open). A slow
@@ -9,12 +9,20 @@ the rate of a window is decode steps per second per running request, `generation
 acceptance length / seconds / running requests` (the acceptance length takes speculation out:
 a drafter that accepts less emits fewer tokens per step, which is the detector's business, not
 the spawn's), bucketed by the number of running requests (the load). A start keeps the median
-rate of its first `judge_windows` windows per bucket; the history of a key is those medians of
-the starts before. A start whose median in a bucket is at least `factor` times slower than the
-median of at least `min_starts` earlier starts in that bucket raises `replica_slow_spawn`,
-naming the factor; only while acceptance is normal (no acceptance drop, no dead drafter: a
-collapsed drafter is slow for another reason). The alert stays for the life of the start; a
-restart judges afresh. Windows with no running request, or without generation, teach nothing.
+rate of its first `judge_windows` windows per bucket (its figure, logged as `spawn-figure` with
+the history and the factor); the history of a key is the figures of the starts before. A start
+whose figure in a bucket is at least `factor` times slower than the median of at least
+`min_starts` earlier starts in that bucket raises `replica_slow_spawn`, naming the factor; only
+while acceptance is normal (no acceptance drop, no dead drafter: a collapsed drafter is slow for
+another reason). The alert stays for the life of the start; a restart judges afresh.
+
+A start judged slow never joins the history: the history is what a good start of this seat does,
+and a lottery loser in it would lower the bar every later start is held to (two losers in a row
+and the second would pass as normal). One earlier start is enough history (`min_starts` 1): the
+lottery's losers are 1.2-2.0x slower, well past the run-to-run noise of one good start at the
+same load, and a first start that was itself a loser only makes the next good starts look fast
+(they join, and the median moves to them). Windows with no running request, or without
+generation, teach nothing.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ MAX_STARTS_KEPT = 20
 class SpawnParams:
     factor: float = 1.2  # this much slower than the history at the same load
     judge_windows: int = 3  # windows per bucket that make a start's figure
-    min_starts: int = 2  # earlier starts in the bucket before a start is judged
+    min_starts: int = 1  # earlier starts in the bucket before a start is judged
 
 
 def window_rate(window: Window) -> tuple[int, float] | None:
@@ -85,9 +93,9 @@ class SpawnWatch:
     """Per replica, per config key: the rate history and the judgement of the running start."""
 
     def __init__(self, params: SpawnParams | None = None, *, state_dir: Path | None = None,
-                 prefix: str = "", warn: Callable[[str], None] = lambda line: None) -> None:
+                 prefix: str = "", log: Callable[[str], None] = lambda line: None) -> None:
         self.params = params or SpawnParams()
-        self._warn = warn
+        self._log = log  # the watchdog's log: figures and a history not saved
         self._state_dir = state_dir
         self._prefix = prefix
         self._replicas: dict[str, _Replica] = {}
@@ -110,6 +118,8 @@ class SpawnWatch:
             mine = rep.current.setdefault(bucket, [])
             if len(mine) < self.params.judge_windows:
                 mine.append(rate)
+                if len(mine) == self.params.judge_windows:
+                    self._say_figure(replica, bucket, mine, hist.get(bucket, []))
         if rep.slow is not None:
             return SpawnVerdict(True, rep.slow[0], rep.slow[1], len(hist.get(rep.slow[0], ())))
         best: SpawnVerdict = SpawnVerdict(False, None, None, 0)
@@ -125,6 +135,17 @@ class SpawnWatch:
             return SpawnVerdict(True, best.bucket, best.factor, best.starts)
         return best
 
+    def _say_figure(self, replica: str, bucket: int, mine: list[float],
+                    before: list[float]) -> None:
+        """One line when a start's figure in a bucket is complete: what an operator (and the
+        engine tier) reads to see a normal start's factor, which raises no alert."""
+        figure = _median(mine)
+        history = _median(before) if before else None
+        shown = "-" if history is None else f"{history:.3f}"
+        factor = "-" if history is None else f"{history / figure:.2f}"
+        self._log(f"rocmseat-watch replica={replica} spawn-figure running={bucket} "
+                   f"rate={figure:.3f} history={shown} starts={len(before)} factor={factor}")
+
     # --- history ----------------------------------------------------------------------
     def _get(self, replica: str) -> _Replica:
         rep = self._replicas.get(replica)
@@ -136,7 +157,7 @@ class SpawnWatch:
         return rep
 
     def _close_start(self, replica: str, rep: _Replica) -> None:
-        if rep.key and rep.current:
+        if rep.key and rep.current and rep.slow is None:  # a slow start never joins
             hist = rep.history.setdefault(rep.key, {})
             for bucket, rates in rep.current.items():
                 if len(rates) >= self.params.judge_windows:
@@ -183,5 +204,5 @@ class SpawnWatch:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic.write_into(path.parent, path.name, (jsonio.dumps(doc) + "\n").encode())
         except (OSError, RocmseatError) as exc:  # kept in memory; the next start tries again
-            self._warn(f"rocmseat-watch replica={replica} spawn-history-not-saved "
+            self._log(f"rocmseat-watch replica={replica} spawn-history-not-saved "
                        f"error={str(exc)[:120].replace(' ', '_')}")

@@ -1,7 +1,8 @@
-"""The slow-spawn lottery (rocmseat/watch/spawn.py, issue 27 item 5): the decode rate at matched
+"""The slow-spawn lottery (rocmseat/watch/spawn.py, issue 27 item 6): the decode rate at matched
 load learned across starts per config key, a start >= 1.2x slower than that history raises
 `replica_slow_spawn` naming the factor; a normal restart does not; a collapsed drafter is not a
-slow spawn; the history survives the watchdog."""
+slow spawn; a slow start never joins the history; the history survives the watchdog. The real
+engine's version: tests/e2e/test_spawn_engine.py."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def test_a_slow_start_against_its_history(tmp_path):
     watch.restarted("r0")  # a restart judges afresh
     assert not start(watch, 20.2).slow
     saved = json.loads((tmp_path / "watch" / "spawn-demo.r0.json").read_text())
-    assert sorted(saved["keys"]["k1"]["4"]) == pytest.approx([12.5, 19.5, 19.8, 20.0, 21.0])
+    # the slow start is not in it: the history is what a good start does
+    assert sorted(saved["keys"]["k1"]["4"]) == pytest.approx([19.5, 19.8, 20.0, 21.0])
     # the history survives the watchdog
     again = SpawnWatch(state_dir=tmp_path, prefix="demo")
     assert start(again, 12.0).slow
@@ -91,3 +93,34 @@ def test_the_watcher_holds_the_history_of_its_seat(tmp_path):
     verdict = start(watcher.spawn, 14.0, key="unkeyed")
     assert verdict.slow and verdict.factor == pytest.approx(20.0 / 14.0)
     assert A.REPLICA_SLOW_SPAWN in A.ALERTS and A.SEVERITY[A.REPLICA_SLOW_SPAWN] == "warning"
+
+
+def test_one_earlier_start_is_history_and_a_loser_never_joins_it():
+    lines: list[str] = []
+    watch = SpawnWatch(log=lines.append)
+    first = start(watch, 20.0)  # no history: figured, not judged
+    assert not first.slow and first.factor is None
+    assert lines == ["rocmseat-watch replica=r0 spawn-figure running=4 rate=20.000 history=- "
+                     "starts=0 factor=-"]
+    watch.restarted("r0")
+    slow = start(watch, 10.0)  # judged against one earlier start
+    assert slow.slow and slow.factor == pytest.approx(2.0) and slow.starts == 1
+    assert lines[-1].endswith("rate=10.000 history=20.000 starts=1 factor=2.00")
+    watch.restarted("r0")
+    # two losers in a row: had the first joined, the history's median (15) would let it pass
+    again = start(watch, 12.0)
+    assert again.slow and again.factor == pytest.approx(20.0 / 12.0) and again.starts == 1
+    watch.restarted("r0")
+    normal = start(watch, 19.0)  # a normal restart: its factor is logged, no alert
+    assert not normal.slow and normal.factor == pytest.approx(20.0 / 19.0)
+    assert lines[-1].endswith("rate=19.000 history=20.000 starts=1 factor=1.05")
+    watch.restarted("r0")
+    assert start(watch, 20.0).starts == 2  # the normal one joined
+
+
+def test_a_start_figured_once_per_bucket():
+    lines: list[str] = []
+    watch = SpawnWatch(log=lines.append)
+    start(watch, 20.0, n=10)
+    start(watch, 20.0, n=10, running=2.0)
+    assert [line.split()[3] for line in lines] == ["running=4", "running=2"]
