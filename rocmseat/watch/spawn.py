@@ -45,7 +45,9 @@ MAX_STARTS_KEPT = 20
 @dataclass(frozen=True, slots=True)
 class SpawnParams:
     factor: float = 1.2  # this much slower than the history at the same load
-    judge_windows: int = 3  # windows per bucket that make a start's figure
+    # windows per bucket that make a start's figure: their median stands a partial first window
+    # (traffic began mid-window) and one hiccup more (50 s at the watchdog's default 10 s)
+    judge_windows: int = 5
     min_starts: int = 1  # earlier starts in the bucket before a start is judged
 
 

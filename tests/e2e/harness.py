@@ -251,8 +251,8 @@ def complete(port: int, model: str, prompts: tuple[str, ...] = PROMPTS,
 class Traffic:
     """Greedy completions in a loop on a thread, so drafts keep flowing while we wait."""
 
-    def __init__(self, port: int, model: str) -> None:
-        self.port, self.model = port, model
+    def __init__(self, port: int, model: str, max_tokens: int = 48) -> None:
+        self.port, self.model, self.max_tokens = port, model, max_tokens
         self.errors: list[str] = []
         self.done = 0
         self._stop = threading.Event()
@@ -261,7 +261,7 @@ class Traffic:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                complete(self.port, self.model, PROMPTS[:1], max_tokens=48)
+                complete(self.port, self.model, PROMPTS[:1], max_tokens=self.max_tokens)
                 self.done += 1
             except (httpx.HTTPError, KeyError, ValueError) as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")

@@ -31,7 +31,7 @@ def test_the_rate_takes_speculation_out():
     assert window_rate(window(drafts=False, al=1.0)) == (4, pytest.approx(20.0))
 
 
-def start(watch, rate, key="k1", n=3, ok=True, running=4.0):
+def start(watch, rate, key="k1", n=SpawnParams().judge_windows, ok=True, running=4.0):
     verdict = None
     for _ in range(n):
         verdict = watch.observe("r0", key, window(rate, running=running), ok)
