@@ -68,6 +68,54 @@ class Finite(click.ParamType[float]):
         return number
 
 
+@dataclass(frozen=True, slots=True)
+class WatchOptions:
+    """`rocmseat watch`'s command line, as click converted it (one field per option); built
+    once in `watch` and handed down (docs/architecture.md, "Function size")."""
+
+    seat_file: Path | None
+    targets: tuple[str, ...]
+    targets_file: Path | None
+    interval_s: float | None  # None: the seat's watch.interval_s, else 10
+    timeout_s: float
+    down_after: int
+    stall_after_s: float
+    once: bool
+    as_json: bool
+    exporter_listen: str | None
+    webhook: str | None
+    command_hook: str | None
+    baseline_al: float | None
+    no_spec: bool
+    remediate: str | None
+    state_dir: Path | None
+    sysfs_root: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Watched:
+    """What the watcher runs on: the command line merged with a seat's [watch] table (the
+    command line first), or with the --target/--targets-file replicas."""
+
+    targets: list[Target]
+    state_dir: Path
+    interval_s: float | None
+    pinned_al: float | None
+    expect_spec: bool
+    exporter_listen: str | None
+    webhook: str | None
+    webhook_what: str  # where the webhook URL came from, for its error
+    hook_argv: tuple[str, ...] | None
+    min_ready: int
+    seat_name: str | None = None
+    node: str | None = None
+    source: TargetsFile | None = None  # the --targets-file, re-read when it changes
+    extra: list[Target] = field(default_factory=list)  # the --target replicas
+    remediator: Any = None  # the remediator factory (remediation on)
+    kernel_log: Path | None = None
+    canary: Any = None  # the drafter canary factory ([canary] enabled)
+
+
 @click.command("watch")
 @click.argument("seat_file", metavar="[SEAT]", required=False,
                 type=click.Path(path_type=Path, dir_okay=False))
@@ -145,54 +193,6 @@ def watch(**values: Any) -> int:
     check_state_dir_writable(watched.state_dir)  # a learned baseline is saved after ~15 min
     sinks = Sinks(listen, watched.webhook, watched.hook_argv, watched.seat_name, watched.node)
     return _service(watched, config, sinks)
-
-
-@dataclass(frozen=True, slots=True)
-class WatchOptions:
-    """`rocmseat watch`'s command line, as click converted it (one field per option); built
-    once in `watch` and handed down (docs/architecture.md, "Function size")."""
-
-    seat_file: Path | None
-    targets: tuple[str, ...]
-    targets_file: Path | None
-    interval_s: float | None  # None: the seat's watch.interval_s, else 10
-    timeout_s: float
-    down_after: int
-    stall_after_s: float
-    once: bool
-    as_json: bool
-    exporter_listen: str | None
-    webhook: str | None
-    command_hook: str | None
-    baseline_al: float | None
-    no_spec: bool
-    remediate: str | None
-    state_dir: Path | None
-    sysfs_root: Path | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Watched:
-    """What the watcher runs on: the command line merged with a seat's [watch] table (the
-    command line first), or with the --target/--targets-file replicas."""
-
-    targets: list[Target]
-    state_dir: Path
-    interval_s: float | None
-    pinned_al: float | None
-    expect_spec: bool
-    exporter_listen: str | None
-    webhook: str | None
-    webhook_what: str  # where the webhook URL came from, for its error
-    hook_argv: tuple[str, ...] | None
-    min_ready: int
-    seat_name: str | None = None
-    node: str | None = None
-    source: TargetsFile | None = None  # the --targets-file, re-read when it changes
-    extra: list[Target] = field(default_factory=list)  # the --target replicas
-    remediator: Any = None  # the remediator factory (remediation on)
-    kernel_log: Path | None = None
-    canary: Any = None  # the drafter canary factory ([canary] enabled)
 
 
 def _from_seat(opts: WatchOptions, seat_file: Path,
