@@ -17,8 +17,7 @@ import dataclasses
 
 from rocmseat.watch import alerts as A
 from rocmseat.watch.canary import CanaryRound
-from rocmseat.watch.remediate import documents
-from rocmseat.watch.remediate import journal
+from rocmseat.watch.remediate import documents, journal
 from rocmseat.watch.remediate import policy as P
 from tests.watch.test_canary import DEAD, GOOD, World, status
 
