@@ -117,8 +117,6 @@ PARAMETER_EXCEPTIONS = {
     "rocmseat/cli/spec.py:advise_cmd",
     "rocmseat/speculation/gate/flow.py:_document",
     "rocmseat/speculation/gate/judge.py:ratio_gate",
-    "rocmseat/watch/service.py:run_service",
-    "rocmseat/watch/remediate/service.py:Remediator.__init__",
 }
 
 

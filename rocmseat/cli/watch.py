@@ -35,6 +35,7 @@ from rocmseat.watch.loop import LIMITS, WatchConfig
 from rocmseat.watch.render import render_table
 from rocmseat.watch.scrape import Target, check_http_url, parse_target
 from rocmseat.watch.service import (
+    Parts,
     Sinks,
     check_targets,
     once_exit_code,
@@ -348,10 +349,10 @@ def _service(watched: _Watched, config: WatchConfig, sinks: Sinks) -> int:
 
     def work() -> None:
         try:
-            run_service(watched.targets, config, sinks, log=log,
-                        stop=stop, targets_file=watched.source, extra_targets=watched.extra,
-                        remediate=watched.remediator, kernel_log=watched.kernel_log,
-                        canary=watched.canary)
+            run_service(watched.targets, config, sinks, log=log, stop=stop, parts=Parts(
+                targets_file=watched.source, extra_targets=watched.extra,
+                remediate=watched.remediator, kernel_log=watched.kernel_log,
+                canary=watched.canary))
         except BaseException as exc:  # handed to the CLI's error boundary below
             caught.append(exc)
 
