@@ -17,6 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +26,7 @@ from rocmseat.placement.record import ReplicaPlacement
 from rocmseat.seat.model import Seat
 from rocmseat.statedir import StateDir
 from rocmseat.watch import alerts as A
+from rocmseat.watch.canary import CanaryRound
 from rocmseat.watch.remediate import journal
 from rocmseat.watch.remediate import policy as P
 from rocmseat.watch.remediate.documents import SCHEMA
@@ -94,25 +96,41 @@ def startup_facts(state_dir: Path, seat: str, replica: str) -> tuple[bool | None
     return loaded, doc.started_at
 
 
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """The seat a Remediator heals and where: its seat file, state dir, mode ("on" or
+    "dry-run"), node name and the replicas rocmseat launched (their placement records);
+    `max_age_s`: the watcher's view older than this is stale (nothing starts);
+    `episode_hold_s`: an alert episode outlives a gap this long (a refusal is said once)."""
+
+    seat: Seat
+    seat_file: Path
+    state_dir: Path
+    mode: str
+    node: str
+    records: Mapping[str, ReplicaPlacement]
+    max_age_s: float = 60.0
+    episode_hold_s: float = 60.0
+
+
 class Remediator:
-    def __init__(self, seat: Seat, *, seat_file: Path, state_dir: Path, mode: str, node: str,
-                 records: Mapping[str, ReplicaPlacement], edge: Edge,
-                 log: Callable[[str], None], clock: Callable[[], float] = time.time,
+    def __init__(self, setup: Setup, edge: Edge, *, log: Callable[[str], None],
+                 clock: Callable[[], float] = time.time,
                  node_refusal: Callable[[], str | None] = lambda: None,
-                 background: bool = True, max_age_s: float = 60.0,
-                 reread: Callable[[], Mapping[str, ReplicaPlacement]] | None = None,
-                 episode_hold_s: float = 60.0) -> None:
-        self.seat = seat
-        self.meta = journal.Meta(seat.name, str(seat_file.absolute()), node, mode)
-        self.state_dir = state_dir
-        self.settings = settings_of(seat, mode, episode_hold_s)
-        self.records = dict(records)
+                 background: bool = True,
+                 reread: Callable[[], Mapping[str, ReplicaPlacement]] | None = None) -> None:
+        seat = self.seat = setup.seat
+        self.meta = journal.Meta(seat.name, str(setup.seat_file.absolute()), setup.node,
+                                 setup.mode)
+        self.state_dir = setup.state_dir
+        self.settings = settings_of(seat, setup.mode, setup.episode_hold_s)
+        self.records = dict(setup.records)
         self._reread = reread  # the records again (a replica launched after the watcher)
         self.edge = edge
         self.log = log
         self.clock = clock
         self.node_refusal = node_refusal
-        self.max_age_s = max_age_s
+        self.max_age_s = setup.max_age_s
         self.state = P.State()
         self.counts: dict[tuple[str, str, str], int] = {}
         self._last: dict[str, P.StepRecord] = {}
@@ -122,6 +140,9 @@ class Remediator:
         self._said: dict[str, str] = {}
         self._alerted_s: dict[str, float] = {}  # replica -> when a trigger was last seen
         self._judge: int | None = None  # the judge's lock (journal.try_judge), once held
+        # the drafter canary's last judged round per replica, when the seat has `[canary]` on
+        # (rocmseat.watch.canary_service.CanaryService.last_round): step 1's verification
+        self.canary_round: Callable[[str], CanaryRound | None] | None = None
         self._busy: P.Action | None = None  # the action the worker runs
         self._background = background
         self._thread: threading.Thread | None = None
@@ -213,7 +234,7 @@ class Remediator:
 
     def _note_alerts(self, statuses: Sequence[ReplicaStatus], now: float) -> None:
         for status in statuses:
-            if A.REPLICA_STALLED in status.alerts or any(a in status.alerts for a in P.TRIGGERS):
+            if _acts_on(status):
                 self._alerted_s[status.replica] = now
 
     def _observe(self, status: ReplicaStatus, state: P.State, now: float) -> P.Observation:
@@ -229,10 +250,11 @@ class Remediator:
             p0=(judged.accepted_per_pos[0] / judged.drafts
                 if judged and judged.drafts > 0 and judged.accepted_per_pos else None),
             quiet_s=(now - self._alerted_s[status.replica]
-                     if status.replica in self._alerted_s else None))
+                     if status.replica in self._alerted_s else None),
+            canary=self.canary_round(status.replica) if self.canary_round else None,
+            spawn_factor=status.spawn_factor)
         ladder = state.ladder(status.replica)
-        wants = A.REPLICA_STALLED in status.alerts or any(a in status.alerts for a in P.TRIGGERS)
-        if ladder.pending is not None or not wants:
+        if ladder.pending is not None or not _acts_on(status):
             return obs  # the edge is read only where the ladder may start a step
         refusal: str | None = None
         if status.replica not in self.records and self._reread is not None:
@@ -417,3 +439,9 @@ def status_json(state: P.State, meta: journal.Meta, records: Sequence[Mapping[st
     return {"schema": "rocmseat.remediation-status/v1", "seat": meta.seat, "node": meta.node,
             "mode": meta.mode, "seat_file": meta.seat_file, **P.state_json(state),
             "journal": list(records)}
+
+
+def _acts_on(status: ReplicaStatus) -> bool:
+    """An alert the ladder acts on (a stall, a slow start, a drafter collapse) is active."""
+    return (A.REPLICA_STALLED in status.alerts or A.REPLICA_SLOW_SPAWN in status.alerts
+            or any(a in status.alerts for a in P.TRIGGERS))
