@@ -13,8 +13,8 @@ CPUs; a normal start here measured 1.39x slower than the start before it while o
   (vllm/utils/cpu_resource_utils.py get_allowed_cpu_list reads os.sched_getaffinity;
   vllm/utils/ompmultiprocessing.py OMPProcessManager._get_autobind_cpu_ids leaves the last CPU
   of a 2-CPU box to the other processes): a normal start computes on one CPU with the API server
-  and scheduler beside it; the throttled start has all of them and two busy loops on one CPU,
-  and background load is scheduled on the other CPU, away from it;
+  and scheduler beside it; the throttled start has all of them and three busy loops on one CPU
+  (a quarter of it), and background load is scheduled on the other CPU, away from it;
 - long completions (192 tokens) keep a window's rate a decode rate, not the client's overhead.
 """
 
@@ -59,11 +59,14 @@ def pinned(cpus: set[int]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def busy(cpus: set[int] | None, loops: int = 1) -> Iterator[None]:
-    """Busy loops on `cpus` (None: wherever the scheduler puts them), stopped by pid after."""
+    """Busy loops on `cpus` (None: wherever the scheduler puts them), stopped by pid after.
+    Each in a session of its own: with autogroups on (sched(7), "The autogroup feature"; this
+    host has them) the CPU is shared between sessions, so loops in one session would take one
+    share between them, whatever their number."""
     procs = []
     with pinned(cpus) if cpus else contextlib.nullcontext():
-        procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                 for _ in range(loops)]
+        procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                  start_new_session=True) for _ in range(loops)]
     try:
         yield
     finally:
@@ -126,17 +129,17 @@ def test_a_throttled_start_against_the_seats_history(ready_world: World):  # noq
     world.stop_replica()
 
     # 2. the same seat, the same config key, throttled from its spawn: the engine's CPUs are
-    #    set when it starts (inherited), and two busy loops share the one it got (after
+    #    set when it starts (inherited), and three busy loops share the one it got (after
     #    READY: the throttle is the serving's, and the start stays within launch's timeout)
     with pinned(one_cpu):
         mark = start(world, seat)
-    with busy(one_cpu, loops=2):
+    with busy(one_cpu, loops=3):
         slow = figure(world, mark, "throttled")
         fired = wait_for("replica_slow_spawn firing on the throttled start",
                          lambda: slow_spawn_lines(world, mark, "firing"), 30, world.seen)
     world.stop_replica()
     factor = float(slow.group(5))
-    note(SCENARIO, f"throttled start (CPU {sorted(one_cpu)} only, two busy loops there): "
+    note(SCENARIO, f"throttled start (CPU {sorted(one_cpu)} only, three busy loops there): "
                    f"{float(slow.group(2)):.2f} steps/s at running={slow.group(1)}: "
                    f"factor {factor:.2f}: {fired[0].split('rocmseat-watch ')[-1]}")
     assert f"factor={slow.group(5)}" in fired[0] and "starts=1" in fired[0]
