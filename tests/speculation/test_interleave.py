@@ -99,7 +99,7 @@ def test_a_start_whose_repeats_disagree_is_flagged():
 
 def test_the_driver_runs_fresh_starts_in_order_until_decided():
     """run_interleaved over a GateRun whose starts return recorded decode runs (the arm record's
-    shape), a 20 % effect: DIFFERENT after a few starts, named A00 B01 B02 A03 ..."""
+    shape), a 20 % effect: DIFFERENT after a few starts, named 00-A 01-B 02-B 03-A ..."""
     from types import SimpleNamespace
 
     from rocmseat.speculation.gate.interleave_run import run_interleaved
@@ -123,6 +123,6 @@ def test_the_driver_runs_fresh_starts_in_order_until_decided():
     done = run_interleaved(gate, 100.0, 120.0, Rules(), concurrency=4,
                            clock=lambda: gate.t, on_decision=seen.append)
     assert done.decision.result == DIFFERENT and done.decision.final
-    assert gate.names[:4] == ["A00", "B01", "B02", "A03"]
+    assert gate.names[:4] == ["00-A", "01-B", "02-B", "03-A"]
     assert len(seen) == len(gate.names) == done.decision.starts
     assert done.decision.minutes == pytest.approx(1.5 * len(gate.names))
