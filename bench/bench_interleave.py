@@ -39,7 +39,7 @@ from rocmseat.procgroup import spawn, stop_group
 from rocmseat.speculation.gate.arms import ArmRecord, GateRun, check_bench_client
 from rocmseat.speculation.gate.interleave import Rules
 from rocmseat.speculation.gate.interleave_run import Interleaved, run_interleaved
-from rocmseat.speculation.gate.judge import GateConfig, Series, ratio_gate
+from rocmseat.speculation.gate.judge import GateConfig, Noise, Series, ratio_gate
 from rocmseat.speculation.gate.settings import Battery, SeatWithGate, load_seat_with_gate
 
 SEAT = """\
@@ -116,7 +116,7 @@ class BusyBeside:
 def today(a: list[float], b: list[float], config: GateConfig) -> str:
     """Today's gate on these repeats: one ratio against the noise band."""
     g = ratio_gate("aggregate", Series(tuple(a)), Series(tuple(b)), config.aggregate_min_ratio,
-                   higher_is_better=True, floor=config.noise_floor, drift=config.drift,
+                   higher_is_better=True, noise=Noise(config.noise_floor, config.drift),
                    unit=" tok/s")
     return f"{g.verdict.value} ({g.detail})"
 
