@@ -139,6 +139,17 @@ class RoundVerdict:
                 "collapsed": str(sum(p.collapsed for p in self.prompts))}
 
 
+@dataclass(frozen=True, slots=True)
+class CanaryRound:
+    """A judged round as remediation reads it (its step 1 verification): when the round began
+    (the watcher's clock), whether it failed, and its figures as the alert carries them."""
+
+    started_s: float
+    failed: bool
+    rates: str
+    baselines: str
+
+
 def judge_round(rates: Sequence[float | None], baseline: Sequence[float | None] | None,
                 collapse_ratio: float) -> RoundVerdict:
     """One complete round (a rate per prompt, in prompt order) against the key's baseline (None:

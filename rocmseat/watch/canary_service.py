@@ -32,6 +32,7 @@ from rocmseat.watch.baseline import baseline_path
 from rocmseat.watch.canary import (
     Budget,
     CanaryResponseError,
+    CanaryRound,
     RoundVerdict,
     Usage,
     idle,
@@ -60,6 +61,8 @@ class _State:
     last_round_s: float | None = None
     pending: list[tuple[float, Usage]] = field(default_factory=list)
     last: RoundVerdict | None = None
+    engine_since_s: float | None = None  # the watcher saw this engine start (restarted)
+    judged: CanaryRound | None = None  # the last judged round on that engine
 
 
 Send = Callable[[CanaryTarget, str, int], Any]  # (target, prompt, max_tokens) -> response JSON
@@ -116,6 +119,23 @@ class CanaryService:
             state.pending = [(t, u) for t, u in state.pending if t > until_s]
         return done
 
+    def restarted(self, replica: str, now_s: float) -> None:
+        """The watcher saw a new engine process on `replica`: what the old one's rounds said no
+        longer holds, and the new one is judged at once (remediation's step 1 waits on it)."""
+        with self._lock:
+            state = self._state.get(replica)
+            if state is not None:
+                state.engine_since_s = now_s
+                state.judged = None
+                state.last_round_s = None
+
+    def last_round(self, replica: str) -> CanaryRound | None:
+        """The last complete round judged against a baseline on the engine running now (a
+        round that learned the baseline judges nothing), or None."""
+        with self._lock:
+            state = self._state.get(replica)
+            return None if state is None else state.judged
+
     # --- the thread ---------------------------------------------------------------------
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="rocmseat-canary", daemon=True)
@@ -145,8 +165,8 @@ class CanaryService:
         now = self._clock()
         if state.last_round_s is not None and now - state.last_round_s < self.config.interval_s:
             return False
-        if not status.up or status.window is None:
-            return False
+        if not status.up or status.window is None or not status.speculating:
+            return False  # down, not scraped yet, or serving without its drafter
         running, waiting = status.window.running, status.window.waiting
         if saturated(running, waiting, target.max_num_seqs):
             return False  # the replica's room is its traffic's
@@ -158,7 +178,7 @@ class CanaryService:
     def run_round(self, target: CanaryTarget, key: str) -> RoundVerdict | None:
         """Every prompt once; a complete round is judged and acted on."""
         state = self._state[target.replica]
-        state.last_round_s = self._clock()
+        started = state.last_round_s = self._clock()
         rates: list[float | None] = []
         for prompt in self.config.prompts:
             try:
@@ -172,16 +192,21 @@ class CanaryService:
                 state.pending.append((now, usage))
             self._budget.spend(now, usage.generation_tokens + usage.prompt_tokens)
             rates.append(usage.rate)
-        return self._judge(target, key, rates)
+        return self._judge(target, key, rates, started)
 
-    def _judge(self, target: CanaryTarget, key: str, rates: list[float | None]
-               ) -> RoundVerdict:
+    def _judge(self, target: CanaryTarget, key: str, rates: list[float | None],
+               started_s: float) -> RoundVerdict:
         state = self._state[target.replica]
         if state.key != key:
             state.key, state.baseline = key, self._load(target.replica, key)
         verdict = judge_round(rates, state.baseline, self.config.collapse_ratio)
         state.last = verdict
         details = verdict.details()
+        with self._lock:
+            since = state.engine_since_s
+            if not verdict.learned and (since is None or started_s >= since):
+                state.judged = CanaryRound(started_s, verdict.failed, details["rates"],
+                                           details["baselines"])
         if verdict.learned:
             state.baseline = list(rates)
             self._save(target.replica, key, rates)

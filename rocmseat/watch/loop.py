@@ -112,6 +112,7 @@ class _Replica:
     last_verdict: SpecVerdict | None = None
     held: dict[str, float] = field(default_factory=dict)  # one-shot node alerts: until when
     kernel_cause: KernelCause | None = None  # the kernel's last word on its GPUs
+    spawn_factor: float | None = None  # this start against the seat's history, once judged
 
 
 class Watcher:
@@ -149,6 +150,9 @@ class Watcher:
         # the drafter canary's requests that finished by a scrape's time, per replica: taken
         # out of that window (rocmseat.watch.canary_service.CanaryService.take)
         self.take_canary: Callable[[str, float], Sequence[Usage]] | None = None
+        # told of every new engine process (replica, time): the canary judges it at once
+        # (rocmseat.watch.canary_service.CanaryService.restarted)
+        self.on_restart: Callable[[str, float], None] | None = None
         # the slow-spawn lottery: decode rate at matched load across starts (watch/spawn.py)
         self.spawn = SpawnWatch(state_dir=config.state_dir, prefix=config.key_prefix,
                                 warn=on_warning)
@@ -296,6 +300,7 @@ class Watcher:
             spawn = self.spawn.observe(rep.target.name, rep.detector.key, window,
                                        judged is None or not (judged.drop or judged.dead))
             self._set(rep, A.REPLICA_SLOW_SPAWN, spawn.slow, now, **spawn.details())
+            rep.spawn_factor = spawn.factor
         return self._status(rep, window, None, restarted=restarted, blind=blind, now=now)
 
     def _expects_spec(self, rep: _Replica) -> bool:
@@ -310,8 +315,11 @@ class Watcher:
         a dead drafter latched `/ready` at 503: out of rotation the replica drafts nothing, so
         nothing could ever clear it (docs/watch.md, "Readiness")."""
         rep.detector.restart()
-        for alert in (A.SPEC_DRAFTER_DEAD, A.SPEC_ACCEPTANCE_DROP):
+        rep.spawn_factor = None
+        for alert in (A.SPEC_DRAFTER_DEAD, A.SPEC_ACCEPTANCE_DROP, A.DRAFTER_CANARY_FAILED):
             self._set(rep, alert, False, now, reason="engine-restarted")
+        if self.on_restart is not None:
+            self.on_restart(rep.target.name, now)
 
     def _failed(self, rep: _Replica, error: str, now: float) -> ReplicaStatus:
         rep.failures += 1
@@ -458,6 +466,7 @@ class Watcher:
             restarts_in_row=rep.restarts,
             gpus=rep.target.gpus,
             speculating=self._expects_spec(rep),
+            spawn_factor=rep.spawn_factor,
         )
 
     def run(self, stop: threading.Event, on_step: Callable[[list[ReplicaStatus]], None]) -> None:

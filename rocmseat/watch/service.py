@@ -140,6 +140,9 @@ def run_service(  # noqa: PLR0915
     canary_service = canary(watcher, log) if canary is not None else None  # [canary]
     if canary_service is not None:
         watcher.take_canary = canary_service.take
+        watcher.on_restart = canary_service.restarted
+        if remediator is not None:  # step 1 judged by the canary's first round on the new engine
+            remediator.canary_round = canary_service.last_round
         canary_service.start()
     started = time.time()
 

@@ -37,6 +37,9 @@ class ReplicaStatus:
     restarts_in_row: int = 0
     gpus: tuple[str, ...] = ()  # the replica's PCI pair (its placement), for node events
     speculating: bool = True  # the replica is expected to draft (a drafter; not --no-spec)
+    # this start's decode rate against the seat's history at the same load, once judged
+    # (rocmseat.watch.spawn.SpawnVerdict.factor: >= 1 is slower; None: not judged yet)
+    spawn_factor: float | None = None
 
     @property
     def undrafted(self) -> bool:

@@ -6,7 +6,7 @@ baseline per config key kept in the state dir; the seat table, launch's flag and
 The response bodies are built in the shape of vLLM 0.32's `RequestSpecDecodeMetrics.to_dict`
 (vllm/v1/metrics/stats.py) under `metrics.speculative_decoding` of a completion
 (vllm/entrypoints/openai/completion/serving.py); the engine tier records real ones
-(tests/e2e/test_canary_engine.py)."""
+(tests/e2e/test_remediate_engine.py)."""
 
 from __future__ import annotations
 

@@ -81,7 +81,7 @@ Scope = Annotated[str, AfterValidator(_scope)]
 Stamp = Annotated[str, Field(max_length=64), AfterValidator(_stamp)]
 Step = Literal[1, 2, 3]
 LadderAction = Literal["move-cache-aside-restart", "restart-without-drafter", "restart",
-                       "out-of-rotation"]
+                       "restart-slow-spawn", "out-of-rotation"]
 Mode = Literal["drafter", "no-drafter", "out-of-rotation", "resetting"]
 
 
@@ -99,6 +99,7 @@ class Why(_Doc):
     last_start: Text | None = None
     step1: Text | None = None
     text: Text | None = None
+    spawn_factor: Ratio | None = None
 
 
 class Figures(_Doc):
@@ -112,6 +113,10 @@ class Figures(_Doc):
     tokens_per_s: Amount | None = None
     collapsed_tokens_per_s: Amount | None = None
     restart_with_drafter: Text | None = None
+    verified_by: Literal["canary", "traffic", "decode rate"] | None = None
+    canary_rates: Annotated[str, Field(max_length=1024)] | None = None
+    canary_baselines: Annotated[str, Field(max_length=1024)] | None = None
+    spawn_factor: Ratio | None = None
 
 
 class PendingDoc(_Doc):

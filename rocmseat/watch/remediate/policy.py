@@ -7,12 +7,17 @@ to journal. Nothing here reads a file, runs a command or looks at a clock.
 
 The ladder, for a replica rocmseat launched:
 
-1. `spec_drafter_dead` or `spec_acceptance_drop` (the detector's held collapse) on a replica
-   whose last start loaded its compile caches: move them aside, restart, judge acceptance over
-   a fixed number of drafts of the new engine. Recovered: "stale compile cache".
+1. `spec_drafter_dead` or `spec_acceptance_drop` (the detector's held collapse on traffic) or
+   `drafter_canary_failed` (the canary's fixed prompts, traffic or none) on a replica whose last
+   start loaded its compile caches: move them aside, restart, judge the new engine. With the
+   canary on, its first round on the new engine judges it (seconds after READY, no traffic
+   needed); else acceptance over a fixed number of drafts of live traffic. Recovered: "stale
+   compile cache".
 2. Still collapsed after a fresh compile (or step 1 does not apply): restart without the
    drafter and keep it there once it generates at least as fast as it did collapsed.
-3. `replica_stalled`: restart once; a second stall within an hour takes it out of rotation.
+3. A restart: `replica_stalled` restarts once, a second stall within an hour takes it out of
+   rotation; `replica_slow_spawn` (the slow-spawn lottery, rocmseat.watch.spawn) restarts once,
+   verified by the new start's decode rate against the seat's history.
 
 Bounds: one ladder per replica and config key per day, `node_per_hour` actions per node and
 hour, at most `max_fraction` of the watched replicas (at least one) in remediation at once. A
@@ -29,10 +34,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocmseat.watch import alerts as A
+from rocmseat.watch.canary import CanaryRound
 
 DAY_S = 86_400.0
 HOUR_S = 3_600.0
-TRIGGERS = (A.SPEC_DRAFTER_DEAD, A.SPEC_ACCEPTANCE_DROP)
+TRIGGERS = (A.SPEC_DRAFTER_DEAD, A.SPEC_ACCEPTANCE_DROP, A.DRAFTER_CANARY_FAILED)
 # The watcher cannot see the replica well enough to act on what it says.
 BLINDING = (A.REPLICA_DOWN, A.SPEC_BLIND, A.METRICS_UNSTABLE)
 # Position-0 acceptance at or above this over the verification drafts: the drafter works again
@@ -43,6 +49,7 @@ RECOVERED_P0 = 0.20
 MOVE_CACHE_RESTART = "move-cache-aside-restart"
 RESTART_NO_DRAFTER = "restart-without-drafter"
 RESTART = "restart"
+RESTART_SLOW_SPAWN = "restart-slow-spawn"
 OUT_OF_ROTATION = "out-of-rotation"
 
 DIAGNOSIS_CACHE = "stale compile cache"
@@ -91,10 +98,17 @@ class Observation:
     last_start: str | None = None  # that start's time, from its startup report
     # seconds since the watcher last saw a trigger or stall alert on it (None: never, unknown)
     quiet_s: float | None = None
+    # the canary's last complete round on the engine running now (None: canary off, or no
+    # round judged on this engine yet; rocmseat.watch.canary_service.CanaryService.last_round)
+    canary: CanaryRound | None = None
+    # this start's decode rate against the seat's history at the same load, once judged
+    # (history / this start: >= 1 is slower; None: not judged yet; rocmseat.watch.spawn)
+    spawn_factor: float | None = None
 
     @property
     def generation_tokens_per_s(self) -> float | None:
-        if self.generation_tokens is None or self.duration_s <= 0:
+        # no generation in the window (no traffic, or the canary's alone): no rate, not 0
+        if not self.generation_tokens or self.duration_s <= 0:
             return None
         return self.generation_tokens / self.duration_s
 
@@ -272,6 +286,8 @@ def _trigger(obs: Observation) -> str | None:
 
 
 def _why(obs: Observation, alert: str) -> dict[str, Any]:
+    if alert == A.REPLICA_SLOW_SPAWN:
+        return {"alert": alert, "spawn_factor": _finite(obs.spawn_factor), "key": obs.key}
     return {"alert": alert, "acceptance_length": _finite(obs.al), "p0": _finite(obs.p0),
             "key": obs.key, "last_start": obs.last_start}
 
@@ -282,12 +298,15 @@ def _consider(run: _Run, obs: Observation, ladder: Ladder, view_fresh: bool,
         return
     stalled = A.REPLICA_STALLED in obs.alerts
     alert = A.REPLICA_STALLED if stalled else _trigger(obs)
-    if alert is None or (ladder.mode == "no-drafter" and not stalled):
+    acting = None if alert is None or (ladder.mode == "no-drafter" and not stalled) else alert
+    if acting is None and A.REPLICA_SLOW_SPAWN in obs.alerts:
+        acting = A.REPLICA_SLOW_SPAWN  # a slow start, drafter or not: one restart
+    if acting is None:
         episode_over = obs.quiet_s is None or obs.quiet_s >= run.settings.episode_hold_s
         if ladder.noted and (alert is not None or episode_over):
             run.set(obs.replica, dataclasses.replace(ladder, noted=""))
         return
-    why = _why(obs, alert)
+    why = _why(obs, acting)
     blind = next((a for a in BLINDING if a in obs.alerts), None)
     refusal = (
         f"refused: the watcher's view is stale ({view_problem})" if not view_fresh
@@ -301,6 +320,12 @@ def _consider(run: _Run, obs: Observation, ladder: Ladder, view_fresh: bool,
         return
     if stalled:
         _stall(run, obs, ladder, why)
+        return
+    if acting == A.REPLICA_SLOW_SPAWN:
+        # within the ladder's bounds: one per replica and config key per day, so a start that
+        # is slow again after its restart is said (halted), not restarted in a loop
+        _start(run, obs, ladder, 3, RESTART_SLOW_SPAWN,
+               "no-drafter" if ladder.mode == "no-drafter" else "drafter", why)
         return
     step1 = obs.cache_loaded is True and ladder.cache_tried_key != obs.key
     if step1:
@@ -375,7 +400,7 @@ def _start(run: _Run, obs: Observation, ladder: Ladder, step: int, action: str, 
         return
     run.taken.append(Taken(run.now, obs.replica, obs.key, action, ladder_start))
     pending = Pending(step, action, run.now, obs.key, why, collapsed_tps=collapsed_tps)
-    stalls = (*ladder.stalls_s, run.now) if step == 3 else ladder.stalls_s
+    stalls = (*ladder.stalls_s, run.now) if action == RESTART else ladder.stalls_s
     tried = obs.key if step == 1 else ladder.cache_tried_key
     begun = run.now if ladder_start else ladder.ladder_started_s
     run.set(obs.replica, dataclasses.replace(ladder, pending=pending, stalls_s=stalls,
@@ -433,25 +458,22 @@ def _verify(run: _Run, obs: Observation, ladder: Ladder, pending: Pending) -> No
     ready_s = (pending.restarted_s or run.now) - pending.started_s
     figures = {"ready_after_s": _finite(ready_s, 1), "drafts": _finite(pending.drafts, 0)}
     if pending.step == 1:
+        if obs.canary is not None:
+            # the canary's first round on the new engine (it runs one as soon as the restart is
+            # seen): its fixed prompts against their baseline for this key, no traffic needed
+            figures |= {"verified_by": "canary", "canary_rates": obs.canary.rates,
+                        "canary_baselines": obs.canary.baselines}
+            _step1_verdict(run, obs, ladder, pending, figures, recovered=not obs.canary.failed)
+            return
         if pending.drafts < s.verify_drafts:
             _wait(run, obs, ladder, pending, figures)
             return
         al = 1.0 + pending.accepted / pending.drafts
         p0 = pending.accepted_pos0 / pending.drafts
-        figures |= {"acceptance_length": _finite(al), "p0": _finite(p0),
-                    "lower_al": _finite(obs.lower_al)}
-        if p0 >= RECOVERED_P0 and (obs.lower_al is None or al >= obs.lower_al):
-            _finish(run, obs, ladder, pending, "recovered", figures, mode="drafter",
-                    diagnosis=DIAGNOSIS_CACHE)
-            return
-        _finish(run, obs, ladder, pending, "still collapsed after a fresh compile", figures,
-                mode="drafter", diagnosis=DIAGNOSIS_NOT_CACHE)
-        # straight on to step 2: the drafter is wrong, not the cache
-        after = run.ladders[obs.replica]
-        why = dict(pending.why) | {"step1": "collapsed again after a fresh compile"}
-        _start(run, dataclasses.replace(obs, key=pending.key), after, 2, RESTART_NO_DRAFTER,
-               "no-drafter", why, collapsed_tps=_tps(pending) or pending.collapsed_tps,
-               continuation=True)
+        figures |= {"verified_by": "traffic", "acceptance_length": _finite(al),
+                    "p0": _finite(p0), "lower_al": _finite(obs.lower_al)}
+        recovered = p0 >= RECOVERED_P0 and (obs.lower_al is None or al >= obs.lower_al)
+        _step1_verdict(run, obs, ladder, pending, figures, recovered=recovered)
         return
     if pending.step == 2:
         if pending.generation_s < s.verify_s:
@@ -474,8 +496,43 @@ def _verify(run: _Run, obs: Observation, ladder: Ladder, pending: Pending) -> No
         _finish(run, obs, ladder, pending, "serving without the drafter", figures,
                 mode="no-drafter", diagnosis=text)
         return
+    if pending.action == RESTART_SLOW_SPAWN:
+        _verify_respawn(run, obs, ladder, pending, figures)
+        return
     # step 3: the restart is judged by the new engine answering
     _finish(run, obs, ladder, pending, "restarted", figures, mode=ladder.mode)
+
+
+def _step1_verdict(run: _Run, obs: Observation, ladder: Ladder, pending: Pending,
+                   figures: dict[str, Any], *, recovered: bool) -> None:
+    if recovered:
+        _finish(run, obs, ladder, pending, "recovered", figures, mode="drafter",
+                diagnosis=DIAGNOSIS_CACHE)
+        return
+    _finish(run, obs, ladder, pending, "still collapsed after a fresh compile", figures,
+            mode="drafter", diagnosis=DIAGNOSIS_NOT_CACHE)
+    # straight on to step 2: the drafter is wrong, not the cache
+    after = run.ladders[obs.replica]
+    why = dict(pending.why) | {"step1": "collapsed again after a fresh compile"}
+    _start(run, dataclasses.replace(obs, key=pending.key), after, 2, RESTART_NO_DRAFTER,
+           "no-drafter", why, collapsed_tps=_tps(pending) or pending.collapsed_tps,
+           continuation=True)
+
+
+def _verify_respawn(run: _Run, obs: Observation, ladder: Ladder, pending: Pending,
+                    figures: dict[str, Any]) -> None:
+    """A slow start's restart, judged by the new start's decode rate once the watcher has
+    judged it against the seat's history (its first windows at a load the history knows)."""
+    if obs.spawn_factor is None:
+        _wait(run, obs, ladder, pending, figures)
+        return
+    figures |= {"verified_by": "decode rate", "spawn_factor": _finite(obs.spawn_factor)}
+    if A.REPLICA_SLOW_SPAWN in obs.alerts:
+        _finish(run, obs, ladder, pending, "still slow after a restart", figures,
+                mode=ladder.mode)
+        return
+    _finish(run, obs, ladder, pending, "restarted: decodes at the seat's rate", figures,
+            mode=ladder.mode)
 
 
 def _tps(pending: Pending) -> float | None:

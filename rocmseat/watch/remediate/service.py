@@ -25,6 +25,7 @@ from rocmseat.placement.record import ReplicaPlacement
 from rocmseat.seat.model import Seat
 from rocmseat.statedir import StateDir
 from rocmseat.watch import alerts as A
+from rocmseat.watch.canary import CanaryRound
 from rocmseat.watch.remediate import journal
 from rocmseat.watch.remediate import policy as P
 from rocmseat.watch.remediate.documents import SCHEMA
@@ -122,6 +123,9 @@ class Remediator:
         self._said: dict[str, str] = {}
         self._alerted_s: dict[str, float] = {}  # replica -> when a trigger was last seen
         self._judge: int | None = None  # the judge's lock (journal.try_judge), once held
+        # the drafter canary's last judged round per replica, when the seat has `[canary]` on
+        # (rocmseat.watch.canary_service.CanaryService.last_round): step 1's verification
+        self.canary_round: Callable[[str], CanaryRound | None] | None = None
         self._busy: P.Action | None = None  # the action the worker runs
         self._background = background
         self._thread: threading.Thread | None = None
@@ -213,7 +217,7 @@ class Remediator:
 
     def _note_alerts(self, statuses: Sequence[ReplicaStatus], now: float) -> None:
         for status in statuses:
-            if A.REPLICA_STALLED in status.alerts or any(a in status.alerts for a in P.TRIGGERS):
+            if _acts_on(status):
                 self._alerted_s[status.replica] = now
 
     def _observe(self, status: ReplicaStatus, state: P.State, now: float) -> P.Observation:
@@ -229,10 +233,11 @@ class Remediator:
             p0=(judged.accepted_per_pos[0] / judged.drafts
                 if judged and judged.drafts > 0 and judged.accepted_per_pos else None),
             quiet_s=(now - self._alerted_s[status.replica]
-                     if status.replica in self._alerted_s else None))
+                     if status.replica in self._alerted_s else None),
+            canary=self.canary_round(status.replica) if self.canary_round else None,
+            spawn_factor=status.spawn_factor)
         ladder = state.ladder(status.replica)
-        wants = A.REPLICA_STALLED in status.alerts or any(a in status.alerts for a in P.TRIGGERS)
-        if ladder.pending is not None or not wants:
+        if ladder.pending is not None or not _acts_on(status):
             return obs  # the edge is read only where the ladder may start a step
         refusal: str | None = None
         if status.replica not in self.records and self._reread is not None:
@@ -417,3 +422,9 @@ def status_json(state: P.State, meta: journal.Meta, records: Sequence[Mapping[st
     return {"schema": "rocmseat.remediation-status/v1", "seat": meta.seat, "node": meta.node,
             "mode": meta.mode, "seat_file": meta.seat_file, **P.state_json(state),
             "journal": list(records)}
+
+
+def _acts_on(status: ReplicaStatus) -> bool:
+    """An alert the ladder acts on (a stall, a slow start, a drafter collapse) is active."""
+    return (A.REPLICA_STALLED in status.alerts or A.REPLICA_SLOW_SPAWN in status.alerts
+            or any(a in status.alerts for a in P.TRIGGERS))
