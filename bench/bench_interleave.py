@@ -22,8 +22,8 @@ Prints minutes and starts to a decision, the measured ratio median(B)/median(A),
 figure and the flagged starts.
 
     python bench/bench_interleave.py --models DIR --out DIR --compare aa|busy
-           [--busy-duty 0.2] [--busy-cpu 0] [--concurrency 4] [--repeats 3] [--max-starts 16]
-           [--max-minutes 15]
+           [--busy-duty 0.2] [--busy-cpu 0] [--concurrency 4] [--repeats 3] [--prompts 32]
+           [--output-tokens 128] [--max-starts 16] [--max-minutes 15]
 """
 
 from __future__ import annotations
@@ -156,6 +156,10 @@ def main() -> int:
     parser.add_argument("--python", default="/opt/rocmseat/vllm-venv/bin/python")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    # one run long enough that the neighbours' bursts average out (8 x 64 tokens took 0.5 s on
+    # this host and its repeats spread 2x)
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--max-starts", type=int, default=16)
     parser.add_argument("--max-minutes", type=float, default=15.0)
     parser.add_argument("--effect", type=float, default=0.20)
@@ -165,7 +169,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     check_bench_client(Path(args.python))
     battery = replace(Battery(), concurrency=(args.concurrency,), repeats=args.repeats,
-                      prompts=8, output_tokens=64, phases=("decode",))
+                      prompts=args.prompts, output_tokens=args.output_tokens,
+                      phases=("decode",))
     rules = Rules(effect=args.effect, max_starts=args.max_starts, max_minutes=args.max_minutes)
 
     def seat(name: str, threads: int) -> SeatWithGate:
