@@ -126,3 +126,24 @@ def test_the_driver_runs_fresh_starts_in_order_until_decided():
     assert gate.names[:4] == ["00-A", "01-B", "02-B", "03-A"]
     assert len(seen) == len(gate.names) == done.decision.starts
     assert done.decision.minutes == pytest.approx(1.5 * len(gate.names))
+
+
+def test_unknown_at_the_bound_says_what_it_would_take():
+    """Noisy starts (10 % spread) with a 5 % difference: UNKNOWN at the bound, and the estimate
+    of starts per arm follows the measured spread (1.2533 sd sqrt(2/n) against the room)."""
+    from rocmseat.speculation.gate.interleave import starts_to_decide
+
+    a = [100.0, 110.0, 90.0, 105.0]
+    b = [95.0, 104.0, 86.0, 100.0]
+    rules = Rules(max_starts=8)
+    starts = [Start(arm_of(i), ((a if arm_of(i) == "A" else b)[i // 2],), 1.0)
+              for i in range(8)]
+    d = decide(starts, rules)
+    assert (d.result, d.final) == (UNKNOWN, True)
+    need, would = starts_to_decide(a, b, rules)
+    assert would == SAME and need > 4  # more than it had
+    assert f"about {need} starts per arm would say SAME" in d.why
+    # the same spread with a 30 % difference: DIFFERENT is nearer
+    assert starts_to_decide(a, [x * 0.7 for x in a], rules)[1] == DIFFERENT
+    # identical figures: the noise floor alone, a handful of starts
+    assert starts_to_decide([100.0] * 3, [100.0] * 3, rules) == (1, SAME)
