@@ -10,7 +10,11 @@ vLLM CPU engine. One comparison per invocation (each run under the engine lock s
   `_parse_omp_threads_bind_env`), so on this 2-CPU host the worker computes on CPU 0 whatever
   OMP_NUM_THREADS says (its launch log: "core ids=[0]", "reserved_cpus=[1]"). A busy process
   that takes d of that CPU (CFS gives it what it asks below its fair share) leaves the engine
-  about 1 - d of it.
+  about 1 - d of it. Measured: at d = 0.25 no effect on this host (the decode steps of the tiny
+  model wait on the scheduler and API processes, not on the worker's CPU);
+- `--compare seqs`: arm B with `max_num_seqs` lowered to `--b-max-num-seqs` (3 against the
+  battery's concurrency 4: a quarter of the requests wait a step; the steps cost about the same,
+  so about 20-25 % less throughput).
 
 Each is decided by rocmseat.speculation.gate.interleave over fresh starts in the order
 A B B A A B ... (rocmseat.speculation.gate.interleave_run), bounded by --max-starts and
@@ -21,7 +25,7 @@ drift), and the same rule on every start of each arm pooled (the repeats of all 
 Prints minutes and starts to a decision, the measured ratio median(B)/median(A), every start's
 figure and the flagged starts.
 
-    python bench/bench_interleave.py --models DIR --out DIR --compare aa|busy
+    python bench/bench_interleave.py --models DIR --out DIR --compare aa|busy|seqs
            [--busy-duty 0.2] [--busy-cpu 0] [--concurrency 4] [--repeats 3] [--prompts 32]
            [--output-tokens 128] [--max-starts 16] [--max-minutes 15]
 """
@@ -61,7 +65,7 @@ served_name = "demo"
 [serve]
 port_base = {port}
 max_model_len = 512
-max_num_seqs = 16
+max_num_seqs = {max_num_seqs}
 dtype = "bfloat16"
 
 [env]
@@ -150,7 +154,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, required=True, help="rocmseat demo models DEST")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--compare", choices=("aa", "busy"), required=True)
+    parser.add_argument("--compare", choices=("aa", "busy", "seqs"), required=True)
+    parser.add_argument("--b-max-num-seqs", type=int, default=3)
     parser.add_argument("--busy-duty", type=float, default=0.2)
     parser.add_argument("--busy-cpu", type=int, default=0)
     parser.add_argument("--python", default="/opt/rocmseat/vllm-venv/bin/python")
@@ -173,18 +178,21 @@ def main() -> int:
                       phases=("decode",))
     rules = Rules(effect=args.effect, max_starts=args.max_starts, max_minutes=args.max_minutes)
 
-    def seat(name: str, threads: int) -> SeatWithGate:
+    def seat(name: str, threads: int, max_num_seqs: int = 16) -> SeatWithGate:
         path = out / "seats" / f"{name}.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(SEAT.format(name=name, out=out, python=args.python,
                                     target=args.models / "target", port=args.port,
-                                    threads=threads))
+                                    threads=threads, max_num_seqs=max_num_seqs))
         return load_seat_with_gate(path)
 
-    base, other = seat("base", 2), seat("b", 2)
+    base = seat("base", 2)
+    other = seat("b", 2, args.b_max_num_seqs if args.compare == "seqs" else 16)
     label = {"aa": "A/A (the same seat twice)",
              "busy": f"effect (a busy process at {args.busy_duty:.0%} of CPU {args.busy_cpu} "
-                     "beside B's engine)"}[args.compare]
+                     "beside B's engine)",
+             "seqs": f"effect (B with max_num_seqs {args.b_max_num_seqs} against 16 at "
+                     f"concurrency {args.concurrency})"}[args.compare]
     gate = GateRun(out=out, replica="r0", battery=battery, config=GateConfig(),
                    port_base=args.port, on_progress=lambda p: None,
                    arms_planned=args.max_starts)
