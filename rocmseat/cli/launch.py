@@ -6,12 +6,17 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rocmseat import exitcodes, jsonio
 from rocmseat.cli.options import json_option, pair_option, state_dir_option, sysfs_root_option
+
+if TYPE_CHECKING:
+    from rocmseat.seat.model import Seat
 
 
 def _echo_engine(line: str) -> None:
@@ -23,6 +28,22 @@ def _echo_engine(line: str) -> None:
 def _say(text: str) -> None:
     # rocmseat's own lines go to stderr, prefixed, so they stand out among the engine's
     click.echo(f"rocmseat: {text}", err=True)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchOptions:
+    """`rocmseat launch`'s command line, as click converted it (one field per option)."""
+
+    seat_file: Path
+    replica: str | None
+    dry_run: bool
+    preflight_only: bool
+    pair_text: str | None
+    stop_grace_s: float
+    no_drafter: bool
+    as_json: bool
+    sysfs_root: Path | None
+    state_dir: Path | None
 
 
 @click.command("launch")
@@ -43,61 +64,73 @@ def _say(text: str) -> None:
 @json_option
 @sysfs_root_option
 @state_dir_option
-def launch(seat_file: Path, *, replica: str | None, dry_run: bool, preflight_only: bool,  # noqa: PLR0912
-           pair_text: str | None, stop_grace_s: float, no_drafter: bool, as_json: bool,
-           sysfs_root: Path | None, state_dir: Path | None) -> int:
+def launch(**values: Any) -> int:
     """Start one replica of SEAT under supervision, or show the plan of every replica."""
+    opts = LaunchOptions(**values)
+    _check_combination(opts)
     from rocmseat.launch import flow
     from rocmseat.placement.place import seat_roots
     from rocmseat.seat.load import load_seat
 
-    if dry_run == (replica is not None):
-        raise click.UsageError("give exactly one of --replica NAME and --dry-run")
-    if as_json and not dry_run:
-        raise click.UsageError("--json goes with --dry-run")
-    if preflight_only and replica is None:
-        raise click.UsageError("--preflight-only goes with --replica NAME")
-    if pair_text is not None and replica is None:
-        raise click.UsageError("--pair goes with --replica NAME")
-    pin = pair_option(pair_text)
-    seat = load_seat(seat_file)
-    if no_drafter:
+    pin = pair_option(opts.pair_text)
+    seat = load_seat(opts.seat_file)
+    if opts.no_drafter:
         from rocmseat.watch.remediate.mode import without_drafter
 
         seat = without_drafter(seat)
     # backend cpu reads no /sys: no GPUs, no pairs, no NUMA binding
-    root, state = seat_roots(seat, sysfs_root, state_dir)
-    if dry_run:
-        from rocmseat.launch.planview import plan_json, plan_text
-
-        plans = flow.dry_run(seat, root, state_dir=state, environ=os.environ, say=_say)
-        if as_json:
-            click.echo(jsonio.dumps(plan_json(seat, plans)))
-        else:
-            click.echo(plan_text(seat, plans), nl=False)
-        for plan in plans:
-            refused = plan.refusal()
-            if refused is not None:
-                _say(f"replica {plan.replica}: launch would refuse to start it (exit "
-                     f"{refused[0]}): {refused[1]}")
-        # a lint for CI: what launch would stop at before starting anything (exit 2 each)
-        problems = flow.dry_run_problems(seat, plans, os.environ)
-        for problem in problems:
-            _say(f"launch would refuse to start (exit {exitcodes.CANNOT_CHECK}): {problem}")
-        return flow.refused_exit(plans, problems)
-    assert replica is not None
-    if preflight_only:
-        flow.preflight_only(seat, replica, sysfs_root=root, state_dir=state, say=_say, pin=pin)
+    root, state = seat_roots(seat, opts.sysfs_root, opts.state_dir)
+    if opts.dry_run:
+        return _dry_run(seat, root, state, as_json=opts.as_json)
+    assert opts.replica is not None
+    if opts.preflight_only:
+        flow.preflight_only(seat, opts.replica, sysfs_root=root, state_dir=state, say=_say,
+                            pin=pin)
         return exitcodes.OK
     progress = _ReadyProgress() if sys.stderr.isatty() else None
     try:
-        result = flow.launch_replica(seat, replica, sysfs_root=root, state_dir=state,
-                                     echo=_echo_engine, say=_say, stop_grace_s=stop_grace_s,
-                                     pin=pin, on_status=progress.on_message if progress else None)
+        result = flow.launch_replica(seat, opts.replica, flow.LaunchRun(
+            sysfs_root=root, state_dir=state, echo=_echo_engine, say=_say,
+            stop_grace_s=opts.stop_grace_s, pin=pin,
+            on_status=progress.on_message if progress else None))
     finally:
         if progress is not None:
             progress.stop()
     return result.exit_code
+
+
+def _check_combination(opts: LaunchOptions) -> None:
+    """The options that go together (a usage error, exit 2, before anything is read)."""
+    if opts.dry_run == (opts.replica is not None):
+        raise click.UsageError("give exactly one of --replica NAME and --dry-run")
+    if opts.as_json and not opts.dry_run:
+        raise click.UsageError("--json goes with --dry-run")
+    if opts.preflight_only and opts.replica is None:
+        raise click.UsageError("--preflight-only goes with --replica NAME")
+    if opts.pair_text is not None and opts.replica is None:
+        raise click.UsageError("--pair goes with --replica NAME")
+
+
+def _dry_run(seat: Seat, root: Path | None, state: Path, *, as_json: bool) -> int:
+    """`--dry-run`: every replica's plan, and what launch would refuse (exit 2 each)."""
+    from rocmseat.launch import flow
+    from rocmseat.launch.planview import plan_json, plan_text
+
+    plans = flow.dry_run(seat, root, state_dir=state, environ=os.environ, say=_say)
+    if as_json:
+        click.echo(jsonio.dumps(plan_json(seat, plans)))
+    else:
+        click.echo(plan_text(seat, plans), nl=False)
+    for plan in plans:
+        refused = plan.refusal()
+        if refused is not None:
+            _say(f"replica {plan.replica}: launch would refuse to start it (exit "
+                 f"{refused[0]}): {refused[1]}")
+    # a lint for CI: what launch would stop at before starting anything (exit 2 each)
+    problems = flow.dry_run_problems(seat, plans, os.environ)
+    for problem in problems:
+        _say(f"launch would refuse to start (exit {exitcodes.CANNOT_CHECK}): {problem}")
+    return flow.refused_exit(plans, problems)
 
 
 class _ReadyProgress:

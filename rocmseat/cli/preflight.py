@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -28,6 +29,30 @@ if TYPE_CHECKING:
     from rocmseat.preflight.textfile import Published
 
 WIDE_COLUMNS = 100  # the full table's rows fit from here on (docs/preflight.md, "Output")
+
+
+@dataclass(frozen=True, slots=True)
+class PreflightArgs:
+    """`rocmseat preflight`'s command line, as click converted it (one field per option; the
+    run's own options are rocmseat.preflight.run.PreflightOptions, built from these)."""
+
+    sysfs_root: Path | None
+    state_dir: Path | None
+    only: tuple[str, ...]
+    pairs: list[tuple[str, str]]
+    profile: Path | None
+    as_json: bool
+    output_format: str | None
+    problems: bool
+    cached: bool
+    max_age_s: float
+    textfile: Path | None
+    sample_s: float | None
+    strict: bool
+    kernel_log: Path | None
+    hip: bool
+    hip_timeout_s: float
+    amdsmi: bool
 
 
 def _pairs(
@@ -147,25 +172,7 @@ def _pairs(
     help="Also cross-check with amdsmi (an optional dependency; when asked and it cannot run, "
     "the finding is unknown with the reason).",
 )
-def preflight(  # noqa: PLR0917 (click passes every option)
-    sysfs_root: Path | None,
-    state_dir: Path | None,
-    only: tuple[str, ...],
-    pairs: list[tuple[str, str]],
-    profile: Path | None,
-    as_json: bool,
-    output_format: str | None,
-    problems: bool,
-    cached: bool,
-    max_age_s: float,
-    textfile: Path | None,
-    sample_s: float | None,
-    strict: bool,
-    kernel_log: Path | None,
-    hip: bool,
-    hip_timeout_s: float,
-    amdsmi: bool,
-) -> int:
+def preflight(**values: Any) -> int:
     """Check each AMD GPU's PCIe link, AER errors, NUMA locality and TP2 pairs.
 
     Exit 0 ok, 1 a problem, 2 could not check (node-problem-detector compatible). Every full
@@ -173,43 +180,46 @@ def preflight(  # noqa: PLR0917 (click passes every option)
     `rocmseat slurm health`. With --cached, --profile names the profile the cached run must
     have used.
     """
-    fmt = _format(as_json, output_format, problems)
-    if cached:
-        given = [name for name, value in (("--pair", pairs), ("--textfile", textfile),
-                                          ("--sample", sample_s), ("--hip", hip),
-                                          ("--amdsmi", amdsmi),
-                                          ("--kernel-log", kernel_log)) if value]
+    opts = PreflightArgs(**values)
+    fmt = _format(opts.as_json, opts.output_format, opts.problems)
+    if opts.cached:
+        given = [name for name, value in (("--pair", opts.pairs), ("--textfile", opts.textfile),
+                                          ("--sample", opts.sample_s), ("--hip", opts.hip),
+                                          ("--amdsmi", opts.amdsmi),
+                                          ("--kernel-log", opts.kernel_log)) if value]
         if fmt != "npd":
             raise click.UsageError("--cached needs --format npd (it answers from a cached verdict)")
         if given:
             raise click.UsageError(
                 f"--cached answers from the last full run's verdict: it takes no {given[0]}"
             )
-        return _cached_npd(sysfs_root, state_dir, set(only) or None, max_age_s, strict,
-                           profile=profile)
+        return _cached_npd(opts)
 
+    from rocmseat.preflight.run import PreflightOptions
     from rocmseat.preflight.verdict import run_and_record
 
     run = run_and_record(
-        resolve_sysfs_root(sysfs_root),
-        resolve_state_dir(state_dir),
-        families=set(only) or None,
-        pairs=pairs or None,
-        profile=profile,
-        hip=hip,
-        hip_stage_timeout_s=hip_timeout_s,
-        amdsmi=amdsmi,
-        sample_s=sample_s,
-        sleep=_sleep_with_progress if sys.stderr.isatty() else time.sleep,
-        kernel_log=kernel_log,
+        resolve_sysfs_root(opts.sysfs_root),
+        resolve_state_dir(opts.state_dir),
+        PreflightOptions(
+            families=set(opts.only) or None,
+            pairs=opts.pairs or None,
+            profile=opts.profile,
+            hip=opts.hip,
+            hip_stage_timeout_s=opts.hip_timeout_s,
+            amdsmi=opts.amdsmi,
+            sample_s=opts.sample_s,
+            sleep=_sleep_with_progress if sys.stderr.isatty() else time.sleep,
+            kernel_log=opts.kernel_log,
+        ),
     )
     if run.save_problem:
         # not fatal for this run, but the fast readers will say "unknown" until it is fixed
         click.echo(f"rocmseat: warning: {run.save_problem}", err=True)
     if run.report is None:
         assert run.error is not None
-        return _could_not_check(run.error, fmt, textfile)
-    return _render(run.report, fmt, textfile, strict=strict)
+        return _could_not_check(run.error, fmt, opts.textfile)
+    return _render(run.report, fmt, opts.textfile, strict=opts.strict)
 
 
 def _format(as_json: bool, output_format: str | None, problems: bool) -> str:
@@ -310,32 +320,27 @@ def _columns() -> int:
     return shutil.get_terminal_size(fallback=(80, 24)).columns
 
 
-def _cached_npd(
-    sysfs_root: Path | None,
-    state_dir: Path | None,
-    families: set[str] | None,
-    max_age_s: float,
-    strict: bool,
-    *,
-    profile: Path | None = None,
-) -> int:
+def _cached_npd(opts: PreflightArgs) -> int:
+    """`--format npd --cached`: the line of the last full run's verdict (--only: those
+    families), judged against --profile when given."""
     from rocmseat.fleet.npd import cached_line, unusable_line
     from rocmseat.preflight.verdict_doc import ProfileId
 
     wanted: ProfileId | None = None
-    if profile is not None:
+    if opts.profile is not None:
         from rocmseat.preflight.profile import load_profile
 
         try:
-            loaded = load_profile(profile)
+            loaded = load_profile(opts.profile)
         except ConfigError as exc:
             # NPD reads stdout only: the line says why (stderr has it too)
             click.echo(unusable_line(exc.message)[0])
             raise
         wanted = ProfileId(loaded.name, loaded.sha256 or "")
     line, code = cached_line(
-        resolve_state_dir(state_dir), resolve_sysfs_root(sysfs_root), families=families,
-        max_age_s=max_age_s, now_unix_s=time.time(), strict=strict, profile=wanted,
+        resolve_state_dir(opts.state_dir), resolve_sysfs_root(opts.sysfs_root),
+        families=set(opts.only) or None, max_age_s=opts.max_age_s, now_unix_s=time.time(),
+        strict=opts.strict, profile=wanted,
     )
     click.echo(line)
     return code

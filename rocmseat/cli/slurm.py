@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -14,6 +16,22 @@ from rocmseat.cli.options import (
 )
 from rocmseat.fleet.slurm import DEFAULT_BUDGET_S, DEFAULT_MAX_DRAINED
 from rocmseat.preflight.verdict_doc import DEFAULT_MAX_AGE_S
+
+
+@dataclass(frozen=True, slots=True)
+class HealthOptions:
+    """`rocmseat slurm health`'s command line, as click converted it (one field per option)."""
+
+    sysfs_root: Path | None
+    state_dir: Path | None
+    node: str | None
+    max_age_s: float
+    budget_s: float
+    drain_on_unknown: bool
+    hip: bool
+    profile: Path | None
+    max_drained: str  # N or P%, parsed by rocmseat.fleet.slurm.parse_max_drained
+    dry_run: bool
 
 
 @click.group()
@@ -78,18 +96,7 @@ def slurm() -> None:
     "them, at least 1) already carry a rocmseat drain, drain no other node and exit 1.",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be done; change nothing.")
-def health(  # noqa: PLR0917 (click passes every option)
-    sysfs_root: Path | None,
-    state_dir: Path | None,
-    node: str | None,
-    max_age_s: float,
-    budget_s: float,
-    drain_on_unknown: bool,
-    hip: bool,
-    profile: Path | None,
-    max_drained: str,
-    dry_run: bool,
-) -> int:
+def health(**values: Any) -> int:
     """Drain this node on a failing preflight; resume it when rocmseat drained it and it passes.
 
     For slurm.conf's HealthCheckProgram. A node state or reason rocmseat did not set (an
@@ -97,26 +104,27 @@ def health(  # noqa: PLR0917 (click passes every option)
     2 could not check or could not tell Slurm (Slurm ignores the exit code; the action is the
     point).
     """
+    from rocmseat.fleet.slurm import HealthRequest, parse_max_drained
     from rocmseat.fleet.slurm import health as run_health
-    from rocmseat.fleet.slurm import parse_max_drained
 
+    opts = HealthOptions(**values)
     try:
-        breaker = parse_max_drained(max_drained)
+        breaker = parse_max_drained(opts.max_drained)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--max-drained'") from None
 
-    outcome = run_health(
-        sysfs_root=resolve_sysfs_root(sysfs_root),
-        state_dir=resolve_state_dir(state_dir),
-        node=node,
-        max_age_s=max_age_s,
-        budget_s=budget_s,
-        drain_on_unknown=drain_on_unknown,
-        hip=hip,
-        profile=profile,
-        dry_run=dry_run,
+    outcome = run_health(HealthRequest(
+        sysfs_root=resolve_sysfs_root(opts.sysfs_root),
+        state_dir=resolve_state_dir(opts.state_dir),
+        node=opts.node,
+        max_age_s=opts.max_age_s,
+        budget_s=opts.budget_s,
+        drain_on_unknown=opts.drain_on_unknown,
+        hip=opts.hip,
+        profile=opts.profile,
+        dry_run=opts.dry_run,
         max_drained=breaker,
-    )
-    would = "would be " if dry_run and outcome.action.kind != "none" else ""
+    ))
+    would = "would be " if opts.dry_run and outcome.action.kind != "none" else ""
     click.echo(f"{outcome.node}: {outcome.verdict_line}; {would}{outcome.action.why}")
     return outcome.verdict_code

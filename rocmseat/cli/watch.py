@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from rocmseat.watch.loop import LIMITS, WatchConfig
 from rocmseat.watch.render import render_table
 from rocmseat.watch.scrape import Target, check_http_url, parse_target
 from rocmseat.watch.service import (
+    Parts,
     Sinks,
     check_targets,
     once_exit_code,
@@ -67,6 +69,54 @@ class Finite(click.ParamType[float]):
         return number
 
 
+@dataclass(frozen=True, slots=True)
+class WatchOptions:
+    """`rocmseat watch`'s command line, as click converted it (one field per option); built
+    once in `watch` and handed down (docs/architecture.md, "Function size")."""
+
+    seat_file: Path | None
+    targets: tuple[str, ...]
+    targets_file: Path | None
+    interval_s: float | None  # None: the seat's watch.interval_s, else 10
+    timeout_s: float
+    down_after: int
+    stall_after_s: float
+    once: bool
+    as_json: bool
+    exporter_listen: str | None
+    webhook: str | None
+    command_hook: str | None
+    baseline_al: float | None
+    no_spec: bool
+    remediate: str | None
+    state_dir: Path | None
+    sysfs_root: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Watched:
+    """What the watcher runs on: the command line merged with a seat's [watch] table (the
+    command line first), or with the --target/--targets-file replicas."""
+
+    targets: list[Target]
+    state_dir: Path
+    interval_s: float | None
+    pinned_al: float | None
+    expect_spec: bool
+    exporter_listen: str | None
+    webhook: str | None
+    webhook_what: str  # where the webhook URL came from, for its error
+    hook_argv: tuple[str, ...] | None
+    min_ready: int
+    seat_name: str | None = None
+    node: str | None = None
+    source: TargetsFile | None = None  # the --targets-file, re-read when it changes
+    extra: list[Target] = field(default_factory=list)  # the --target replicas
+    remediator: Any = None  # the remediator factory (remediation on)
+    kernel_log: Path | None = None
+    canary: Any = None  # the drafter canary factory ([canary] enabled)
+
+
 @click.command("watch")
 @click.argument("seat_file", metavar="[SEAT]", required=False,
                 type=click.Path(path_type=Path, dir_okay=False))
@@ -74,14 +124,15 @@ class Finite(click.ParamType[float]):
               help="Watch this /metrics URL (repeatable) instead of a seat's replicas.")
 @click.option("--targets-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Prometheus file_sd targets (JSON or YAML), re-read when it changes.")
-@click.option("--interval", type=Finite("interval_s"), default=None,
+@click.option("--interval", "interval_s", type=Finite("interval_s"), default=None,
               help="Seconds between scrapes, 0.05..3600 [default: the seat's watch.interval_s, "
                    "else 10].")
-@click.option("--timeout", type=Finite("timeout_s"), default=5.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=Finite("timeout_s"), default=5.0, show_default=True,
               help="Seconds a scrape may take, the whole response (0.05..300).")
 @click.option("--down-after", type=click.IntRange(1, 10_000), default=3, show_default=True,
               help="Failed scrapes in a row before replica_down fires.")
-@click.option("--stall-after", type=Finite("stall_after_s"), default=60.0, show_default=True,
+@click.option("--stall-after", "stall_after_s", type=Finite("stall_after_s"), default=60.0,
+              show_default=True,
               help="Seconds of running requests with no generated token before replica_stalled.")
 @click.option("--once", is_flag=True,
               help="Two scrapes --interval apart, print the window, exit 0/1/2.")
@@ -107,106 +158,99 @@ class Finite(click.ParamType[float]):
                    "the seat's remediate.mode, else off].")
 @state_dir_option
 @sysfs_root_option
-def watch(  # noqa: PLR0915, PLR0917 (click passes every option)
-    seat_file: Path | None,
-    targets: tuple[str, ...],
-    targets_file: Path | None,
-    interval: float | None,
-    timeout: float,
-    down_after: int,
-    stall_after: float,
-    once: bool,
-    as_json: bool,
-    exporter_listen: str | None,
-    webhook: str | None,
-    command_hook: str | None,
-    baseline_al: float | None,
-    no_spec: bool,
-    remediate: str | None,
-    state_dir: Path | None,
-    sysfs_root: Path | None,
-) -> int:
+def watch(**values: Any) -> int:
     """Watch a SEAT's replicas (or --target URLs, or a --targets-file) for acceptance drops,
     stalls and outages."""
-    if (seat_file is None) == (not targets and targets_file is None):
+    opts = WatchOptions(**values)
+    if (opts.seat_file is None) == (not opts.targets and opts.targets_file is None):
         raise click.UsageError(
             "give either a SEAT file or one or more --target URLs (or a --targets-file)")
-    seat_name: str | None = None
-    node: str | None = None
-    expect_spec = True
-    pinned = baseline_al
-    hook_argv = _hook_argv(command_hook)
-    webhook_what = "--webhook"
-    source: TargetsFile | None = None
-    extra: list[Target] = []
-    remediator: Any = None
-    kernel_log: Path | None = None
-    canary: Any = None  # the drafter canary factory ([canary] enabled)
-    if seat_file is None and remediate not in (None, "off"):
+    hook_argv = _hook_argv(opts.command_hook)
+    if opts.seat_file is None and opts.remediate not in (None, "off"):
         raise ConfigError("--remediate acts only on the replicas of a SEAT that rocmseat "
                           "launched (their placement record): --target and --targets-file "
                           "replicas are never acted on")
-    if seat_file is not None:
-        from rocmseat.seat.load import load_seat
-        from rocmseat.watch.targets import seat_targets
-
-        seat = load_seat(seat_file)
-        seat_name, node = seat.name, this_node()
-        expect_spec = seat.drafter is not None and not no_spec
-        state = resolve_state_dir(state_dir, seat)
-        # A rocm seat's replicas come from the node (its sysfs) merged with the placements
-        # launch recorded; a cpu seat reads no sysfs (docs/launch.md, placement).
-        watch_targets = seat_targets(
-            seat, state,
-            sysfs_root=resolve_sysfs_root(sysfs_root) if seat.backend == "rocm" else None,
-            say=lambda line: click.echo(f"rocmseat: warning: {line}", err=True))
-        interval = interval or seat.watch.interval_s
-        pinned = pinned or seat.watch.expected_acceptance_length
-        exporter_listen = exporter_listen or seat.watch.exporter_listen
-        if not webhook and seat.watch.webhook_url:
-            webhook = seat.watch.webhook_url
-            webhook_what = f"{seat_file}: key 'watch.webhook_url'"
-        hook_argv = hook_argv or seat.watch.command_hook
-        kernel_log = _kernel_log(seat.backend, sysfs_root)
-        min_ready = seat.watch.min_ready
-        remediator = _remediator(seat, seat_file, state, remediate, node=node or this_node(),
-                                 once=once, sysfs_root=resolve_sysfs_root(sysfs_root)
-                                 if seat.backend == "rocm" else None)
-        if seat.canary.enabled and not once:
-            from rocmseat.watch.canary_service import canary_factory
-
-            canary = canary_factory(seat, state, watch_targets)
-    else:
-        min_ready = 1
-        expect_spec = not no_spec
-        state = resolve_state_dir(state_dir)
-        extra = [parse_target(spec, i) for i, spec in enumerate(targets)]
-        watch_targets = list(extra)
-        if targets_file is not None:
-            source = TargetsFile(targets_file)
-            watch_targets += source.load()
-        _unique([t.name for t in watch_targets], targets_file)
-    check_targets(watch_targets, str(targets_file) if targets_file is not None else "")
-    if webhook:
-        check_http_url(webhook, f"{webhook_what} {redact_url(webhook)!r}")
-    listen = exporter_listen or DEFAULT_LISTEN
+    watched = (_from_seat(opts, opts.seat_file, hook_argv) if opts.seat_file is not None
+               else _from_targets(opts, hook_argv))
+    check_targets(watched.targets,
+                  str(opts.targets_file) if opts.targets_file is not None else "")
+    if watched.webhook:
+        check_http_url(watched.webhook, f"{watched.webhook_what} {redact_url(watched.webhook)!r}")
+    listen = watched.exporter_listen or DEFAULT_LISTEN
     if listen != "off":
         try:
             parse_listen(listen)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     config = WatchConfig(
-        interval_s=interval or 10.0, timeout_s=timeout, down_after=down_after,
-        stall_after_s=stall_after, pinned_al=pinned, expect_spec=expect_spec,
-        state_dir=state, key_prefix=seat_name or "", params=DetectorParams(),
-        min_ready=min_ready,
+        interval_s=watched.interval_s or 10.0, timeout_s=opts.timeout_s,
+        down_after=opts.down_after, stall_after_s=opts.stall_after_s,
+        pinned_al=watched.pinned_al, expect_spec=watched.expect_spec,
+        state_dir=watched.state_dir, key_prefix=watched.seat_name or "",
+        params=DetectorParams(), min_ready=watched.min_ready,
     )
-    if once:
-        return _once(watch_targets, config, as_json)
-    check_state_dir_writable(state)  # a learned baseline is saved after ~15 min: fail now
-    sinks = Sinks(listen, webhook, hook_argv, seat_name, node)
-    return _service(watch_targets, config, sinks, source, extra, remediate=remediator,
-                    kernel_log=kernel_log, canary=canary)
+    if opts.once:
+        return _once(watched.targets, config, opts.as_json)
+    check_state_dir_writable(watched.state_dir)  # a learned baseline is saved after ~15 min
+    sinks = Sinks(listen, watched.webhook, watched.hook_argv, watched.seat_name, watched.node)
+    return _service(watched, config, sinks)
+
+
+def _from_seat(opts: WatchOptions, seat_file: Path,
+               hook_argv: tuple[str, ...] | None) -> _Watched:
+    from rocmseat.seat.load import load_seat
+    from rocmseat.watch.targets import seat_targets
+
+    seat = load_seat(seat_file)
+    node = this_node()
+    state = resolve_state_dir(opts.state_dir, seat)
+    # A rocm seat's replicas come from the node (its sysfs) merged with the placements
+    # launch recorded; a cpu seat reads no sysfs (docs/launch.md, placement).
+    node_root = resolve_sysfs_root(opts.sysfs_root) if seat.backend == "rocm" else None
+    watch_targets = seat_targets(
+        seat, state, sysfs_root=node_root,
+        say=lambda line: click.echo(f"rocmseat: warning: {line}", err=True))
+    webhook, webhook_what = opts.webhook, "--webhook"
+    if not webhook and seat.watch.webhook_url:
+        webhook = seat.watch.webhook_url
+        webhook_what = f"{seat_file}: key 'watch.webhook_url'"
+    kernel_log = _kernel_log(seat.backend, opts.sysfs_root)
+    remediator = _remediator(seat, seat_file, state, opts.remediate, node=node or this_node(),
+                             once=opts.once, sysfs_root=resolve_sysfs_root(opts.sysfs_root)
+                             if seat.backend == "rocm" else None)
+    canary = None
+    if seat.canary.enabled and not opts.once:
+        from rocmseat.watch.canary_service import canary_factory
+
+        canary = canary_factory(seat, state, watch_targets)
+    return _Watched(
+        targets=watch_targets, state_dir=state,
+        interval_s=opts.interval_s or seat.watch.interval_s,
+        pinned_al=opts.baseline_al or seat.watch.expected_acceptance_length,
+        expect_spec=seat.drafter is not None and not opts.no_spec,
+        exporter_listen=opts.exporter_listen or seat.watch.exporter_listen,
+        webhook=webhook, webhook_what=webhook_what,
+        hook_argv=hook_argv or seat.watch.command_hook, min_ready=seat.watch.min_ready,
+        seat_name=seat.name, node=node, remediator=remediator, kernel_log=kernel_log,
+        canary=canary,
+    )
+
+
+def _from_targets(opts: WatchOptions, hook_argv: tuple[str, ...] | None) -> _Watched:
+    state = resolve_state_dir(opts.state_dir)
+    extra = [parse_target(spec, i) for i, spec in enumerate(opts.targets)]
+    watch_targets = list(extra)
+    source = None
+    if opts.targets_file is not None:
+        source = TargetsFile(opts.targets_file)
+        watch_targets += source.load()
+    _unique([t.name for t in watch_targets], opts.targets_file)
+    return _Watched(
+        targets=watch_targets, state_dir=state, interval_s=opts.interval_s,
+        pinned_al=opts.baseline_al, expect_spec=not opts.no_spec,
+        exporter_listen=opts.exporter_listen, webhook=opts.webhook, webhook_what="--webhook",
+        hook_argv=hook_argv, min_ready=1, source=source, extra=extra,
+    )
 
 
 def _kernel_log(backend: str, sysfs_root: Path | None) -> Path | None:
@@ -287,9 +331,7 @@ def _countdown(count: int) -> Callable[[float], None]:
     return wait
 
 
-def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
-             source: TargetsFile | None, extra: list[Target], *, remediate: Any = None,
-             kernel_log: Path | None = None, canary: Any = None) -> int:
+def _service(watched: _Watched, config: WatchConfig, sinks: Sinks) -> int:
     """Run the service on a worker thread; this thread only waits for SIGTERM/SIGINT.
 
     No Python signal handler: one that calls `Event.set()` deadlocks when the signal lands
@@ -307,10 +349,10 @@ def _service(targets: list[Target], config: WatchConfig, sinks: Sinks,
 
     def work() -> None:
         try:
-            run_service(targets, config, sinks, log=log,
-                        stop=stop, targets_file=source, extra_targets=extra,
-                        remediate=remediate, kernel_log=kernel_log,
-                        canary=canary)
+            run_service(watched.targets, config, sinks, log=log, stop=stop, parts=Parts(
+                targets_file=watched.source, extra_targets=watched.extra,
+                remediate=watched.remediator, kernel_log=watched.kernel_log,
+                canary=watched.canary))
         except BaseException as exc:  # handed to the CLI's error boundary below
             caught.append(exc)
 

@@ -19,10 +19,10 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from rocmseat import exitcodes
 from rocmseat.errors import CommandError, ConfigError, RocmseatError
@@ -76,21 +76,35 @@ def build_models(
     Existing model folders are kept unless `force`: they may be a user's models, and a
     drafter whose weights were swapped on purpose (the e2e scenario) must not be silently reset.
     """
-    built = _build(dest, python, force=force, runner=runner, builder=BUILDER,
-                   timeout_s=BUILD_TIMEOUT_S, folders=[dest / name for name in MODEL_NAMES],
-                   argv=lambda into: [str(python), str(BUILDER), str(into)],
-                   parse=parse_build_report, hint="pass --force to rebuild the demo models")
+    job = _BuildJob(builder=BUILDER, timeout_s=BUILD_TIMEOUT_S,
+                    folders=tuple(dest / name for name in MODEL_NAMES),
+                    argv=lambda into: [str(python), str(BUILDER), str(into)],
+                    parse=parse_build_report, hint="pass --force to rebuild the demo models")
+    built = _build(dest, python, job, force=force, runner=runner)
     return tuple(dataclasses.replace(m, path=dest / m.path.name) for m in built)
 
 
-def _build(dest: Path, python: Path, *, force: bool, runner: Runner, builder: Path,
-           timeout_s: float, folders: Iterable[Path], argv: Callable[[Path], list[str]],
-           parse: Callable[[str], T], hint: str) -> T:
-    """Run `builder` into a fresh temporary directory inside `dest`, parse its report, then
+@dataclass(frozen=True, slots=True)
+class _BuildJob(Generic[T]):
+    """One model builder's run: the script, how long it may take, the folders it makes (in
+    DEST), its argv given the directory it writes into, how its report parses, and the hint
+    when a folder is already there."""
+
+    builder: Path
+    timeout_s: float
+    folders: tuple[Path, ...]
+    argv: Callable[[Path], list[str]]
+    parse: Callable[[str], T]
+    hint: str
+
+
+def _build(dest: Path, python: Path, job: _BuildJob[T], *, force: bool, runner: Runner) -> T:
+    """Run `job.builder` into a fresh temporary directory inside `dest`, parse its report, then
     rename what it made into `dest` (replacing folders of the same name only with `force`);
     the parsed report, its paths still naming the temporary directory. On any failure `dest`
     is left as it was."""
-    present = [p for p in folders if p.exists() or p.is_symlink()]
+    hint = job.hint
+    present = [p for p in job.folders if p.exists() or p.is_symlink()]
     if present and not force:
         raise ConfigError(f"{present[0]}: already exists; not overwriting it", hint=hint)
     if not python.exists():
@@ -105,7 +119,8 @@ def _build(dest: Path, python: Path, *, force: bool, runner: Runner, builder: Pa
     except OSError as exc:
         raise ConfigError(f"{dest}: cannot build here: {exc.strerror or exc}") from None
     try:
-        parsed = parse(_run_builder(runner, argv(work), builder, timeout_s, python))
+        parsed = job.parse(_run_builder(runner, job.argv(work), job.builder, job.timeout_s,
+                                        python))
         _move_into(work, dest, force=force, hint=hint)
         return parsed
     finally:
@@ -206,7 +221,7 @@ def build_spec_models(
     for value in (*eps, *acceptance):
         if not (math.isfinite(value) and 0.0 <= value <= 1.0):
             raise ConfigError(f"{value!r}: eps and acceptance must lie in 0..1")
-    folders = [dest / SPEC_DRAFTER, *(dest / spec_target_name(e) for e in eps)]
+    folders = (dest / SPEC_DRAFTER, *(dest / spec_target_name(e) for e in eps))
 
     def argv(into: Path) -> list[str]:
         out = [str(python), str(SPEC_BUILDER), str(into)]
@@ -218,10 +233,10 @@ def build_spec_models(
             out += ["--prompts", str(prompts)]
         return out
 
-    built = _build(dest, python, force=force, runner=runner, builder=SPEC_BUILDER,
-                   timeout_s=SPEC_BUILD_TIMEOUT_S, folders=folders, argv=argv,
-                   parse=parse_spec_report, hint="pass --force to rebuild the speculation demo "
-                   "models")
+    job = _BuildJob(builder=SPEC_BUILDER, timeout_s=SPEC_BUILD_TIMEOUT_S, folders=folders,
+                    argv=argv, parse=parse_spec_report,
+                    hint="pass --force to rebuild the speculation demo models")
+    built = _build(dest, python, job, force=force, runner=runner)
     return tuple(dataclasses.replace(m, path=dest / m.path.name) for m in built)
 
 

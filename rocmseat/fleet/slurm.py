@@ -36,6 +36,7 @@ on). So `rocmseat slurm health`, all of it within one budget (default 50 s):
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import math
 import os
 import re
@@ -573,28 +574,54 @@ def hip_stage_timeout(budget_s: float) -> float:
     return max(MIN_CALL_S, min(30.0, budget_s / HIP_STAGE_SHARE))
 
 
+@dataclass(frozen=True, slots=True)
+class Clocks:
+    """The wall clock (verdict ages, drain stamps), the monotonic one (the budget) and sleep:
+    injectable for tests."""
+
+    wall: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass(frozen=True, slots=True)
+class HealthRequest:
+    """What one health check is asked (`rocmseat slurm health`; each default is the CLI's).
+
+    `node` None: named as Slurm does (resolve_node_name); `max_drained` None: the default
+    circuit breaker (DEFAULT_MAX_DRAINED)."""
+
+    sysfs_root: Path
+    state_dir: Path
+    node: str | None = None
+    max_age_s: float = DEFAULT_MAX_AGE_S
+    budget_s: float = DEFAULT_BUDGET_S
+    drain_on_unknown: bool = False
+    hip: bool = False
+    profile: Path | None = None
+    dry_run: bool = False
+    max_drained: MaxDrained | None = None
+
+
 def obtain_verdict(
-    sysfs_root: Path,
-    state_dir: Path,
+    request: HealthRequest,
     *,
-    max_age_s: float,
-    budget_s: float,
-    hip: bool = False,
-    profile: Path | None = None,
     profile_id: ProfileId | None = None,
     record: Callable[..., RecordedRun] | None = None,
-    clock: Callable[[], float] = time.time,
-    monotonic: Callable[[], float] = time.monotonic,
+    clocks: Clocks | None = None,
 ) -> tuple[Verdict | None, str, bool]:
     """(verdict, how it was had, whether a preflight ran) or (None, why there is none, ran).
 
-    When the cached verdict is unusable, one full preflight runs in this process
-    (rocmseat.preflight.verdict.run_and_record, which records the verdict as every full run
-    does); a run that outlived `budget_s` is not acted on (Slurm may kill us any moment)."""
+    When the cached verdict (at most `request.max_age_s` old, judged against `profile_id`) is
+    unusable, one full preflight runs in this process (rocmseat.preflight.verdict.run_and_record,
+    which records the verdict as every full run does; `record` stands in for it in tests); a
+    run that outlived `request.budget_s` is not acted on (Slurm may kill us any moment)."""
+    clocks = clocks if clocks is not None else Clocks()
+    budget_s = request.budget_s
 
     def load() -> Verdict:
-        return load_verdict(state_dir, sysfs_root, max_age_s=max_age_s, now_unix_s=clock(),
-                            profile=profile_id)
+        return load_verdict(request.state_dir, request.sysfs_root, max_age_s=request.max_age_s,
+                            now_unix_s=clocks.wall(), profile=profile_id)
 
     try:
         return load(), "cached", False
@@ -602,14 +629,18 @@ def obtain_verdict(
         first = str(exc)
     if budget_s < MIN_PREFLIGHT_S:
         return None, f"{first}; no time left for a preflight within the budget", False
+    from rocmseat.preflight.run import PreflightOptions
+
     if record is None:
         from rocmseat.preflight.verdict import run_and_record
 
         record = run_and_record
-    started = monotonic()
-    run = record(sysfs_root, state_dir, profile=profile, hip=hip,
-                 hip_stage_timeout_s=hip_stage_timeout(budget_s), clock=clock)
-    if monotonic() - started > budget_s:
+    started = clocks.monotonic()
+    run = record(request.sysfs_root, request.state_dir,
+                 PreflightOptions(profile=request.profile, hip=request.hip,
+                                  hip_stage_timeout_s=hip_stage_timeout(budget_s)),
+                 clock=clocks.wall)
+    if clocks.monotonic() - started > budget_s:
         return None, f"preflight did not finish within {budget_s:.3g}s", True
     try:
         return load(), "ran a full preflight", True
@@ -644,16 +675,6 @@ def breaker_after(name: str, nodes: Sequence[NodeState], max_drained: MaxDrained
 def _drain_order(node: NodeState) -> tuple[int, float, str]:
     stamp = node.reason_set_unix_s
     return (0 if stamp is None else 1, stamp or 0.0, node.name)
-
-
-@dataclass(frozen=True, slots=True)
-class Clocks:
-    """The wall clock (verdict ages, drain stamps), the monotonic one (the budget) and sleep:
-    injectable for tests."""
-
-    wall: Callable[[], float] = time.time
-    monotonic: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
 
 
 def settle_and_rank(
@@ -726,33 +747,25 @@ def _judge(
 
 
 def health(
+    request: HealthRequest,
     *,
-    sysfs_root: Path,
-    state_dir: Path,
-    node: str | None,
-    max_age_s: float = DEFAULT_MAX_AGE_S,
-    budget_s: float = DEFAULT_BUDGET_S,
-    drain_on_unknown: bool = False,
-    hip: bool = False,
-    profile: Path | None = None,
-    dry_run: bool = False,
-    max_drained: MaxDrained | None = None,
     env: Mapping[str, str] | None = None,
     runner: Runner = run,
     record: Callable[..., RecordedRun] | None = None,
-    clock: Callable[[], float] = time.time,
-    monotonic: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    clocks: Clocks | None = None,
 ) -> Outcome:
-    """The whole health check within `budget_s`: name, state, verdict, action."""
-    clocks = Clocks(clock, monotonic, sleep)
-    deadline = Deadline(budget_s, monotonic)
-    limit = max_drained or parse_max_drained(DEFAULT_MAX_DRAINED)
+    """The whole health check within `request.budget_s`: name, state, verdict, action (`env`
+    stands in for os.environ; `runner`, `record` and `clocks` for scontrol, the preflight run
+    and time in tests)."""
+    clocks = clocks if clocks is not None else Clocks()
+    node, dry_run = request.node, request.dry_run
+    deadline = Deadline(request.budget_s, clocks.monotonic)
+    limit = request.max_drained or parse_max_drained(DEFAULT_MAX_DRAINED)
     profile_id = None
-    if profile is not None:
+    if request.profile is not None:
         from rocmseat.preflight.profile import load_profile
 
-        loaded = load_profile(profile)  # a bad profile: ConfigError, one line, exit 2
+        loaded = load_profile(request.profile)  # a bad profile: ConfigError, one line, exit 2
         profile_id = ProfileId(loaded.name, loaded.sha256 or "")
     # each call before the preflight keeps room for the two after it (re-read, update)
     name = resolve_node_name(node, os.environ if env is None else env, runner=runner,
@@ -760,11 +773,11 @@ def health(
     state = node_state(name, runner=runner, deadline=deadline, keep_s=2 * CALL_RESERVE_S)
     causes = reason_families(state.reason) if state.drained_by_rocmseat else None
     verdict, how, ran = obtain_verdict(
-        sysfs_root, state_dir, max_age_s=max_age_s,
-        budget_s=deadline.remaining() - 2 * CALL_RESERVE_S,
-        # a node drained for HIP is only cleared by a run that probed HIP
-        hip=hip or "hip" in (causes or ()), profile=profile, profile_id=profile_id,
-        record=record, clock=clock, monotonic=monotonic,
+        dataclasses.replace(
+            request, budget_s=deadline.remaining() - 2 * CALL_RESERVE_S,
+            # a node drained for HIP is only cleared by a run that probed HIP
+            hip=request.hip or "hip" in (causes or ())),
+        profile_id=profile_id, record=record, clocks=clocks,
     )
     nodes: list[NodeState] | None = None
     if ran:
@@ -774,8 +787,8 @@ def health(
         state = pick_node(nodes, name, "scontrol -o show node")
 
     def judge(entry: NodeState) -> Judged:
-        return _judge(verdict, how, entry, drain_on_unknown=drain_on_unknown,
-                      now_unix_s=clock())
+        return _judge(verdict, how, entry, drain_on_unknown=request.drain_on_unknown,
+                      now_unix_s=clocks.wall())
 
     judged = judge(state)
     if judged.action.kind == "drain":

@@ -271,28 +271,39 @@ class LaunchResult:
     findings: tuple[Finding, ...]
 
 
-def launch_replica(
-    seat: Seat, replica: str, *, sysfs_root: Path | None, state_dir: Path, echo: Say, say: Say,
-    environ: Mapping[str, str] | None = None, stop_grace_s: float = 30.0,
-    probe_interval_s: float = 2.0, fetch: Fetch = http_fetch,
-    pin: tuple[str, str] | None = None, on_status: Callable[[str], None] | None = None,
-) -> LaunchResult:
-    """Start one replica in the foreground. `on_status` is told every sd_notify message
-    (STATUS=, READY=1, STOPPING=1) as it is sent, with or without a systemd socket."""
-    environ = dict(os.environ if environ is None else environ)
-    placed = place_for_launch(seat, sysfs_root, state_dir=state_dir, environ=environ, pin=pin,
-                              replica=replica)
-    record = placed_replica(seat, placed, replica, pin=pin, say=say)
+@dataclass(frozen=True, slots=True)
+class LaunchRun:
+    """How one replica's launch runs: the roots it reads and keeps, where the engine's output
+    (`echo`) and rocmseat's own lines (`say`) go, the environment (None: os.environ), the stop
+    grace, the readiness probe's interval and client, the pair the unit was rendered with
+    (`pin`), and who is told every sd_notify message (`on_status`: STATUS=, READY=1,
+    STOPPING=1, as it is sent, with or without a systemd socket)."""
+
+    sysfs_root: Path | None
+    state_dir: Path
+    echo: Say
+    say: Say
+    environ: Mapping[str, str] | None = None
+    stop_grace_s: float = 30.0
+    probe_interval_s: float = 2.0
+    fetch: Fetch = http_fetch
+    pin: tuple[str, str] | None = None
+    on_status: Callable[[str], None] | None = None
+
+
+def launch_replica(seat: Seat, replica: str, run: LaunchRun) -> LaunchResult:
+    """Start one replica in the foreground."""
+    environ = dict(os.environ if run.environ is None else run.environ)
+    placed = place_for_launch(seat, run.sysfs_root, state_dir=run.state_dir, environ=environ,
+                              pin=run.pin, replica=replica)
+    record = placed_replica(seat, placed, replica, pin=run.pin, say=run.say)
     # One launch per replica: a second one would move the cache of a running engine aside and
     # race it for the port. The kernel drops the lock when we die; the engine does not inherit
     # it (PEP 446: our descriptors are not inheritable).
-    lock = ReplicaDir(usable_state_dir(record, state_dir)).launch_lock
+    lock = ReplicaDir(usable_state_dir(record, run.state_dir)).launch_lock
     try:
         with exclusive_lock(lock, timeout_s=0.0):
-            return _launch_locked(seat, placed, record, sysfs_root=sysfs_root,
-                                  state_dir=state_dir, echo=echo, say=say, environ=environ,
-                                  stop_grace_s=stop_grace_s, probe_interval_s=probe_interval_s,
-                                  fetch=fetch, on_status=on_status)
+            return _launch_locked(seat, placed, record, run, environ)
     except LockTimeout:
         raise RocmseatError(f"replica {record.replica} of seat {seat.name} is already being "
                             f"launched by another process (lock {lock})",
@@ -326,17 +337,17 @@ def placed_plan(seat: Seat, placed: Placement, record: ReplicaPlacement, *,
 
 
 def _launch_locked(  # noqa: PLR0915
-    seat: Seat, placed: Placement, record: ReplicaPlacement, *, sysfs_root: Path | None,
-    state_dir: Path, echo: Say, say: Say, environ: dict[str, str],
-    stop_grace_s: float, probe_interval_s: float, fetch: Fetch,
-    on_status: Callable[[str], None] | None = None,
+    seat: Seat, placed: Placement, record: ReplicaPlacement, run: LaunchRun,
+    environ: dict[str, str],
 ) -> LaunchResult:
+    """launch_replica under the replica's launch lock; `environ` is `run.environ` resolved."""
+    sysfs_root, state_dir, say = run.sysfs_root, run.state_dir, run.say
     from rocmseat.cache.store import prepare
     from rocmseat.launch.memplan import checkpoint_total_from_factors
 
     initial = plan_replica(seat, record, numactl=None)
     check_engine_command(seat, initial, engine_env(environ, initial))
-    notifier = Notifier.from_environ(environ, on_status)
+    notifier = Notifier.from_environ(environ, run.on_status)
     started = dt.datetime.now(dt.UTC)
     # Order: key (cheap, no side effect) -> HIP numbering -> plan -> preflight gate ->
     # placement.json -> cache prepare (the side effect: a move-aside) -> engine, so a refused
@@ -413,12 +424,12 @@ def _launch_locked(  # noqa: PLR0915
         canary=Canary(plan.probe_url, seat.model.served_name or seat.name,
                       seat.readiness.canary_prompt, seat.readiness.canary_max_tokens,
                       api_key=served_api_key(plan.argv, env)),
-        readiness_timeout_s=seat.readiness.timeout_s, probe_interval_s=probe_interval_s,
-        stop_grace_s=stop_grace_s,
+        readiness_timeout_s=seat.readiness.timeout_s, probe_interval_s=run.probe_interval_s,
+        stop_grace_s=run.stop_grace_s,
     )
     say(f"starting replica {plan.replica}: {shlex.join(redact_argv(plan.argv))}")
-    result = supervise(spec, reader=reader, notifier=notifier, echo=echo, on_ready=on_ready,
-                       fetch=fetch)
+    result = supervise(spec, reader=reader, notifier=notifier, echo=run.echo, on_ready=on_ready,
+                       fetch=run.fetch)
     path, findings = write(result.summary, result.ready, _outcome(result))
     if not result.ready:  # when ready, on_ready has said them already
         for finding in findings:

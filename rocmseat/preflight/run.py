@@ -120,10 +120,7 @@ def preflight_report(
     if "aer" in selected or "ras" in selected:
         thresholds = loaded.thresholds if loaded is not None else AerThresholds()
         error_findings, window = _error_windows(
-            sysfs_root, state_dir, checked, thresholds, families=selected,
-            sample_s=opts.sample_s, sleep=opts.sleep, now=opts.now, identity=identity,
-            proc_root=proc,
-        )
+            _Roots(sysfs_root, state_dir, proc, identity), checked, thresholds, selected, opts)
         findings += error_findings
     if "events" in selected:
         findings += _events(kmsg, inventory.gpus, checked, loaded,
@@ -285,29 +282,37 @@ def _identity_findings(gpus: tuple[Gpu, ...]) -> list[Finding]:
     return findings
 
 
+@dataclass(frozen=True, slots=True)
+class _Roots:
+    """Where one run reads (the sysfs and proc roots) and keeps its error readings (the state
+    dir), and the boot it runs in."""
+
+    sysfs_root: Path
+    state_dir: Path
+    proc_root: Path | None  # None: a tree with no boot of its own (default_proc_root)
+    identity: BootIdentity
+
+
 def _error_windows(
-    sysfs_root: Path,
-    state_dir: Path,
+    roots: _Roots,
     gpus: tuple[Gpu, ...],
     thresholds: AerThresholds,
-    *,
     families: Collection[str],
-    sample_s: float | None,
-    sleep: Callable[[float], None],
-    now: Callable[[], str],
-    identity: BootIdentity,
-    proc_root: Path | None = None,
+    opts: PreflightOptions,
 ) -> tuple[list[Finding], str]:
     """AER and RAS findings over the error window (rocmseat.preflight.windows): the fixed span
-    every run judges, whoever looked; a `--sample` judges its own two readings."""
+    every run judges, whoever looked; a `--sample` judges its own two readings (`opts.sample_s`,
+    slept with `opts.sleep`; `opts.now` stamps a reading)."""
+    sysfs_root, state_dir, identity = roots.sysfs_root, roots.state_dir, roots.identity
+    sample_s, now = opts.sample_s, opts.now
     findings: list[Finding] = []
     current = snapshot(gpus)
     windows: dict[str, Window] = {}
     stamp: Stamp | None = None  # set when this run's reading joins the error readings
     stored: Mapping[str, tuple[Entry, ...]] = {}
     if sample_s is not None:
-        gpus, current, windows, window = _sample(sysfs_root, gpus, current, sample_s, sleep,
-                                                 findings=findings)
+        gpus, current, windows, window = _sample(sysfs_root, gpus, current, sample_s,
+                                                 opts.sleep, findings=findings)
     elif identity.error is not None:
         # readings from another boot would hide errors counted since this one: never guess
         window = "since boot"
@@ -325,7 +330,7 @@ def _error_windows(
                 "writable by no one else" if loaded.untrusted
                 else "remove the file; the next run writes a fresh one",
             ))
-        stamp = None if loaded.untrusted else _stamp(now, proc_root, findings)
+        stamp = None if loaded.untrusted else _stamp(now, roots.proc_root, findings)
         stored = loaded.ring.devices if loaded.ring is not None else {}
         windows, window = _ring_windows(stored, current, stamp or Stamp(now()), thresholds)
     for gpu in gpus:

@@ -12,7 +12,7 @@ checks it did not run.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,30 +36,19 @@ class RecordedRun:
 def run_and_record(
     sysfs_root: Path,
     state_dir: Path,
+    options: PreflightOptions | None = None,
     *,
-    families: Collection[str] | None = None,
-    pairs: Sequence[tuple[str, str]] | None = None,
-    profile: Path | None = None,
-    hip: bool = False,
-    hip_stage_timeout_s: float = 30.0,
-    amdsmi: bool | None = None,
-    sample_s: float | None = None,
-    sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
-    kernel_log: Path | None = None,
 ) -> RecordedRun:
-    """Run preflight (rocmseat.preflight.run.preflight_report) and record a full run's verdict.
+    """Run preflight (rocmseat.preflight.run.preflight_report) with `options` and record a full
+    run's verdict, stamped with `clock`.
 
     Errors the run raises (RocmseatError: no device, a bad profile) are returned, not raised,
     after a full run recorded them; anything else propagates (a bug, exit 3)."""
-    full = not families and not pairs
+    opts = options if options is not None else PreflightOptions()
+    full = not opts.families and not opts.pairs
     try:
-        report = preflight_report(
-            sysfs_root, state_dir, PreflightOptions(
-                families=families, pairs=pairs, profile=profile, hip=hip,
-                hip_stage_timeout_s=hip_stage_timeout_s, amdsmi=amdsmi, sample_s=sample_s,
-                sleep=sleep, kernel_log=kernel_log),
-        )
+        report = preflight_report(sysfs_root, state_dir, opts)
     except RocmseatError as exc:
         problem = record_error(sysfs_root, state_dir, exc, now_unix_s=clock()) if full else None
         return RecordedRun(None, exc, problem)

@@ -109,6 +109,20 @@ def raise_fd_limit(targets: int) -> bool:
     return ensure_descriptors(targets)[0]
 
 
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """What a watch service runs beside its watcher, each optional: the targets file re-read
+    when it changes (its targets come after `extra_targets`), the seat's remediator and drafter
+    canary (made once the watcher exists), and this node's kernel log, followed for the
+    replicas' GPUs (watch/kernel.py)."""
+
+    targets_file: TargetsFile | None = None
+    extra_targets: list[Target] | None = None
+    remediate: Callable[[Callable[[str], None]], Remediator] | None = None
+    kernel_log: Path | None = None
+    canary: Callable[[Watcher, Callable[[str], None]], CanaryService] | None = None
+
+
 def run_service(  # noqa: PLR0915
     targets: list[Target],
     config: WatchConfig,
@@ -116,15 +130,11 @@ def run_service(  # noqa: PLR0915
     *,
     log: Callable[[str], None],
     stop: threading.Event,
-    targets_file: TargetsFile | None = None,
-    extra_targets: list[Target] | None = None,
-    remediate: Callable[[Callable[[str], None]], Remediator] | None = None,
-    kernel_log: Path | None = None,
-    canary: Callable[[Watcher, Callable[[str], None]], CanaryService] | None = None,
+    parts: Parts = Parts(),
 ) -> None:
-    """Evaluate every interval until `stop`; log, export, post and hook every alert change.
-    `targets_file` is re-read when it changes (its targets come after `extra_targets`).
-    `kernel_log`: this node's kernel log, followed for the replicas' GPUs (watch/kernel.py)."""
+    """Evaluate every interval until `stop`; log, export, post and hook every alert change."""
+    targets_file, extra_targets = parts.targets_file, parts.extra_targets
+    remediate, kernel_log, canary = parts.remediate, parts.kernel_log, parts.canary
     fanout = AlertFanout(
         log,
         webhook=BackgroundSender("webhook", webhook_deliver(sinks.webhook_url), on_error=log)

@@ -288,8 +288,10 @@ def test_remediate_ladder(ready_world: World) -> None:  # noqa: F811 (the fixtur
              f"{figures['ready_after_s']:.0f} s; judged by the canary {t1_done - seen_new:.1f} s "
              f"after the new engine was seen, no traffic: 'not the cache' (rates "
              f"{figures['canary_rates']} against {figures['canary_baselines']})")
+        against = ("no collapsed rate: the collapse was seen with no traffic"
+                   if collapsed is None else f"against {collapsed} collapsed")
         note(SCENARIO, f"step 2 -> serving without the drafter: {t2_done - t1_done:.1f} s "
-             f"({tps} tok/s against {collapsed} collapsed); /ready '{no_drafter}'")
+             f"({tps} tok/s, {against}); /ready '{no_drafter}'")
         note(SCENARIO, f"reset with the good weights back -> /ready '{back}' with judged drafts: "
              f"{t_back - t_reset:.1f} s")
         note(SCENARIO, f"{len(launches)} launches by the SIGTERM-only supervisor ({by_hand} by "

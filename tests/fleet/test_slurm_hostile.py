@@ -127,8 +127,8 @@ def _run_case(answer, fixture, state_dir):
 
     def call():
         try:
-            out = slurm.health(sysfs_root=SYSFS_FIXTURES / fixture, state_dir=state_dir,
-                               node=None, env={}, runner=runner)
+            out = slurm.health(slurm.HealthRequest(SYSFS_FIXTURES / fixture, state_dir),
+                               env={}, runner=runner)
             box.append(("ok", out))
         except RocmseatError as exc:
             box.append(("error", exc))

@@ -247,17 +247,18 @@ def test_a_preflight_that_outlives_the_budget_is_unknown_and_drains_nothing(tmp_
     clock = Clock()
     asked = {}
 
-    def slow(sysfs_root, state_dir, **kwargs):
+    def slow(sysfs_root, state_dir, options, **kwargs):
         # the whole command has 20 s: the run gets what is left after keeping 2 x 5 s for the
         # two scontrol calls after it; each HIP stage an eighth of that
-        asked.update(kwargs)
+        asked["hip_stage_timeout_s"] = options.hip_stage_timeout_s
         clock.now += 11.0
-        return run_and_record(sysfs_root, state_dir, **kwargs)
+        return run_and_record(sysfs_root, state_dir, options, **kwargs)
 
     runner = FakeRunner(show=IDLE)
-    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=tmp_path,
-                           node="vm", budget_s=20.0, runner=runner, record=slow,
-                           monotonic=clock)
+    outcome = slurm.health(
+        slurm.HealthRequest(SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path, node="vm",
+                            budget_s=20.0),
+        runner=runner, record=slow, clocks=slurm.Clocks(monotonic=clock))
     assert outcome.verdict_code == 2
     assert outcome.verdict_line == "UNKNOWN: preflight did not finish within 10s"
     assert outcome.action.kind == "none"
@@ -273,8 +274,9 @@ def test_a_stale_verdict_is_replaced_by_an_in_process_run(tmp_path):
     from rocmseat.preflight.verdict_doc import verdict_path
 
     runner = FakeRunner(show=IDLE)
-    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=tmp_path,
-                           node="vm", runner=runner)
+    outcome = slurm.health(
+        slurm.HealthRequest(SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path, node="vm"),
+        runner=runner)
     assert outcome.verdict_line.startswith("FAIL pcie.link.degraded 0000:89:00.0 +1 more (")
     assert outcome.action.kind == "drain"
     assert verdict_path(tmp_path).is_file()
@@ -317,20 +319,20 @@ def test_the_whole_command_fits_its_budget(tmp_path, rocmseat_cli, hangs):
             return Completed(tuple(argv), 0, "", "")
         raise AssertionError(f"only scontrol is spawned: {argv}")
 
-    def record(sysfs_root, state_dir, **kwargs):
+    def record(sysfs_root, state_dir, options, **kwargs):
         # the in-process run that hangs: each HIP stage is killed after its share, so it costs
         # the budget it was given (and a little more)
         assert hangs == "preflight"
-        clock.now += kwargs["hip_stage_timeout_s"] * slurm.HIP_STAGE_SHARE + 0.5
+        clock.now += options.hip_stage_timeout_s * slurm.HIP_STAGE_SHARE + 0.5
         return RecordedRun(None, None)
 
     if hangs in ("show", "update"):  # a fresh verdict of the degraded node: a drain is due
         rocmseat_cli("preflight", "--sysfs-root", str(SYSFS_FIXTURES / "x99-r9700-degraded"),
                      "--state-dir", str(tmp_path))
     try:
-        outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded",
-                               state_dir=tmp_path, node=None, env={}, runner=runner,
-                               record=record, monotonic=clock)
+        outcome = slurm.health(
+            slurm.HealthRequest(SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path), env={},
+            runner=runner, record=record, clocks=slurm.Clocks(monotonic=clock))
         said = f"{outcome.verdict_line}; {outcome.action.why}"
     except slurm.SlurmError as exc:
         said = str(exc)
@@ -348,8 +350,9 @@ def test_a_failing_scontrol_update_is_could_not_act(tmp_path, rocmseat_cli):
                  "--state-dir", str(tmp_path))
     runner = FakeRunner(show=IDLE, update_rc=1)
     with pytest.raises(RocmseatError) as info:
-        slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=tmp_path,
-                     node="vm", runner=runner)
+        slurm.health(
+            slurm.HealthRequest(SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path, node="vm"),
+            runner=runner)
     assert info.value.exit_code == 2
     assert str(info.value) == "scontrol update NodeName=vm State=DRAIN: scontrol: error: nope"
 
@@ -358,8 +361,10 @@ def test_dry_run_changes_nothing(tmp_path, rocmseat_cli):
     rocmseat_cli("preflight", "--sysfs-root", str(SYSFS_FIXTURES / "x99-r9700-degraded"),
                  "--state-dir", str(tmp_path))
     runner = FakeRunner(show=IDLE)
-    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=tmp_path,
-                           node="vm", runner=runner, dry_run=True)
+    outcome = slurm.health(
+        slurm.HealthRequest(SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path, node="vm",
+                            dry_run=True),
+        runner=runner)
     assert outcome.action.kind == "drain" and not outcome.applied
     # the node, then every node (the circuit breaker counts them); no update
     assert [argv for argv, _ in runner.calls] == [["scontrol", "-o", "show", "node", "vm"],
@@ -404,8 +409,9 @@ def test_a_forged_ok_verdict_never_resumes_a_drained_node(tmp_path, rocmseat_cli
     state = tmp_path / "s"
     _plant(state, _forge_ok_verdict(rocmseat_cli, state), how)
     runner = FakeRunner(show=AER_DRAINED)
-    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=state,
-                           node="vm", runner=runner)
+    outcome = slurm.health(
+        slurm.HealthRequest(SYSFS_FIXTURES / "x99-r9700-degraded", state, node="vm"),
+        runner=runner)
     assert outcome.action.kind != "resume"
     assert not any("State=RESUME" in argv for argv, _ in runner.calls)
     assert outcome.verdict_code in (1, 2)
@@ -526,9 +532,10 @@ def degraded_verdict(tmp_path, rocmseat_cli):
 def test_the_circuit_breaker_holds_a_drain(degraded_verdict, drained, max_drained, held):
     runner = ClusterRunner(_cluster(drained))
     outcome = slurm.health(
-        sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded", state_dir=degraded_verdict,
-        node="vm", runner=runner,
-        max_drained=slurm.parse_max_drained(max_drained) if max_drained else None)
+        slurm.HealthRequest(
+            SYSFS_FIXTURES / "x99-r9700-degraded", degraded_verdict, node="vm",
+            max_drained=slurm.parse_max_drained(max_drained) if max_drained else None),
+        runner=runner)
     updates = [argv for argv, _ in runner.calls if argv[1] == "update"]
     assert outcome.verdict_code == 1
     if held:
@@ -546,8 +553,9 @@ def test_the_breaker_counts_only_rocmseats_drains_and_never_holds_a_resume(tmp_p
     runner = ClusterRunner(_cluster(0, extra="disk swap"))
     rocmseat_cli("preflight", "--sysfs-root", str(SYSFS_FIXTURES / "x99-r9700-degraded"),
                  "--state-dir", str(tmp_path / "bad"))
-    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700-degraded",
-                           state_dir=tmp_path / "bad", node="vm", runner=runner)
+    outcome = slurm.health(
+        slurm.HealthRequest(SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path / "bad", node="vm"),
+        runner=runner)
     assert outcome.action.kind == "drain" and outcome.applied
     # vm drained by rocmseat among nine others: a pass resumes it whatever the count
     lines = _cluster(9)
@@ -555,8 +563,9 @@ def test_the_breaker_counts_only_rocmseats_drains_and_never_holds_a_resume(tmp_p
     runner = ClusterRunner(lines)
     rocmseat_cli("preflight", "--sysfs-root", str(SYSFS_FIXTURES / "x99-r9700"),
                  "--state-dir", str(tmp_path / "good"))
-    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700",
-                           state_dir=tmp_path / "good", node="vm", runner=runner)
+    outcome = slurm.health(
+        slurm.HealthRequest(SYSFS_FIXTURES / "x99-r9700", tmp_path / "good", node="vm"),
+        runner=runner)
     assert outcome.action.kind == "resume" and outcome.verdict_code == 0
 
 
@@ -770,8 +779,8 @@ def test_the_timers_hip_run_on_a_host_without_hip_resumes_a_pcie_drain(tmp_path,
                           str(SYSFS_FIXTURES / "x99-r9700"), "--state-dir", str(tmp_path))
     assert (result.exit_code, result.stdout.split(" ")[:2]) == (2, ["UNKNOWN", "hip.runtime"])
     runner = FakeRunner(show=TAGGED)
-    outcome = slurm.health(sysfs_root=SYSFS_FIXTURES / "x99-r9700", state_dir=tmp_path,
-                           node="vm", runner=runner)
+    outcome = slurm.health(
+        slurm.HealthRequest(SYSFS_FIXTURES / "x99-r9700", tmp_path, node="vm"), runner=runner)
     assert outcome.action.kind == "resume", outcome
     assert runner.calls[-1][0] == ["scontrol", "update", "NodeName=vm", "State=RESUME"]
 

@@ -205,7 +205,7 @@ def _slurm_resumes(state: Path, workdir: Path) -> bool:
 
     # could not check or could not tell Slurm is an answer; anything else is a bug (raised)
     with contextlib.suppress(RocmseatError):
-        slurm.health(sysfs_root=DEGRADED, state_dir=state, node="vm", runner=runner)
+        slurm.health(slurm.HealthRequest(DEGRADED, state, node="vm"), runner=runner)
     return any("State=RESUME" in argv for argv in calls)
 
 

@@ -214,9 +214,9 @@ def test_launch_refuses_a_linked_state_dir_before_anything(tmp_path, fake_engine
     replica_dir.symlink_to(elsewhere)
     for call in (lambda: flow.preflight_only(s, "r0", sysfs_root=SYSFS / "x99-r9700",
                                              state_dir=tmp_path / "state", say=print),
-                 lambda: flow.launch_replica(s, "r0", sysfs_root=SYSFS / "x99-r9700",
-                                             state_dir=tmp_path / "state", echo=print,
-                                             say=print)):
+                 lambda: flow.launch_replica(s, "r0", flow.LaunchRun(
+                     sysfs_root=SYSFS / "x99-r9700", state_dir=tmp_path / "state", echo=print,
+                     say=print))):
         with pytest.raises(ConfigError, match=rf"^state dir {replica_dir} is a symlink to "):
             call()
     assert list(elsewhere.iterdir()) == [] and not (tmp_path / "cache").exists()
@@ -238,9 +238,9 @@ def test_refused_start_leaves_the_cache_untouched(tmp_path, fake_engine_python):
     (old / "graph.bin").write_text("compiled")
     before = sorted(p.relative_to(tmp_path / "cache") for p in (tmp_path / "cache").rglob("*"))
     with pytest.raises(RocmseatError, match="start refused by preflight"):
-        flow.launch_replica(s, "r1", sysfs_root=SYSFS / "x99-r9700-degraded",
+        flow.launch_replica(s, "r1", flow.LaunchRun(sysfs_root=SYSFS / "x99-r9700-degraded",
                             state_dir=tmp_path / "state", echo=lambda _: None,
-                            say=lambda _: None, environ={})
+                            say=lambda _: None, environ={}))
     after = sorted(p.relative_to(tmp_path / "cache") for p in (tmp_path / "cache").rglob("*"))
     assert after == before and (old / "graph.bin").read_text() == "compiled"
     # the refusal is the replica's latest start in its report, not the last good one
@@ -255,9 +255,9 @@ def test_refused_start_leaves_the_cache_untouched(tmp_path, fake_engine_python):
     # and a replica refused on its first start has none: nothing ran
     recorded.unlink()
     with pytest.raises(RocmseatError, match="start refused by preflight"):
-        flow.launch_replica(s, "r1", sysfs_root=SYSFS / "x99-r9700-degraded",
+        flow.launch_replica(s, "r1", flow.LaunchRun(sysfs_root=SYSFS / "x99-r9700-degraded",
                             state_dir=state, echo=lambda _: None, say=lambda _: None,
-                            environ={})
+                            environ={}))
     assert not recorded.exists()
 
 
@@ -294,9 +294,9 @@ def test_a_secret_flag_never_reaches_the_log_line_or_the_state(tmp_path, fake_en
                                    ["--api-key", "sk-live-123", "--exit-after-canary", "0"])
     said: list[str] = []
     echoed: list[str] = []
-    result = flow.launch_replica(s, "r0", sysfs_root=None, state_dir=tmp_path / "state",
-                                 echo=echoed.append, say=said.append, environ=dict(os.environ),
-                                 probe_interval_s=0.05, stop_grace_s=2.0)
+    result = flow.launch_replica(s, "r0", flow.LaunchRun(
+        sysfs_root=None, state_dir=tmp_path / "state", echo=echoed.append, say=said.append,
+        environ=dict(os.environ), probe_interval_s=0.05, stop_grace_s=2.0))
     assert result.exit_code == 0, said
     starting = [line for line in said if line.startswith("starting replica r0: ")]
     assert len(starting) == 1 and "--api-key '<redacted>'" in starting[0], said
@@ -323,10 +323,9 @@ def test_kv_shrink_under_the_same_key_does_not_say_the_key_changed(tmp_path, fak
     said: list[str] = []
     for tokens in ("600,000", "495,000"):
         log.write_text(f"GPU KV cache size: {tokens} tokens\n")
-        result = flow.launch_replica(s, "r0", sysfs_root=None, state_dir=tmp_path / "state",
-                                     echo=lambda _: None, say=said.append,
-                                     environ=dict(os.environ), probe_interval_s=0.05,
-                                     stop_grace_s=2.0)
+        result = flow.launch_replica(s, "r0", flow.LaunchRun(
+            sysfs_root=None, state_dir=tmp_path / "state", echo=lambda _: None, say=said.append,
+            environ=dict(os.environ), probe_interval_s=0.05, stop_grace_s=2.0))
         assert result.exit_code == 0, said
     [shrunk] = [f for f in result.findings if f.check_id == "launch.kv.shrunk"]
     assert "(config key changed)" not in shrunk.message
@@ -354,11 +353,10 @@ def test_the_wait_for_ready_shows_progress_on_a_terminal(tmp_path, fake_engine_p
         messages.append(message)
         progress.on_message(message)
 
-    result = flow.launch_replica(s, "r0", sysfs_root=None, state_dir=tmp_path / "state",
-                                 echo=lambda _: None, say=lambda _: None,
-                                 environ={k: v for k, v in os.environ.items()
-                                          if k != "NOTIFY_SOCKET"},
-                                 probe_interval_s=0.05, stop_grace_s=2.0, on_status=listen)
+    result = flow.launch_replica(s, "r0", flow.LaunchRun(
+        sysfs_root=None, state_dir=tmp_path / "state", echo=lambda _: None, say=lambda _: None,
+        environ={k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"},
+        probe_interval_s=0.05, stop_grace_s=2.0, on_status=listen))
     progress.stop()
     assert result.exit_code == 0
     assert messages[0] == "STATUS=computing the config key"

@@ -64,9 +64,9 @@ def launch_and_read_engine_env(seat_path: Path, replica: str, tmp_path: Path,
     dump = tmp_path / f"engine-env-{replica}.json"
     monkeypatch.setenv("ROCMSEAT_TEST_ENV_DUMP", str(dump))
     engine_said: list[str] = []
-    flow.launch_replica(load_seat(seat_path), replica, sysfs_root=X99,
+    flow.launch_replica(load_seat(seat_path), replica, flow.LaunchRun(sysfs_root=X99,
                         state_dir=tmp_path / "state", echo=engine_said.append, say=said.append,
-                        probe_interval_s=0.05, stop_grace_s=2.0)
+                        probe_interval_s=0.05, stop_grace_s=2.0))
     assert dump.exists(), (said, engine_said)
     env: dict[str, str] = json.loads(dump.read_text())
     return env
@@ -149,9 +149,9 @@ def test_a_mask_that_selects_other_gpus_refuses_the_start(tmp_path, monkeypatch,
     from rocmseat.errors import RocmseatError
 
     with pytest.raises(RocmseatError) as info:
-        flow.launch_replica(load_seat(seat_path), "r1", sysfs_root=X99,
+        flow.launch_replica(load_seat(seat_path), "r1", flow.LaunchRun(sysfs_root=X99,
                             state_dir=tmp_path / "state", echo=lambda _: None,
-                            say=lambda _: None)
+                            say=lambda _: None))
     assert info.value.message == (
         f"replica r1: start refused: HIP_VISIBLE_DEVICES=2,3 shows HIP {A}, {B}, not the "
         f"replica's pair {C}, {D}: the engine would run on other GPUs")

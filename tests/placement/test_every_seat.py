@@ -99,8 +99,10 @@ def test_key_dry_run_and_cache_audit_agree(shipped, tmp_path, rocmseat_cli, fake
     if seat.backend == "cpu":
         said: list[str] = []
         result = rocmseat.launch.flow.launch_replica(
-            seat, "r0", sysfs_root=None, state_dir=tmp_path / "state", echo=lambda _: None,
-            say=said.append, environ=dict(os.environ), probe_interval_s=0.05, stop_grace_s=2.0)
+            seat, "r0", rocmseat.launch.flow.LaunchRun(
+                sysfs_root=None, state_dir=tmp_path / "state", echo=lambda _: None,
+                say=said.append, environ=dict(os.environ), probe_interval_s=0.05,
+                stop_grace_s=2.0))
         assert result.exit_code == 0, said
         startup = json.loads(result.report_path.read_text())
         assert startup["config_key"]["digest"] == planned["r0"]

@@ -28,7 +28,7 @@ from rocmseat.watch.readiness import replica_readiness
 from rocmseat.watch.remediate import journal
 from rocmseat.watch.remediate import policy as P
 from rocmseat.watch.remediate.actions import SeatEdge
-from rocmseat.watch.remediate.service import Remediator
+from rocmseat.watch.remediate.service import Remediator, Setup
 from rocmseat.watch.remediate.service import reset as do_reset
 from rocmseat.watch.scrape import Target
 from tests.conftest import FIXTURES
@@ -160,9 +160,9 @@ class World:
         by_name = {r.replica: r for r in read_recorded(self.seat, self.state).records}
         self.edge = SeatEdge(self.seat, by_name, runner=self.runner)
         self.remediator = Remediator(
-            self.seat, seat_file=self.seat_file, state_dir=self.state, mode=mode, node="gpu07",
-            records=by_name, edge=self.edge, log=self.lines.append, clock=self.clock,
-            background=False, max_age_s=3 * INTERVAL, node_refusal=node_refusal,
+            Setup(self.seat, self.seat_file, self.state, mode, "gpu07", by_name,
+                  max_age_s=3 * INTERVAL), self.edge, log=self.lines.append, clock=self.clock,
+            background=False, node_refusal=node_refusal,
             reread=lambda: {r.replica: r for r in read_recorded(self.seat, self.state).records})
 
     def write_startup(self, replica: str, log_text: str) -> None:

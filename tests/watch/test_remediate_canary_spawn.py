@@ -17,8 +17,7 @@ import dataclasses
 
 from rocmseat.watch import alerts as A
 from rocmseat.watch.canary import CanaryRound
-from rocmseat.watch.remediate import documents
-from rocmseat.watch.remediate import journal
+from rocmseat.watch.remediate import documents, journal
 from rocmseat.watch.remediate import policy as P
 from tests.watch.test_canary import DEAD, GOOD, World, status
 
@@ -154,3 +153,32 @@ def test_no_canary_for_a_replica_without_its_drafter(tmp_path) -> None:
     w.replies = [GOOD]
     w.service.tick()
     assert w.sent == ["a", "b"]
+
+
+def test_the_watcher_tells_the_canary_and_step_1_reads_its_round(tmp_path) -> None:
+    """A real Watcher on replayed vLLM pages and a real Remediator (tests/watch/
+    test_remediate.py's world), wired as `rocmseat watch` wires the canary
+    (rocmseat.watch.service): the canary's alert starts step 1; the watcher tells the canary of
+    the new engine and resolves the old engine's alert; the canary's round on the new engine
+    judges step 1."""
+    from tests.watch.test_remediate import World as Seat
+
+    world = Seat(tmp_path)
+    restarts: list[str] = []
+    rounds: dict[str, CanaryRound] = {}
+    world.watcher.on_restart = lambda replica, now: (restarts.append(replica),
+                                                     rounds.pop(replica, None))
+    world.remediator.canary_round = rounds.get
+    world.step(3)
+    world.watcher.set_alert("r0", A.DRAFTER_CANARY_FAILED, True, {"rates": "0.000"})
+    world.step(1)
+    assert world.outcomes() == [("r0", 1, P.MOVE_CACHE_RESTART, "started")]
+    assert world.restarts == [("r0", "drafter")]
+    world.step(1)  # the new engine's first scrape: the canary is told, the old alert resolves
+    assert restarts == ["r0"]
+    assert A.DRAFTER_CANARY_FAILED not in world.status().alerts
+    rounds["r0"] = CanaryRound(world.clock(), True, "0.000,0.000", "1.000,1.000")
+    world.step(1)
+    assert [o[3] for o in world.outcomes()] == [
+        "started", "still collapsed after a fresh compile", "started"]
+    assert world.journal()[1]["figures"]["verified_by"] == "canary"

@@ -31,7 +31,7 @@ from rocmseat.runner import Completed, run
 from rocmseat.watch import alerts as A
 from rocmseat.watch.remediate import journal
 from rocmseat.watch.remediate import policy as P
-from rocmseat.watch.remediate.service import Remediator
+from rocmseat.watch.remediate.service import Remediator, Setup
 from tests.watch.test_remediate import INTERVAL, World, collapse
 
 SEED = 28
@@ -554,9 +554,9 @@ def test_a_restart_command_the_watcher_started_gets_sigterm_when_it_stops(tmp_pa
                          f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid()));"
                          " time.sleep(600)"])
     remediator = Remediator(
-        world.seat, seat_file=world.seat_file, state_dir=world.state, mode="on", node="gpu07",
-        records=world.edge.records, edge=world.edge, log=world.lines.append, clock=world.clock,
-        background=True, max_age_s=3 * INTERVAL)
+        Setup(world.seat, world.seat_file, world.state, "on", "gpu07", world.edge.records,
+              max_age_s=3 * INTERVAL), world.edge, log=world.lines.append, clock=world.clock,
+        background=True)
     world.remediator = remediator
     world.step(3)
     collapse(world)
@@ -637,9 +637,9 @@ def test_two_watchers_count_the_verification_drafts_once(tmp_path):
     world = World(tmp_path)
     second_lines: list[str] = []
     second = Remediator(
-        world.seat, seat_file=world.seat_file, state_dir=world.state, mode="on", node="gpu07",
-        records=world.edge.records, edge=world.edge, log=second_lines.append, clock=world.clock,
-        background=False, max_age_s=3 * INTERVAL)
+        Setup(world.seat, world.seat_file, world.state, "on", "gpu07", world.edge.records,
+              max_age_s=3 * INTERVAL), world.edge, log=second_lines.append, clock=world.clock,
+        background=False)
     step = world.step
 
     def both(n: int = 1) -> None:

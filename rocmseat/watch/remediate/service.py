@@ -17,6 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -95,25 +96,41 @@ def startup_facts(state_dir: Path, seat: str, replica: str) -> tuple[bool | None
     return loaded, doc.started_at
 
 
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """The seat a Remediator heals and where: its seat file, state dir, mode ("on" or
+    "dry-run"), node name and the replicas rocmseat launched (their placement records);
+    `max_age_s`: the watcher's view older than this is stale (nothing starts);
+    `episode_hold_s`: an alert episode outlives a gap this long (a refusal is said once)."""
+
+    seat: Seat
+    seat_file: Path
+    state_dir: Path
+    mode: str
+    node: str
+    records: Mapping[str, ReplicaPlacement]
+    max_age_s: float = 60.0
+    episode_hold_s: float = 60.0
+
+
 class Remediator:
-    def __init__(self, seat: Seat, *, seat_file: Path, state_dir: Path, mode: str, node: str,
-                 records: Mapping[str, ReplicaPlacement], edge: Edge,
-                 log: Callable[[str], None], clock: Callable[[], float] = time.time,
+    def __init__(self, setup: Setup, edge: Edge, *, log: Callable[[str], None],
+                 clock: Callable[[], float] = time.time,
                  node_refusal: Callable[[], str | None] = lambda: None,
-                 background: bool = True, max_age_s: float = 60.0,
-                 reread: Callable[[], Mapping[str, ReplicaPlacement]] | None = None,
-                 episode_hold_s: float = 60.0) -> None:
-        self.seat = seat
-        self.meta = journal.Meta(seat.name, str(seat_file.absolute()), node, mode)
-        self.state_dir = state_dir
-        self.settings = settings_of(seat, mode, episode_hold_s)
-        self.records = dict(records)
+                 background: bool = True,
+                 reread: Callable[[], Mapping[str, ReplicaPlacement]] | None = None) -> None:
+        seat = self.seat = setup.seat
+        self.meta = journal.Meta(seat.name, str(setup.seat_file.absolute()), setup.node,
+                                 setup.mode)
+        self.state_dir = setup.state_dir
+        self.settings = settings_of(seat, setup.mode, setup.episode_hold_s)
+        self.records = dict(setup.records)
         self._reread = reread  # the records again (a replica launched after the watcher)
         self.edge = edge
         self.log = log
         self.clock = clock
         self.node_refusal = node_refusal
-        self.max_age_s = max_age_s
+        self.max_age_s = setup.max_age_s
         self.state = P.State()
         self.counts: dict[tuple[str, str, str], int] = {}
         self._last: dict[str, P.StepRecord] = {}

@@ -14,7 +14,7 @@ from pathlib import Path
 from rocmseat.placement.record import ReplicaPlacement
 from rocmseat.seat.model import Seat
 from rocmseat.watch.remediate.actions import SeatEdge
-from rocmseat.watch.remediate.service import VERDICT_MAX_AGE_S, Remediator
+from rocmseat.watch.remediate.service import VERDICT_MAX_AGE_S, Remediator, Setup
 
 
 def node_refusal(state_dir: Path, sysfs_root: Path | None) -> Callable[[], str | None]:
@@ -53,9 +53,8 @@ def remediator_factory(seat: Seat, seat_file: Path, state_dir: Path, mode: str, 
         from rocmseat.watch.detector import DetectorParams
 
         hold_s = (seat.watch.interval_s or 10.0) * DetectorParams().resolve_windows
-        return Remediator(seat, seat_file=seat_file, state_dir=state_dir, mode=mode, node=node,
-                          records=records_now, edge=SeatEdge(seat, records_now), log=log,
-                          node_refusal=node_refusal(state_dir, sysfs_root), reread=launched,
-                          episode_hold_s=hold_s)
+        return Remediator(Setup(seat, seat_file, state_dir, mode, node, records_now,
+                                episode_hold_s=hold_s), SeatEdge(seat, records_now), log=log,
+                          node_refusal=node_refusal(state_dir, sysfs_root), reread=launched)
 
     return make
