@@ -1,34 +1,49 @@
-"""Benchmark: the interleaved gate (issue 27 item 6) against today's sequential gate, on the real
-vLLM CPU engine.
+"""Benchmark: the interleaved gate (issue 27 item 4) against today's sequential gate, on the real
+vLLM CPU engine. One comparison per invocation (each run under the engine lock stays short):
 
-Two comparisons, each decided by rocmseat.speculation.gate.interleave over fresh starts in the
-order A B B A A B ... (rocmseat.speculation.gate.interleave_run), bounded by --max-starts and
---max-minutes:
-- an A/A run: the same seat twice (the base seat as both arms): should say SAME;
-- an effect: the base seat against the same seat with fewer CPU threads for the engine
-  (`VLLM_CPU_OMP_THREADS_BIND`-free: OMP_NUM_THREADS=1 against 2, a throughput effect of the
-  size the gate should see; the bench prints the measured ratio).
-The sequential baseline in the same run: one start per arm (the first A and the first B of each
-comparison), judged as today's gate judges aggregate throughput (a ratio against a noise band:
-rocmseat.speculation.gate.judge.ratio_gate with the default noise floor and drift).
-Prints minutes and starts to a decision for both.
+- `--compare aa`: an A/A run, the same seat as both arms: should say SAME;
+- `--compare busy`: the same seat, arm B with a duty-cycled busy process pinned beside its
+  engine's compute thread (`--busy-duty` of CPU `--busy-cpu`): a CPU throttle without cgroups,
+  sized to a ~20 % effect. The thread count is no knob here: vLLM's CPU worker binds its OpenMP
+  threads itself (VLLM_CPU_OMP_THREADS_BIND=auto: one logical CPU per physical core, with one
+  core reserved for the scheduler process; vllm/utils/ompmultiprocessing.py
+  `_parse_omp_threads_bind_env`), so on this 2-CPU host the worker computes on CPU 0 whatever
+  OMP_NUM_THREADS says (its launch log: "core ids=[0]", "reserved_cpus=[1]"). A busy process
+  that takes d of that CPU (CFS gives it what it asks below its fair share) leaves the engine
+  about 1 - d of it. Measured: at d = 0.25 no effect on this host (the decode steps of the tiny
+  model wait on the scheduler and API processes, not on the worker's CPU);
+- `--compare seqs`: arm B with `max_num_seqs` lowered to `--b-max-num-seqs` (3 against the
+  battery's concurrency 4: a quarter of the requests wait a step; the steps cost about the same,
+  so about 20-25 % less throughput).
 
-    python bench/bench_interleave.py --models DIR --out DIR [--concurrency 4] [--repeats 3]
-           [--max-starts 16] [--max-minutes 15]
+Each is decided by rocmseat.speculation.gate.interleave over fresh starts in the order
+A B B A A B ... (rocmseat.speculation.gate.interleave_run), bounded by --max-starts and
+--max-minutes. The sequential baseline on the same starts: today's gate on one start per arm
+(the first A and the first B), judged as the gate judges aggregate throughput (a ratio against
+its noise band: rocmseat.speculation.gate.judge.ratio_gate with the default noise floor and
+drift), and the same rule on every start of each arm pooled (the repeats of all starts).
+Prints minutes and starts to a decision, the measured ratio median(B)/median(A), every start's
+figure and the flagged starts.
+
+    python bench/bench_interleave.py --models DIR --out DIR --compare aa|busy|seqs
+           [--busy-duty 0.2] [--busy-cpu 0] [--concurrency 4] [--repeats 3] [--prompts 32]
+           [--output-tokens 128] [--max-starts 16] [--max-minutes 15]
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rocmseat.speculation.gate.arms import GateRun, check_bench_client
+from rocmseat.procgroup import spawn, stop_group
+from rocmseat.speculation.gate.arms import ArmRecord, GateRun, check_bench_client
 from rocmseat.speculation.gate.interleave import Rules
 from rocmseat.speculation.gate.interleave_run import Interleaved, run_interleaved
-from rocmseat.speculation.gate.judge import GateConfig, Series, ratio_gate
+from rocmseat.speculation.gate.judge import GateConfig, Noise, Series, ratio_gate
 from rocmseat.speculation.gate.settings import Battery, SeatWithGate, load_seat_with_gate
 
 SEAT = """\
@@ -50,7 +65,7 @@ served_name = "demo"
 [serve]
 port_base = {port}
 max_model_len = 512
-max_num_seqs = 16
+max_num_seqs = {max_num_seqs}
 dtype = "bfloat16"
 
 [env]
@@ -69,62 +84,128 @@ timeout_s = 600
 """
 
 
-def sequential(result: Interleaved, config: GateConfig) -> str:
-    """Today's gate on the first start of each arm: one ratio against the noise band."""
-    a = next(s for s in result.starts if s.arm == "A")
-    b = next(s for s in result.starts if s.arm == "B")
-    g = ratio_gate("aggregate", Series(a.repeats), Series(b.repeats), config.aggregate_min_ratio,
-                   higher_is_better=True, floor=config.noise_floor, drift=config.drift,
+BUSY = """\
+import os, sys, time
+duty, period = float(sys.argv[1]), 0.01
+os.sched_setaffinity(0, {int(sys.argv[2])})
+while True:
+    began = time.perf_counter()
+    while time.perf_counter() - began < duty * period:
+        pass
+    time.sleep((1.0 - duty) * period)
+"""
+
+
+@dataclass
+class BusyBeside:
+    """Runs arm B's starts with a duty-cycled busy process beside the engine (started before
+    the launch, stopped after the battery), arm A's as they are."""
+
+    gate: GateRun
+    slowed: SeatWithGate
+    duty: float
+    cpu: int
+
+    def run_arm(self, name: str, source: SeatWithGate) -> ArmRecord:
+        if source is not self.slowed or self.duty <= 0:
+            return self.gate.run_arm(name, source)
+        busy = spawn([sys.executable, "-c", BUSY, str(self.duty), str(self.cpu)],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            return self.gate.run_arm(name, source)
+        finally:
+            stop_group(busy, 2.0, reap_s=10.0)
+
+
+def today(a: list[float], b: list[float], config: GateConfig) -> str:
+    """Today's gate on these repeats: one ratio against the noise band."""
+    g = ratio_gate("aggregate", Series(tuple(a)), Series(tuple(b)), config.aggregate_min_ratio,
+                   higher_is_better=True, noise=Noise(config.noise_floor, config.drift),
                    unit=" tok/s")
     return f"{g.verdict.value} ({g.detail})"
+
+
+def report(label: str, done: Interleaved, wall_s: float) -> None:
+    d = done.decision
+    config = GateConfig()
+    first_a = next(s for s in done.starts if s.arm == "A")
+    first_b = next(s for s in done.starts if s.arm == "B")
+    pooled_a = [r for s in done.starts if s.arm == "A" for r in s.repeats]
+    pooled_b = [r for s in done.starts if s.arm == "B" for r in s.repeats]
+    print(f"\n== {label}")
+    for i, s in enumerate(done.starts):
+        flag = "  FLAGGED (its repeats disagree)" if i in d.flagged else ""
+        print(f"  start {i:2d} arm {s.arm}: {s.figure:8.2f} tok/s  repeats "
+              f"{', '.join(f'{r:.2f}' for r in s.repeats)}  spread {s.spread():.1%}  "
+              f"{s.minutes:.2f} min{flag}")
+    print(f"  interleaved: {d.result} after {d.starts} starts, {d.minutes:.1f} min of starts "
+          f"(wall {wall_s / 60:.1f} min); measured ratio median(B)/median(A) {d.ratio:.3f} "
+          f"(90 % {d.low:.3f}..{d.high:.3f}), Mann-Whitney p {d.p_value:.4f}; {d.why}")
+    decided_at = next((x for x in done.decisions if x.result != "UNKNOWN"), None)
+    if decided_at is not None:
+        print(f"  first decided after {decided_at.starts} starts, {decided_at.minutes:.1f} min")
+    one = today(list(first_a.repeats), list(first_b.repeats), config)
+    print(f"  today's sequential gate, one start per arm (starts 0 and 1, "
+          f"{first_a.minutes + first_b.minutes:.1f} min): {one}")
+    print(f"  today's rule on all starts' repeats pooled: {today(pooled_a, pooled_b, config)}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, required=True, help="rocmseat demo models DEST")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--compare", choices=("aa", "busy", "seqs"), required=True)
+    parser.add_argument("--b-max-num-seqs", type=int, default=3)
+    parser.add_argument("--busy-duty", type=float, default=0.2)
+    parser.add_argument("--busy-cpu", type=int, default=0)
     parser.add_argument("--python", default="/opt/rocmseat/vllm-venv/bin/python")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    # one run long enough that the neighbours' bursts average out (8 x 64 tokens took 0.5 s on
+    # this host and its repeats spread 2x)
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--max-starts", type=int, default=16)
     parser.add_argument("--max-minutes", type=float, default=15.0)
+    parser.add_argument("--effect", type=float, default=0.20)
     parser.add_argument("--port", type=int, default=18731)
     args = parser.parse_args()
-    out = args.out.absolute()
+    out = (args.out / args.compare).absolute()
     out.mkdir(parents=True, exist_ok=True)
     check_bench_client(Path(args.python))
     battery = replace(Battery(), concurrency=(args.concurrency,), repeats=args.repeats,
-                      prompts=8, output_tokens=64, phases=("decode",))
-    rules = Rules(max_starts=args.max_starts, max_minutes=args.max_minutes)
+                      prompts=args.prompts, output_tokens=args.output_tokens,
+                      phases=("decode",))
+    rules = Rules(effect=args.effect, max_starts=args.max_starts, max_minutes=args.max_minutes)
 
-    def seat(name: str, threads: int) -> SeatWithGate:
+    def seat(name: str, threads: int, max_num_seqs: int = 16) -> SeatWithGate:
         path = out / "seats" / f"{name}.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(SEAT.format(name=name, out=out, python=args.python,
                                     target=args.models / "target", port=args.port,
-                                    threads=threads))
+                                    threads=threads, max_num_seqs=max_num_seqs))
         return load_seat_with_gate(path)
 
-    results = {}
-    for label, b_threads in (("A/A (the same seat twice)", 2), ("effect (1 thread against 2)",
-                                                                  1)):
-        gate = GateRun(out=out / label.split()[0].replace("/", ""), replica="r0",
-                       battery=battery, config=GateConfig(), port_base=args.port,
-                       on_progress=lambda p: None, arms_planned=args.max_starts)
-        began = time.monotonic()
-        done = run_interleaved(gate, seat("base", 2), seat(f"b{b_threads}", b_threads),
-                               rules, concurrency=args.concurrency,
-                               on_decision=lambda d: print(f"  {d.starts} starts, "
-                                                           f"{d.minutes:.1f} min: {d.result} "
-                                                           f"({d.why})", flush=True))
-        results[label] = (done, time.monotonic() - began)
-    print()
-    for label, (done, wall) in results.items():
-        d = done.decision
-        print(f"{label}: interleaved {d.result} after {d.starts} starts, {d.minutes:.1f} min "
-              f"(wall {wall / 60:.1f} min); ratio {d.ratio:.3f} (90 % {d.low:.3f}..{d.high:.3f}); "
-              f"flagged starts {list(d.flagged)}; today's sequential gate on one start per arm: "
-              f"{sequential(done, GateConfig())}")
+    base = seat("base", 2)
+    other = seat("b", 2, args.b_max_num_seqs if args.compare == "seqs" else 16)
+    label = {"aa": "A/A (the same seat twice)",
+             "busy": f"effect (a busy process at {args.busy_duty:.0%} of CPU {args.busy_cpu} "
+                     "beside B's engine)",
+             "seqs": f"effect (B with max_num_seqs {args.b_max_num_seqs} against 16 at "
+                     f"concurrency {args.concurrency})"}[args.compare]
+    gate = GateRun(out=out, replica="r0", battery=battery, config=GateConfig(),
+                   port_base=args.port, on_progress=lambda p: None,
+                   arms_planned=args.max_starts)
+    runner = BusyBeside(gate, other, args.busy_duty if args.compare == "busy" else 0.0,
+                        args.busy_cpu)
+    print(f"{label}: effect to see {rules.effect:.0%}, bounds {rules.max_starts} starts, "
+          f"{rules.max_minutes:.0f} min", flush=True)
+    began = time.monotonic()
+    done = run_interleaved(runner, base, other, rules, concurrency=args.concurrency,
+                           on_decision=lambda d: print(
+                               f"  {d.starts} starts, {d.minutes:.1f} min: {d.result} "
+                               f"({d.why})", flush=True))
+    report(label, done, time.monotonic() - began)
     return 0
 
 

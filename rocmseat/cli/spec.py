@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -99,46 +100,33 @@ def spec() -> None:
                    "arm's `watch --stall-after`) [default: [gate], else 60].")
 @click.option("--run-timeout", type=float, default=None,
               help="Seconds one benchmark run may take [default: [gate], else 1800].")
+@click.option("--interleave", is_flag=True,
+              help="Alternate the arms over fresh starts (A B B A ...), decode at the highest "
+                   "concurrency, and decide after every start: DIFFERENT, SAME or UNKNOWN.")
+@click.option("--max-starts", type=click.IntRange(4, 200), default=None,
+              help="With --interleave: the most starts, both arms together [default: 16].")
+@click.option("--max-minutes", type=click.FloatRange(1.0, 1440.0), default=None,
+              help="With --interleave: the most minutes of starts [default: 15].")
+@click.option("--effect", type=click.FloatRange(0.02, 0.9), default=None,
+              help="With --interleave: the relative difference to see; SAME means within half "
+                   "of it [default: 0.20].")
 @click.option("--no-progress", is_flag=True, help="No progress display on stderr.")
-def gate(  # noqa: PLR0917 (click passes every option)
-    base_seat: Path, candidate_seat: Path, replica: str, concurrency: str | None,
-    repeats: int | None, prompts: int | None, output_tokens: int | None,
-    long_prompt_tokens: int | None, out: str | None, as_json: bool, verify_schedule: bool,
-    aa: bool, aba: bool, aggregate_min_ratio: float | None, cold_ttft_max_ratio: float | None,
-    prefix_hit_max_drop: float | None, kv_pool_min_ratio: float | None,
-    max_failed_requests: int | None, noise_floor: float | None, drift: float | None,
-    stall_after: float | None,
-    run_timeout: float | None, no_progress: bool,
-) -> int:
+def gate(base_seat: Path, candidate_seat: Path, **flags: Any) -> int:
     """Gate CANDIDATE_SEAT (speculation on) against BASE_SEAT: ship (0), do not ship (1),
     could not measure or decide (2)."""
     from rocmseat.speculation.gate.arms import ArmError
-    from rocmseat.speculation.gate.flow import GateOptions, run_gate
+    from rocmseat.speculation.gate.flow import run_gate
+    from rocmseat.speculation.gate.interleave_flow import run_interleaved_gate
 
-    battery = {"concurrency": _int_list(concurrency, "--concurrency"), "repeats": repeats,
-               "prompts": prompts, "output_tokens": output_tokens,
-               "long_prompt_tokens": long_prompt_tokens, "stall_after_s": stall_after,
-               "run_timeout_s": run_timeout}
-    config = {"aggregate_min_ratio": aggregate_min_ratio,
-              "cold_ttft_max_ratio": cold_ttft_max_ratio,
-              "prefix_hit_max_drop": prefix_hit_max_drop, "kv_pool_min_ratio": kv_pool_min_ratio,
-              "max_failed_requests": max_failed_requests, "noise_floor": noise_floor,
-              "drift": drift}
-    _check_gate_flags({**battery, **config})
-    if out is not None and not out.strip():
-        # click's Path turned "" into ".": the lock and the documents landed in the working
-        # directory
-        raise click.UsageError("--out '': an empty path names no directory")
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    options = GateOptions(
-        out=Path(out) if out is not None else Path(f"rocmseat-gate-{stamp}"), replica=replica,
-        verify_schedule=verify_schedule, aa=aa, aba=aba, battery=battery, config=config)
+    given = GateFlags(**flags)
+    options = _gate_options(given)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    display = _Display(enabled=not no_progress)
+    display = _Display(enabled=not given.no_progress)
+    runner = run_interleaved_gate if given.interleave else run_gate
     try:
-        outcome = run_gate(base_seat, candidate_seat, options, display.update)
+        outcome = runner(base_seat, candidate_seat, options, display.update)
     except ArmError as exc:
-        if as_json and exc.document is not None:
+        if given.as_json and exc.document is not None:
             # could not measure after the gate started: the partial document (error set, the
             # keys of a whole one) on stdout, the reason on stderr (one line), exit 2
             display.close()
@@ -147,7 +135,7 @@ def gate(  # noqa: PLR0917 (click passes every option)
     finally:
         display.close()
         signal.signal(signal.SIGTERM, previous)
-    if as_json:
+    if given.as_json:
         click.echo(jsonio.dumps(outcome.doc))
     else:
         click.echo(outcome.table, nl=False)
@@ -155,6 +143,73 @@ def gate(  # noqa: PLR0917 (click passes every option)
     for note in outcome.notes:
         click.echo(f"rocmseat spec gate: note: {note}", err=True)
     return outcome.exit_code
+
+
+@dataclass(frozen=True, slots=True)
+class GateFlags:
+    """The options of `spec gate`, as click passes them (one object, not 20 arguments)."""
+
+    replica: str
+    concurrency: str | None
+    repeats: int | None
+    prompts: int | None
+    output_tokens: int | None
+    long_prompt_tokens: int | None
+    out: str | None
+    as_json: bool
+    verify_schedule: bool
+    aa: bool
+    aba: bool
+    aggregate_min_ratio: float | None
+    cold_ttft_max_ratio: float | None
+    prefix_hit_max_drop: float | None
+    kv_pool_min_ratio: float | None
+    max_failed_requests: int | None
+    noise_floor: float | None
+    drift: float | None
+    stall_after: float | None
+    run_timeout: float | None
+    interleave: bool
+    max_starts: int | None
+    max_minutes: float | None
+    effect: float | None
+    no_progress: bool
+
+
+def _gate_options(f: GateFlags) -> Any:
+    """The flags checked against the `[gate]` bounds and each other, as the flow's options."""
+    from rocmseat.speculation.gate.flow import GateOptions, InterleaveOptions
+
+    battery = {"concurrency": _int_list(f.concurrency, "--concurrency"), "repeats": f.repeats,
+               "prompts": f.prompts, "output_tokens": f.output_tokens,
+               "long_prompt_tokens": f.long_prompt_tokens, "stall_after_s": f.stall_after,
+               "run_timeout_s": f.run_timeout}
+    config = {"aggregate_min_ratio": f.aggregate_min_ratio,
+              "cold_ttft_max_ratio": f.cold_ttft_max_ratio,
+              "prefix_hit_max_drop": f.prefix_hit_max_drop,
+              "kv_pool_min_ratio": f.kv_pool_min_ratio,
+              "max_failed_requests": f.max_failed_requests, "noise_floor": f.noise_floor,
+              "drift": f.drift}
+    _check_gate_flags({**battery, **config})
+    if f.out is not None and not f.out.strip():
+        # click's Path turned "" into ".": the lock and the documents landed in the working
+        # directory
+        raise click.UsageError("--out '': an empty path names no directory")
+    bounds: dict[str, Any] = {"max_starts": f.max_starts, "max_minutes": f.max_minutes,
+                              "effect": f.effect}
+    interleave = None
+    if f.interleave:
+        if f.verify_schedule or f.aba:
+            raise click.UsageError("--interleave decides one comparison over many starts: "
+                                   "--verify-schedule and --aba belong to the one-start gate")
+        interleave = InterleaveOptions(**{k: v for k, v in bounds.items() if v is not None})
+    elif given := [k for k, v in bounds.items() if v is not None]:
+        raise click.UsageError(f"--{given[0].replace('_', '-')} goes with --interleave")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return GateOptions(
+        out=Path(f.out) if f.out is not None else Path(f"rocmseat-gate-{stamp}"),
+        replica=f.replica, verify_schedule=f.verify_schedule, aa=f.aa, aba=f.aba,
+        battery=battery, config=config, interleave=interleave)
 
 
 # The flag of every `[gate]` key (docs/spec.md "The gates").
@@ -268,40 +323,53 @@ def _duration(seconds: float) -> str:
               help="Where a seat's launched replicas are recorded "
                    "[default: the seat's state_dir, else /var/lib/rocmseat as root, else "
                    "$XDG_STATE_HOME/rocmseat]")
-def advise_cmd(  # noqa: PLR0917 (click passes every option)
-    seat_file: Path | None, targets: tuple[str, ...], gate_dir: Path | None,
-    window_s: float | None,
-    logs: tuple[Path, ...], max_num_seqs: int | None, k_limit: int | None, as_json: bool,
-    write_seat: Path | None, accept_model: bool, write_read_only: bool, picture: Path | None,
-    state_dir: Path | None,
-) -> int:
+def advise_cmd(seat_file: Path | None, **flags: Any) -> int:
     """Best draft length per batch-size band from acceptance counters and measured step costs."""
     from rocmseat.speculation.advise.advice import render
     from rocmseat.speculation.advise.flow import AdviseRequest, advise_flow
 
-    sources = sum(1 for given in (seat_file is not None, bool(targets), gate_dir is not None)
+    f = AdviseFlags(**flags)
+    sources = sum(1 for given in (seat_file is not None, bool(f.targets), f.gate_dir is not None)
                   if given)
     if sources != 1:
         raise click.UsageError("give exactly one of SEAT, --target URL or --from-gate DIR")
-    live_only = [flag for flag, given in (("--iteration-log", bool(logs)),
-                                          ("--window", window_s is not None)) if given]
-    if gate_dir is not None and live_only:
+    live_only = [flag for flag, given in (("--iteration-log", bool(f.logs)),
+                                          ("--window", f.window_s is not None)) if given]
+    if f.gate_dir is not None and live_only:
         # the gate's step costs (mean ITL of its runs) and an engine's iteration log are
         # different clocks (docs/spec.md "Limits"): never mixed, never silently dropped
         raise click.UsageError(
             "--from-gate reads acceptance and step costs from the gate's records: "
             f"{' and '.join(live_only)} belong to a live replica (SEAT or --target URL)")
-    if write_read_only and write_seat is None:
+    if f.write_read_only and f.write_seat is None:
         raise click.UsageError("--write-read-only goes with --write SEAT")
-    if accept_model and write_seat is None:
+    if f.accept_model and f.write_seat is None:
         raise click.UsageError("--accept-model says what --write may write: give --write SEAT")
     outcome = advise_flow(AdviseRequest(
-        seat_file=seat_file, targets=targets, gate_dir=gate_dir, window_s=window_s, logs=logs,
-        max_num_seqs=max_num_seqs, k_limit=k_limit, write_seat=write_seat,
-        write_read_only=write_read_only, accept_model=accept_model, picture=picture,
-        state_dir=state_dir))
-    click.echo(jsonio.dumps(outcome.doc) if as_json else render(outcome.doc),
-               nl=as_json)
+        seat_file=seat_file, targets=f.targets, gate_dir=f.gate_dir, window_s=f.window_s,
+        logs=f.logs, max_num_seqs=f.max_num_seqs, k_limit=f.k_limit, write_seat=f.write_seat,
+        write_read_only=f.write_read_only, accept_model=f.accept_model, picture=f.picture,
+        state_dir=f.state_dir))
+    click.echo(jsonio.dumps(outcome.doc) if f.as_json else render(outcome.doc),
+               nl=f.as_json)
     if outcome.write_error is not None:
         raise outcome.write_error  # after the advice: a refused seat edit loses nothing
     return outcome.exit_code
+
+
+@dataclass(frozen=True, slots=True)
+class AdviseFlags:
+    """The options of `spec advise`, as click passes them."""
+
+    targets: tuple[str, ...]
+    gate_dir: Path | None
+    window_s: float | None
+    logs: tuple[Path, ...]
+    max_num_seqs: int | None
+    k_limit: int | None
+    as_json: bool
+    write_seat: Path | None
+    accept_model: bool
+    write_read_only: bool
+    picture: Path | None
+    state_dir: Path | None

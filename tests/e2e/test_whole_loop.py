@@ -304,7 +304,10 @@ def _kernel_watch_seat(world: World) -> Path:
     doc["state_dir"] = str(world.root / "watch-state")
     doc["cache_root"] = str(world.root / "watch-cache")
     doc["serve"]["port_base"] = world.engine_port  # r0 = the real CPU engine
-    path = world.root / "r9700-watch.toml"
+    # beside the scenarios' own seats, not among them: every seat there serves with the API key
+    # (test_api_key_never_in_a_log_or_state_file finds it in each), this one watches only
+    path = world.root / "kernel-watch" / "r9700-watch.toml"
+    path.parent.mkdir(exist_ok=True)
     text = dump_toml(doc).replace('"../checks/x99-r9700.toml"',
                                   f'"{REPO / "checks" / "x99-r9700.toml"}"')
     path.write_text(text)

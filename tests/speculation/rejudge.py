@@ -8,12 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from rocmseat.seat.load import load_seat
-from rocmseat.speculation.gate.flow import GateOutcome, assemble, load_saved
+from rocmseat.speculation.gate.flow import GateContext, GateOutcome, assemble, load_saved
 
 
 def rejudge(out: Path) -> GateOutcome:
     out, doc, records, battery, config, options = load_saved(out)
     seats = load_seat(out / "arms" / "candidate" / "seat.toml")
-    return assemble(out, Path(doc.base_seat), Path(doc.candidate_seat), records,
-                    battery=battery, config=config, options=options,
-                    max_num_seqs=seats.serve.max_num_seqs, run_id=doc.run_id)
+    ctx = GateContext(out, Path(doc.base_seat), Path(doc.candidate_seat), battery, config,
+                      options, doc.run_id)
+    return assemble(ctx, records, max_num_seqs=seats.serve.max_num_seqs)

@@ -9,6 +9,7 @@ from rocmseat import exitcodes
 from rocmseat.speculation.gate.judge import (
     ArmFigures,
     GateConfig,
+    Noise,
     Series,
     Verdict,
     crossover,
@@ -36,16 +37,16 @@ def arm(name="base", k=0, tput=None, cold=100.0, warm=(50.0, 52.0, 48.0), hits=(
 
 def test_clear_pass_and_fail():
     g = ratio_gate("aggregate@16", s(1000, 1005, 995), s(1100, 1105, 1098), 0.95,
-                   higher_is_better=True, floor=0.02)
+                   higher_is_better=True, noise=Noise(0.02))
     assert g.verdict is Verdict.PASS and g.low > 0.95
     g = ratio_gate("aggregate@16", s(1000, 1005, 995), s(700, 705, 698), 0.95,
-                   higher_is_better=True, floor=0.02)
+                   higher_is_better=True, noise=Noise(0.02))
     assert g.verdict is Verdict.FAIL and g.high < 0.95 and g.repeats_to_decide is None
 
 
 def test_inside_the_noise_is_inconclusive_and_says_how_many_repeats():
     g = ratio_gate("aggregate@16", s(1000, 1100, 900), s(930, 1030, 850), 0.95,
-                   higher_is_better=True, floor=0.02)
+                   higher_is_better=True, noise=Noise(0.02))
     assert g.verdict is Verdict.INCONCLUSIVE
     assert g.low < 0.95 < g.high
     assert g.repeats_to_decide is not None and g.repeats_to_decide > 3
@@ -53,16 +54,18 @@ def test_inside_the_noise_is_inconclusive_and_says_how_many_repeats():
 
 
 def test_more_repeats_narrow_the_band():
-    few = ratio_gate("x", s(100, 110), s(90, 99), 0.95, higher_is_better=True, floor=0.02)
+    few = ratio_gate("x", s(100, 110), s(90, 99), 0.95, higher_is_better=True, noise=Noise(0.02))
     more = ratio_gate("x", s(100, 110, 100, 110, 100, 110), s(90, 99, 90, 99, 90, 99), 0.95,
-                      higher_is_better=True, floor=0.02)
+                      higher_is_better=True, noise=Noise(0.02))
     assert more.high - more.low < few.high - few.low
 
 
 def test_noise_floor_applies_to_identical_repeats():
-    g = ratio_gate("x", s(100, 100, 100), s(96, 96, 96), 0.95, higher_is_better=True, floor=0.02)
+    g = ratio_gate("x", s(100, 100, 100), s(96, 96, 96), 0.95, higher_is_better=True,
+                   noise=Noise(0.02))
     assert g.verdict is Verdict.INCONCLUSIVE  # two equal runs do not prove a zero spread
-    g = ratio_gate("x", s(100, 100, 100), s(96, 96, 96), 0.95, higher_is_better=True, floor=0.0)
+    g = ratio_gate("x", s(100, 100, 100), s(96, 96, 96), 0.95, higher_is_better=True,
+                   noise=Noise(0.0))
     assert g.verdict is Verdict.PASS
 
 
@@ -168,7 +171,7 @@ def test_on_the_threshold_no_number_of_repeats_decides():
 def test_repeats_to_decide_use_the_t_quantile_of_the_repeats():
     # cv 5 % per arm, ratio 0.90 vs threshold 0.95: z alone would say 3; Student t says more
     g = ratio_gate("x", s(100, 105, 95), s(90, 94.5, 85.5), 0.95, higher_is_better=True,
-                   floor=0.02)
+                   noise=Noise(0.02))
     n = g.repeats_to_decide
     assert g.verdict is Verdict.INCONCLUSIVE and n is not None
     from rocmseat.speculation.stats import t975
@@ -184,13 +187,13 @@ def test_drift_between_arms_is_not_shrunk_by_repeats():
     from reading as a FAIL, and no number of repeats within an arm decides it."""
     base = s(430.1, 438.2, 435.8)
     cand = s(390.0, 393.1, 392.3)
-    tight = ratio_gate("aggregate@16", base, cand, 0.95, higher_is_better=True, floor=0.02)
+    tight = ratio_gate("aggregate@16", base, cand, 0.95, higher_is_better=True, noise=Noise(0.02))
     assert tight.verdict is Verdict.FAIL  # what the repeats alone would say
-    g = ratio_gate("aggregate@16", base, cand, 0.95, higher_is_better=True, floor=0.02,
-                   drift=GateConfig().drift)
+    g = ratio_gate("aggregate@16", base, cand, 0.95, higher_is_better=True,
+                   noise=Noise(0.02, GateConfig().drift))
     assert g.verdict is Verdict.INCONCLUSIVE and g.repeats_to_decide is None
     clear = ratio_gate("aggregate@16", base, s(300, 305, 298), 0.95, higher_is_better=True,
-                       floor=0.02, drift=0.05)
+                       noise=Noise(0.02, 0.05))
     assert clear.verdict is Verdict.FAIL  # a real 30 % loss is still a FAIL
 
 
@@ -213,7 +216,7 @@ def test_cold_ttft_says_gate_runs_not_repeats_would_decide():
     assert gate_json(cold)["repeats_to_decide_unit"] == "gate runs (cold starts) per arm"
     # a throughput gate still says repeats
     agg = ratio_gate("aggregate@16", s(1000, 1100, 900), s(930, 1030, 850), 0.95,
-                     higher_is_better=True, floor=0.02)
+                     higher_is_better=True, noise=Noise(0.02))
     assert gate_json(agg)["repeats_to_decide_unit"] == "repeats per arm"
 
 

@@ -99,7 +99,7 @@ def test_a_start_whose_repeats_disagree_is_flagged():
 
 def test_the_driver_runs_fresh_starts_in_order_until_decided():
     """run_interleaved over a GateRun whose starts return recorded decode runs (the arm record's
-    shape), a 20 % effect: DIFFERENT after a few starts, named A00 B01 B02 A03 ..."""
+    shape), a 20 % effect: DIFFERENT after a few starts, named 00-A 01-B 02-B 03-A ..."""
     from types import SimpleNamespace
 
     from rocmseat.speculation.gate.interleave_run import run_interleaved
@@ -123,6 +123,27 @@ def test_the_driver_runs_fresh_starts_in_order_until_decided():
     done = run_interleaved(gate, 100.0, 120.0, Rules(), concurrency=4,
                            clock=lambda: gate.t, on_decision=seen.append)
     assert done.decision.result == DIFFERENT and done.decision.final
-    assert gate.names[:4] == ["A00", "B01", "B02", "A03"]
+    assert gate.names[:4] == ["00-A", "01-B", "02-B", "03-A"]
     assert len(seen) == len(gate.names) == done.decision.starts
     assert done.decision.minutes == pytest.approx(1.5 * len(gate.names))
+
+
+def test_unknown_at_the_bound_says_what_it_would_take():
+    """Noisy starts (10 % spread) with a 5 % difference: UNKNOWN at the bound, and the estimate
+    of starts per arm follows the measured spread (1.2533 sd sqrt(2/n) against the room)."""
+    from rocmseat.speculation.gate.interleave import starts_to_decide
+
+    a = [100.0, 110.0, 90.0, 105.0]
+    b = [95.0, 104.0, 86.0, 100.0]
+    rules = Rules(max_starts=8)
+    starts = [Start(arm_of(i), ((a if arm_of(i) == "A" else b)[i // 2],), 1.0)
+              for i in range(8)]
+    d = decide(starts, rules)
+    assert (d.result, d.final) == (UNKNOWN, True)
+    need, would = starts_to_decide(a, b, rules)
+    assert would == SAME and need > 4  # more than it had
+    assert f"about {need} starts per arm would say SAME" in d.why
+    # the same spread with a 30 % difference: DIFFERENT is nearer
+    assert starts_to_decide(a, [x * 0.7 for x in a], rules)[1] == DIFFERENT
+    # identical figures: the noise floor alone, a handful of starts
+    assert starts_to_decide([100.0] * 3, [100.0] * 3, rules) == (1, SAME)

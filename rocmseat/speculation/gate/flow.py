@@ -78,6 +78,16 @@ from rocmseat.tomllocate import locate
 
 
 @dataclass(frozen=True, slots=True)
+class InterleaveOptions:
+    """`spec gate --interleave`: the arms over fresh starts, decided sequentially
+    (rocmseat.speculation.gate.interleave_flow)."""
+
+    max_starts: int = 16  # both arms together
+    max_minutes: float = 15.0  # the starts' wall time, launches included
+    effect: float = 0.20  # the relative difference to see; SAME means within half of it
+
+
+@dataclass(frozen=True, slots=True)
 class GateOptions:
     out: Path
     replica: str = "r0"
@@ -86,6 +96,7 @@ class GateOptions:
     aba: bool = False  # run the base again after the other arms: the drift, measured
     battery: dict[str, Any] | None = None  # flag overrides of Battery fields
     config: dict[str, Any] | None = None  # flag overrides of GateConfig fields
+    interleave: InterleaveOptions | None = None  # None: one start per arm
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +107,34 @@ class GateOutcome:
     notes: tuple[str, ...] = ()  # files of --out that could not be written
 
 
-def _settings(cand: SeatWithGate, options: GateOptions) -> tuple[GateConfig, Battery]:
+@dataclass(frozen=True, slots=True)
+class GateContext:
+    """One gate run: where it writes, the seats it compares and the settings it judges by."""
+
+    out: Path
+    base_path: Path
+    cand_path: Path
+    battery: Battery
+    config: GateConfig
+    options: GateOptions
+    run_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """What a gate run measured and judged, as its document states it."""
+
+    arms: list[ArmFigures]
+    comparisons: list[Comparison]
+    schedule: Schedule | None
+    note: str
+    picture: str | None
+    picture_note: str
+    code: int
+    drift: float | None
+
+
+def settings_of(cand: SeatWithGate, options: GateOptions) -> tuple[GateConfig, Battery]:
     config = replace(cand.config, **{k: v for k, v in (options.config or {}).items()
                                      if v is not None})
     battery = replace(cand.battery, **{k: v for k, v in (options.battery or {}).items()
@@ -113,19 +151,19 @@ def run_gate(base_path: Path, cand_path: Path, options: GateOptions,
             f"{cand_path}: the candidate seat has no [drafter]: there is no speculation to gate",
             hint="give a candidate with a [drafter] table, or pass --aa for an A/A run (the "
                  "gate's own noise: the same seat twice)")
-    config, battery = _settings(cand, options)
+    config, battery = settings_of(cand, options)
     for loaded, path in ((base, base_path), (cand, cand_path)):
-        _check_battery_fits(loaded, path, battery, options=options, cand=cand,
+        check_battery_fits(loaded, path, battery, options=options, cand=cand,
                             cand_path=cand_path)
         replica_slot(loaded.seat, options.replica)  # before --out is created (issue 18)
     out = prepare_out(options.out)  # the arms' seat files name their cache and state by it
     with gate_lock(out):
         claim_out(out, base_path, cand_path)
         run_id = new_run_id()
+        ctx = GateContext(out, base_path, cand_path, battery, config, options, run_id)
         # the run owns --out from here: until it finishes, gate.json says it did not (a run
         # that fails before its first arm once left an older run's gate.json to advise from)
-        _write_partial(out, base_path, cand_path, [], battery=battery, config=config,
-                       options=options, error="the gate run did not finish", run_id=run_id)
+        _write_partial(ctx, [], error="the gate run did not finish")
         for python in engine_pythons(base.seat, cand.seat):
             check_bench_client(python)
         planned = (3 if options.verify_schedule and not options.aa else 2) + int(options.aba)
@@ -137,9 +175,7 @@ def run_gate(base_path: Path, cand_path: Path, options: GateOptions,
         def partial(error: ArmError) -> ArmError:
             """The document of a gate that could not measure, written and carried by the
             error (the CLI prints it with --json)."""
-            error.document = _write_partial(out, base_path, cand_path, records,
-                                            battery=battery, config=config, options=options,
-                                            error=error.message, run_id=run_id)
+            error.document = _write_partial(ctx, records, error=error.message)
             return error
 
         try:
@@ -163,8 +199,7 @@ def run_gate(base_path: Path, cand_path: Path, options: GateOptions,
             # failed requests there leave nothing trustworthy to compare with
             raise partial(ArmError(f"{problem}: the drift between the base arms cannot be "
                                    "measured and the pooled base is not trustworthy"))
-        return assemble(out, base_path, cand_path, records, battery=battery, config=config,
-                        options=options, max_num_seqs=max_seqs, run_id=run_id)
+        return assemble(ctx, records, max_num_seqs=max_seqs)
 
 
 def _unhealthy(record: ArmRecord) -> str | None:
@@ -180,7 +215,7 @@ _BATTERY_FLAGS = {"gate.long_prompt_tokens": ("long_prompt_tokens", "--long-prom
                   "gate.output_tokens": ("output_tokens", "--output-tokens")}
 
 
-def _check_battery_fits(loaded: SeatWithGate, path: Path, battery: Battery, *,
+def check_battery_fits(loaded: SeatWithGate, path: Path, battery: Battery, *,
                         options: GateOptions, cand: SeatWithGate, cand_path: Path) -> None:
     """Before anything starts: the battery fits each seat's max_model_len (a BatteryError once
     surfaced only when the arm started, after the base arm had run). The error names the flag,
@@ -231,10 +266,9 @@ def _drafter_method(record: ArmRecord) -> str | None:
     return seat.drafter.method if seat.drafter else None
 
 
-def assemble(out: Path, base_path: Path, cand_path: Path, records: list[ArmRecord], *,
-             battery: Battery, config: GateConfig, options: GateOptions,
-             max_num_seqs: int, run_id: str | None) -> GateOutcome:
+def assemble(ctx: GateContext, records: list[ArmRecord], *, max_num_seqs: int) -> GateOutcome:
     """Judge the measured arms and write gate.json, gate.txt and gate.png."""
+    out, config, options, battery = ctx.out, ctx.config, ctx.options, ctx.battery
     schedule, comparisons, note = _proposal(records, config, options.aa, max_num_seqs)
     ran = next((r for r in records if r.name == "schedule"), None)
     if ran is not None and ran.schedule is not None and ran.schedule != schedule:
@@ -259,10 +293,8 @@ def assemble(out: Path, base_path: Path, cand_path: Path, records: list[ArmRecor
     arms = [figures(r) for r in records]
     picture, picture_note = _picture(out, arms, comparisons, config.aggregate_min_ratio)
     code = exit_code(comparisons[0].gates)
-    doc = _document(base_path, cand_path, records, arms=arms, comparisons=comparisons,
-                    battery=battery, config=config, schedule=schedule, note=note,
-                    picture=picture, picture_note=picture_note, code=code, options=options,
-                    drift=drift, run_id=run_id)
+    doc = _document(ctx, records, Judged(arms, comparisons, schedule, note, picture,
+                                         picture_note, code, drift))
     memory = {r.name: _memory_cell(r) for r in records}
     shown = Path(picture).name if picture else picture_note  # beside the table in --out
     answer_lines: list[str] = []
@@ -275,12 +307,13 @@ def assemble(out: Path, base_path: Path, cand_path: Path, records: list[ArmRecor
         answer_lines = answer.lines()
     table = render_table(arms, memory, comparisons=comparisons, proposal=schedule,
                          proposal_note=note, picture=shown,
-                         verify=verify_schedule_command(base_path, cand_path, battery.concurrency,
-                                                        battery.repeats, out),
+                         verify=verify_schedule_command(ctx.base_path, ctx.cand_path,
+                                                        battery.concurrency, battery.repeats,
+                                                        out),
                          answer=answer_lines)
     notes = tuple(note for note in (
-        _write_note(out, "gate.json", (jsonio.dumps(doc, indent=2) + "\n").encode()),
-        _write_note(out, "gate.txt", table.encode())) if note is not None)
+        write_note(out, "gate.json", (jsonio.dumps(doc, indent=2) + "\n").encode()),
+        write_note(out, "gate.txt", table.encode())) if note is not None)
     return GateOutcome(doc, table, code, notes)
 
 
@@ -327,7 +360,7 @@ def judge_saved(out: Path) -> GateView | None:
     return gate_view(comparisons, schedule, records)
 
 
-def _write_note(out: Path, name: str, data: bytes) -> str | None:
+def write_note(out: Path, name: str, data: bytes) -> str | None:
     """Write a file of the gate into --out; why it could not be written, or None. A failed
     write is a note: the verdict is still printed (issue 18)."""
     try:
@@ -432,34 +465,31 @@ def _arm_entry(record: ArmRecord, fig: ArmFigures) -> dict[str, Any]:
     }
 
 
-def _document(base_path: Path, cand_path: Path, records: list[ArmRecord], *,
-              arms: list[ArmFigures], comparisons: list[Comparison], battery: Battery,
-              config: GateConfig, schedule: Schedule | None, note: str, picture: str | None,
-              picture_note: str, code: int, options: GateOptions, drift: float | None,
-              run_id: str | None, error: str | None = None) -> dict[str, Any]:
+def _document(ctx: GateContext, records: list[ArmRecord], judged: Judged,
+              error: str | None = None) -> dict[str, Any]:
     """The rocmseat.gate/v1 document: the same keys on every way out (a gate that could not
     measure has `error` set; docs/architecture.md "JSON": keys are stable)."""
     return {
         "schema": SCHEMA,
-        "run_id": run_id,
+        "run_id": ctx.run_id,
         "written_at": now_utc(),
-        "base_seat": str(base_path),
-        "candidate_seat": str(cand_path),
-        "replica": options.replica,
-        "aa": options.aa,
-        "aba": options.aba,
-        "battery": _battery_json(battery),
-        "config": _config_json(config),
-        "arms": [_arm_entry(r, a) for r, a in zip(records, arms, strict=True)],
-        "comparisons": [c.json() for c in comparisons],
-        "proposed_schedule": as_lists(schedule) if schedule else None,
-        "proposal": note,
-        "picture": picture,
-        "picture_note": picture_note,
-        "verdict": VERDICT_WORDS[code] if error is None else "could not measure",
-        "exit_code": code,
+        "base_seat": str(ctx.base_path),
+        "candidate_seat": str(ctx.cand_path),
+        "replica": ctx.options.replica,
+        "aa": ctx.options.aa,
+        "aba": ctx.options.aba,
+        "battery": _battery_json(ctx.battery),
+        "config": _config_json(ctx.config),
+        "arms": [_arm_entry(r, a) for r, a in zip(records, judged.arms, strict=True)],
+        "comparisons": [c.json() for c in judged.comparisons],
+        "proposed_schedule": as_lists(judged.schedule) if judged.schedule else None,
+        "proposal": judged.note,
+        "picture": judged.picture,
+        "picture_note": judged.picture_note,
+        "verdict": VERDICT_WORDS[judged.code] if error is None else "could not measure",
+        "exit_code": judged.code,
         "error": None if error is None else redact_text(error),
-        "measured_drift": None if drift is None else round(drift, 4),
+        "measured_drift": None if judged.drift is None else round(judged.drift, 4),
         # the gate's verdicts joined with `spec advise` on this directory (issue 27; None for
         # an A/A run or a gate that could not measure)
         "gate_view": None,
@@ -467,20 +497,18 @@ def _document(base_path: Path, cand_path: Path, records: list[ArmRecord], *,
     }
 
 
-def _write_partial(out: Path, base_path: Path, cand_path: Path, records: list[ArmRecord], *,
-                   battery: Battery, config: GateConfig, options: GateOptions,
-                   error: str, run_id: str) -> dict[str, Any]:
+def _write_partial(ctx: GateContext, records: list[ArmRecord], *,
+                   error: str) -> dict[str, Any]:
     """gate.json of a gate that could not measure (or has not finished): the arms measured so
     far, nothing judged. Written at the start of a run too, so --out never holds an older
     run's finished document while this run is under way. A write that fails leaves the
     document in the error (the CLI prints it with --json)."""
-    doc = _document(base_path, cand_path, records, arms=[figures(r) for r in records],
-                    comparisons=[], battery=battery, config=config, schedule=None, note="",
-                    picture=None, picture_note="", code=exitcodes.CANNOT_CHECK,
-                    options=options, drift=_base(records)[1] if records else None,
-                    run_id=run_id, error=error)
+    doc = _document(ctx, records,
+                    Judged([figures(r) for r in records], [], None, "", None, "",
+                           exitcodes.CANNOT_CHECK, _base(records)[1] if records else None),
+                    error=error)
     doc["proposal"] = doc["picture_note"] = None
-    note = _write_note(out, "gate.json", (jsonio.dumps(doc, indent=2) + "\n").encode())
+    note = write_note(ctx.out, "gate.json", (jsonio.dumps(doc, indent=2) + "\n").encode())
     if note is not None and not records:
         raise ArmError(f"{note}: the gate cannot record its run in --out")
     return doc

@@ -163,6 +163,27 @@ def _ratio_se(a: Sequence[float], b: Sequence[float], floor: float) -> tuple[flo
     return mb / ma, se
 
 
+def starts_to_decide(a: Sequence[float], b: Sequence[float], rules: Rules) -> tuple[int, str]:
+    """About how many starts per arm would decide at the spread measured so far, and what they
+    would decide: the n at which the 99 % interval of the ratio excludes 1 (DIFFERENT) or the
+    90 % interval fits inside 1 +- margin (SAME), whichever is fewer (the standard error of the
+    log ratio shrinks as 1/sqrt(n) per arm)."""
+    ratio = _ratio_se(a, b, rules.noise_floor)[0]
+    if not math.isfinite(ratio):
+        return 0, UNKNOWN
+    sd_a = max(MAD_SCALE * mad(a) / median(a), rules.noise_floor)
+    sd_b = max(MAD_SCALE * mad(b) / median(b), rules.noise_floor)
+    var1 = 1.2533 ** 2 * (sd_a ** 2 + sd_b ** 2)  # the log ratio's variance at one start per arm
+    shift = abs(math.log(ratio))
+    room = math.log(1.0 + rules.margin) - shift
+    options = []
+    if shift > 0:
+        options.append((math.ceil(Z99 ** 2 * var1 / shift ** 2), DIFFERENT))
+    if room > 0:
+        options.append((math.ceil(Z90 ** 2 * var1 / room ** 2), SAME))
+    return min(options) if options else (0, UNKNOWN)
+
+
 def decide(starts: Sequence[Start], rules: Rules) -> Decision:
     """The sequential decision after these starts (in the order they ran)."""
     a = [s.figure for s in starts if s.arm == "A"]
@@ -189,4 +210,8 @@ def decide(starts: Sequence[Start], rules: Rules) -> Decision:
                         f"1 +- {rules.margin:.2f}")
     why = (f"p = {p:.3f}, interval {low:.3f}..{high:.3f} against 1 +- {rules.margin:.2f}: "
            + ("the bound in starts or minutes is reached" if bound else "add starts"))
+    if bound:
+        need, would = starts_to_decide(a, b, rules)
+        if would != UNKNOWN:
+            why += (f"; at this spread about {need} starts per arm would say {would}")
     return Decision(UNKNOWN, bound, p, ratio, low, high, len(starts), minutes, flagged, why)

@@ -12,10 +12,17 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from rocmseat.speculation.gate.arms import ArmError, ArmRecord, GateRun
+from rocmseat.speculation.gate.arms import ArmError, ArmRecord
 from rocmseat.speculation.gate.interleave import Decision, Rules, Start, arm_of, decide
 from rocmseat.speculation.gate.settings import SeatWithGate
+
+
+class ArmRunner(Protocol):
+    """What runs one fresh start of an arm: `GateRun.run_arm` (launch cold, battery, stop)."""
+
+    def run_arm(self, name: str, source: SeatWithGate) -> ArmRecord: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,17 +41,23 @@ def start_of(record: ArmRecord, arm: str, concurrency: int, minutes: float) -> S
     return Start(arm, repeats, minutes)
 
 
-def run_interleaved(gate: GateRun, a: SeatWithGate, b: SeatWithGate, rules: Rules, *,
-                    concurrency: int, prefix: str = "",
+def run_interleaved(gate: ArmRunner, a: SeatWithGate, b: SeatWithGate, rules: Rules, *,
+                    concurrency: int, names: tuple[str, str] = ("A", "B"),
                     clock: Callable[[], float] = time.monotonic,
+                    on_start: Callable[[Start, ArmRecord], None] = lambda s, r: None,
                     on_decision: Callable[[Decision], None] = lambda d: None) -> Interleaved:
+    """Start after start until the decision is final; each start's arm is named
+    `NN-<name of its arm>` (00-A, 01-B, ...)."""
     starts: list[Start] = []
     decisions: list[Decision] = []
     for index in itertools.count():
         arm = arm_of(index)
         began = clock()
-        record = gate.run_arm(f"{prefix}{arm}{index:02d}", a if arm == "A" else b)
-        starts.append(start_of(record, arm, concurrency, (clock() - began) / 60.0))
+        record = gate.run_arm(f"{index:02d}-{names[0] if arm == 'A' else names[1]}",
+                              a if arm == "A" else b)
+        start = start_of(record, arm, concurrency, (clock() - began) / 60.0)
+        starts.append(start)
+        on_start(start, record)
         decision = decide(starts, rules)
         decisions.append(decision)
         on_decision(decision)

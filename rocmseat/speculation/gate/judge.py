@@ -127,16 +127,27 @@ def _repeats(spread: float, distance: float, drift: float = 0.0) -> int | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Noise:
+    """The noise a ratio gate allows for: each run's spread at least `floor`, the drift between
+    arms measured minutes apart, and for a figure with one sample per arm (the cold TTFT) the
+    spread measured beside it (base_cv, cand_cv: the warm TTFTs)."""
+
+    floor: float
+    drift: float = 0.0
+    base_cv: float | None = None
+    cand_cv: float | None = None
+
+
 def ratio_gate(gate: str, base: Series, cand: Series, threshold: float, *, higher_is_better: bool,
-               floor: float, drift: float = 0.0, base_cv: float | None = None,
-               cand_cv: float | None = None, unit: str = "",
-               decide_unit: str = "repeats per arm") -> GateResult:
+               noise: Noise, unit: str = "", decide_unit: str = "repeats per arm") -> GateResult:
+    floor, drift = noise.floor, noise.drift
     mb, mc = base.mean, cand.mean
     if mb is None or mc is None or mb <= 0 or mc <= 0:
         return GateResult(gate, Verdict.UNKNOWN, mb, mc, None, threshold, None, None, None,
                           "not measured on both arms")
-    cv_b = base_cv if base_cv is not None else _cv(base, floor)
-    cv_c = cand_cv if cand_cv is not None else _cv(cand, floor)
+    cv_b = noise.base_cv if noise.base_cv is not None else _cv(base, floor)
+    cv_c = noise.cand_cv if noise.cand_cv is not None else _cv(cand, floor)
     ratio = mc / mb
     se = math.sqrt(cv_b**2 / base.n + cv_c**2 / cand.n + drift**2)
     df = base.n + cand.n - 2
@@ -209,15 +220,16 @@ def judge(base: ArmFigures, cand: ArmFigures, config: GateConfig) -> list[GateRe
                                "no concurrency measured on both arms")
     else:
         aggregate = ratio_gate(f"aggregate@{top}", base.throughput[top], cand.throughput[top],
-                               config.aggregate_min_ratio, higher_is_better=True, floor=floor,
-                               drift=config.drift, unit=" tok/s")
+                               config.aggregate_min_ratio, higher_is_better=True,
+                               noise=Noise(floor, config.drift), unit=" tok/s")
     cold = ratio_gate(
         "cold_ttft",
         Series(() if base.cold_ttft_ms is None else (base.cold_ttft_ms,)),
         Series(() if cand.cold_ttft_ms is None else (cand.cold_ttft_ms,)),
-        config.cold_ttft_max_ratio, higher_is_better=False, floor=floor, drift=config.drift,
-        base_cv=_cv(base.warm_ttft_ms, floor), cand_cv=_cv(cand.warm_ttft_ms, floor), unit=" ms",
-        decide_unit=COLD_START_UNIT)
+        config.cold_ttft_max_ratio, higher_is_better=False,
+        noise=Noise(floor, config.drift, _cv(base.warm_ttft_ms, floor),
+                    _cv(cand.warm_ttft_ms, floor)),
+        unit=" ms", decide_unit=COLD_START_UNIT)
     return [
         aggregate,
         cold,
@@ -264,7 +276,7 @@ def crossover(base: ArmFigures, cand: ArmFigures, floor: float,
     ratios: dict[int, tuple[float, float, float]] = {}
     for c in levels:
         r = ratio_gate("", base.throughput[c], cand.throughput[c], 1.0, higher_is_better=True,
-                       floor=floor, drift=drift)
+                       noise=Noise(floor, drift))
         if r.value is not None and r.low is not None and r.high is not None:
             ratios[c] = (r.value, r.low, r.high)
     cross = next((c for c in levels if c in ratios and ratios[c][0] < 1.0), None)

@@ -16,6 +16,7 @@ from rocmseat.speculation.gate.judge import (
     ArmFigures,
     Crossover,
     GateResult,
+    Noise,
     Series,
     Verdict,
     overall,
@@ -103,7 +104,7 @@ def single_stream(base: ArmFigures, cand: ArmFigures, floor: float,
     if 1 not in base.throughput or 1 not in cand.throughput:
         return None
     return ratio_gate("single_stream", base.throughput[1], cand.throughput[1], 1.0,
-                      higher_is_better=True, floor=floor, drift=drift, unit=" tok/s")
+                      higher_is_better=True, noise=Noise(floor, drift), unit=" tok/s")
 
 
 @dataclass(frozen=True, slots=True)
