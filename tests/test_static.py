@@ -107,17 +107,9 @@ def test_the_function_size_exceptions_are_the_listed_ones() -> None:
 
 # The functions of rocmseat/ that still take 10 or more parameters (self/cls aside; *args and
 # **kwargs one each): the debt docs/architecture.md ("Function size") names. It may shrink; it
-# may not grow. All six sit in rooms other engineers were reworking when the rest became
-# parameter objects (issue 23): the `interleave` engineer's spec gate command, advise command,
-# gate document and ratio gate; the watch service's run_service (cli/watch.py hands it
-# WatchOptions' fields) and the remediation service.
+# may not grow. It is empty: every such function takes a parameter object (issue 23).
 MAX_PARAMETERS = 9
-PARAMETER_EXCEPTIONS = {
-    "rocmseat/cli/spec.py:gate",
-    "rocmseat/cli/spec.py:advise_cmd",
-    "rocmseat/speculation/gate/flow.py:_document",
-    "rocmseat/speculation/gate/judge.py:ratio_gate",
-}
+PARAMETER_EXCEPTIONS: set[str] = set()
 
 
 def _parameter_counts(root: Path) -> dict[str, int]:
