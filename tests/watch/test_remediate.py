@@ -677,3 +677,14 @@ def test_reset_of_an_unknown_replica_is_one_clean_line(rocmseat_cli, tmp_path, n
     first = result.stderr.splitlines()[0]
     assert first.startswith("rocmseat: error: replica ") and "no remediation state" in first
     assert "\x1b" not in result.stderr and len(result.stderr.splitlines()) == 2  # + the hint
+
+
+def test_records_written_at_one_instant_read_back_in_order(tmp_path):
+    """Twelve records stamped with the same microsecond (a reset writes two at once) read back
+    in the order written: the name's sequence is zero-padded ("-10" once sorted before "-9")."""
+    meta = journal.Meta("heal", "/s.toml", "gpu07", "on")
+    for n in range(12):
+        journal.write_record(tmp_path, meta, P.StepRecord("r0", None, "reset", f"n{n}",
+                                                          1_800_000_000.0))
+    records = journal.read_records(tmp_path, "heal", last=100)[0]
+    assert [r["outcome"] for r in records] == [f"n{n}" for n in range(12)]

@@ -215,7 +215,9 @@ def write_record(state_dir: Path, meta: Meta, record: StepRecord) -> Path:
     stamp = dt.datetime.fromtimestamp(record.time_s, dt.UTC).strftime(STAMP_FORMAT)
     replica = record.replica if record.replica != "*" else "all"
     journal = StateDir(state_dir).remediation_journal(meta.seat)
-    path = journal / f"{stamp}-{replica}-{os.getpid()}-{next(_SEQ)}.json"
+    # the sequence zero-padded: names sort as written within a stamp ("-10" sorted before "-9"
+    # and a reset's two records read back swapped once the count passed 9)
+    path = journal / f"{stamp}-{replica}-{os.getpid()}-{next(_SEQ):012d}.json"
     atomic_write_json(path, record_json(meta, record), mode=0o600)
     return path
 
