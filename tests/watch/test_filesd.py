@@ -389,7 +389,7 @@ def test_a_running_watcher_keeps_evaluating_while_a_big_file_is_reread(page_serv
 
     import httpx
 
-    from rocmseat.watch.service import Sinks, run_service
+    from rocmseat.watch.service import Parts, Sinks, run_service
 
     port = page_server.url.split(":")[2].split("/")[0]
     page_server.play(Answer(page("01-healthy.txt")))
@@ -401,7 +401,7 @@ def test_a_running_watcher_keeps_evaluating_while_a_big_file_is_reread(page_serv
     worker = threading.Thread(target=run_service, args=(
         targets, WatchConfig(interval_s=0.1, timeout_s=1.0, state_dir=tmp_path / "s"),
         Sinks("127.0.0.1:0")), kwargs={"log": lines.append, "stop": stop,
-                                       "targets_file": source}, daemon=True)
+                                       "parts": Parts(targets_file=source)}, daemon=True)
     worker.start()
 
     def said(needle, bound_s=60.0):  # a bound for a broken build
