@@ -226,7 +226,7 @@ class _Budget:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.left = MAX_WORK
-        self.labels: dict[int, _Shared] = {}
+        self.shared: dict[int, _Shared] = {}
 
     def spend(self, units: int, where: str) -> None:
         self.left -= units
@@ -235,10 +235,10 @@ class _Budget:
                               "target's (YAML aliases repeat a group or its labels)")
 
     def prepared(self, raw: dict[Any, Any], where: str) -> _Shared:
-        known = self.labels.get(id(raw))
+        known = self.shared.get(id(raw))
         if known is None:
             self.spend(len(raw), where)
-            known = self.labels[id(raw)] = _shared(_labels(raw, where), where)
+            known = self.shared[id(raw)] = _shared(_labels(raw, where), where)
         return known
 
 

@@ -39,6 +39,8 @@ from rocmseat.watch.canary import CanaryRound
 DAY_S = 86_400.0
 HOUR_S = 3_600.0
 TRIGGERS = (A.SPEC_DRAFTER_DEAD, A.SPEC_ACCEPTANCE_DROP, A.DRAFTER_CANARY_FAILED)
+# Every alert the ladder may act on: a drafter collapse, a stall, a slow start.
+ACTS_ON = (*TRIGGERS, A.REPLICA_STALLED, A.REPLICA_SLOW_SPAWN)
 # The watcher cannot see the replica well enough to act on what it says.
 BLINDING = (A.REPLICA_DOWN, A.SPEC_BLIND, A.METRICS_UNSTABLE)
 # Position-0 acceptance at or above this over the verification drafts: the drafter works again

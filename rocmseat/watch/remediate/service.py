@@ -443,5 +443,4 @@ def status_json(state: P.State, meta: journal.Meta, records: Sequence[Mapping[st
 
 def _acts_on(status: ReplicaStatus) -> bool:
     """An alert the ladder acts on (a stall, a slow start, a drafter collapse) is active."""
-    return (A.REPLICA_STALLED in status.alerts or A.REPLICA_SLOW_SPAWN in status.alerts
-            or any(a in status.alerts for a in P.TRIGGERS))
+    return any(a in status.alerts for a in P.ACTS_ON)
