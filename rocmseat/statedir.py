@@ -18,7 +18,8 @@ spells these names. The layout (unchanged since rocmseat.startup/v1):
     <root>/seats/<seat>/<replica>/preflight-sysfs.json  the unit's ExecStartPre= preflight
     <root>/remediation/<seat>/state.json         the remediation ladder's state
     <root>/remediation/<seat>/journal/           one record per remediation step
-    (and the locks: `.lock`, `.launch.lock` in a replica's dir, `.lock` in a seat's remediation)
+    (and the locks: `.lock`, `.launch.lock` in a replica's dir; `.lock`, `.action.lock`,
+    `.judge.lock` in a seat's remediation dir)
 
 `check_owned_dir` is the rule for a directory rocmseat renames, writes or prunes in: a cache
 root, a replica's state dir and its history, the remediation dir. A foundation module: the
@@ -167,3 +168,11 @@ class StateDir:
 
     def remediation_lock(self, seat: str) -> Path:
         return self.remediation(seat) / ".lock"
+
+    def remediation_action_lock(self, seat: str) -> Path:
+        """Held around each restart of a replica of the seat (the watcher's worker, reset's)."""
+        return self.remediation(seat) / ".action.lock"
+
+    def remediation_judge_lock(self, seat: str) -> Path:
+        """Held for its life by the one watcher that judges the seat."""
+        return self.remediation(seat) / ".judge.lock"

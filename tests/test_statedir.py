@@ -10,7 +10,8 @@ from rocmseat.statedir import ReplicaDir, StateDir
 from tests.conftest import REPO
 
 FILE_NAMES = {"verdict.json", "error-readings.json", "placement.json", "startup.json",
-              "preflight-sysfs.json", "state.json", ".launch.lock"}
+              "preflight-sysfs.json", "state.json", ".launch.lock", ".action.lock",
+              ".judge.lock"}
 DIR_NAMES = {"preflight", "watch", "errors", "seats", "history", "remediation", "journal", ".lock"}
 
 
@@ -32,6 +33,8 @@ def test_the_layout_is_the_one_on_disk():
     assert state.remediation_state("demo") == root / "remediation" / "demo" / "state.json"
     assert state.remediation_journal("demo") == root / "remediation" / "demo" / "journal"
     assert state.remediation_lock("demo") == root / "remediation" / "demo" / ".lock"
+    assert state.remediation_action_lock("demo") == root / "remediation" / "demo" / ".action.lock"
+    assert state.remediation_judge_lock("demo") == root / "remediation" / "demo" / ".judge.lock"
 
 
 def _docstrings(tree: ast.AST) -> set[int]:

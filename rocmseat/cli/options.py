@@ -51,6 +51,8 @@ JSON_SCHEMAS: dict[str, str] = {
     "rocmseat launch": "rocmseat.launch.planview:PLAN_SCHEMA",
     "rocmseat watch": "rocmseat.watch.status:SCHEMA",
     "rocmseat spec gate": "rocmseat.speculation.gate.report:SCHEMA",
+    # `spec gate --interleave` answers in its own document (cli/spec.py names it)
+    "rocmseat spec gate --interleave": "rocmseat.speculation.gate.interleave_report:SCHEMA",
     "rocmseat spec advise": "rocmseat.speculation.advise.advice:SCHEMA",
     "rocmseat demo models": "rocmseat.demo-models/v1",  # written in cli/demo.py itself
     "rocmseat demo spec-models": "rocmseat.demo-spec-models/v1",  # likewise
@@ -64,6 +66,12 @@ JSON_WANTED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 def want_json(ctx: click.Context) -> None:
     """This invocation prints a JSON document: one that fails prints the error document."""
     JSON_WANTED.set(ctx.command_path)
+
+
+def want_json_as(command_path: str) -> None:
+    """This invocation's error document takes the schema JSON_SCHEMAS gives `command_path` (a
+    command whose flag changes its document: `spec gate --interleave`)."""
+    JSON_WANTED.set(command_path)
 
 
 def _json_flag(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from rocmseat import jsonio
-from rocmseat.cli.options import json_option
+from rocmseat.cli.options import json_option, want_json_as
 from rocmseat.errors import ConfigError
 from rocmseat.text import printable
 
@@ -108,8 +108,9 @@ def spec() -> None:
 @click.option("--max-minutes", type=click.FloatRange(1.0, 1440.0), default=None,
               help="With --interleave: the most minutes of starts [default: 15].")
 @click.option("--effect", type=click.FloatRange(0.02, 0.9), default=None,
-              help="With --interleave: the relative difference to see; SAME means within half "
-                   "of it [default: 0.20].")
+              help="With --interleave: the relative difference to see; SAME means no "
+                   "difference this large (the ratio's 90 % interval inside 1/(1+e)..1+e) "
+                   "[default: 0.20].")
 @click.option("--no-progress", is_flag=True, help="No progress display on stderr.")
 def gate(base_seat: Path, candidate_seat: Path, **flags: Any) -> int:
     """Gate CANDIDATE_SEAT (speculation on) against BASE_SEAT: ship (0), do not ship (1),
@@ -120,6 +121,9 @@ def gate(base_seat: Path, candidate_seat: Path, **flags: Any) -> int:
 
     given = GateFlags(**flags)
     options = _gate_options(given)
+    if given.interleave and given.as_json:
+        # an error before the first start answers in the interleaved gate's schema, not gate/v1
+        want_json_as(f"{click.get_current_context().command_path} --interleave")
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     display = _Display(enabled=not given.no_progress)
     runner = run_interleaved_gate if given.interleave else run_gate

@@ -51,11 +51,13 @@ def starts(monkeypatch):
     """GateRun.run_arm replaced: start i returns plan(i, name, seat) (an ArmRecord, or an
     exception to raise). Returns the plan holder and the calls made."""
     calls: list[tuple[str, str]] = []
-    holder: dict[str, object] = {}
+    holder: dict[str, object] = {"caches": []}
 
-    def run_arm(self, name, source, *, schedule=None, expect_spec=None, k=None):
+    def run_arm(self, name, source, *, schedule=None, expect_spec=None, k=None,
+                cache_root=None):
         assert self.battery.phases == ("decode",)  # a start runs the decode runs only
         calls.append((name, source.seat.name))
+        holder["caches"].append((name, cache_root))
         made = holder["plan"](len(calls) - 1, name)
         if isinstance(made, Exception):
             raise made
@@ -86,6 +88,10 @@ def test_aa_says_same_and_names_the_starts(tmp_path, recorded, starts):
     assert [name for name, _ in calls][:4] == ["00-base", "01-candidate", "02-candidate",
                                                "03-base"]
     assert [s["arm"] for s in doc["starts"]][:4] == ["A", "B", "B", "A"]
+    # each arm keeps one cache root across its starts (compiled once, loaded by the others)
+    out = (tmp_path / "out").absolute()
+    assert {(name.split("-")[1], root) for name, root in holder["caches"]} == {
+        ("base", out / "caches" / "base"), ("candidate", out / "caches" / "candidate")}
     assert doc["concurrency"] == 4  # the battery's highest concurrency
     # the figure of a start is the median of its repeats at that concurrency, as recorded
     base = recorded["base"]

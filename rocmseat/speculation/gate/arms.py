@@ -163,17 +163,19 @@ def replica_slot(seat: Seat, replica: str) -> int:
 
 def arm_seat_text(source: SeatWithGate, *, arm_dir: Path, port_base: int,
                   schedule: Schedule | None, extra_args: Sequence[str] = (),
-                  k: int | None = None) -> str:
+                  k: int | None = None, cache_root: Path | None = None) -> str:
     """The arm's seat file: the source seat without [gate], absolute paths, its own cache root
-    and state dir under the arm's directory, the base seat's port, the schedule if any."""
-    if not arm_dir.is_absolute():
-        # the seat loader resolves a relative path against the seat file's own directory: a
-        # relative --out once nested every arm's cache under itself (out/arms/x/out/arms/x/...)
-        raise ValueError(f"arm directory {arm_dir} must be absolute")
+    (or `cache_root`, one arm's caches kept across its starts) and state dir under the arm's
+    directory, the base seat's port, the schedule if any."""
+    for path in (arm_dir, cache_root or arm_dir):
+        if not path.is_absolute():
+            # the seat loader resolves a relative path against the seat file's own directory: a
+            # relative --out once nested every arm's cache under itself (out/arms/x/out/...)
+            raise ValueError(f"arm directory {path} must be absolute")
     seat = source.seat
     data = json.loads(json.dumps(source.data))
     data.pop("gate", None)
-    data["cache_root"] = str(arm_dir / "cache")
+    data["cache_root"] = str(cache_root or arm_dir / "cache")
     data["state_dir"] = str(arm_dir / "state")
     data["engine"]["python"] = str(seat.engine.python)
     data["model"]["path"] = str(seat.model.path)
@@ -243,13 +245,14 @@ class GateRun:
         return max(this_arm - spent, 0.0) + per_arm * remaining_arms
 
     def run_arm(self, name: str, source: SeatWithGate, *, schedule: Schedule | None = None,  # noqa: PLR0912, PLR0915
-                expect_spec: bool | None = None, k: int | None = None) -> ArmRecord:
+                expect_spec: bool | None = None, k: int | None = None,
+                cache_root: Path | None = None) -> ArmRecord:
         arm_dir = self.out / "arms" / name
         arm_dir.mkdir(parents=True, exist_ok=True)
         seat_file = arm_dir / "seat.toml"
         # 0600: the seat may hold an --api-key or a token in [env] (it stays the seat's own)
         text = arm_seat_text(source, arm_dir=arm_dir, port_base=self.port_base,
-                             schedule=schedule, k=k)
+                             schedule=schedule, k=k, cache_root=cache_root)
         try:
             write_into(arm_dir, seat_file.name, text.encode("utf-8"), mode=0o600)
         except WriteRefused as exc:

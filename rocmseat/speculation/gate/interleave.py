@@ -15,11 +15,14 @@ starts), with a bound in starts and in minutes.
   exact test cannot reach 0.01 below 5 a side), the 99 % interval of the ratio of the medians
   excludes 1 (each arm's spread at least `noise_floor` per start: two or three starts can agree
   by chance);
-- SAME: equivalence shown: the 90 % interval of the relative difference of the medians
-  (robust spread: 1.4826 MAD per arm) lies inside +- `margin`, which is half the effect the gate
-  is asked to see (two one-sided tests). Pinpoint's own SAME uses a p-value above a
-  power-derived high threshold; an explicit equivalence margin says in the operator's units
-  what "same" means;
+- SAME: equivalence shown, from 3 starts per arm: the 90 % interval of the ratio of the
+  medians (robust spread: 1.4826 MAD per arm) lies inside 1/(1 + `effect`) .. 1 + `effect` (two
+  one-sided tests at 5 % each, in log space so A/B and B/A agree). The margin is the effect the
+  gate is asked to see, as in Pinpoint, whose SAME is relative to the magnitude asked for
+  (compare.py: a p above thresholds.HighThreshold(mode, magnitude, sample_count), the p a real
+  difference of that magnitude would fall below); SAME means "no difference as large as the
+  effect", not "no difference at all". Half the effect (this module's first margin) took about
+  4x the starts (n grows as 1 / room**2) and left an A/A run UNKNOWN at 15 minutes;
 - UNKNOWN: neither yet; the next start runs, until `max_starts` or `max_minutes`, where
   UNKNOWN is the answer, with what it would take.
 
@@ -86,10 +89,12 @@ class Rules:
     start_spread: float = 0.10  # a start whose repeats spread more is flagged
     min_per_arm: int = 2
     noise_floor: float = 0.02  # a start's figure is never trusted closer than this
+    min_per_arm_same: int = 3  # two starts a side can agree by chance: their MAD is one gap
 
     @property
     def margin(self) -> float:
-        return self.effect / 2.0
+        """The equivalence margin: SAME when the interval lies inside 1/(1+m) .. 1+m."""
+        return self.effect
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +171,8 @@ def _ratio_se(a: Sequence[float], b: Sequence[float], floor: float) -> tuple[flo
 def starts_to_decide(a: Sequence[float], b: Sequence[float], rules: Rules) -> tuple[int, str]:
     """About how many starts per arm would decide at the spread measured so far, and what they
     would decide: the n at which the 99 % interval of the ratio excludes 1 (DIFFERENT) or the
-    90 % interval fits inside 1 +- margin (SAME), whichever is fewer (the standard error of the
+    90 % interval fits inside 1/(1+margin) .. 1+margin (SAME, from `min_per_arm_same`), whichever
+    is fewer (the standard error of the
     log ratio shrinks as 1/sqrt(n) per arm)."""
     ratio = _ratio_se(a, b, rules.noise_floor)[0]
     if not math.isfinite(ratio):
@@ -180,7 +186,8 @@ def starts_to_decide(a: Sequence[float], b: Sequence[float], rules: Rules) -> tu
     if shift > 0:
         options.append((math.ceil(Z99 ** 2 * var1 / shift ** 2), DIFFERENT))
     if room > 0:
-        options.append((math.ceil(Z90 ** 2 * var1 / room ** 2), SAME))
+        options.append((max(math.ceil(Z90 ** 2 * var1 / room ** 2), rules.min_per_arm_same),
+                        SAME))
     return min(options) if options else (0, UNKNOWN)
 
 
@@ -204,11 +211,14 @@ def decide(starts: Sequence[Start], rules: Rules) -> Decision:
     if min(len(a), len(b)) >= 3 and (high99 < 1.0 or low99 > 1.0):
         return Decision(DIFFERENT, True, p, ratio, low, high, len(starts), minutes, flagged,
                         f"the 99 % interval {low99:.3f}..{high99:.3f} excludes 1")
-    if 1.0 - rules.margin < low and high < 1.0 + rules.margin:
+    band_low, band_high = 1.0 / (1.0 + rules.margin), 1.0 + rules.margin
+    band = f"{band_low:.3f}..{band_high:.3f}"
+    if (min(len(a), len(b)) >= rules.min_per_arm_same
+            and band_low < low and high < band_high):
         return Decision(SAME, True, p, ratio, low, high, len(starts), minutes, flagged,
-                        f"the 90 % interval {low:.3f}..{high:.3f} lies inside "
-                        f"1 +- {rules.margin:.2f}")
-    why = (f"p = {p:.3f}, interval {low:.3f}..{high:.3f} against 1 +- {rules.margin:.2f}: "
+                        f"the 90 % interval {low:.3f}..{high:.3f} lies inside {band} "
+                        f"(no difference of {rules.effect:.0%} or more)")
+    why = (f"p = {p:.3f}, interval {low:.3f}..{high:.3f} against {band}: "
            + ("the bound in starts or minutes is reached" if bound else "add starts"))
     if bound:
         need, would = starts_to_decide(a, b, rules)

@@ -2,7 +2,8 @@
 decided after every start (DIFFERENT, SAME, or UNKNOWN at the bound), docs/spec.md "Arms
 interleaved across starts".
 
-Each start is one `GateRun.run_arm` (launch cold, the battery, stop) with the battery cut to
+Each start is one `GateRun.run_arm` (launch, the battery, stop; each arm's compile caches kept
+across its starts in `caches/base`, `caches/candidate`) with the battery cut to
 the decode runs at one concurrency (the highest of the battery: `--concurrency 4` for another):
 the figure of a start is the median of its repeats. `interleave.json`
 (rocmseat.gate-interleave/v1) and `interleave.txt` are written under --out beside every start's
@@ -143,7 +144,9 @@ def run_interleaved_gate(base_path: Path, cand_path: Path, options: GateOptions,
                        arms_planned=bounds.max_starts, run_id=run_id)
         try:
             run_interleaved(gate, base, cand, rules, concurrency=concurrency,
-                            names=("base", "candidate"), on_start=run.on_start,
+                            names=("base", "candidate"),
+                            caches=(out / "caches" / "base", out / "caches" / "candidate"),
+                            on_start=run.on_start,
                             on_decision=run.on_decision)
         except ArmError as exc:
             exc.document = run.write(error=exc.message)[0]

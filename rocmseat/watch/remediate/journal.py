@@ -45,9 +45,6 @@ from rocmseat.watch.remediate.policy import State, StepRecord, state_json
 STATE_LIMIT_BYTES = 4 << 20
 RECORD_LIMIT_BYTES = 1 << 20
 DIR_MODE = 0o700
-# beside StateDir.remediation_lock: not state, so not in StateDir's layout (tests/test_statedir)
-ACTION_LOCK = ".action.lock"
-JUDGE_LOCK = ".judge.lock"
 STAMP_FORMAT = "%Y%m%dT%H%M%S.%fZ"
 KEEP_PER_REPLICA = 100  # journal records kept per replica (prune), beside the current ladder's
 KEEP_AGE_S = 30 * 86_400.0  # and none older than this
@@ -130,8 +127,8 @@ def locked(state_dir: Path, seat: str, timeout_s: float = 60.0) -> Iterator[Path
 def acting(state_dir: Path, seat: str, timeout_s: float) -> Iterator[None]:
     """Held by whoever restarts a replica of the seat (the watcher's worker, `remediate
     reset`): a reset waits for the worker's restart in flight, never lands under it."""
-    directory = _prepare(state_dir, seat)
-    with exclusive_lock(directory / ACTION_LOCK, timeout_s=timeout_s):
+    _prepare(state_dir, seat)
+    with exclusive_lock(StateDir(state_dir).remediation_action_lock(seat), timeout_s=timeout_s):
         yield
 
 
@@ -143,7 +140,8 @@ def try_judge(state_dir: Path, seat: str) -> int | None:
     import fcntl
     import stat
 
-    path = _prepare(state_dir, seat) / JUDGE_LOCK
+    _prepare(state_dir, seat)
+    path = StateDir(state_dir).remediation_judge_lock(seat)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
                      | os.O_CLOEXEC, 0o600)
