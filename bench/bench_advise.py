@@ -63,38 +63,9 @@ from rocmseat.speculation.gate.judge import GateConfig
 from rocmseat.speculation.gate.settings import Battery, load_seat_with_gate
 from rocmseat.speculation.stats import mean, sample_sd
 
-SEAT = """\
-name = "{name}"
-backend = "cpu"
-tp = 1
-cache_root = "{out}/seat-cache"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
+from bench.cpu_seat import cpu_seat_text
 
-[engine]
-command = ["{python}", "-m", "vllm.entrypoints.openai.api_server"]
-model_flag = "--model"
-python = "{python}"
-host = "127.0.0.1"
-
-[model]
-path = "{target}"
-served_name = "demo"
-
-[serve]
-port_base = {port}
-max_model_len = 512
-max_num_seqs = 16
-dtype = "bfloat16"
-
-[env]
-VLLM_CPU_KVCACHE_SPACE = "2"
-
-[preflight]
-refuse_on_fail = false
-hip = false
-
-[readiness]
-timeout_s = 600
-"""
 DRAFTER = """
 [drafter]
 method = "draft_model"
@@ -255,8 +226,8 @@ def main() -> int:
     drafter = args.models / "spec-drafter"
 
     def text(name: str, level: str, k: int | None) -> str:
-        seat = SEAT.format(name=name, out=out, python=python, target=args.models / level,
-                           port=args.port)
+        seat = cpu_seat_text(name=name, out=out, python=python, target=args.models / level,
+                             port=args.port, kv_cache_gib=2)
         return seat + (DRAFTER.format(drafter=drafter, k=k) if k else "")
 
     # 1. calibration: everything the advisor will see, measured before any sweep

@@ -8,14 +8,15 @@ vLLM CPU engine. One comparison per invocation (each run under the engine lock s
   reserved for the scheduler process; vllm/utils/ompmultiprocessing.py
   `_parse_omp_threads_bind_env`), so on this 2-CPU host the worker computes on CPU 0 and the API
   server and scheduler run on CPU 1 (its launch log: "core ids=[0]", "reserved_cpus=[1]").
-  Measured within one start (4 alternating rounds of 32 x 128 tokens at concurrency 4): 50 % of
+  Calibrated within one start (a one-off: one engine, 4 rounds alternating the variants, each
+  32 completions of 128 tokens at concurrency 4; bench/results/throttle-calibration.txt): 50 % of
   CPU 0 left the rate at 1.05x (no effect: the tiny model's decode steps wait on the API and
   scheduler processes, not on the worker), 25 % of CPU 1 took it to 0.63x, erratically
   (rounds from 0.36x to 0.94x);
 - `--compare quota`: arm B's engine (the API server and every process under it) confined to
   `--b-cpus` CPUs by CFS bandwidth control (a cgroup's cpu.cfs_quota_us over cpu.cfs_period_us
   in cgroup v1, cpu.max in v2: Documentation/scheduler/sched-bwc.rst), the benchmark client left
-  outside. Measured within one start as above: 1.6 CPUs gave 0.821x (rounds 0.77x-0.92x),
+  outside. Calibrated within one start as above: 1.6 CPUs gave 0.821x (rounds 0.77x-0.92x),
   1.3 CPUs 0.622x: 1.6 is the ~20 % effect;
 - `--compare seqs`: arm B with `max_num_seqs` lowered to `--b-max-num-seqs` (3 against the
   battery's concurrency 4: a quarter of the requests wait a step; the steps cost about the same,
@@ -31,9 +32,12 @@ Prints minutes and starts to a decision, the measured ratio median(B)/median(A),
 figure and the flagged starts.
 
     python bench/bench_interleave.py --models DIR --out DIR --compare aa|busy|quota|seqs
-           [--busy-duty 0.2] [--busy-cpu 0] [--b-cpus 1.6] [--concurrency 4] [--repeats 3]
-           [--prompts 32]
-           [--output-tokens 128] [--max-starts 16] [--max-minutes 15]
+           [--busy-duty 0.2] [--busy-cpu 0] [--b-cpus 1.6] [--b-max-num-seqs 3] [--cold]
+           [--concurrency 4] [--repeats 3] [--prompts 32] [--output-tokens 128]
+           [--max-starts 16] [--max-minutes 15]
+
+Each arm keeps its compile cache across its starts, as `spec gate --interleave` does (`--cold`:
+every start compiles, as the first version of the gate did).
 """
 
 from __future__ import annotations
@@ -55,43 +59,8 @@ from rocmseat.speculation.gate.interleave_run import Interleaved, run_interleave
 from rocmseat.speculation.gate.judge import GateConfig, Noise, Series, ratio_gate
 from rocmseat.speculation.gate.settings import Battery, SeatWithGate, load_seat_with_gate
 
-SEAT = """\
-name = "{name}"
-backend = "cpu"
-tp = 1
-cache_root = "{out}/seat-cache"
-
-[engine]
-command = ["{python}", "-m", "vllm.entrypoints.openai.api_server"]
-model_flag = "--model"
-python = "{python}"
-host = "127.0.0.1"
-
-[model]
-path = "{target}"
-served_name = "demo"
-
-[serve]
-port_base = {port}
-max_model_len = 512
-max_num_seqs = {max_num_seqs}
-dtype = "bfloat16"
-
-[env]
-VLLM_CPU_KVCACHE_SPACE = "1"
-OMP_NUM_THREADS = "{threads}"
-
-[env_classes]
-neutral = ["OMP_NUM_THREADS"]
-
-[preflight]
-refuse_on_fail = false
-hip = false
-
-[readiness]
-timeout_s = 600
-"""
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
+from bench.cpu_seat import cpu_seat_text
 
 BUSY = """\
 import os, sys, time
@@ -279,16 +248,17 @@ def main() -> int:
                       phases=("decode",))
     rules = Rules(effect=args.effect, max_starts=args.max_starts, max_minutes=args.max_minutes)
 
-    def seat(name: str, threads: int, max_num_seqs: int = 16) -> SeatWithGate:
+    def seat(name: str, max_num_seqs: int = 16) -> SeatWithGate:
         path = out / "seats" / f"{name}.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(SEAT.format(name=name, out=out, python=args.python,
-                                    target=args.models / "target", port=args.port,
-                                    threads=threads, max_num_seqs=max_num_seqs))
+        path.write_text(cpu_seat_text(name=name, out=out, python=args.python,
+                                      target=args.models / "target", port=args.port,
+                                      max_num_seqs=max_num_seqs, env={"OMP_NUM_THREADS": "2"},
+                                      neutral=("OMP_NUM_THREADS",)))
         return load_seat_with_gate(path)
 
-    base = seat("base", 2)
-    other = seat("b", 2, args.b_max_num_seqs if args.compare == "seqs" else 16)
+    base = seat("base")
+    other = seat("b", args.b_max_num_seqs if args.compare == "seqs" else 16)
     label = {"aa": "A/A (the same seat twice)",
              "busy": f"effect (a busy process at {args.busy_duty:.0%} of CPU {args.busy_cpu} "
                      "beside B's engine)",

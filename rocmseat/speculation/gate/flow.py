@@ -84,7 +84,7 @@ class InterleaveOptions:
 
     max_starts: int = 16  # both arms together
     max_minutes: float = 15.0  # the starts' wall time, launches included
-    effect: float = 0.20  # the relative difference to see; SAME means within half of it
+    effect: float = 0.20  # the relative difference to see; SAME: no difference this large
 
 
 @dataclass(frozen=True, slots=True)
