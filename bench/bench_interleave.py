@@ -55,7 +55,7 @@ from pathlib import Path
 from rocmseat.procgroup import spawn, stop_group
 from rocmseat.speculation.gate.arms import ArmRecord, GateRun, check_bench_client
 from rocmseat.speculation.gate.interleave import Rules
-from rocmseat.speculation.gate.interleave_run import Interleaved, run_interleaved
+from rocmseat.speculation.gate.interleave_run import ArmPair, Interleaved, run_interleaved
 from rocmseat.speculation.gate.judge import GateConfig, Noise, Series, ratio_gate
 from rocmseat.speculation.gate.settings import Battery, SeatWithGate, load_seat_with_gate
 
@@ -278,9 +278,9 @@ def main() -> int:
           f"{rules.max_minutes:.0f} min", flush=True)
     began = time.monotonic()
     try:
-        done = run_interleaved(runner, base, other, rules, concurrency=args.concurrency,
-                               caches=None if args.cold else (out / "caches" / "A",
-                                                              out / "caches" / "B"),
+        arms = ArmPair(base, other, caches=None if args.cold else (out / "caches" / "A",
+                                                                    out / "caches" / "B"))
+        done = run_interleaved(runner, arms, rules, concurrency=args.concurrency,
                                on_decision=lambda d: print(
                                    f"  {d.starts} starts, {d.minutes:.1f} min: {d.result} "
                                    f"({d.why})", flush=True))

@@ -102,7 +102,7 @@ def test_the_driver_runs_fresh_starts_in_order_until_decided():
     shape), a 20 % effect: DIFFERENT after a few starts, named 00-A 01-B 02-B 03-A ..."""
     from types import SimpleNamespace
 
-    from rocmseat.speculation.gate.interleave_run import run_interleaved
+    from rocmseat.speculation.gate.interleave_run import ArmPair, run_interleaved
 
     class FakeGate:
         def __init__(self):
@@ -121,7 +121,7 @@ def test_the_driver_runs_fresh_starts_in_order_until_decided():
 
     gate = FakeGate()
     seen = []
-    done = run_interleaved(gate, 100.0, 120.0, Rules(), concurrency=4,
+    done = run_interleaved(gate, ArmPair(100.0, 120.0), Rules(), concurrency=4,
                            clock=lambda: gate.t, on_decision=seen.append)
     assert done.decision.result == DIFFERENT and done.decision.final
     assert gate.names[:4] == ["00-A", "01-B", "02-B", "03-A"]

@@ -51,7 +51,7 @@ from rocmseat.speculation.gate.interleave_report import (
     document,
     render,
 )
-from rocmseat.speculation.gate.interleave_run import run_interleaved
+from rocmseat.speculation.gate.interleave_run import ArmPair, run_interleaved
 from rocmseat.speculation.gate.judge import GateConfig
 from rocmseat.speculation.gate.outdir import LOCK_NAME, prepare_out
 from rocmseat.speculation.gate.settings import Battery, load_seat_with_gate
@@ -143,10 +143,9 @@ def run_interleaved_gate(base_path: Path, cand_path: Path, options: GateOptions,
                        port_base=base.seat.serve.port_base, on_progress=on_progress,
                        arms_planned=bounds.max_starts, run_id=run_id)
         try:
-            run_interleaved(gate, base, cand, rules, concurrency=concurrency,
-                            names=("base", "candidate"),
-                            caches=(out / "caches" / "base", out / "caches" / "candidate"),
-                            on_start=run.on_start,
+            arms = ArmPair(base, cand, ("base", "candidate"),
+                           (out / "caches" / "base", out / "caches" / "candidate"))
+            run_interleaved(gate, arms, rules, concurrency=concurrency, on_start=run.on_start,
                             on_decision=run.on_decision)
         except ArmError as exc:
             exc.document = run.write(error=exc.message)[0]

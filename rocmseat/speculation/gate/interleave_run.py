@@ -49,9 +49,24 @@ def start_of(record: ArmRecord, arm: str, concurrency: int, minutes: float) -> S
     return Start(arm, repeats, minutes)
 
 
-def run_interleaved(gate: ArmRunner, a: SeatWithGate, b: SeatWithGate, rules: Rules, *,
-                    concurrency: int, names: tuple[str, str] = ("A", "B"),
-                    caches: tuple[Path, Path] | None = None,
+@dataclass(frozen=True, slots=True)
+class ArmPair:
+    """The two arms of an interleaved run: their seats, their names (a start is `NN-<name>`)
+    and, when kept, each arm's cache root across its starts (None: each start its own)."""
+
+    a: SeatWithGate
+    b: SeatWithGate
+    names: tuple[str, str] = ("A", "B")
+    caches: tuple[Path, Path] | None = None
+
+    def of(self, arm: str) -> tuple[str, SeatWithGate, Path | None]:
+        """The name, seat and cache root of arm "A" or "B"."""
+        side = 0 if arm == "A" else 1
+        return (self.names[side], (self.a, self.b)[side],
+                None if self.caches is None else self.caches[side])
+
+
+def run_interleaved(gate: ArmRunner, arms: ArmPair, rules: Rules, *, concurrency: int,
                     clock: Callable[[], float] = time.monotonic,
                     on_start: Callable[[Start, ArmRecord], None] = lambda s, r: None,
                     on_decision: Callable[[Decision], None] = lambda d: None) -> Interleaved:
@@ -62,10 +77,8 @@ def run_interleaved(gate: ArmRunner, a: SeatWithGate, b: SeatWithGate, rules: Ru
     for index in itertools.count():
         arm = arm_of(index)
         began = clock()
-        record = gate.run_arm(f"{index:02d}-{names[0] if arm == 'A' else names[1]}",
-                              a if arm == "A" else b,
-                              cache_root=None if caches is None
-                              else caches[0 if arm == "A" else 1])
+        name, seat, cache_root = arms.of(arm)
+        record = gate.run_arm(f"{index:02d}-{name}", seat, cache_root=cache_root)
         start = start_of(record, arm, concurrency, (clock() - began) / 60.0)
         starts.append(start)
         on_start(start, record)
