@@ -148,3 +148,28 @@ def test_unknown_at_the_bound_says_what_it_would_take():
     assert starts_to_decide(a, [x * 0.7 for x in a], rules)[1] == DIFFERENT
     # identical figures: the noise floor alone would take one start a side; SAME needs three
     assert starts_to_decide([100.0] * 3, [100.0] * 3, rules) == (3, SAME)
+
+
+def _starts(a: list[float], b: list[float]) -> list[Start]:
+    """One-repeat starts in the A B B A order, A's and B's figures in turn."""
+    queue = {"A": list(a), "B": list(b)}
+    return [Start(arm_of(i), (queue[arm_of(i)].pop(0),), 1.0) for i in range(len(a) + len(b))]
+
+
+def test_same_means_no_difference_as_large_as_the_effect():
+    """SAME is equivalence at the effect asked for (the 90 % interval inside 1/(1+e)..1+e), not
+    at half of it: a 5 % difference at a 6 % spread is SAME for a 20 % effect (its interval
+    0.965..1.142 would be UNKNOWN against 1 +- 0.10), and UNKNOWN for a 10 % effect."""
+    a = [100.0, 108.0, 92.0, 100.0]
+    b = [105.0, 113.4, 96.6, 105.0]
+    d = decide(_starts(a, b), Rules(effect=0.20))
+    assert d.result == SAME and 1.1 < d.high < 1.2 and "0.833..1.200" in d.why
+    assert decide(_starts(a, b), Rules(effect=0.10)).result == UNKNOWN
+    # the band is symmetric in log space: B 5 % slower is SAME as B 5 % faster
+    assert decide(_starts(b, a), Rules(effect=0.20)).result == SAME
+
+
+def test_same_needs_three_starts_a_side():
+    # two identical starts a side agree by chance: no SAME yet, whatever their spread says
+    assert decide(_starts([100.0, 100.0], [100.0, 100.0]), Rules()).result == UNKNOWN
+    assert decide(_starts([100.0] * 3, [100.0] * 3), Rules()).result == SAME
