@@ -13,22 +13,21 @@ import shutil
 import pytest
 
 import rocmseat.speculation.gate.flow as gateflow
-from rocmseat.speculation.gate.arms import ArmError, ArmRecord, load_arm_record
+from rocmseat.speculation.gate.arms import ArmError, ArmRecord
 from rocmseat.speculation.gate.bracket import SECOND_BASE
 from rocmseat.speculation.gate.flow import GateOptions, run_gate
-from tests.conftest import FIXTURES, REPO
-
-SCHEDULE_GATE = FIXTURES / "spec" / "gate-cpu-schedule"
-BASE_SEAT = REPO / "launchers" / "demo-cpu-base.toml"
-SPEC_SEAT = REPO / "launchers" / "demo-cpu-spec.toml"
-HANG = "rocmseat-watch replica=r0 alert=replica_stalled state=firing"
+from tests.conftest import FIXTURES
+from tests.speculation.recorded_gate import (
+    BASE_SEAT,
+    HANG,
+    SPEC_SEAT,
+    recorded_arms,
+)
 
 
 @pytest.fixture
 def recorded(tmp_path) -> dict[str, ArmRecord]:
-    copy_dir = tmp_path / "recorded"
-    shutil.copytree(SCHEDULE_GATE, copy_dir)
-    return {name: load_arm_record(copy_dir, name) for name in ("base", "candidate", "schedule")}
+    return recorded_arms(tmp_path, ("base", "candidate", "schedule"))
 
 
 def scaled(record: ArmRecord, name: str, factors: dict[int, float]) -> ArmRecord:

@@ -9,27 +9,19 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import shutil
 
 import pytest
 
 import rocmseat.speculation.gate.interleave_flow as ilflow
-from rocmseat.speculation.gate.arms import ArmError, ArmRecord, GateRun, load_arm_record
+from rocmseat.speculation.gate.arms import ArmError, ArmRecord, GateRun
 from rocmseat.speculation.gate.flow import GateOptions, InterleaveOptions
 from rocmseat.speculation.gate.interleave_flow import run_interleaved_gate
-from tests.conftest import FIXTURES, REPO
-
-RECORDED = FIXTURES / "spec" / "gate-cpu-schedule"
-BASE_SEAT = REPO / "launchers" / "demo-cpu-base.toml"
-SPEC_SEAT = REPO / "launchers" / "demo-cpu-spec.toml"
-HANG = "rocmseat-watch replica=r0 alert=replica_stalled state=firing"
+from tests.speculation.recorded_gate import BASE_SEAT, HANG, SPEC_SEAT, recorded_arms
 
 
 @pytest.fixture
 def recorded(tmp_path) -> dict[str, ArmRecord]:
-    copy_dir = tmp_path / "recorded"
-    shutil.copytree(RECORDED, copy_dir)
-    return {name: load_arm_record(copy_dir, name) for name in ("base", "candidate")}
+    return recorded_arms(tmp_path, ("base", "candidate"))
 
 
 def shaped(record: ArmRecord, name: str, factor: float,

@@ -167,11 +167,11 @@ def arm_seat_text(source: SeatWithGate, *, arm_dir: Path, port_base: int,
     """The arm's seat file: the source seat without [gate], absolute paths, its own cache root
     (or `cache_root`, one arm's caches kept across its starts) and state dir under the arm's
     directory, the base seat's port, the schedule if any."""
-    for path in (arm_dir, cache_root or arm_dir):
-        if not path.is_absolute():
+    for path in (arm_dir, cache_root):
+        if path is not None and not path.is_absolute():
             # the seat loader resolves a relative path against the seat file's own directory: a
             # relative --out once nested every arm's cache under itself (out/arms/x/out/...)
-            raise ValueError(f"arm directory {path} must be absolute")
+            raise ValueError(f"arm directory or cache root {path} must be absolute")
     seat = source.seat
     data = json.loads(json.dumps(source.data))
     data.pop("gate", None)

@@ -91,10 +91,9 @@ class Rules:
     noise_floor: float = 0.02  # a start's figure is never trusted closer than this
     min_per_arm_same: int = 3  # two starts a side can agree by chance: their MAD is one gap
 
-    @property
-    def margin(self) -> float:
-        """The equivalence margin: SAME when the interval lies inside 1/(1+m) .. 1+m."""
-        return self.effect
+    def band(self) -> tuple[float, float]:
+        """SAME's band: the ratio's 90 % interval inside 1/(1 + effect) .. 1 + effect."""
+        return 1.0 / (1.0 + self.effect), 1.0 + self.effect
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +170,8 @@ def _ratio_se(a: Sequence[float], b: Sequence[float], floor: float) -> tuple[flo
 def starts_to_decide(a: Sequence[float], b: Sequence[float], rules: Rules) -> tuple[int, str]:
     """About how many starts per arm would decide at the spread measured so far, and what they
     would decide: the n at which the 99 % interval of the ratio excludes 1 (DIFFERENT) or the
-    90 % interval fits inside 1/(1+margin) .. 1+margin (SAME, from `min_per_arm_same`), whichever
-    is fewer (the standard error of the
-    log ratio shrinks as 1/sqrt(n) per arm)."""
+    90 % interval fits inside `Rules.band` (SAME, from `min_per_arm_same`), whichever is fewer
+    (the standard error of the log ratio shrinks as 1/sqrt(n) per arm)."""
     ratio = _ratio_se(a, b, rules.noise_floor)[0]
     if not math.isfinite(ratio):
         return 0, UNKNOWN
@@ -181,7 +179,7 @@ def starts_to_decide(a: Sequence[float], b: Sequence[float], rules: Rules) -> tu
     sd_b = max(MAD_SCALE * mad(b) / median(b), rules.noise_floor)
     var1 = 1.2533 ** 2 * (sd_a ** 2 + sd_b ** 2)  # the log ratio's variance at one start per arm
     shift = abs(math.log(ratio))
-    room = math.log(1.0 + rules.margin) - shift
+    room = math.log(rules.band()[1]) - shift
     options = []
     if shift > 0:
         options.append((math.ceil(Z99 ** 2 * var1 / shift ** 2), DIFFERENT))
@@ -211,7 +209,7 @@ def decide(starts: Sequence[Start], rules: Rules) -> Decision:
     if min(len(a), len(b)) >= 3 and (high99 < 1.0 or low99 > 1.0):
         return Decision(DIFFERENT, True, p, ratio, low, high, len(starts), minutes, flagged,
                         f"the 99 % interval {low99:.3f}..{high99:.3f} excludes 1")
-    band_low, band_high = 1.0 / (1.0 + rules.margin), 1.0 + rules.margin
+    band_low, band_high = rules.band()
     band = f"{band_low:.3f}..{band_high:.3f}"
     if (min(len(a), len(b)) >= rules.min_per_arm_same
             and band_low < low and high < band_high):

@@ -76,7 +76,8 @@ def document(head: dict[str, Any], rules: Rules, entries: Sequence[StartEntry], 
     flagged = set(d.flagged) if d is not None else set()
     return {
         "schema": SCHEMA, **head,
-        "rules": {"effect": rules.effect, "margin": rules.margin,
+        # margin: SAME's band is 1/(1+m)..1+m, m the effect (interleave.Rules.band)
+        "rules": {"effect": rules.effect, "margin": rules.effect,
                   "max_starts": rules.max_starts, "max_minutes": rules.max_minutes,
                   "start_spread": rules.start_spread, "noise_floor": rules.noise_floor},
         "starts": [_start_json(i, e, i in flagged) for i, e in enumerate(entries)],
