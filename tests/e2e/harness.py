@@ -297,30 +297,55 @@ def gauge(text: str, name: str, **labels: str) -> float | None:
 class ExporterSampler:
     """Polls the watchdog's exporter on a thread and records each new evaluation it sees.
 
-    The watchdog replaces its statuses once per interval; a change in the replica's window
-    values marks one evaluation. Counting evaluations (not seconds) keeps "within two
-    intervals" a property of the watchdog, not of a loaded machine: a poll that stalls can
-    only miss evaluations, which makes the count smaller, never larger.
+    Each record carries the watchdog's own evaluation counter (`rocmseat_watch_evaluations`),
+    so "within two intervals" is counted in the watchdog's evaluations, not in seconds of a
+    loaded machine, and a poll that stalls or fails cannot shrink the count: the drafting
+    evaluations are those after the last one seen without drafts, so a missed poll can only
+    make the count larger (a late verdict), never smaller. Failed polls are counted and the
+    last one is kept, so a sampler that saw nothing says why.
     """
 
     def __init__(self, port: int, replica: str, alert: str, every_s: float = 0.25) -> None:
         self.port, self.replica, self.alert, self.every_s = port, replica, alert, every_s
-        # (monotonic time, drafts/s, generated tokens/s, alert active) at each observed change
-        self.records: list[tuple[float, float | None, float | None, float | None]] = []
+        # (monotonic time, evaluations, drafts/s, generated tokens/s, alert active) at each
+        # observed change
+        self.records: list[tuple[float, float | None, float | None, float | None,
+                                 float | None]] = []
+        self.polls = 0
+        self.failures = 0
+        self.last_failure = ""
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            text = scrape(self.port)
-            if not text.startswith("(scrape failed"):
-                r = self.replica
-                row = (gauge(text, "rocmseat_spec_drafts_per_second", replica=r),
-                       gauge(text, "rocmseat_generation_tokens_per_second", replica=r),
-                       gauge(text, "rocmseat_alert_active", replica=r, alert=self.alert))
-                if not self.records or self.records[-1][1:] != row:
-                    self.records.append((time.monotonic(), *row))
-            self._stop.wait(self.every_s)
+        with httpx.Client(timeout=2.0) as client:
+            while not self._stop.is_set():
+                self._poll(client)
+                self._stop.wait(self.every_s)
+
+    def _poll(self, client: httpx.Client) -> None:
+        self.polls += 1
+        try:
+            page = client.get(f"http://127.0.0.1:{self.port}/metrics")
+            page.raise_for_status()
+            self.observe(page.text)
+        except (httpx.HTTPError, ValueError) as exc:  # a refused poll or a page that won't parse
+            self.failures += 1
+            self.last_failure = f"{type(exc).__name__}: {exc}"[:200]
+
+    def observe(self, text: str) -> float | None:
+        """Record the evaluation on an exporter page (the test's own waits feed it too, so a
+        stalled poll thread cannot leave the firing unseen); returns the alert's value."""
+        r = self.replica
+        row = (gauge(text, "rocmseat_watch_evaluations_total"),
+               gauge(text, "rocmseat_spec_drafts_per_second", replica=r),
+               gauge(text, "rocmseat_generation_tokens_per_second", replica=r),
+               gauge(text, "rocmseat_alert_active", replica=r, alert=self.alert))
+        with self._lock:
+            if not self.records or self.records[-1][1:] != row:
+                self.records.append((time.monotonic(), *row))
+        return row[3]
 
     def __enter__(self) -> ExporterSampler:
         self._thread.start()
@@ -332,21 +357,34 @@ class ExporterSampler:
 
     def windows_until_firing(self) -> tuple[int, float | None]:
         """Evaluations with drafts flowing, up to and including the first with the alert
-        active, and the seconds from the first of them to the firing one (None: not seen).
-        The first record is the state before traffic and is not an evaluation we caused."""
-        windows, first_t = 0, None
-        for t, drafts, _gen, active in self.records[1:]:
-            if drafts:
-                windows += 1
-                first_t = t if first_t is None else first_t
+        active, and the seconds from the first record with drafts to the firing one (None:
+        not seen firing). The drafting evaluations are those after the last evaluation seen without
+        drafts (the first record is the state before traffic), so 0 means the alert was
+        never seen firing, or fired on an evaluation without drafts."""
+        quiet_at: float | None = None
+        first_t: float | None = None
+        # two observers (the poll thread, the test's waits) may append out of order
+        with self._lock:
+            seen = sorted((r for r in self.records if r[1] is not None), key=lambda r: (r[1], r[0]))
+        for t, evaluations, drafts, _gen, active in seen:
+            assert evaluations is not None
             if active == 1.0:
-                return windows, None if first_t is None else t - first_t
-        return windows, None
+                if quiet_at is None or not drafts:
+                    return 0, None
+                return int(evaluations - quiet_at), t - (t if first_t is None else first_t)
+            if drafts:
+                first_t = t if first_t is None else first_t
+            else:
+                quiet_at, first_t = evaluations, None
+        return 0, None
 
     def shown(self) -> str:
         t0 = self.records[0][0] if self.records else 0.0
-        return "\n".join(f"  +{t - t0:5.1f} s drafts/s {d} gen tok/s {g} {self.alert} {a}"
-                         for t, d, g, a in self.records[-12:])
+        rows = [f"  +{t - t0:5.1f} s evaluation {e} drafts/s {d} gen tok/s {g} {self.alert} {a}"
+                for t, e, d, g, a in self.records[-12:]]
+        rows.append(f"  ({self.polls} polls, {self.failures} failed"
+                    + (f"; last: {self.last_failure})" if self.failures else ")"))
+        return "\n".join(rows)
 
 
 # ----- what each scenario saw, printed at the end of the run (.ci/run shows it) ---------------
