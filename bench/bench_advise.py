@@ -282,7 +282,7 @@ def main() -> int:
             values = [mean(v) for v in passes]
             # The same tie rule as the advisor (rocmseat.speculation.advise.decide: the larger K
             # on a tie).
-            best = max(range(len(values)), key=lambda k, v=values: (v[k], k))
+            best = max(range(len(values)), key=lambda k: (values[k], k))
             tied = statistically_tied(passes, best)
             picks = {"level": info["advisor_best"][str(c)],
                      "pooled": info_pooled["advisor_best"][str(c)],
@@ -365,7 +365,8 @@ def read_or_write_advice(out: Path, name: str, levels: list[str], concurrency: t
     back on a resumed run (so a pick is never recomputed after a sweep)."""
     path = out / name
     if path.exists():
-        return json.loads(path.read_text())
+        loaded: dict[str, Any] = json.loads(path.read_text())
+        return loaded
     advice: dict[str, Any] = {"written_at": None, "levels": {}}
     for level in levels:
         cal = cals[level]

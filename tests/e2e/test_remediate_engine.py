@@ -34,7 +34,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,14 +120,14 @@ log(f"{child.pid} READY SigBlk={sigblk}")
 '''
 
 
-def journal(world: World) -> list[dict]:
+def journal(world: World) -> list[dict[str, Any]]:
     folder = world.state_dir / "remediation" / "e2e-cpu" / "journal"
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] \
         if folder.is_dir() else []
 
 
-def outcome(world: World, step: int, text: str):
-    def check():
+def outcome(world: World, step: int, text: str) -> Callable[[], dict[str, Any] | None]:
+    def check() -> dict[str, Any] | None:
         return next((r for r in journal(world) if r["step"] == step and r["outcome"] == text),
                     None)
     return check
@@ -198,7 +200,7 @@ def test_remediate_ladder(ready_world: World) -> None:  # noqa: F811 (the fixtur
         return (f"journal: {[(r['step'], r['outcome']) for r in journal(world)]}\nsupervisor:\n"
                 f"{(control / 'supervisor.log').read_text()}\n{world.seen()}")
 
-    def until(what: str, check, timeout_s: float, *, traffic: bool):
+    def until(what: str, check: Callable[[], Any], timeout_s: float, *, traffic: bool) -> Any:
         if not traffic:
             return wait_for(what, check, timeout_s, seen)
         with Traffic(world.engine_port, SERVED):
@@ -245,7 +247,7 @@ def test_remediate_ladder(ready_world: World) -> None:  # noqa: F811 (the fixtur
         # the good weights back; the operator resets: the drafter returns
         use_drafter(world, "good.safetensors")
         t_reset = time.time()
-        result: list = []
+        result: list[subprocess.CompletedProcess[str]] = []
         resetter = threading.Thread(target=lambda: result.append(cli(
             "remediate", "reset", REPLICA, "--seat", seat, "--state-dir", world.state_dir,
             timeout_s=900)), daemon=True)

@@ -96,8 +96,9 @@ def start(world: World, seat: Path) -> int:
 def figure(world: World, mark: int, what: str) -> re.Match[str]:
     """Traffic until the watchdog logs the start's figure (its first windows at load)."""
     with Traffic(world.engine_port, SERVED, max_tokens=MAX_TOKENS) as traffic:
-        found = wait_for(f"the {what} start's spawn-figure",
-                         lambda: figures_after(world, mark), FIGURE_S, world.seen)
+        found: list[re.Match[str]] = wait_for(f"the {what} start's spawn-figure",
+                                              lambda: figures_after(world, mark), FIGURE_S,
+                                              world.seen)
     assert not traffic.errors[:1], traffic.errors[:3]
     return found[0]
 
@@ -113,7 +114,7 @@ def history(world: World) -> dict[str, dict[str, list[float]]]:
     return dict(json.loads(files[0].read_text())["keys"])
 
 
-def test_a_throttled_start_against_the_seats_history(ready_world: World):  # noqa: F811
+def test_a_throttled_start_against_the_seats_history(ready_world: World) -> None:  # noqa: F811
     world = ready_world
     use_drafter(world, "good.safetensors")  # the target's own weights: acceptance steady
     seat = world.write_seat("spawn-seat.toml")
