@@ -226,7 +226,7 @@ def test_remediate_ladder(ready_world: World) -> None:  # noqa: F811 (the fixtur
         # the step is journalled before its action runs (a crash mid-action is on record), so
         # the move is awaited in the watcher's own words, then seen on disk
         until("step 1 moves the cache aside",
-              lambda: watch_line(world, "replica=r0 cache-moved-aside"), 120, traffic=False)
+              lambda: watch_line(world, f"replica={REPLICA} cache-moved-aside"), 120, traffic=False)
         assert list(world.cache_root.glob("r0.stale-*")), "the cache was moved aside"
         not_cache = until("step 1 judged by the canary",
                           outcome(world, 1, "still collapsed after a fresh compile"), 900,
