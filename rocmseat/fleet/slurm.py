@@ -61,6 +61,7 @@ from rocmseat.preflight.verdict_doc import (
     load_verdict,
 )
 from rocmseat.runner import Completed, Runner, run
+from rocmseat.text import replace_controls
 
 if TYPE_CHECKING:
     from rocmseat.preflight.verdict import RecordedRun
@@ -88,7 +89,6 @@ CLOCK_SLACK_S = 0.25
 MAX_SETTLE_S = 5.0
 SETTLE_TRIES = 3
 _MAX_DRAINED_RE = re.compile(r"([0-9]{1,7}(?:\.[0-9]{1,6})?)(%?)", re.ASCII)
-_UNPRINTABLE_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _FIELD_RE = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_]*)=")
 # what a reason rocmseat writes may hold: check ids, PCI addresses, counts, the family tag
 _REASON_UNSAFE_RE = re.compile(r"[^A-Za-z0-9 .:+_,/-]")
@@ -201,7 +201,7 @@ def parse_node_line(line: str) -> NodeState:
     # what reaches our one line of output and the argv is printable: a control character (C0,
     # DEL, C1, a Unicode line separator) in a name, state or reason becomes `?`, which no node
     # name holds, so a forged name stays refused
-    line = _UNPRINTABLE_RE.sub("?", line.rstrip("\r"))
+    line = replace_controls(line.rstrip("\r"))
     fields: dict[str, str] = {}
     matches = list(_FIELD_RE.finditer(line))
     for index, match in enumerate(matches):

@@ -37,12 +37,12 @@ from rocmseat.errors import RocmseatError
 from rocmseat.launch.sdnotify import NOTIFY_ENV
 from rocmseat.procgroup import signal_group, spawn
 from rocmseat.redact import redact_text
+from rocmseat.text import replace_controls
 
 ROCMSEAT = (sys.executable, "-m", "rocmseat")
 BENCH_PROGRAM = Path(__file__).resolve().parent / "vllm_bench.py"
 MARK = "@@rocmseat-bench "
 ALERT_SINK = Path(__file__).resolve().parent / "alert_sink.py"
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 HANG_ALERTS = frozenset({"replica_stalled", "replica_down"})
 # rocmseat/watch/service.py logs where its exporter listens; the gate reads the watchdog's own
 # evaluation and scrape-error counters there (rocmseat/watch/exporter.py).
@@ -340,7 +340,7 @@ class WatchChild:
         shown = " ".join([f"replica={doc.replica}", f"alert={doc.alert}", f"state={doc.state}",
                           *(f"{k}={v}" for k, v in sorted(doc.details.items()))])
         event = AlertEvent(time.monotonic(), doc.replica, doc.alert, doc.state,
-                           redact_text(_UNPRINTABLE.sub("_", "rocmseat-watch " + shown)))
+                           redact_text(replace_controls("rocmseat-watch " + shown, "_")))
         with self._lock:
             self.events.append(event)
 
