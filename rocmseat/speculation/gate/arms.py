@@ -25,6 +25,7 @@ from rocmseat import jsonio
 from rocmseat.atomic import WriteRefused, exclusive_lock, write_into
 from rocmseat.errors import ConfigError, ReadError, RocmseatError
 from rocmseat.findings import Finding, Severity
+from rocmseat.httpclient import fetch_once
 from rocmseat.launch.memplan import CHECK_ID as MEMORY_PLAN
 from rocmseat.launch.readiness import served_api_key
 from rocmseat.launch.startuplog import StartupSummary, classify_text
@@ -61,7 +62,6 @@ from rocmseat.speculation.gate.procs import (
 from rocmseat.speculation.gate.settings import Battery, SeatWithGate
 from rocmseat.statedir import StateDir
 from rocmseat.text import printable
-from rocmseat.watch.fetch import fetch_once
 from rocmseat.watch.metrics import read_page
 from rocmseat.watch.window import Snapshot, Window, window_between
 

@@ -375,7 +375,7 @@ class WatchChild:
         they cannot be read."""
         if self.exporter is None:
             return None
-        from rocmseat.watch.fetch import fetch_once
+        from rocmseat.httpclient import fetch_once
 
         try:
             return watch_scrapes(fetch_once(self.exporter + "/metrics", 5.0))
