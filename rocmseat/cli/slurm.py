@@ -9,13 +9,13 @@ from typing import Any
 import click
 
 from rocmseat.cli.options import (
+    max_age_option,
     resolve_state_dir,
     resolve_sysfs_root,
     state_dir_option,
     sysfs_root_option,
 )
 from rocmseat.fleet.slurm import DEFAULT_BUDGET_S, DEFAULT_MAX_DRAINED
-from rocmseat.preflight.verdict_doc import DEFAULT_MAX_AGE_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,16 +49,8 @@ def slurm() -> None:
     help="Slurm node name [default: $SLURMD_NODENAME, else the node scontrol lists for this "
     "host]",
 )
-@click.option(
-    "--max-age",
-    "max_age_s",
-    type=click.FloatRange(min=1.0, max=7 * 86400.0),
-    default=DEFAULT_MAX_AGE_S,
-    show_default=True,
-    metavar="SECONDS",
-    help="Judge from the cached verdict of the last full preflight if it is at most this old "
-    "(as preflight --cached --max-age); else run one.",
-)
+@max_age_option("Judge from the cached verdict of the last full preflight if it is at most this "
+                "old (as preflight --cached --max-age); else run one.")
 @click.option(
     "--budget",
     "budget_s",
