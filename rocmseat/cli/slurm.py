@@ -15,7 +15,8 @@ from rocmseat.cli.options import (
     state_dir_option,
     sysfs_root_option,
 )
-from rocmseat.fleet.slurm import DEFAULT_BUDGET_S, DEFAULT_MAX_DRAINED
+from rocmseat.fleet.breaker import DEFAULT_MAX_DRAINED
+from rocmseat.fleet.slurm import DEFAULT_BUDGET_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,7 @@ class HealthOptions:
     drain_on_unknown: bool
     hip: bool
     profile: Path | None
-    max_drained: str  # N or P%, parsed by rocmseat.fleet.slurm.parse_max_drained
+    max_drained: str  # N or P%, parsed by rocmseat.fleet.breaker.parse_max_drained
     dry_run: bool
 
 
@@ -96,7 +97,8 @@ def health(**values: Any) -> int:
     2 could not check or could not tell Slurm (Slurm ignores the exit code; the action is the
     point).
     """
-    from rocmseat.fleet.slurm import HealthRequest, parse_max_drained
+    from rocmseat.fleet.breaker import parse_max_drained
+    from rocmseat.fleet.slurm import HealthRequest
     from rocmseat.fleet.slurm import health as run_health
 
     opts = HealthOptions(**values)
