@@ -36,6 +36,14 @@ from rocmseat.watch.readiness import (
 )
 from rocmseat.watch.status import ReplicaStatus
 
+# Read by the speculation gate (rocmseat.speculation.gate.procs), so named once: the watchdog's
+# own counters (exposed with `_total`), and its start line, which says where this listener is.
+EVALUATIONS = "rocmseat_watch_evaluations"
+SCRAPE_ERRORS = "rocmseat_scrape_errors"
+START_LINE = "rocmseat-watch start"  # ... exporter=HOST:PORT ([HOST]:PORT for IPv6)
+_EXPORTER_FIELD = re.compile(r"\bexporter=(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<v4>[0-9.]+)):"
+                             r"(?P<port>[0-9]{1,5})\b")
+
 
 @dataclass(frozen=True, slots=True)
 class ExportState:
@@ -84,7 +92,7 @@ class WatchCollector:
                       "1 while /ready/<replica> answers 200 (up, not stalled, not blind, drafter "
                       "not dead, verdict fresh).")
         errors = CounterMetricFamily(
-            "rocmseat_scrape_errors", "Failed scrapes of the replica's /metrics.", labels=names)
+            SCRAPE_ERRORS, "Failed scrapes of the replica's /metrics.", labels=names)
         al = gauge("rocmseat_spec_acceptance_length",
                    "Mean acceptance length (1 + accepted/drafts) of the last judged window.")
         rate = gauge("rocmseat_spec_draft_acceptance_rate",
@@ -172,7 +180,7 @@ def _watcher_families(state: ExportState) -> Iterator[Any]:
             halted.add_metric([_encodable(scope)], 1.0 if on else 0.0)
         yield halted
     if state.evaluated_at_s is not None:
-        yield CounterMetricFamily("rocmseat_watch_evaluations",
+        yield CounterMetricFamily(EVALUATIONS,
                                   "Evaluations (scrape every replica, judge) done.",
                                   value=float(state.evaluations))
         yield GaugeMetricFamily("rocmseat_watch_last_evaluation_timestamp_seconds",
@@ -376,6 +384,25 @@ def start_exporter(
                               name="rocmseat-exporter", daemon=True)
     thread.start()
     return server, thread
+
+
+def listen_address(server: ThreadingHTTPServer) -> str:
+    """Where `server` listens, as the start line says it: HOST:PORT, [HOST]:PORT for IPv6."""
+    host, port = str(server.server_address[0]), int(server.server_address[1])
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def exporter_url(line: str) -> str | None:
+    """The listener's base URL a watch start line names (`listen_address`'s form), or None when
+    `line` is no start line with a listening exporter (pure)."""
+    if START_LINE not in line:
+        return None
+    found = _EXPORTER_FIELD.search(line)
+    if found is None:
+        return None
+    host = found.group("v6") or found.group("v4")
+    return (f"http://[{host}]:{found.group('port')}" if found.group("v6")
+            else f"http://{host}:{found.group('port')}")
 
 
 def _line(text: str) -> bytes:
