@@ -15,7 +15,7 @@ from typing import Any
 
 from rocmseat import jsonio
 from rocmseat.errors import ReadError, RocmseatError
-from rocmseat.safeio import _kind
+from rocmseat.safeio import file_kind
 from rocmseat.text import printable
 
 
@@ -141,7 +141,7 @@ def _check_target(path: Path) -> None:
         raise WriteRefused(path, "is a symlink; rocmseat never writes through a link "
                            "(someone else may have planted it)")
     if not stat.S_ISREG(info.st_mode):
-        raise WriteRefused(path, f"is {_kind(info.st_mode)}, not a regular file")
+        raise WriteRefused(path, f"is {file_kind(info.st_mode)}, not a regular file")
 
 
 def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
@@ -173,7 +173,7 @@ def exclusive_lock(lock_path: Path, *, timeout_s: float | None = None) -> Iterat
     kind = os.fstat(fd).st_mode
     if not stat.S_ISREG(kind):  # a FIFO or a device planted at the lock's name
         os.close(fd)
-        raise ReadError(lock_path, f"is {_kind(kind)}, not a lock file")
+        raise ReadError(lock_path, f"is {file_kind(kind)}, not a lock file")
     try:
         if timeout_s is None:
             fcntl.flock(fd, fcntl.LOCK_EX)

@@ -1,6 +1,7 @@
 """rocmseat's one HTTP client: the scrapes of one evaluation, bounded in time, size and memory
 (no target waits on another), and `request`, one exchange for the readiness canary, webhooks and
-the gate's probes on the same transport (docs/architecture.md, "HTTP").
+the gate's probes on the same transport, and `fetch_once`, one scrape made of it
+(docs/architecture.md, "HTTP").
 
 One event loop on one thread serves every target (asyncio streams + h11, the HTTP/1.1 state
 machine httpx itself is built on): no thread per target, one keep-alive connection per target.
@@ -63,6 +64,8 @@ MAX_HEADER_BYTES = 64 << 10
 _READ_BYTES = 1 << 16
 # Ask for the classic text format; the reader also copes with OpenMetrics (escaped names).
 ACCEPT = "text/plain;version=0.0.4;q=0.9,text/plain;version=1.0.0;q=0.8,*/*;q=0.1"
+# What a scrape asks for, kept-alive (AsyncScraper) or one-shot (`fetch_once`)
+SCRAPE_HEADERS = (("Accept", ACCEPT), ("Accept-Encoding", "identity"))
 POLL_S = 0.1
 # After the deadline, the loop hands over what it has: cancelled scrapes unwind within a beat.
 _HANDOVER_S = 0.25
@@ -254,7 +257,7 @@ class _Body:
         try:
             text = decoder.decode(data)
         except UnicodeDecodeError as exc:
-            raise ScrapeError(f"the page is not UTF-8 text (byte {start + exc.start})") from None
+            raise _not_utf8(start + exc.start) from None
         if text:
             sink.feed(text)
 
@@ -272,7 +275,7 @@ class _Body:
         try:
             tail = decoder.decode(b"", final=True)
         except UnicodeDecodeError:
-            raise ScrapeError(f"the page is not UTF-8 text (byte {self.decoded})") from None
+            raise _not_utf8(self.decoded) from None
         if tail:
             sink.feed(tail)
         return sink.finish()
@@ -380,8 +383,7 @@ class AsyncScraper:
             conn = None
         if conn is None:
             conn = await _connect(scheme, host, port)
-        head = _request_head("GET", host, port, target, auth=auth,
-                             headers=[("Accept", ACCEPT), ("Accept-Encoding", "identity")])
+        head = _request_head("GET", host, port, target, auth=auth, headers=SCRAPE_HEADERS)
 
         def on_head(response: h11.Response) -> _Body:
             return self._check_head(response, new_sink())
@@ -407,13 +409,8 @@ class AsyncScraper:
         return page
 
     def _check_head(self, response: h11.Response, sink: Sink) -> _Body:
-        status = response.status_code
-        if status != 200:
-            raise ScrapeError(f"HTTP {status}")
         fields = _fields(response)
-        content_type = fields.get("content-type", "")
-        if "html" in content_type.lower():
-            raise ScrapeError(f"answered {content_type[:60]!r}, not Prometheus metrics")
+        check_page_head(response.status_code, fields)
         _check_length(fields, self.max_body_bytes)
         return _Body(fields.get("content-encoding", ""), self.max_body_bytes, sink)
 
@@ -428,6 +425,19 @@ class AsyncScraper:
         for conn in self._idle.values():
             _abort(conn)
         self._idle.clear()
+
+
+def check_page_head(status: int, fields: dict[str, str]) -> None:
+    """What a scrape refuses as soon as the head arrives: not 200, or an HTML page."""
+    if status != 200:
+        raise ScrapeError(f"HTTP {status}")
+    content_type = fields.get("content-type", "")
+    if "html" in content_type.lower():
+        raise ScrapeError(f"answered {content_type[:60]!r}, not Prometheus metrics")
+
+
+def _not_utf8(byte: int) -> ScrapeError:
+    return ScrapeError(f"the page is not UTF-8 text (byte {byte})")
 
 
 def _abort(conn: _Conn) -> None:
@@ -557,21 +567,42 @@ class Response:
     body: bytes
 
 
+HeadCheck = Callable[[int, dict[str, str]], None]
+
+
 def request(method: str, url: str, *, timeout_s: float, body: bytes | None = None,
             headers: Sequence[tuple[str, str]] = (),
-            max_body_bytes: int = MAX_RESPONSE_BYTES) -> Response:
-    """One HTTP/1.1 exchange on a fresh connection, with the scraper's transport: `timeout_s`
-    for all of it (connect, send, headers, body), the body capped (compressed or not), URL
-    userinfo sent as Basic auth, redirects not followed. Any status is returned; a transport
-    failure raises ScrapeError (one line, the URL redacted). Headers are the caller's to keep
-    out of logs (an `Authorization` value is never in an error line: none quotes a header).
-    Runs its own event loop: not for a thread that already runs one."""
+            max_body_bytes: int = MAX_RESPONSE_BYTES, check: HeadCheck | None = None) -> Response:
+    """rocmseat's one one-shot exchange: one HTTP/1.1 request on a fresh connection, with the
+    scraper's transport: `timeout_s` for all of it (connect, send, headers, body), the body
+    capped (compressed or not), URL userinfo sent as Basic auth, redirects not followed. Any
+    status is returned unless `check` (status, lower-cased headers) raises a ScrapeError on the
+    head, before the body is read; a failure raises TransportError (one line, the URL redacted).
+    Headers are the caller's to keep out of logs (an `Authorization` value is never in an error
+    line: none quotes a header). Runs its own event loop: not for a thread that already runs
+    one."""
     return asyncio.run(_request(method, url, timeout_s=timeout_s, body=body, headers=headers,
-                                max_body_bytes=max_body_bytes))
+                                max_body_bytes=max_body_bytes, check=check))
+
+
+def fetch_once(url: str, timeout_s: float) -> str:
+    """One scrape as a one-shot `request`: the scraper's headers, head checks, body cap and
+    UTF-8 rule, and its messages (benchmarks, the gate, a person at a prompt)."""
+    done = request("GET", url, timeout_s=timeout_s, headers=SCRAPE_HEADERS,
+                   max_body_bytes=MAX_BODY_BYTES, check=check_page_head)
+    try:
+        return done.body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # where the scraper's incremental decoder says it: a sequence cut at the end of the
+        # body is found at its end
+        cut = exc.end == len(done.body) and exc.reason == "unexpected end of data"
+        why = _not_utf8(len(done.body) if cut else exc.start).message
+        raise TransportError(redact_url(url), why) from None
 
 
 async def _request(method: str, url: str, *, timeout_s: float, body: bytes | None,
-                   headers: Sequence[tuple[str, str]], max_body_bytes: int) -> Response:
+                   headers: Sequence[tuple[str, str]], max_body_bytes: int,
+                   check: HeadCheck | None) -> Response:
     scheme, host, port, target, auth = _origin(url)
     if scheme not in ("http", "https") or not host:
         raise ScrapeError(f"{redact_url(url)}: not an http(s) URL")
@@ -581,6 +612,8 @@ async def _request(method: str, url: str, *, timeout_s: float, body: bytes | Non
 
     def on_head(response: h11.Response) -> _Body:
         found = _fields(response)
+        if check is not None:
+            check(response.status_code, found)
         _check_length(found, max_body_bytes)
         got.append(Response(response.status_code, found, b""))
         return _Body(found.get("content-encoding", ""), max_body_bytes, None)

@@ -22,7 +22,8 @@ from rocmseat.errors import ReadError
 DEFAULT_LIMIT_BYTES = 1 << 20
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What an `st_mode` that is not a regular file is, for a message: "is a FIFO, not ..."."""
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     if stat.S_ISCHR(mode):
@@ -56,7 +57,7 @@ def _read_open(fd: int, path: Path, limit_bytes: int) -> bytes:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ReadError(path, f"is {_kind(info.st_mode)}, not a regular file")
+            raise ReadError(path, f"is {file_kind(info.st_mode)}, not a regular file")
         if info.st_size > limit_bytes:
             raise ReadError(path, f"is {info.st_size:,} bytes; the limit is {limit_bytes:,}")
         chunks: list[bytes] = []
@@ -123,7 +124,7 @@ def check_trusted_path(path: Path, *, trusted_root: Path | None = None) -> None:
     if (problem := _trust_problem(info, euid)) is not None:
         raise UntrustedState(path, problem, hint=f"check who wrote {path}; remove it to start over")
     if not stat.S_ISREG(info.st_mode):
-        raise UntrustedState(path, f"is {_kind(info.st_mode)}, not a regular file")
+        raise UntrustedState(path, f"is {file_kind(info.st_mode)}, not a regular file")
     directory = path.parent
     stop = trusted_root if trusted_root is not None else directory
     while True:
@@ -168,7 +169,7 @@ def _check_dir_shapes(path: Path, trusted_root: Path | None) -> None:
                                  "never read through a link",
                                  hint=f"move {directory} away; rocmseat makes its own")
         if not stat.S_ISDIR(info.st_mode):
-            kind = "a file" if stat.S_ISREG(info.st_mode) else _kind(info.st_mode)
+            kind = "a file" if stat.S_ISREG(info.st_mode) else file_kind(info.st_mode)
             raise UntrustedState(directory, f"is {kind} where a directory should be",
                                  hint=f"move {directory} away")
 
@@ -205,7 +206,7 @@ def read_trusted_state(path: Path, *, trusted_root: Path | None = None,
         if (problem := _trust_problem(info, os.geteuid())) is not None:
             raise UntrustedState(path, problem)
         if not stat.S_ISREG(info.st_mode):
-            raise UntrustedState(path, f"is {_kind(info.st_mode)}, not a regular file")
+            raise UntrustedState(path, f"is {file_kind(info.st_mode)}, not a regular file")
         return _decode(path, _read_open(fd, path, limit_bytes))
     finally:
         os.close(fd)

@@ -13,7 +13,11 @@ import re
 # CR and LF as line ends, so one of them in a path or a value written into a unit adds a line
 # (an `ExecStartPre=+`, a `User=root`); NUL truncates a C string (execve, environ). U+2028 and
 # U+2029 are line ends to Python's str.splitlines and to log viewers.
-CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# The rule, once: CONTROL_CLASS is the body of a character class in escape text, for patterns
+# built on it (a schema's `pattern`, a class with a few more characters); everything else uses
+# CONTROL_CHARS, `control_char`, `replace_controls` or `printable`.
+CONTROL_CLASS = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
+CONTROL_CHARS = re.compile(f"[{CONTROL_CLASS}]")
 _CHAR_NAMES = {0x00: "NUL", 0x09: "TAB", 0x0A: "LF", 0x0D: "CR", 0x1B: "ESC", 0x7F: "DEL",
                0x85: "NEL", 0x2028: "LINE SEPARATOR", 0x2029: "PARAGRAPH SEPARATOR"}
 
@@ -26,6 +30,11 @@ def control_char(text: str, allowed: str = "") -> tuple[int, str] | None:
             name = _CHAR_NAMES.get(code)
             return match.start(), f"U+{code:04X}" + (f" ({name})" if name else "")
     return None
+
+
+def replace_controls(text: str, replacement: str = "?") -> str:
+    """`text` with every control character replaced (one line, nothing a terminal acts on)."""
+    return CONTROL_CHARS.sub(replacement, text)
 
 
 def printable(text: str, limit: int = 200) -> str:

@@ -20,7 +20,16 @@ from typing import Any
 
 import pytest
 
-from rocmseat.httpclient import MAX_RESPONSE_BYTES, ScrapeError, TransportError, request
+from rocmseat.httpclient import (
+    ACCEPT,
+    MAX_BODY_BYTES,
+    MAX_RESPONSE_BYTES,
+    AsyncScraper,
+    ScrapeError,
+    TransportError,
+    fetch_once,
+    request,
+)
 from rocmseat.launch.readiness import Canary, probe, served_api_key
 from rocmseat.watch.sinks import webhook_deliver
 from tests.conftest import REPO
@@ -259,6 +268,66 @@ def test_the_webhook_posts_a_json_list_with_the_one_client(various):
             deliver([{"labels": {"alertname": "x"}}])
         assert str(info.value) == f"POST http://<redacted>@{url[7:]}/api/v2/alerts: HTTP 500"
     assert received[0] == ("application/json", [{"labels": {"alertname": "replica_down"}}])
+
+
+# ----- fetch_once: one scrape as a one-shot request, the scraper's rules and messages --------
+PAGE = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1.0\n"
+SCRAPE_ANSWERS = {
+    "/ok": (200, "text/plain; version=0.0.4", PAGE.encode()),
+    "/gzip": (200, "text/plain", gzip.compress(PAGE.encode())),
+    "/down": (500, "text/plain", b"engine dead"),
+    "/html": (200, "text/html; charset=utf-8", b"<html>login</html>"),
+    "/latin1": (200, "text/plain", b"caf\xe9 1\n"),
+    "/cut": (200, "text/plain", b"x \xe2\x82"),
+    "/huge": (200, "text/plain", None),
+}
+
+
+class Scraped(BaseHTTPRequestHandler):
+    seen: Seen
+
+    def do_GET(self) -> None:
+        self.seen.requests.append({"path": self.path, "headers": dict(self.headers.items())})
+        status, ctype, body = SCRAPE_ANSWERS[self.path]
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        if self.path == "/gzip":
+            self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(MAX_BODY_BYTES + 1 if body is None else len(body)))
+        self.end_headers()
+        self.wfile.write(body or b"")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("path", "why"), [
+    ("/ok", None),
+    ("/gzip", None),
+    ("/down", "HTTP 500"),
+    ("/html", "answered 'text/html; charset=utf-8', not Prometheus metrics"),
+    ("/latin1", "the page is not UTF-8 text (byte 3)"),
+    ("/cut", "the page is not UTF-8 text (byte 4)"),
+    ("/huge", f"the response is {MAX_BODY_BYTES + 1:,} bytes; the limit is {MAX_BODY_BYTES:,}"),
+])
+def test_fetch_once_is_the_scrape_as_one_request(path, why):
+    for url, seen in _server(Scraped):
+        scraper = AsyncScraper()
+        try:
+            (kept,) = scraper.fetch_many([f"{url}{path}"], 5.0)
+        finally:
+            scraper.close()
+        try:
+            once: Any = fetch_once(f"{url}{path}", 5.0)
+        except TransportError as exc:
+            once = exc
+        sent = [r["headers"] for r in seen.requests]
+    if why is None:
+        assert kept == once == PAGE
+    else:
+        assert isinstance(kept, TransportError) and isinstance(once, TransportError)
+        assert kept.message == once.message == f"{url}{path}: {why}"
+    assert [(h["Accept"], h["Accept-Encoding"]) for h in sent] == [(ACCEPT, "identity")] * 2
 
 
 # ----- one client: nothing else in rocmseat speaks HTTP as a client -----------------------------

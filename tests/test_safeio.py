@@ -54,3 +54,27 @@ def test_not_utf8(tmp_path: Path):
     f.write_bytes(b"ok\xff")
     with pytest.raises(ReadError, match="not UTF-8 text"):
         read_regular_text(f)
+
+
+def test_one_file_kind_for_every_reader_and_writer(tmp_path: Path):
+    """safeio.file_kind names what stands there for the safe reader, the trusted-state reader,
+    the atomic writer and the sysfs attribute reader alike."""
+    import socket
+
+    from rocmseat.atomic import WriteRefused, write_into
+    from rocmseat.safeio import file_kind
+    from rocmseat.sysfs.fs import Unreadable, read_attr
+
+    fifo, sock, directory = tmp_path / "fifo", tmp_path / "sock", tmp_path / "dir"
+    os.mkfifo(fifo)
+    directory.mkdir()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(sock))
+        kinds = {p.name: file_kind(os.lstat(p).st_mode) for p in (fifo, sock, directory)}
+        kinds["null"] = file_kind(os.stat("/dev/null").st_mode)
+    assert kinds == {"fifo": "a FIFO", "sock": "a socket", "dir": "a directory",
+                     "null": "a character device"}
+    attr = read_attr(fifo)
+    assert isinstance(attr, Unreadable) and "is a FIFO, not a regular file" in attr.reason
+    with pytest.raises(WriteRefused, match="is a FIFO, not a regular file"):
+        write_into(tmp_path, "fifo", b"x")

@@ -30,6 +30,23 @@ def sysfs_root_option(func: F) -> F:
     )(func)
 
 
+def max_age_option(help: str) -> Callable[[F], F]:
+    """`--max-age SECONDS`: the oldest cached preflight verdict a reader trusts (one default
+    for every reader, rocmseat.preflight.verdict_doc.DEFAULT_MAX_AGE_S); `help` says how this
+    command uses it."""
+    from rocmseat.preflight.verdict_doc import DEFAULT_MAX_AGE_S
+
+    return click.option(
+        "--max-age",
+        "max_age_s",
+        type=click.FloatRange(min=1.0, max=7 * 86400.0),
+        default=DEFAULT_MAX_AGE_S,
+        show_default=True,
+        metavar="SECONDS",
+        help=help,
+    )
+
+
 def state_dir_option(func: F) -> F:
     return click.option(
         "--state-dir",

@@ -12,6 +12,7 @@ import click
 
 from rocmseat.cli.options import (
     json_option,
+    max_age_option,
     resolve_state_dir,
     resolve_sysfs_root,
     state_dir_option,
@@ -20,7 +21,6 @@ from rocmseat.cli.options import (
 )
 from rocmseat.errors import ConfigError, RocmseatError
 from rocmseat.findings import exit_code_for
-from rocmseat.preflight.verdict_doc import DEFAULT_MAX_AGE_S
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -116,15 +116,7 @@ def _pairs(
     "untrusted (a link, another owner, group/other-writable) or (with --profile) judged "
     "against another profile is unknown (exit 2).",
 )
-@click.option(
-    "--max-age",
-    "max_age_s",
-    type=click.FloatRange(min=1.0, max=7 * 86400.0),
-    default=DEFAULT_MAX_AGE_S,
-    show_default=True,
-    metavar="SECONDS",
-    help="With --cached: the oldest cached verdict still trusted.",
-)
+@max_age_option("With --cached: the oldest cached verdict still trusted.")
 @click.option(
     "--textfile",
     type=click.Path(path_type=Path, file_okay=False),

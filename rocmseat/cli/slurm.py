@@ -9,13 +9,14 @@ from typing import Any
 import click
 
 from rocmseat.cli.options import (
+    max_age_option,
     resolve_state_dir,
     resolve_sysfs_root,
     state_dir_option,
     sysfs_root_option,
 )
-from rocmseat.fleet.slurm import DEFAULT_BUDGET_S, DEFAULT_MAX_DRAINED
-from rocmseat.preflight.verdict_doc import DEFAULT_MAX_AGE_S
+from rocmseat.fleet.breaker import DEFAULT_MAX_DRAINED
+from rocmseat.fleet.slurm import DEFAULT_BUDGET_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,7 @@ class HealthOptions:
     drain_on_unknown: bool
     hip: bool
     profile: Path | None
-    max_drained: str  # N or P%, parsed by rocmseat.fleet.slurm.parse_max_drained
+    max_drained: str  # N or P%, parsed by rocmseat.fleet.breaker.parse_max_drained
     dry_run: bool
 
 
@@ -49,16 +50,8 @@ def slurm() -> None:
     help="Slurm node name [default: $SLURMD_NODENAME, else the node scontrol lists for this "
     "host]",
 )
-@click.option(
-    "--max-age",
-    "max_age_s",
-    type=click.FloatRange(min=1.0, max=7 * 86400.0),
-    default=DEFAULT_MAX_AGE_S,
-    show_default=True,
-    metavar="SECONDS",
-    help="Judge from the cached verdict of the last full preflight if it is at most this old "
-    "(as preflight --cached --max-age); else run one.",
-)
+@max_age_option("Judge from the cached verdict of the last full preflight if it is at most this "
+                "old (as preflight --cached --max-age); else run one.")
 @click.option(
     "--budget",
     "budget_s",
@@ -104,7 +97,8 @@ def health(**values: Any) -> int:
     2 could not check or could not tell Slurm (Slurm ignores the exit code; the action is the
     point).
     """
-    from rocmseat.fleet.slurm import HealthRequest, parse_max_drained
+    from rocmseat.fleet.breaker import parse_max_drained
+    from rocmseat.fleet.slurm import HealthRequest
     from rocmseat.fleet.slurm import health as run_health
 
     opts = HealthOptions(**values)

@@ -31,26 +31,44 @@ on). So `rocmseat slurm health`, all of it within one budget (default 50 s):
    drain stays); an unknown verdict changes nothing unless `--drain-on-unknown`.
 
 `decide` is pure; the scontrol calls go through rocmseat.runner, each bounded by what is left.
+The subjects apart: scontrol's answers and calls (naming, node state, `apply`) are
+rocmseat.fleet.scontrol, the circuit breaker rocmseat.fleet.breaker; this module is the flow.
 """
 
 from __future__ import annotations
 
-import calendar
 import dataclasses
-import math
 import os
 import re
-import socket
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocmseat import exitcodes
-from rocmseat.errors import RocmseatError
 from rocmseat.findings import Severity
+from rocmseat.fleet.breaker import (
+    DEFAULT_MAX_DRAINED,
+    MaxDrained,
+    breaker,
+    parse_max_drained,
+    settle_and_rank,
+)
 from rocmseat.fleet.npd import npd_line
+from rocmseat.fleet.scontrol import (
+    CALL_RESERVE_S,
+    MIN_CALL_S,
+    REASON_PREFIX,
+    Action,
+    Clocks,
+    Deadline,
+    NodeState,
+    apply,
+    list_nodes,
+    node_state,
+    pick_node,
+    resolve_node_name,
+)
 from rocmseat.preflight.order import worst_first
 from rocmseat.preflight.verdict_doc import (
     DEFAULT_MAX_AGE_S,
@@ -60,373 +78,21 @@ from rocmseat.preflight.verdict_doc import (
     Verdict,
     load_verdict,
 )
-from rocmseat.runner import Completed, Runner, run
+from rocmseat.runner import Runner, run
 
 if TYPE_CHECKING:
     from rocmseat.preflight.verdict import RecordedRun
 
-REASON_PREFIX = "rocmseat:"
 # The whole command, scontrol calls and a preflight run included, inside Slurm's 60 s
 # HealthCheckTimeout with room for the interpreter's start (docs/fleet.md, "Slurm")
 DEFAULT_BUDGET_S = 50.0
-SCONTROL_TIMEOUT_S = 10.0  # the most one scontrol call may take
-CALL_RESERVE_S = 5.0  # kept back for each scontrol call still to come
-MIN_CALL_S = 0.5
 MIN_PREFLIGHT_S = 2.0
 HIP_STAGE_SHARE = 8  # a pair's probe is a few children of a few stages each (docs/hip.md)
 MAX_REASON = 120
-# Slurm node names: hostname-like (slurm.conf NodeName); refuse anything else before it reaches
-# an argv. A hostlist expression (`gpu[01-64]`, `gpu07,gpu08`) names many nodes to `scontrol
-# update`, and so do the reserved words of slurm.conf(5) NodeName: ALL (every node) and DEFAULT.
-_NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_RESERVED_NODE_NAMES = frozenset({"all", "default"})
-DEFAULT_MAX_DRAINED = "10%"
-# The breaker's second half (settle_and_rank): how far this host's clock may be from
-# slurmctld's (Slurm needs them synchronised anyway: munge credentials carry a time), the
-# longest wait for a drain's second to pass, and how many re-reads that may take
-CLOCK_SLACK_S = 0.25
-MAX_SETTLE_S = 5.0
-SETTLE_TRIES = 3
-_MAX_DRAINED_RE = re.compile(r"([0-9]{1,7}(?:\.[0-9]{1,6})?)(%?)", re.ASCII)
-_UNPRINTABLE_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_FIELD_RE = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_]*)=")
 # what a reason rocmseat writes may hold: check ids, PCI addresses, counts, the family tag
 _REASON_UNSAFE_RE = re.compile(r"[^A-Za-z0-9 .:+_,/-]")
 _FAMILIES_TAG_RE = re.compile(r" \[([a-z,]*)\]$")
-_STAMP_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}", re.ASCII)
 _LEGACY_REASON_RE = re.compile(r"^rocmseat: (?:unknown )?([a-z0-9_]+)(?:\.[a-z0-9_]+)+ \S+$")
-
-# Node states (slurm.h NODE_STATE_*, printed by node_state_string_complete as BASE+FLAG+...):
-# the ones a healthy node in service has. Anything else (DOWN, FUTURE, FAIL, MAINT, REBOOT_*,
-# POWER*, INVALID_REG, flags of a newer release) is someone else's: rocmseat leaves it alone.
-_IN_SERVICE_BASES = frozenset({"IDLE", "ALLOCATED", "ALLOC", "MIXED", "MIX", "COMPLETING",
-                               "UNKNOWN"})
-_BENIGN_FLAGS = frozenset({"NOT_RESPONDING", "COMPLETING", "RESERVED", "PLANNED", "CLOUD",
-                           "DYNAMIC_NORM"})
-DRAIN_FLAG = "DRAIN"
-
-
-class SlurmError(RocmseatError):
-    """Slurm could not be asked or told (scontrol failed or timed out): could not act, exit 2."""
-
-    exit_code = exitcodes.CANNOT_CHECK
-
-
-@dataclass(frozen=True, slots=True)
-class NodeState:
-    name: str
-    hostname: str | None
-    state: str  # "IDLE+DRAIN", "DOWN", "IDLE+FAIL", "MIXED" ...
-    reason: str | None  # as set, without scontrol's " [user@time]" suffix
-    # when the reason was set (slurmctld's clock, whole seconds: update_node() in
-    # src/slurmctld/node_mgr.c sets reason_time = now under the node write lock); None when
-    # scontrol printed no stamp or one this parser cannot read
-    reason_set_unix_s: float | None = None
-
-    @property
-    def base(self) -> str:
-        tokens = self.state.upper().split("+")
-        # older spellings of a drained node's base state (sinfo's, some scontrol versions)
-        return {"DRAINED": "IDLE", "DRAINING": "ALLOCATED"}.get(tokens[0], tokens[0])
-
-    @property
-    def flags(self) -> frozenset[str]:
-        tokens = self.state.upper().split("+")
-        extra = {DRAIN_FLAG} if tokens[0] in ("DRAINED", "DRAINING") else set()
-        return frozenset(t for t in tokens[1:] if t) | extra
-
-    @property
-    def drained(self) -> bool:
-        return DRAIN_FLAG in self.flags
-
-    @property
-    def ours(self) -> bool:
-        return (self.reason or "").startswith(REASON_PREFIX)
-
-    def foreign(self) -> str | None:
-        """Why rocmseat must leave this node alone (words for the log), or None."""
-        if self.base not in _IN_SERVICE_BASES:
-            return f"State={self.state}" + (f" Reason={self.reason}" if self.reason else "")
-        odd = sorted(self.flags - _BENIGN_FLAGS - {DRAIN_FLAG})
-        if odd:
-            return f"State={self.state}" + (f" Reason={self.reason}" if self.reason else "")
-        if self.reason is not None and not self.ours:
-            return f"State={self.state} Reason={self.reason}"
-        if self.drained and not self.ours:
-            return f"State={self.state} with no reason"
-        return None
-
-    @property
-    def drained_by_rocmseat(self) -> bool:
-        return self.drained and self.ours and self.foreign() is None
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    kind: str  # "drain", "resume" or "none"
-    reason: str | None  # the drain reason
-    why: str  # one line for the log
-    # the verdict cannot tell whether the drain's cause is gone (it did not run that family):
-    # the run is "could not check" (exit 2) and the drain stays
-    unknown: str | None = None
-    held: bool = False  # a drain the circuit breaker held back (exit 1)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    node: str
-    verdict_line: str
-    verdict_code: int
-    action: Action
-    applied: bool
-
-
-class Deadline:
-    """What is left of the command's budget (a monotonic clock, injectable)."""
-
-    def __init__(self, budget_s: float, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.budget_s = budget_s
-        self._monotonic = monotonic
-        self._end = monotonic() + budget_s
-
-    def remaining(self) -> float:
-        return self._end - self._monotonic()
-
-
-def parse_node_line(line: str) -> NodeState:
-    """One line of `scontrol -o show node` (key=value fields; values may hold spaces).
-
-    A value runs to the next ` Key=`; Reason comes last and scontrol appends ` [user@time]`.
-    """
-    # what reaches our one line of output and the argv is printable: a control character (C0,
-    # DEL, C1, a Unicode line separator) in a name, state or reason becomes `?`, which no node
-    # name holds, so a forged name stays refused
-    line = _UNPRINTABLE_RE.sub("?", line.rstrip("\r"))
-    fields: dict[str, str] = {}
-    matches = list(_FIELD_RE.finditer(line))
-    for index, match in enumerate(matches):
-        end = matches[index + 1].start() if index + 1 < len(matches) else len(line)
-        key = match.group(1)
-        if key == "Reason":
-            # the reason is free text: it runs to the end (or to a later known field)
-            later = [m for m in matches[index + 1 :] if m.group(1) in _AFTER_REASON]
-            end = later[0].start() if later else len(line)
-            fields[key] = line[match.end() : end].strip()
-            break
-        fields.setdefault(key, line[match.end() : end].strip())
-    name = fields.get("NodeName")
-    state = fields.get("State")
-    if not name or not state:
-        raise SlurmError(f"scontrol printed no NodeName/State: {line[:120]!r}")
-    reason, stamp = _split_stamp(fields.get("Reason"))
-    return NodeState(name, fields.get("NodeHostName"), state, reason, stamp)
-
-
-def _split_stamp(reason: str | None) -> tuple[str | None, float | None]:
-    r"""The reason without scontrol's ` [user@time]` suffix, and that time. No regex over the
-    reason: `\s*...$` over a reason of many spaces backtracks quadratically (a forged answer
-    must not hang the check).
-
-    scontrol prints the stamp with slurm_make_time_str (src/common/parse_time.c): `%FT%T` in
-    the local time of scontrol's process unless SLURM_TIME_FORMAT says otherwise; rocmseat runs
-    scontrol with `SLURM_TIME_FORMAT=standard` and `TZ=UTC` (SCONTROL_ENV), so the stamp is UTC.
-    """
-    if reason is None:
-        return None, None
-    stamp = None
-    if reason.endswith("]"):
-        opened = reason.rfind("[")
-        inner = reason[opened + 1 : -1]
-        if opened >= 0 and "@" in inner and "]" not in inner:
-            reason = reason[:opened].rstrip()
-            stamp = _stamp_unix_s(inner.rpartition("@")[2])
-    return reason or None, stamp
-
-
-def _stamp_unix_s(text: str) -> float | None:
-    if _STAMP_RE.fullmatch(text) is None:
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%S")))
-    except (ValueError, OverflowError):
-        return None
-
-
-# fields newer Slurm releases print after Reason (23.x: Comment=, Extra=); a reason is cut there
-_AFTER_REASON = frozenset({"Comment", "Extra", "ResumeAfterTime", "InstanceId", "InstanceType"})
-
-
-def parse_nodes(text: str) -> list[NodeState]:
-    # lines end at "\n" only: str.splitlines would also cut at \x1c-\x1e, \x85 and U+2028,
-    # which a reason may hold, and start a forged "NodeName=" line there
-    return [parse_node_line(line) for line in text.split("\n") if line.strip().startswith(
-        "NodeName=")]
-
-
-def valid_node_name(name: str) -> bool:
-    """One plain Slurm node name: never a hostlist, never ALL or DEFAULT (they name many)."""
-    return (_NODE_NAME_RE.fullmatch(name) is not None
-            and name.lower() not in _RESERVED_NODE_NAMES)
-
-
-def shown_name(name: str) -> str:
-    """A name from Slurm's answer, safe for one line of output (control characters escaped)."""
-    return ascii(name[:80])[1:-1]
-
-
-def _scontrol(
-    argv: list[str], *, runner: Runner, deadline: Deadline | None, keep_s: float = 0.0
-) -> Completed:
-    """One scontrol call within what is left of the budget (less `keep_s` for later calls)."""
-    shown = " ".join(argv[:4] if argv[1:2] == ["update"] else argv)  # never the reason text
-    timeout = SCONTROL_TIMEOUT_S
-    if deadline is not None:
-        timeout = min(timeout, deadline.remaining() - keep_s)
-        if timeout < MIN_CALL_S:
-            raise SlurmError(f"{shown}: no time left within the {deadline.budget_s:g}s budget")
-    done = runner(argv, timeout_s=timeout, env=scontrol_env())
-    if done.timed_out:
-        raise SlurmError(f"{shown}: timed out after {timeout:.3g}s (slurmctld not answering?)")
-    if done.truncated:
-        raise SlurmError(f"{shown}: printed more than {len(done.stdout):,} characters (cut; "
-                         "not an answer to read)")
-    if not done.ok:
-        raise SlurmError(f"{shown}: {_tail(done.stderr or done.stdout)}")
-    return done
-
-
-def scontrol_env() -> dict[str, str]:
-    """scontrol's environment: ours, with the reason stamp in one format rocmseat reads
-    (slurm_make_time_str in src/common/parse_time.c honours SLURM_TIME_FORMAT and the local
-    time zone; `standard` is `%FT%T`)."""
-    return {**os.environ, "SLURM_TIME_FORMAT": "standard", "TZ": "UTC"}
-
-
-def resolve_node_name(
-    explicit: str | None,
-    env: Mapping[str, str],
-    *,
-    runner: Runner = run,
-    hostnames: Sequence[str] | None = None,
-    deadline: Deadline | None = None,
-    keep_s: float = 0.0,
-) -> str:
-    """This host's Slurm node name: --node, SLURMD_NODENAME, else scontrol's node list."""
-    for source, value in (("--node", explicit), ("SLURMD_NODENAME", env.get("SLURMD_NODENAME"))):
-        if value:
-            if not valid_node_name(value):
-                raise SlurmError(f"{source} {value!r}: not a Slurm node name")
-            return value
-    names = list(hostnames) if hostnames is not None else _hostnames()
-    nodes = list_nodes(runner=runner, deadline=deadline, keep_s=keep_s)
-    mine = list(dict.fromkeys(n.name for n in nodes
-                              if n.name in names or (n.hostname or "") in names))
-    hint = "pass --node NAME (the NodeName in slurm.conf)"
-    if not mine:
-        raise SlurmError(f"no Slurm node is this host ({', '.join(names)})", hint=hint)
-    if len(mine) > 1:
-        shown = ", ".join(shown_name(n) for n in mine[:8]) + (" ..." if len(mine) > 8 else "")
-        raise SlurmError(f"{len(mine)} Slurm nodes are this host ({', '.join(names)}): {shown}",
-                         hint=hint)
-    if not valid_node_name(mine[0]):
-        raise SlurmError(f"scontrol lists {shown_name(mine[0])!r} for this host: not a Slurm "
-                         "node name (a hostlist, ALL or DEFAULT would drain many nodes)",
-                         hint=hint)
-    return mine[0]
-
-
-def list_nodes(*, runner: Runner = run, deadline: Deadline | None = None,
-               keep_s: float = 0.0) -> list[NodeState]:
-    """Every node Slurm lists (`scontrol -o show node`)."""
-    done = _scontrol(["scontrol", "-o", "show", "node"], runner=runner, deadline=deadline,
-                     keep_s=keep_s)
-    return parse_nodes(done.stdout)
-
-
-def pick_node(nodes: Sequence[NodeState], name: str, asked: str) -> NodeState:
-    """The one node called `name` in an answer of scontrol; SlurmError when none or several."""
-    found = [n for n in nodes if n.name == name]
-    if not found:
-        raise SlurmError(f"{asked}: no such node in its answer")
-    if len(found) > 1:
-        raise SlurmError(f"{asked}: {len(found)} nodes called {shown_name(name)!r} in its "
-                         "answer")
-    return found[0]
-
-
-def _hostnames() -> list[str]:
-    # gethostname() only: getfqdn() asks DNS, which can stall a health check for seconds
-    full = socket.gethostname()
-    return list(dict.fromkeys([full, full.split(".", 1)[0]]))
-
-
-def node_state(
-    name: str,
-    *,
-    runner: Runner = run,
-    deadline: Deadline | None = None,
-    keep_s: float = 0.0,
-) -> NodeState:
-    done = _scontrol(["scontrol", "-o", "show", "node", name], runner=runner,
-                     deadline=deadline, keep_s=keep_s)
-    return pick_node(parse_nodes(done.stdout), name, f"scontrol -o show node {name}")
-
-
-@dataclass(frozen=True, slots=True)
-class MaxDrained:
-    """`--max-drained N|P%`: how many nodes rocmseat may hold drained at once."""
-
-    count: int | None = None
-    percent: float | None = None
-
-    def limit(self, nodes: int) -> int:
-        """The limit for a cluster of `nodes` (a percentage rounds down, and is at least 1:
-        one node of a small cluster can always be drained)."""
-        if self.count is not None:
-            return self.count
-        assert self.percent is not None
-        return max(1, math.floor(nodes * self.percent / 100.0 + 1e-9))
-
-
-def parse_max_drained(text: str) -> MaxDrained:
-    """`3` or `10%` (ValueError with the reason otherwise; ASCII digits only). Pure."""
-    match = _MAX_DRAINED_RE.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(f"{text!r} is not N (1..1000000) or P% (0 < P <= 100)")
-    number, percent = match.groups()
-    if percent:
-        value = float(number)
-        if not 0 < value <= 100:
-            raise ValueError(f"{text!r}: a percentage in (0, 100]")
-        return MaxDrained(percent=value)
-    if "." in number or not 1 <= int(number) <= 1_000_000:
-        raise ValueError(f"{text!r} is not N (1..1000000) or P% (0 < P <= 100)")
-    return MaxDrained(count=int(number))
-
-
-def breaker(action: Action, name: str, nodes: Sequence[NodeState],
-            max_drained: MaxDrained) -> Action:
-    """The circuit breaker on drains (pure): a drain of a node not yet drained is held when
-    `max_drained` other nodes already carry a rocmseat drain. Resumes and re-drains (a new
-    reason on a node rocmseat drained) pass."""
-    if action.kind != "drain":
-        return action
-    this = [n for n in nodes if n.name == name]
-    if this and this[0].drained:
-        return action
-    ours = sum(1 for n in nodes if n.name != name and n.drained and n.ours)
-    limit = max_drained.limit(len(nodes))
-    if ours < limit:
-        return action
-    return Action("none", action.reason,
-                  f"circuit breaker: {ours} of {len(nodes)} nodes already drained by rocmseat "
-                  f"(limit {limit}): not draining {name}", held=True)
-
-
-def _tail(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[-1][:200] if lines else "(no output)"
-
 
 def reason_families(reason: str | None) -> frozenset[str] | None:
     """The check families a rocmseat drain reason names; None when it cannot tell. Pure.
@@ -554,17 +220,13 @@ def _drain(node: NodeState, reason: str) -> Action:
     return Action("drain", reason, f"drained ({reason})")
 
 
-def apply(
-    action: Action, name: str, *, runner: Runner = run, deadline: Deadline | None = None
-) -> None:
-    if action.kind == "none":
-        return
-    argv = ["scontrol", "update", f"NodeName={name}"]
-    if action.kind == "drain":
-        argv += ["State=DRAIN", f"Reason={action.reason}"]
-    else:
-        argv += ["State=RESUME"]
-    _scontrol(argv, runner=runner, deadline=deadline)
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    node: str
+    verdict_line: str
+    verdict_code: int
+    action: Action
+    applied: bool
 
 
 def hip_stage_timeout(budget_s: float) -> float:
@@ -572,16 +234,6 @@ def hip_stage_timeout(budget_s: float) -> float:
     stage makes no progress within it (rocmseat.hip.probe), so a hung GPU costs a fraction of
     the budget, not the 30 s default."""
     return max(MIN_CALL_S, min(30.0, budget_s / HIP_STAGE_SHARE))
-
-
-@dataclass(frozen=True, slots=True)
-class Clocks:
-    """The wall clock (verdict ages, drain stamps), the monotonic one (the budget) and sleep:
-    injectable for tests."""
-
-    wall: Callable[[], float] = time.time
-    monotonic: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
 
 
 @dataclass(frozen=True, slots=True)
@@ -647,76 +299,6 @@ def obtain_verdict(
     except UnusableVerdict as exc:
         said = run.save_problem or str(exc)
         return None, f"{first}; the preflight it ran: {said}", True
-
-
-def breaker_after(name: str, nodes: Sequence[NodeState], max_drained: MaxDrained) -> Action | None:
-    """The breaker's second half (pure), on a node list read after this node's drain and after
-    every drain stamped in the same second as it was committed: the drains rocmseat holds, in
-    the order slurmctld stamped them (then by name), keep their place up to the limit; a drain
-    beyond it is handed back (an Action to resume), else None.
-
-    Every run that drains ranks the same drains the same way, so however many nodes drain at
-    the same instant, the first `limit` stay and the rest resume (docs/fleet.md, "The circuit
-    breaker"). A drain whose stamp cannot be read counts as older than any other.
-    """
-    ours = sorted((n for n in nodes if n.drained_by_rocmseat), key=_drain_order)
-    names = [n.name for n in ours]
-    if name not in names:
-        return None
-    limit = max_drained.limit(len(nodes))
-    place = names.index(name) + 1
-    if place <= limit:
-        return None
-    return Action("resume", None,
-                  f"circuit breaker: {place - 1} of {len(nodes)} nodes were drained by rocmseat "
-                  f"before it (limit {limit}): handed back the drain of {name}", held=True)
-
-
-def _drain_order(node: NodeState) -> tuple[int, float, str]:
-    stamp = node.reason_set_unix_s
-    return (0 if stamp is None else 1, stamp or 0.0, node.name)
-
-
-def settle_and_rank(
-    name: str,
-    reason: str,
-    max_drained: MaxDrained,
-    *,
-    runner: Runner,
-    deadline: Deadline,
-    clocks: Clocks,
-) -> Action | None:
-    """After this node's drain: wait until every drain slurmctld stamped in the same second has
-    been committed, re-list, and rank (breaker_after). None when the drain stays or is no
-    longer rocmseat's to judge (its reason changed since: an administrator stepped in).
-
-    slurmctld stamps a reason with its clock in whole seconds, under the node write lock
-    (update_node in src/slurmctld/node_mgr.c; _slurm_rpc_update_node in proc_req.c takes the
-    lock), so a list asked for once its clock has passed the stamp's second holds every drain
-    of that second. This host's clock stands in for slurmctld's, within CLOCK_SLACK_S.
-    """
-    for _ in range(SETTLE_TRIES):
-        asked = clocks.wall()
-        nodes = list_nodes(runner=runner, deadline=deadline, keep_s=CALL_RESERVE_S)
-        own = pick_node(nodes, name, "scontrol -o show node")
-        if not (own.drained_by_rocmseat and own.reason == reason):
-            return None
-        stamp = own.reason_set_unix_s
-        if stamp is None:
-            return Action("resume", None, "circuit breaker: scontrol printed no readable time "
-                          f"for the drain of {name}, so it cannot be ordered: handed back",
-                          held=True)
-        settled = stamp + 1.0 + CLOCK_SLACK_S
-        if asked >= settled:
-            return breaker_after(name, nodes, max_drained)
-        wait = settled - clocks.wall()
-        if wait > MAX_SETTLE_S:
-            return Action("resume", None, f"circuit breaker: slurmctld stamped the drain of "
-                          f"{name} {wait - 1.0 - CLOCK_SLACK_S:.0f}s ahead of this host's "
-                          "clock (clocks not synchronised?): handed back", held=True)
-        clocks.sleep(max(wait, 0.0))
-    return Action("resume", None, f"circuit breaker: the node list did not settle after "
-                  f"{SETTLE_TRIES} reads: handed back the drain of {name}", held=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from rocmseat.findings import Finding, Subject
 from rocmseat.node.inventory import Gpu, Inventory
-from rocmseat.preflight.pairs import Pair, make_pair
+from rocmseat.preflight.pairs import Pair, make_pair, pair_json
 from rocmseat.sysfs.attrs import errors_of, first_of
 
 
@@ -101,19 +101,6 @@ def _asymmetry(pair: Pair) -> str:
     return f"asymmetric links: {pair.a} {pair.link_a}, {pair.b} {pair.link_b} ({why})"
 
 
-def _pair_data(pair: Pair) -> dict[str, object]:
-    return {
-        "a": pair.a,
-        "b": pair.b,
-        "socket": pair.socket,
-        "numa_node": pair.numa_node,
-        "symmetric": pair.symmetric,
-        "degraded": pair.degraded,
-        "link_a": pair.link_a,
-        "link_b": pair.link_b,
-    }
-
-
 def judge_proposed(pairs: Sequence[Pair], inventory: Inventory) -> list[Finding]:
     """`numa.pair` for each proposed pair; `numa.pair.unpaired` for each GPU left over."""
     findings = []
@@ -122,7 +109,7 @@ def judge_proposed(pairs: Sequence[Pair], inventory: Inventory) -> list[Finding]
         findings.append(
             Subject(pair.subject).ok(
                 "numa.pair", f"proposed TP2 pair on socket {pair.socket}{node}; {_asymmetry(pair)}",
-                "", _pair_data(pair),
+                "", pair_json(pair),
             )
         )
     taken = {a for pair in pairs for a in pair.addresses()}
@@ -167,7 +154,7 @@ def judge_requested(requested: Sequence[tuple[str, str]], inventory: Inventory) 
                 Subject(subject).unknown(
                     "numa.pair.unknown",
                     "cannot tell whether the pair shares a socket (a GPU's socket is unknown)", "",
-                    _pair_data(pair),
+                    pair_json(pair),
                 )
             )
         elif gpu_a.socket != gpu_b.socket:
@@ -177,14 +164,14 @@ def judge_requested(requested: Sequence[tuple[str, str]], inventory: Inventory) 
                     f"pair straddles sockets {gpu_a.socket} and {gpu_b.socket}: "
                     "cross-socket HIP IPC fails on such platforms and every all-reduce "
                     "is host-staged",
-                    "pair GPUs on one socket (see the proposed pairs)", _pair_data(pair),
+                    "pair GPUs on one socket (see the proposed pairs)", pair_json(pair),
                 )
             )
         else:
             findings.append(
                 Subject(subject).ok(
                     "numa.pair", f"pair on socket {pair.socket}; {_asymmetry(pair)}", "",
-                    _pair_data(pair),
+                    pair_json(pair),
                 )
             )
     return findings

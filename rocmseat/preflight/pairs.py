@@ -37,6 +37,21 @@ class Pair:
         return (self.a, self.b)
 
 
+def pair_json(pair: Pair) -> dict[str, object]:
+    """A pair as JSON: the preflight document's `pairs.proposed` and the `numa.pair` finding's
+    data alike."""
+    return {
+        "a": pair.a,
+        "b": pair.b,
+        "socket": pair.socket,
+        "numa_node": pair.numa_node,
+        "symmetric": pair.symmetric,
+        "degraded": pair.degraded,
+        "link_a": pair.link_a,
+        "link_b": pair.link_b,
+    }
+
+
 def link_text(link: EffectiveLink) -> str:
     width = "x?" if link.width is None else f"x{link.width}"
     return f"{format_speed(link.speed_gts)} {width}"

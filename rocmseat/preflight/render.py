@@ -16,22 +16,10 @@ from rocmseat.findings import Finding, Severity, exit_code_for, worst
 from rocmseat.node.link import effective_link
 from rocmseat.preflight.link import endpoint_claim, link_words
 from rocmseat.preflight.order import worst_first_in_run_order
-from rocmseat.preflight.pairs import Pair
+from rocmseat.preflight.pairs import pair_json
 from rocmseat.preflight.run import PreflightReport
 
 SCHEMA = "rocmseat.preflight/v1"
-
-
-def _pair_json(pair: Pair) -> dict[str, Any]:
-    return {
-        "a": pair.a,
-        "b": pair.b,
-        "socket": pair.socket,
-        "numa_node": pair.numa_node,
-        "symmetric": pair.symmetric,
-        "link_a": pair.link_a,
-        "link_b": pair.link_b,
-    }
 
 
 def to_json(report: PreflightReport, *, strict: bool = False) -> dict[str, Any]:
@@ -83,7 +71,7 @@ def to_json(report: PreflightReport, *, strict: bool = False) -> dict[str, Any]:
         "aer_window": report.aer_window,
         "gpus": gpus,
         "pairs": {
-            "proposed": [_pair_json(p) for p in report.proposed],
+            "proposed": [pair_json(p) for p in report.proposed],
             "requested": [list(p) for p in report.requested],
         },
         "findings": [f.to_json() for f in report.findings],

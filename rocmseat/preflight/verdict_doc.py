@@ -34,6 +34,7 @@ from rocmseat.safeio import UntrustedState, check_write_dirs, read_trusted_state
 from rocmseat.statedir import StateDir
 from rocmseat.sysfs.fs import default_proc_root
 from rocmseat.sysfs.host import NO_PROC, BootIdentity, read_boot_identity
+from rocmseat.text import CONTROL_CLASS, replace_controls
 
 SCHEMA = "rocmseat.verdict/v1"
 # The oldest cached verdict a fast reader trusts, for every reader (`preflight --cached`,
@@ -55,7 +56,6 @@ ALWAYS_FAMILIES = frozenset({"inventory", "preflight"})
 FULL_RUN_FAMILIES = frozenset({"pcie", "aer", "numa"})
 ERROR_CHECK = "preflight.error"
 _CHECK_ID_RE = re.compile(r"^[a-z0-9_]+(?:\.[a-z0-9_]+){0,5}$")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _BOOT_ID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _HOST_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -148,7 +148,7 @@ def make_verdict(
 
 def _clean(text: str) -> str:
     """One printable line (messages quote sysfs text, which may hold anything)."""
-    return _CONTROL_RE.sub("?", text)[:_MAX_TEXT]
+    return replace_controls(text)[:_MAX_TEXT]
 
 
 def to_json(verdict: Verdict) -> dict[str, Any]:
@@ -322,7 +322,7 @@ def _document_validator() -> Any:
     from pydantic_core import SchemaValidator
     from pydantic_core import core_schema as cs
 
-    printable = r"^[^\x00-\x1f\x7f-\x9f]*$"
+    printable = f"^[^{CONTROL_CLASS}]*$"
 
     def text(max_length: int = _MAX_TEXT, pattern: str = printable) -> Any:
         return cs.str_schema(max_length=max_length, pattern=pattern, strict=True)

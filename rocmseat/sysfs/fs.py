@@ -13,6 +13,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmseat.safeio import file_kind
+
 SYSFS_ENV = "ROCMSEAT_SYSFS_ROOT"
 PROC_ENV = "ROCMSEAT_PROC_ROOT"
 KMSG_ENV = "ROCMSEAT_KMSG"
@@ -98,20 +100,6 @@ AttrValue = str | Unsupported | Unreadable | None
 AttrBytes = bytes | Unsupported | Unreadable | None
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 def read_attr(path: Path | str) -> AttrValue:
     """Read a sysfs attribute as text (read_attr_bytes, decoded; trailing newline kept:
     parsers decide)."""
@@ -150,7 +138,7 @@ def read_attr_bytes(path: Path | str) -> AttrBytes:
         if not stat.S_ISREG(mode):
             return Unreadable(
                 str(path),
-                f"is {_kind(mode)}, not a regular file (sysfs attributes are regular files)",
+                f"is {file_kind(mode)}, not a regular file (sysfs attributes are regular files)",
             )
         chunks: list[bytes] = []
         total = 0

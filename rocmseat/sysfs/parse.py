@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from rocmseat.errors import ParseError
+from rocmseat.text import CONTROL_CLASS
 
 _U64_MAX = (1 << 64) - 1
 
@@ -70,7 +71,8 @@ def parse_numa_node(text: str, source: str = "<text>") -> int | None:
     return None if value == -1 else value
 
 
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\ufffd]")
+# the control-character rule, and U+FFFD: what decoding left of bytes that are not UTF-8
+_CONTROL_RE = re.compile(f"[{CONTROL_CLASS}\\ufffd]")
 
 
 def parse_free_text(text: str, source: str = "<text>") -> str:

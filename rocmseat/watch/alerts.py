@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocmseat.redact import redact_text
+from rocmseat.text import CONTROL_CLASS
 
 SPEC_ACCEPTANCE_DROP = "spec_acceptance_drop"
 SPEC_DRAFTER_DEAD = "spec_drafter_dead"
@@ -161,7 +162,7 @@ class Transition:
         }
 
 
-_UNSAFE = re.compile(r"[\s\x00-\x1f\x7f]")
+_UNSAFE = re.compile(rf"[\s{CONTROL_CLASS}]")
 
 
 def _token(value: str) -> str:

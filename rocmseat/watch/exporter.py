@@ -9,7 +9,9 @@ The listener holds at most `MAX_CLIENTS` connections at a time (a thread each, a
 timeout); one more is answered `503 busy` and closed at once, so idle or slow clients can never
 grow the watcher's threads. A label value the exposition cannot encode (a lone surrogate)
 becomes U+FFFD on the way out, and a page that still cannot be rendered is a one-line 500:
-one bad label never takes the exporter down for the whole fleet.
+one bad label never takes the exporter down for the whole fleet. The routes are a pure
+function (`answer`: method, target, state, now -> `Reply`); the server is a thin shell around it,
+listening with a backlog of 128 so a fleet's scrapers connecting at once are all queued.
 """
 
 from __future__ import annotations
@@ -33,6 +35,14 @@ from rocmseat.watch.readiness import (
     watcher_health,
 )
 from rocmseat.watch.status import ReplicaStatus
+
+# Read by the speculation gate (rocmseat.speculation.gate.procs), so named once: the watchdog's
+# own counters (exposed with `_total`), and its start line, which says where this listener is.
+EVALUATIONS = "rocmseat_watch_evaluations"
+SCRAPE_ERRORS = "rocmseat_scrape_errors"
+START_LINE = "rocmseat-watch start"  # ... exporter=HOST:PORT ([HOST]:PORT for IPv6)
+_EXPORTER_FIELD = re.compile(r"\bexporter=(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<v4>[0-9.]+)):"
+                             r"(?P<port>[0-9]{1,5})\b")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +92,7 @@ class WatchCollector:
                       "1 while /ready/<replica> answers 200 (up, not stalled, not blind, drafter "
                       "not dead, verdict fresh).")
         errors = CounterMetricFamily(
-            "rocmseat_scrape_errors", "Failed scrapes of the replica's /metrics.", labels=names)
+            SCRAPE_ERRORS, "Failed scrapes of the replica's /metrics.", labels=names)
         al = gauge("rocmseat_spec_acceptance_length",
                    "Mean acceptance length (1 + accepted/drafts) of the last judged window.")
         rate = gauge("rocmseat_spec_draft_acceptance_rate",
@@ -170,7 +180,7 @@ def _watcher_families(state: ExportState) -> Iterator[Any]:
             halted.add_metric([_encodable(scope)], 1.0 if on else 0.0)
         yield halted
     if state.evaluated_at_s is not None:
-        yield CounterMetricFamily("rocmseat_watch_evaluations",
+        yield CounterMetricFamily(EVALUATIONS,
                                   "Evaluations (scrape every replica, judge) done.",
                                   value=float(state.evaluations))
         yield GaugeMetricFamily("rocmseat_watch_last_evaluation_timestamp_seconds",
@@ -227,12 +237,76 @@ _BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nConte
          + str(len(_BUSY_BODY)).encode() + b"\r\nConnection: close\r\n\r\n" + _BUSY_BODY)
 
 
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One HTTP answer: status, headers (in order) and body (empty for HEAD; Content-Length
+    still the full body's, as HEAD requires)."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+
+_TEXT = "text/plain"
+
+
+def _reply(status: int, body: bytes, ctype: str, head: bool) -> Reply:
+    headers = (("Content-Type", ctype), ("Content-Length", str(len(body))),
+               ("Cache-Control", "no-store"))
+    return Reply(status, headers, b"" if head else body)
+
+
+def _verdict(verdict: Readiness, head: bool) -> Reply:
+    return _reply(verdict.http_status, _line(verdict.reason), _TEXT, head)
+
+
+def answer(method: str, target: str, state: ExportState, now_s: float) -> Reply:
+    """The listener's routes as a pure function: request method and target (path and query)
+    with the state of this moment -> the reply. GET and HEAD only (the shell offers no other)."""
+    if method not in ("GET", "HEAD"):
+        return _reply(501, _line(f"unsupported method {method[:20]!r}"), _TEXT, False)
+    head = method == "HEAD"
+    path = target.split("?", 1)[0]
+    if path == "/metrics":
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        try:
+            page = generate_latest(make_registry(lambda: state, lambda: now_s))
+        except Exception as exc:  # never a dead listener: one line, and keep serving
+            why = redact_text(f"{type(exc).__name__}: {exc}")[:200]
+            return _reply(500, _line(f"cannot render the metrics: {why}"), _TEXT, head)
+        return _reply(200, page, CONTENT_TYPE_LATEST, head)
+    if path == "/healthz":
+        return _verdict(watcher_health(evaluated_at_s=state.evaluated_at_s,
+                                       started_at_s=state.started_at_s, now_s=now_s,
+                                       max_age_s=state.max_age_s), head)
+    if path.startswith("/ready/") and len(path) > len("/ready/"):
+        name = unquote(path[len("/ready/"):])
+        if not any(s.replica == name for s in state.statuses):
+            if state.evaluated_at_s is None and not state.statuses:
+                return _verdict(Readiness(False, "not evaluated yet"), head)
+            return _reply(404, _line(f"unknown replica {name[:80]!r}"), _TEXT, head)
+        verdicts = seat_readiness(state.statuses, evaluated_at_s=state.evaluated_at_s,
+                                  now_s=now_s, max_age_s=state.max_age_s,
+                                  min_ready=state.min_ready)
+        return _verdict(verdicts[name], head)
+    if path == "/":
+        return _reply(200, _line("rocmseat watch: /metrics /healthz /ready/<replica>"), _TEXT,
+                      head)
+    return _reply(404, _line("not found"), _TEXT, head)
+
+
 class _Server(ThreadingHTTPServer):
     """A thread per connection, at most MAX_CLIENTS of them; the next is told 503 and closed."""
 
     daemon_threads = True
     allow_reuse_address = True
     block_on_close = False
+    # socketserver.TCPServer.request_queue_size is 5 (CPython Lib/socketserver.py, passed to
+    # listen() in server_activate): with a fleet's scrapers connecting at once, the SYNs past
+    # the sixth are dropped and retried after 1 s, 3 s, ... The kernel caps it at
+    # net.core.somaxconn (4096 since Linux 5.4).
+    request_queue_size = 128
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.slots = threading.BoundedSemaphore(MAX_CLIENTS)
@@ -263,77 +337,31 @@ class _Server(ThreadingHTTPServer):
         pass  # a client that misbehaves is its own problem: no traceback on the watcher's stderr
 
 
-def start_exporter(
+def make_exporter(
     listen: str, source: StateSource, clock: Callable[[], float] = time.time
-) -> tuple[ThreadingHTTPServer, threading.Thread]:
-    """Serve /metrics, /ready/<replica> and /healthz on HOST:PORT; returns (server, thread).
-    Stop with `server.shutdown(); server.server_close()`."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
+) -> ThreadingHTTPServer:
+    """The listener bound and listening on HOST:PORT, not yet serving: a thin shell that reads
+    the state and the clock once per request and sends what `answer` says."""
     host, port = parse_listen(listen)
-    registry = make_registry(source, clock)
 
     class Handler(BaseHTTPRequestHandler):
         timeout = 5  # a client that never sends its request does not hold a thread for long
         server_version = "rocmseat-watch"
 
         def do_GET(self) -> None:
-            self._answer(head=False)
+            self._send(answer("GET", self.path, _state(source), clock()))
 
         def do_HEAD(self) -> None:
-            self._answer(head=True)
+            self._send(answer("HEAD", self.path, _state(source), clock()))
 
-        def _answer(self, *, head: bool) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                try:
-                    page = generate_latest(registry)
-                except Exception as exc:  # never a dead listener: one line, and keep serving
-                    why = redact_text(f"{type(exc).__name__}: {exc}")[:200]
-                    self._send(500, _line(f"cannot render the metrics: {why}"), "text/plain",
-                               head)
-                    return
-                self._send(200, page, CONTENT_TYPE_LATEST, head)
-            elif path == "/healthz":
-                state = _state(source)
-                verdict = watcher_health(evaluated_at_s=state.evaluated_at_s,
-                                         started_at_s=state.started_at_s, now_s=clock(),
-                                         max_age_s=state.max_age_s)
-                self._text(verdict, head)
-            elif path.startswith("/ready/") and len(path) > len("/ready/"):
-                name = unquote(path[len("/ready/"):])
-                state = _state(source)
-                status = next((s for s in state.statuses if s.replica == name), None)
-                if status is None:
-                    known = {s.replica for s in state.statuses}
-                    if state.evaluated_at_s is None and not known:
-                        self._text(Readiness(False, "not evaluated yet"), head)
-                    else:
-                        self._send(404, _line(f"unknown replica {name[:80]!r}"), "text/plain",
-                                   head)
-                    return
-                verdicts = seat_readiness(state.statuses, evaluated_at_s=state.evaluated_at_s,
-                                          now_s=clock(), max_age_s=state.max_age_s,
-                                          min_ready=state.min_ready)
-                self._text(verdicts[name], head)
-            elif path == "/":
-                self._send(200, _line("rocmseat watch: /metrics /healthz /ready/<replica>"),
-                           "text/plain", head)
-            else:
-                self._send(404, _line("not found"), "text/plain", head)
-
-        def _text(self, verdict: Readiness, head: bool) -> None:
-            self._send(verdict.http_status, _line(verdict.reason), "text/plain", head)
-
-        def _send(self, code: int, body: bytes, ctype: str, head: bool) -> None:
+        def _send(self, reply: Reply) -> None:
             try:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Cache-Control", "no-store")
+                self.send_response(reply.status)
+                for name, value in reply.headers:
+                    self.send_header(name, value)
                 self.end_headers()
-                if not head:
-                    self.wfile.write(body)
+                if reply.body:
+                    self.wfile.write(reply.body)
             except OSError:
                 pass  # the client left
 
@@ -341,11 +369,40 @@ def start_exporter(
             pass
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    server = type("Server", (_Server,), {"address_family": family})((host, port), Handler)
+    server: ThreadingHTTPServer = type("Server", (_Server,), {"address_family": family})(
+        (host, port), Handler)
+    return server
+
+
+def start_exporter(
+    listen: str, source: StateSource, clock: Callable[[], float] = time.time
+) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """Serve /metrics, /ready/<replica> and /healthz on HOST:PORT; returns (server, thread).
+    Stop with `server.shutdown(); server.server_close()`."""
+    server = make_exporter(listen, source, clock)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                               name="rocmseat-exporter", daemon=True)
     thread.start()
     return server, thread
+
+
+def listen_address(server: ThreadingHTTPServer) -> str:
+    """Where `server` listens, as the start line says it: HOST:PORT, [HOST]:PORT for IPv6."""
+    host, port = str(server.server_address[0]), int(server.server_address[1])
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def exporter_url(line: str) -> str | None:
+    """The listener's base URL a watch start line names (`listen_address`'s form), or None when
+    `line` is no start line with a listening exporter (pure)."""
+    if START_LINE not in line:
+        return None
+    found = _EXPORTER_FIELD.search(line)
+    if found is None:
+        return None
+    host = found.group("v6") or found.group("v4")
+    return (f"http://[{host}]:{found.group('port')}" if found.group("v6")
+            else f"http://{host}:{found.group('port')}")
 
 
 def _line(text: str) -> bytes:

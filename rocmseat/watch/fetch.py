@@ -1,6 +1,6 @@
 """The watch's scrapes other than over the network client: an injected `fetch(url, timeout_s)`
 (tests, canned pages) behind the same deadline as rocmseat's one HTTP client
-(rocmseat.httpclient), and `fetch_once`, one scrape with a throwaway scraper.
+(rocmseat.httpclient); one scrape on a fresh connection is `rocmseat.httpclient.fetch_once`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from rocmseat.errors import RocmseatError
 from rocmseat.httpclient import (
     POLL_S,
-    AsyncScraper,
     NewSink,
     Result,
     ScrapeError,
@@ -81,14 +80,3 @@ def _wait(future: Future[Result], deadline: float, stop: threading.Event | None,
         except FutureTimeout:
             continue
 
-
-def fetch_once(url: str, timeout_s: float) -> str:
-    """One scrape with a throwaway scraper (benchmarks, a person at a prompt)."""
-    scraper = AsyncScraper()
-    try:
-        (result,) = scraper.fetch_many([url], timeout_s)
-    finally:
-        scraper.close()
-    if isinstance(result, Exception):
-        raise result
-    return str(result)

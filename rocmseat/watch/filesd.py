@@ -57,6 +57,7 @@ from urllib.parse import quote, urlencode
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.redact import redact_text, redact_url
 from rocmseat.safeio import read_regular_text
+from rocmseat.text import CONTROL_CHARS
 from rocmseat.watch.alerts import RESERVED_LABELS
 from rocmseat.watch.scrape import Target, check_http_url
 
@@ -75,8 +76,6 @@ _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # host:port (Prometheus refuses a scheme or a path in a target); [v6]:port allowed.
 _ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?$")
 _NAME = re.compile(r"^[A-Za-z0-9\[][A-Za-z0-9._:\[\]-]*$")
-# C0, DEL, C1 (U+009B is a terminal's CSI) and the Unicode line separators
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 # rocmseat's own labels: on alerts (alertname, severity, source, seat) and on the exporter's
 # series (alert, position); `replica` names the target.
 # `seat` is the user's to give: the seat those replicas serve, carried on their alerts.
@@ -338,7 +337,7 @@ def _labels(raw: dict[Any, Any], where: str) -> dict[str, str]:
         except UnicodeEncodeError:
             raise ConfigError(f"{where}: key 'labels.{key}': the value is not valid UTF-8 (a "
                               "lone surrogate such as \\ud800)") from None
-        if _CONTROL.search(value) or len(value) > MAX_LABEL_VALUE:
+        if CONTROL_CHARS.search(value) or len(value) > MAX_LABEL_VALUE:
             raise ConfigError(f"{where}: key 'labels.{key}': control characters or more than "
                               f"{MAX_LABEL_VALUE} characters")
         if key in OWN_LABELS:

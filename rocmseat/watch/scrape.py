@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from rocmseat.errors import ConfigError
 from rocmseat.redact import redact_text, redact_url
+from rocmseat.text import CONTROL_CLASS
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +33,9 @@ class Target:
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-# Bytes that never belong in a URL we send or show: controls, space, DEL (an LF would split the
-# request line; a NUL ends a C string).
-_BAD_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
+# What never belongs in a URL we send or show: control characters and space (an LF would split
+# the request line; a NUL ends a C string).
+_BAD_URL_CHARS = re.compile(f"[{CONTROL_CLASS} ]")
 
 
 def parse_target(spec: str, index: int) -> Target:

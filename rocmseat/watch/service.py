@@ -21,7 +21,7 @@ from rocmseat.httpclient import FD_RESERVE, ensure_descriptors
 from rocmseat.watch import alerts as A
 from rocmseat.watch.alerts import iso
 from rocmseat.watch.canary_service import CanaryService
-from rocmseat.watch.exporter import ExportState, start_exporter
+from rocmseat.watch.exporter import START_LINE, ExportState, listen_address, start_exporter
 from rocmseat.watch.filesd import BackgroundPoll, Reload, TargetsFile
 from rocmseat.watch.kernel import KernelFollower
 from rocmseat.watch.loop import WatchConfig, Watcher
@@ -186,9 +186,8 @@ def run_service(  # noqa: PLR0915
             f"{len(targets)} targets")
         where = sinks.exporter_listen
         if server is not None:
-            host, port = str(server.server_address[0]), int(server.server_address[1])
-            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        log(f"rocmseat-watch start replicas={names} interval_s={config.interval_s:g} "
+            where = listen_address(server)
+        log(f"{START_LINE} replicas={names} interval_s={config.interval_s:g} "
             f"timeout_s={config.timeout_s:g} exporter={where}")
 
         # the file is re-read on a thread of its own; a finished read is applied here, between

@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 
 from rocmseat.errors import RocmseatError
-from rocmseat.fleet import slurm
+from rocmseat.fleet import scontrol, slurm
 from rocmseat.runner import Completed
 from tests.fleet.test_slurm_unit import IDLE
 from tests.sysfs.conftest import SYSFS_FIXTURES
@@ -158,7 +158,7 @@ def verdicts(tmp_path_factory):
 
 
 def test_forged_scontrol_answers(verdicts, monkeypatch, capsys):
-    monkeypatch.setattr(slurm, "_hostnames", lambda: [HOST])
+    monkeypatch.setattr(scontrol, "_hostnames", lambda: [HOST])
     rng = random.Random(SEED)
     tally: Counter[str] = Counter()
     outcomes: Counter[str] = Counter()
@@ -199,7 +199,7 @@ def test_forged_answers_through_the_command(verdicts, rocmseat_cli, monkeypatch,
     import os
     import shlex
 
-    monkeypatch.setattr(slurm, "_hostnames", lambda: [HOST])
+    monkeypatch.setattr(scontrol, "_hostnames", lambda: [HOST])
     fakebin = tmp_path / "bin"
     fakebin.mkdir()
     answer, asked = tmp_path / "answer.txt", tmp_path / "asked.txt"

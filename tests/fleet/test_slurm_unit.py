@@ -9,7 +9,7 @@ import pytest
 
 from rocmseat.errors import RocmseatError
 from rocmseat.findings import Severity
-from rocmseat.fleet import slurm
+from rocmseat.fleet import breaker, scontrol, slurm
 from rocmseat.preflight.verdict import RecordedRun
 from rocmseat.preflight.verdict_doc import CachedFinding
 from rocmseat.runner import Completed
@@ -44,13 +44,13 @@ ADMIN = DRAINED.replace(
 
 
 def test_parse_recorded_lines():
-    node = slurm.parse_node_line(DRAINED)
+    node = scontrol.parse_node_line(DRAINED)
     assert (node.name, node.hostname, node.state) == ("vm", "vm", "IDLE+DRAIN")
     assert node.reason == "rocmseat: pcie.link.degraded 0000:89:00.0"
     assert node.drained and node.drained_by_rocmseat
-    idle = slurm.parse_node_line(IDLE)
+    idle = scontrol.parse_node_line(IDLE)
     assert (idle.state, idle.reason, idle.drained) == ("IDLE+NOT_RESPONDING", None, False)
-    admin = slurm.parse_node_line(ADMIN)
+    admin = scontrol.parse_node_line(ADMIN)
     assert admin.reason == "maintenance by admin"
     assert admin.drained and not admin.drained_by_rocmseat
 
@@ -58,12 +58,12 @@ def test_parse_recorded_lines():
 def test_parse_a_reason_followed_by_newer_fields():
     # Slurm 23.x prints Comment= and Extra= after Reason: the reason stops there
     line = DRAINED.replace("[root@2026-11-30T14:22:54]", "[root@2026-11-30T14:22:54] Comment=x")
-    assert slurm.parse_node_line(line).reason == "rocmseat: pcie.link.degraded 0000:89:00.0"
+    assert scontrol.parse_node_line(line).reason == "rocmseat: pcie.link.degraded 0000:89:00.0"
 
 
 def test_parse_garbage_is_a_slurm_error():
-    with pytest.raises(slurm.SlurmError):
-        slurm.parse_node_line("scontrol: error: Invalid node name specified")
+    with pytest.raises(scontrol.SlurmError):
+        scontrol.parse_node_line("scontrol: error: Invalid node name specified")
 
 
 def _f(check_id, severity, subject):
@@ -138,12 +138,12 @@ FOREIGN = [ADMIN, ADMIN_DOWN, ADMIN_FAIL, DOWN_OURS, FAIL_OURS, MAINT, REBOOT, P
     ],
 )
 def test_decision_table(code, findings, line, covered, kind, reason):
-    action = slurm.decide(code, findings, slurm.parse_node_line(line), covered=covered)
+    action = slurm.decide(code, findings, scontrol.parse_node_line(line), covered=covered)
     assert (action.kind, action.reason) == (kind, reason)
 
 
 def test_a_drain_the_verdict_cannot_clear_is_unknown():
-    action = slurm.decide(0, FAIL[2:], slurm.parse_node_line(HIP_DRAINED), covered=FULL)
+    action = slurm.decide(0, FAIL[2:], scontrol.parse_node_line(HIP_DRAINED), covered=FULL)
     assert action.unknown == ("this verdict did not check hip, which drained the node (add "
                               "--hip to the periodic run)")
     assert action.why == "left drained (rocmseat: hip.ipc 0000:05:00.0+0000:09:00.0 [hip])"
@@ -154,7 +154,7 @@ def test_a_drain_the_verdict_cannot_clear_is_unknown():
 def test_a_state_or_reason_rocmseat_did_not_set_is_left_alone(line, code):
     """Issue 13, defect 10: an administrator's DOWN or FAIL was overwritten with rocmseat's
     drain, then resumed to IDLE by the next pass (seen on real Slurm 22.05)."""
-    node = slurm.parse_node_line(line)
+    node = scontrol.parse_node_line(line)
     findings = FAIL if code == 1 else UNKNOWN if code == 2 else FAIL[2:]
     for covered in (FULL, FULL | {"hip"}):
         action = slurm.decide(code, findings, node, covered=covered, drain_on_unknown=True)
@@ -164,7 +164,7 @@ def test_a_state_or_reason_rocmseat_did_not_set_is_left_alone(line, code):
 
 
 def test_left_alone_says_what_it_saw():
-    action = slurm.decide(1, FAIL, slurm.parse_node_line(ADMIN_DOWN), covered=FULL)
+    action = slurm.decide(1, FAIL, scontrol.parse_node_line(ADMIN_DOWN), covered=FULL)
     assert action.why == ("left alone: State=DOWN Reason=RMA ticket 42 do not use was not set by "
                           "rocmseat")
 
@@ -188,14 +188,14 @@ def test_reasons_fit_and_carry_no_field_syntax():
 
 
 def test_unknown_drains_only_when_configured():
-    node = slurm.parse_node_line(IDLE)
+    node = scontrol.parse_node_line(IDLE)
     action = slurm.decide(2, UNKNOWN, node, drain_on_unknown=True)
     assert (action.kind, action.reason) == (
         "drain", "rocmseat: unknown aer.unknown 0000:05:00.0 [aer]")
     action = slurm.decide(2, (), node, drain_on_unknown=True, unknown_reason="no verdict")
     assert (action.kind, action.reason) == ("drain", "rocmseat: unknown no verdict []")
     # ... and a pass resumes such a drain (it names no family the pass could miss)
-    drained = slurm.parse_node_line(_state(DRAINED, "IDLE+DRAIN", action.reason))
+    drained = scontrol.parse_node_line(_state(DRAINED, "IDLE+DRAIN", action.reason))
     assert slurm.decide(0, FAIL[2:], drained, covered=FULL).kind == "resume"
 
 
@@ -223,19 +223,19 @@ class FakeRunner:
 
 def test_node_name_sources():
     runner = FakeRunner()
-    assert slurm.resolve_node_name("gpu01", {}, runner=runner) == "gpu01"
-    assert slurm.resolve_node_name(None, {"SLURMD_NODENAME": "gpu02"}, runner=runner) == "gpu02"
+    assert scontrol.resolve_node_name("gpu01", {}, runner=runner) == "gpu01"
+    assert scontrol.resolve_node_name(None, {"SLURMD_NODENAME": "gpu02"}, runner=runner) == "gpu02"
     assert runner.calls == []  # neither asked scontrol
-    assert slurm.resolve_node_name(None, {}, runner=runner, hostnames=["vm"]) == "vm"
-    with pytest.raises(slurm.SlurmError, match="no Slurm node is this host"):
-        slurm.resolve_node_name(None, {}, runner=runner, hostnames=["other"])
+    assert scontrol.resolve_node_name(None, {}, runner=runner, hostnames=["vm"]) == "vm"
+    with pytest.raises(scontrol.SlurmError, match="no Slurm node is this host"):
+        scontrol.resolve_node_name(None, {}, runner=runner, hostnames=["other"])
 
 
 @pytest.mark.parametrize("bad", ["vm; reboot", "-vm", "vm\nx", "a" * 65, "vm State=DOWN"])
 def test_hostile_node_names_never_reach_scontrol(bad):
     runner = FakeRunner()
-    with pytest.raises(slurm.SlurmError, match="not a Slurm node name"):
-        slurm.resolve_node_name(None, {"SLURMD_NODENAME": bad}, runner=runner)
+    with pytest.raises(scontrol.SlurmError, match="not a Slurm node name"):
+        scontrol.resolve_node_name(None, {"SLURMD_NODENAME": bad}, runner=runner)
     assert runner.calls == []
 
 
@@ -258,7 +258,7 @@ def test_a_preflight_that_outlives_the_budget_is_unknown_and_drains_nothing(tmp_
     outcome = slurm.health(
         slurm.HealthRequest(SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path, node="vm",
                             budget_s=20.0),
-        runner=runner, record=slow, clocks=slurm.Clocks(monotonic=clock))
+        runner=runner, record=slow, clocks=scontrol.Clocks(monotonic=clock))
     assert outcome.verdict_code == 2
     assert outcome.verdict_line == "UNKNOWN: preflight did not finish within 10s"
     assert outcome.action.kind == "none"
@@ -332,12 +332,12 @@ def test_the_whole_command_fits_its_budget(tmp_path, rocmseat_cli, hangs):
     try:
         outcome = slurm.health(
             slurm.HealthRequest(SYSFS_FIXTURES / "x99-r9700-degraded", tmp_path), env={},
-            runner=runner, record=record, clocks=slurm.Clocks(monotonic=clock))
+            runner=runner, record=record, clocks=scontrol.Clocks(monotonic=clock))
         said = f"{outcome.verdict_line}; {outcome.action.why}"
-    except slurm.SlurmError as exc:
+    except scontrol.SlurmError as exc:
         said = str(exc)
     assert clock.now <= slurm.DEFAULT_BUDGET_S, (clock.now, calls)
-    assert all(argv[0] != "scontrol" or (t is not None and t <= slurm.SCONTROL_TIMEOUT_S)
+    assert all(argv[0] != "scontrol" or (t is not None and t <= scontrol.SCONTROL_TIMEOUT_S)
                for argv, t in calls)
     if hangs in ("show", "all", "update"):
         assert "timed out after" in said and "slurmctld not answering" in said, said
@@ -432,8 +432,8 @@ def test_a_listed_name_that_is_not_one_node_is_refused(listed):
     `NodeName=gpu[01-64]` whose NodeHostName is this host led to `scontrol update
     NodeName=gpu[01-64] State=DRAIN`."""
     runner = FakeRunner(show=_node(listed, host="gpu07"))
-    with pytest.raises(slurm.SlurmError) as info:
-        slurm.resolve_node_name(None, {}, runner=runner, hostnames=["gpu07"])
+    with pytest.raises(scontrol.SlurmError) as info:
+        scontrol.resolve_node_name(None, {}, runner=runner, hostnames=["gpu07"])
     assert "not a Slurm node name" in str(info.value) or "Slurm nodes are this host" in str(
         info.value)
     assert "\x1b" not in str(info.value)
@@ -443,8 +443,8 @@ def test_several_nodes_on_this_host_are_refused_naming_them():
     """Issue 18, item 3: several nodes sharing this host's name silently picked the first."""
     show = "\n".join(_node(n, host="gpu07") for n in ("gpu07a", "gpu07b")) + "\n" + _node("x")
     runner = FakeRunner(show=show)
-    with pytest.raises(slurm.SlurmError) as info:
-        slurm.resolve_node_name(None, {}, runner=runner, hostnames=["gpu07"])
+    with pytest.raises(scontrol.SlurmError) as info:
+        scontrol.resolve_node_name(None, {}, runner=runner, hostnames=["gpu07"])
     assert str(info.value) == "2 Slurm nodes are this host (gpu07): gpu07a, gpu07b"
     assert info.value.exit_code == 2
     assert info.value.hint == "pass --node NAME (the NodeName in slurm.conf)"
@@ -454,23 +454,23 @@ def test_several_nodes_on_this_host_are_refused_naming_them():
 @pytest.mark.parametrize("bad", ["ALL", "Default", "gpu[01-64]", "gpu07,gpu08"])
 def test_the_rule_holds_for_every_source(source, bad):
     runner = FakeRunner()
-    with pytest.raises(slurm.SlurmError, match="not a Slurm node name"):
+    with pytest.raises(scontrol.SlurmError, match="not a Slurm node name"):
         if source == "--node":
-            slurm.resolve_node_name(bad, {}, runner=runner)
+            scontrol.resolve_node_name(bad, {}, runner=runner)
         else:
-            slurm.resolve_node_name(None, {"SLURMD_NODENAME": bad}, runner=runner)
+            scontrol.resolve_node_name(None, {"SLURMD_NODENAME": bad}, runner=runner)
     assert runner.calls == []
 
 
 def test_one_answer_with_two_lines_for_the_node_is_refused():
     runner = FakeRunner(show=IDLE + "\n" + IDLE)
-    with pytest.raises(slurm.SlurmError, match="2 nodes called 'vm' in its answer"):
-        slurm.node_state("vm", runner=runner)
+    with pytest.raises(scontrol.SlurmError, match="2 nodes called 'vm' in its answer"):
+        scontrol.node_state("vm", runner=runner)
 
 
 def test_a_reason_does_not_start_a_line_at_a_unicode_separator():
     forged = IDLE + " Reason=x\u2028NodeName=evil State=IDLE"
-    nodes = slurm.parse_nodes(forged)
+    nodes = scontrol.parse_nodes(forged)
     assert [n.name for n in nodes] == ["vm"] and nodes[0].reason == "x?NodeName=evil State=IDLE"
 
 
@@ -478,7 +478,7 @@ def test_a_reason_does_not_start_a_line_at_a_unicode_separator():
     ("10%", 1, 1), ("25%", 2, 1), ("100%", 10, 1), ("0.5%", 1, 1), ("3", 3, 3), (" 2 ", 2, 2),
 ])
 def test_max_drained(text, limit_of_10, limit_of_1):
-    parsed = slurm.parse_max_drained(text)
+    parsed = breaker.parse_max_drained(text)
     assert (parsed.limit(10), parsed.limit(1)) == (limit_of_10, limit_of_1)
 
 
@@ -487,7 +487,7 @@ def test_max_drained(text, limit_of_10, limit_of_1):
                                  "1_0%", "\u0661%", "10 %"])
 def test_max_drained_refuses(bad):
     with pytest.raises(ValueError):
-        slurm.parse_max_drained(bad)
+        breaker.parse_max_drained(bad)
 
 
 def _cluster(drained_by_us, *, others=10, extra=""):
@@ -534,12 +534,12 @@ def test_the_circuit_breaker_holds_a_drain(degraded_verdict, drained, max_draine
     outcome = slurm.health(
         slurm.HealthRequest(
             SYSFS_FIXTURES / "x99-r9700-degraded", degraded_verdict, node="vm",
-            max_drained=slurm.parse_max_drained(max_drained) if max_drained else None),
+            max_drained=breaker.parse_max_drained(max_drained) if max_drained else None),
         runner=runner)
     updates = [argv for argv, _ in runner.calls if argv[1] == "update"]
     assert outcome.verdict_code == 1
     if held:
-        limit = slurm.parse_max_drained(max_drained or "10%").limit(10)
+        limit = breaker.parse_max_drained(max_drained or "10%").limit(10)
         assert outcome.action.why == (f"circuit breaker: {drained} of 10 nodes already drained "
                                       f"by rocmseat (limit {limit}): not draining vm")
         assert updates == [] and not outcome.applied
@@ -665,15 +665,15 @@ def _listed(name, state="IDLE", reason=None, stamp=None):
 
 
 def test_the_reason_stamp_is_read_as_utc():
-    node = slurm.parse_node_line(_listed("gpu01", "IDLE+DRAIN", "rocmseat: x [aer]",
+    node = scontrol.parse_node_line(_listed("gpu01", "IDLE+DRAIN", "rocmseat: x [aer]",
                                        "2026-12-01T14:21:05"))
     assert node.reason == "rocmseat: x [aer]"
     assert node.reason_set_unix_s == 1796134865.0
     for odd in ("Unknown", "12/01 14:21", "2026-13-45T99:99:99"):
-        node = slurm.parse_node_line(_listed("gpu01", "IDLE+DRAIN", "rocmseat: x", odd))
+        node = scontrol.parse_node_line(_listed("gpu01", "IDLE+DRAIN", "rocmseat: x", odd))
         assert (node.reason, node.reason_set_unix_s) == ("rocmseat: x", None)
     # scontrol is asked for the one format this reads
-    env = slurm.scontrol_env()
+    env = scontrol.scontrol_env()
     assert (env["SLURM_TIME_FORMAT"], env["TZ"]) == ("standard", "UTC")
 
 
@@ -681,21 +681,21 @@ def test_breaker_after_keeps_the_first_drains_slurmctld_stamped():
     """Issue 26: every run that drained ranks the same drains the same way (stamp, then name),
     so of twenty drains in one second the first two by name stay, and an older drain keeps its
     place before them; an administrator's drain is not counted."""
-    limit = slurm.MaxDrained(count=2)
+    limit = breaker.MaxDrained(count=2)
     same = "2026-12-01T14:21:05"
-    nodes = [slurm.parse_node_line(_listed(f"gpu{i:02d}", "IDLE+DRAIN", "rocmseat: x [aer]",
+    nodes = [scontrol.parse_node_line(_listed(f"gpu{i:02d}", "IDLE+DRAIN", "rocmseat: x [aer]",
                                          same)) for i in range(1, 21)]
-    kept = [n.name for n in nodes if slurm.breaker_after(n.name, nodes, limit) is None]
+    kept = [n.name for n in nodes if breaker.breaker_after(n.name, nodes, limit) is None]
     assert kept == ["gpu01", "gpu02"]
-    back = slurm.breaker_after("gpu03", nodes, limit)
+    back = breaker.breaker_after("gpu03", nodes, limit)
     assert back is not None and (back.kind, back.held) == ("resume", True)
     assert back.why == ("circuit breaker: 2 of 20 nodes were drained by rocmseat before it "
                         "(limit 2): handed back the drain of gpu03")
-    older = slurm.parse_node_line(_listed("gpu20", "IDLE+DRAIN", "rocmseat: y [pcie]",
+    older = scontrol.parse_node_line(_listed("gpu20", "IDLE+DRAIN", "rocmseat: y [pcie]",
                                         "2026-12-01T14:00:00"))
-    admin = slurm.parse_node_line(_listed("gpu00", "IDLE+DRAIN", "RMA ticket 42", same))
+    admin = scontrol.parse_node_line(_listed("gpu00", "IDLE+DRAIN", "RMA ticket 42", same))
     nodes = [admin, *nodes[:19], older]
-    kept = [n.name for n in nodes if slurm.breaker_after(n.name, nodes, limit) is None]
+    kept = [n.name for n in nodes if breaker.breaker_after(n.name, nodes, limit) is None]
     assert kept == ["gpu00", "gpu01", "gpu20"]  # gpu00 is not rocmseat's: never ranked
 
 
@@ -726,22 +726,22 @@ def test_settle_waits_for_the_drains_second_to_pass_before_it_ranks():
     late = [mine, *(_listed(f"gpu0{i}", "IDLE+DRAIN", "rocmseat: x [aer]", stamp)
                     for i in (1, 2))]
     runner = ListRunner([early, late])
-    clocks = slurm.Clocks(wall=lambda: now[0], monotonic=lambda: 0.0, sleep=sleep)
-    back = slurm.settle_and_rank("gpu03", "rocmseat: x [aer]", slurm.MaxDrained(count=2),
-                                 runner=runner, deadline=slurm.Deadline(50, lambda: 0.0),
+    clocks = scontrol.Clocks(wall=lambda: now[0], monotonic=lambda: 0.0, sleep=sleep)
+    back = breaker.settle_and_rank("gpu03", "rocmseat: x [aer]", breaker.MaxDrained(count=2),
+                                 runner=runner, deadline=scontrol.Deadline(50, lambda: 0.0),
                                  clocks=clocks)
-    assert slept == [pytest.approx(1.0 + slurm.CLOCK_SLACK_S - 0.2)]
+    assert slept == [pytest.approx(1.0 + breaker.CLOCK_SLACK_S - 0.2)]
     assert back is not None and back.kind == "resume"
     # the drain was changed since (an administrator's reason): not rocmseat's to hand back
     runner = ListRunner([[_listed("gpu03", "IDLE+DRAIN", "RMA ticket 42", stamp)]])
-    assert slurm.settle_and_rank("gpu03", "rocmseat: x [aer]", slurm.MaxDrained(count=2),
-                                 runner=runner, deadline=slurm.Deadline(50, lambda: 0.0),
+    assert breaker.settle_and_rank("gpu03", "rocmseat: x [aer]", breaker.MaxDrained(count=2),
+                                 runner=runner, deadline=scontrol.Deadline(50, lambda: 0.0),
                                  clocks=clocks) is None
     # a stamp far ahead of this host's clock: the clocks disagree, the drain is handed back
     now[0] = stamped - 30
     runner = ListRunner([[mine]])
-    back = slurm.settle_and_rank("gpu03", "rocmseat: x [aer]", slurm.MaxDrained(count=2),
-                                 runner=runner, deadline=slurm.Deadline(50, lambda: 0.0),
+    back = breaker.settle_and_rank("gpu03", "rocmseat: x [aer]", breaker.MaxDrained(count=2),
+                                 runner=runner, deadline=scontrol.Deadline(50, lambda: 0.0),
                                  clocks=clocks)
     assert back is not None and "clocks not synchronised" in back.why
 
@@ -755,16 +755,16 @@ def test_an_absent_hip_runtime_does_not_keep_a_pcie_drain():
     no_hip = [_f("hip.runtime", Severity.UNKNOWN, "0000:05:00.0+0000:09:00.0"),
               _f("pcie.link.ok", Severity.OK, "0000:05:00.0")]
     covered = FULL | {"hip"}
-    action = slurm.decide(2, no_hip, slurm.parse_node_line(TAGGED), covered=covered)
+    action = slurm.decide(2, no_hip, scontrol.parse_node_line(TAGGED), covered=covered)
     assert action.kind == "resume"
     assert action.why == ("resumed (it was drained: rocmseat: pcie.link.degraded 0000:89:00.0 "
                           "[pcie]; this verdict could not check hip, which did not drain it)")
-    assert slurm.decide(2, no_hip, slurm.parse_node_line(HIP_DRAINED),
+    assert slurm.decide(2, no_hip, scontrol.parse_node_line(HIP_DRAINED),
                         covered=covered).kind == "none"
     unreadable = [*no_hip, _f("inventory.unreadable", Severity.UNKNOWN, "0000:05:00.0")]
-    assert slurm.decide(2, unreadable, slurm.parse_node_line(TAGGED),
+    assert slurm.decide(2, unreadable, scontrol.parse_node_line(TAGGED),
                         covered=covered).kind == "none"
-    assert slurm.decide(2, no_hip, slurm.parse_node_line(IDLE), covered=covered).kind == "none"
+    assert slurm.decide(2, no_hip, scontrol.parse_node_line(IDLE), covered=covered).kind == "none"
 
 
 def test_the_timers_hip_run_on_a_host_without_hip_resumes_a_pcie_drain(tmp_path, rocmseat_cli,

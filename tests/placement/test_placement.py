@@ -388,3 +388,30 @@ def test_the_gate_finds_a_replica_by_the_seats_one_naming_rule(tmp_path, name, i
     with pytest.raises(ConfigError, match=r"not a replica of seat demo-cpu$") as info:
         replica_slot(cpu, "r5")
     assert info.value.hint == "its replicas: r0"
+
+
+def test_the_gate_takes_its_arm_replica_from_the_placement_record(tmp_path):
+    """Issue 32: the gate derived the arm's port from the seat's rule by itself; it reads the
+    placement record now, the one watch turns into its scrape target."""
+    from rocmseat.speculation.gate.arms import ArmError, arm_placement
+    from rocmseat.watch.targets import seat_targets
+
+    state = tmp_path / "arm" / "state"
+    cpu = seat_from(tmp_path, DEMO.replace("port_base = 8100", "port_base = 18500"))
+    record = arm_placement(cpu, "r0", state)
+    assert (record.replica, record.port, record.base_url) == ("r0", 18500,
+                                                              "http://127.0.0.1:18500")
+    assert record.state_dir == state / "seats" / "demo-cpu" / "r0"
+    assert [t.url for t in seat_targets(cpu, state, sysfs_root=None)] == [
+        f"{record.base_url}/metrics"]
+    rocm = seat_from(tmp_path, R9700, "rocm.toml")
+    r1 = arm_placement(rocm, "r1", state, sysfs_root=SYSFS / "x99-r9700")
+    assert (r1.port, r1.pci_pair, r1.base_url) == (8001, (C, D), "http://127.0.0.1:8001")
+    # an auto seat on a node that shows no GPU: no record, and the gate says why
+    auto = seat_from(tmp_path, R9700.replace('names = ["r0", "r1"]', ""), "auto.toml")
+    with pytest.raises(ArmError) as info:
+        arm_placement(auto, "r0", state, sysfs_root=SYSFS / "no-amdgpu")
+    assert info.value.message.startswith(
+        "replica r0 of seat r9700-mxfp4-dflash: not placed on this node: seat "
+        "r9700-mxfp4-dflash places its replicas from the node's GPUs ([replicas] mode = "
+        "'auto') and this host cannot tell them: no AMD GPU under ")

@@ -272,6 +272,36 @@ def test_watch_scrapes_from_the_watchdogs_own_page():
     assert watch_scrapes("<html>not a metrics page</html>") is None
 
 
+def test_the_gate_reads_the_watchdogs_names_from_the_exporter():
+    """The counters and the start line the gate reads are the exporter's own constants: a
+    rename on either side moves both (and a start line without a listener names none)."""
+    from rocmseat.speculation.gate.procs import watch_scrapes
+    from rocmseat.watch.exporter import (
+        EVALUATIONS,
+        SCRAPE_ERRORS,
+        START_LINE,
+        ExportState,
+        exporter_url,
+        listen_address,
+        make_exporter,
+        render,
+    )
+
+    page = render(lambda: ExportState(evaluated_at_s=1.0, evaluations=5))
+    assert f"\n{EVALUATIONS}_total 5.0\n" in page
+    assert watch_scrapes(page + f'{SCRAPE_ERRORS}_total{{replica="r0"}} 2.0\n') == 3
+    server = make_exporter("127.0.0.1:0", ExportState)
+    try:
+        where = listen_address(server)
+        line = f"2026-12-02T07:00:00Z {START_LINE} replicas=r0 interval_s=2 exporter={where}"
+        assert exporter_url(line) == f"http://{where}"
+    finally:
+        server.server_close()
+    assert exporter_url(f"{START_LINE} replicas=r0 exporter=off") is None
+    assert exporter_url("rocmseat-watch reload exporter=127.0.0.1:9") is None
+    assert exporter_url(f"{START_LINE} exporter=[::1]:9464") == "http://[::1]:9464"
+
+
 def _metrics_server(page: str):
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

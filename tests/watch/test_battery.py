@@ -92,7 +92,7 @@ def test_multi_target_rounds_always_judge_the_healthy_replica(tmp_path):
 
 def test_battery_server_plays_what_it_is_told():
     # the instrument itself: a control page goes through, a reset is an error
-    from rocmseat.watch.fetch import fetch_once
+    from rocmseat.httpclient import fetch_once
     from tests.watch.hostile import HostileServer, base_pages
 
     page = base_pages()[0][0]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat.errors import ConfigError, ReadError, RocmseatError
+from rocmseat.httpclient import fetch_once
 from rocmseat.redact import redact_text, redact_url
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.load import load_seat
@@ -70,7 +71,6 @@ from rocmseat.speculation.documents import (
 )
 from rocmseat.speculation.gate.benchresult import parse_bench_result
 from rocmseat.text import printable
-from rocmseat.watch.fetch import fetch_once
 from rocmseat.watch.metrics import read_page
 from rocmseat.watch.window import Snapshot, window_between
 

@@ -32,7 +32,7 @@ import tomlkit.exceptions
 
 from rocmseat.atomic import WriteRefused, exclusive_lock, file_identity, write_into
 from rocmseat.errors import ConfigError
-from rocmseat.safeio import _kind, read_regular_text
+from rocmseat.safeio import file_kind, read_regular_text
 from rocmseat.seat.load import SEAT_LIMIT_BYTES, parse_seat
 from rocmseat.seat.model import Seat
 from rocmseat.speculation.advise.schedule import Schedule
@@ -247,7 +247,7 @@ def _seat_target(path: Path, shown: str) -> Path:
     except OSError as exc:
         raise ConfigError(f"{shown}: {exc.strerror or type(exc).__name__}") from None
     if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"{shown}: is {_kind(info.st_mode)}, not a seat file: not written")
+        raise ConfigError(f"{shown}: is {file_kind(info.st_mode)}, not a seat file: not written")
     return target
 
 

@@ -25,15 +25,12 @@ from rocmseat import jsonio
 from rocmseat.atomic import WriteRefused, exclusive_lock, write_into
 from rocmseat.errors import ConfigError, ReadError, RocmseatError
 from rocmseat.findings import Finding, Severity
+from rocmseat.httpclient import fetch_once
 from rocmseat.launch.memplan import CHECK_ID as MEMORY_PLAN
 from rocmseat.launch.readiness import served_api_key
 from rocmseat.launch.startuplog import StartupSummary, classify_text
-from rocmseat.placement.rules import (
-    http_base,
-    known_names,
-    replica_index,
-    replica_port,
-)
+from rocmseat.placement.record import ReplicaPlacement
+from rocmseat.placement.rules import known_names, replica_index
 from rocmseat.redact import redact_text
 from rocmseat.runner import run
 from rocmseat.safeio import read_regular_text
@@ -61,7 +58,6 @@ from rocmseat.speculation.gate.procs import (
 from rocmseat.speculation.gate.settings import Battery, SeatWithGate
 from rocmseat.statedir import StateDir
 from rocmseat.text import printable
-from rocmseat.watch.fetch import fetch_once
 from rocmseat.watch.metrics import read_page
 from rocmseat.watch.window import Snapshot, Window, window_between
 
@@ -159,6 +155,22 @@ def replica_slot(seat: Seat, replica: str) -> int:
         raise ConfigError(f"--replica {printable(replica, 40)!r}: not a replica of seat "
                           f"{seat.name}", hint=f"its replicas: {known_names(seat)}")
     return index
+
+
+def arm_placement(seat: Seat, replica: str, state_dir: Path, *,
+                  sysfs_root: Path | None = None) -> ReplicaPlacement:
+    """Where the arm's replica runs and listens: its placement record (rocmseat.placement.place,
+    which launch, watch, key and cache-audit read too), on this node's sysfs root (or
+    `sysfs_root`) and the arm's state dir, never the gate's own reading of the seat."""
+    from rocmseat.placement.place import place, seat_roots
+
+    sysfs, state = seat_roots(seat, sysfs_root, state_dir)
+    placement = place(seat, sysfs_root=sysfs, state_root=state)
+    record = placement.known(replica)
+    if record is None:
+        raise ArmError(f"replica {printable(replica, 40)} of seat {seat.name}: not placed on "
+                       f"this node: {placement.why}")
+    return record
 
 
 def arm_seat_text(source: SeatWithGate, *, arm_dir: Path, port_base: int,
@@ -263,8 +275,9 @@ class GateRun:
                            seat.drafter.num_speculative_tokens_per_batch_size
                            if seat.drafter else None)
         spec_expected = seat.drafter is not None if expect_spec is None else expect_spec
-        port = replica_port(seat, replica_slot(seat, self.replica))
-        base_url = http_base(seat.engine.host, port)
+        state_dir = arm_dir / "state"
+        placed = arm_placement(seat, self.replica, state_dir)
+        port, base_url = placed.port, placed.base_url
         if port_in_use(seat.engine.host if seat.engine.host not in ("0.0.0.0", "::")
                        else "127.0.0.1", port):
             raise ArmError(f"{base_url}: something already listens on the replica slot's port "
@@ -281,7 +294,6 @@ class GateRun:
 
         notify = NotifyListener()
         launch = watch = client = None
-        state_dir = arm_dir / "state"
         try:
             progress("launch", 0, "starting cold")
             # vLLM's client loads (~10 s) while the engine starts

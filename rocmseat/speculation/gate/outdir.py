@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 from rocmseat.errors import ConfigError, ReadError
-from rocmseat.safeio import _kind, read_regular_text
+from rocmseat.safeio import file_kind, read_regular_text
 from rocmseat.speculation.documents import DocumentError, load_document
 from rocmseat.text import printable
 
@@ -35,7 +35,7 @@ def prepare_out(out: Path) -> Path:
     except OSError as exc:
         raise ConfigError(f"--out {shown}: {exc.strerror or type(exc).__name__}") from None
     if info is not None and not stat.S_ISDIR(info.st_mode):
-        raise ConfigError(f"--out {shown}: is {_kind(info.st_mode)}, not a directory")
+        raise ConfigError(f"--out {shown}: is {file_kind(info.st_mode)}, not a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -37,20 +37,19 @@ from rocmseat.errors import RocmseatError
 from rocmseat.launch.sdnotify import NOTIFY_ENV
 from rocmseat.procgroup import signal_group, spawn
 from rocmseat.redact import redact_text
+from rocmseat.text import replace_controls
+from rocmseat.watch.exporter import EVALUATIONS, SCRAPE_ERRORS, exporter_url
 
 ROCMSEAT = (sys.executable, "-m", "rocmseat")
 BENCH_PROGRAM = Path(__file__).resolve().parent / "vllm_bench.py"
 MARK = "@@rocmseat-bench "
 ALERT_SINK = Path(__file__).resolve().parent / "alert_sink.py"
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 HANG_ALERTS = frozenset({"replica_stalled", "replica_down"})
-# rocmseat/watch/service.py logs where its exporter listens; the gate reads the watchdog's own
-# evaluation and scrape-error counters there (rocmseat/watch/exporter.py).
-_WATCH_START = re.compile(r"rocmseat-watch start .*\bexporter=\[?(?P<host>[0-9.:a-f]+)\]?:"
-                          r"(?P<port>\d{1,5})\b")
-_EVALUATIONS = re.compile(r"^rocmseat_watch_evaluations_total (?P<v>\S+)$", re.MULTILINE)
-_SCRAPE_ERRORS = re.compile(r"^rocmseat_scrape_errors_total\{[^}]*\} (?P<v>\S+)$",
-                            re.MULTILINE)
+# The watchdog's start line says where its exporter listens; the gate reads the watchdog's own
+# evaluation and scrape-error counters there, by the names the exporter defines
+# (rocmseat.watch.exporter: a renamed counter fails tests/speculation/test_procs.py).
+_EVALUATIONS = re.compile(rf"^{EVALUATIONS}_total (?P<v>\S+)$", re.MULTILINE)
+_SCRAPE_ERRORS = re.compile(rf"^{SCRAPE_ERRORS}_total\{{[^}}]*\}} (?P<v>\S+)$", re.MULTILINE)
 
 
 def watch_scrapes(page: str) -> int | None:
@@ -312,11 +311,8 @@ class WatchChild:
             self._stop.wait(0.5)
 
     def _log_line(self, line: str) -> None:
-        started = _WATCH_START.search(line)
-        if started is not None and self.exporter is None:
-            host = started.group("host")
-            self.exporter = (f"http://[{host}]:{started.group('port')}" if ":" in host
-                             else f"http://{host}:{started.group('port')}")
+        if self.exporter is None:
+            self.exporter = exporter_url(line)
 
     def _alert(self, line: str) -> None:
         from rocmseat.speculation.documents import (
@@ -340,7 +336,7 @@ class WatchChild:
         shown = " ".join([f"replica={doc.replica}", f"alert={doc.alert}", f"state={doc.state}",
                           *(f"{k}={v}" for k, v in sorted(doc.details.items()))])
         event = AlertEvent(time.monotonic(), doc.replica, doc.alert, doc.state,
-                           redact_text(_UNPRINTABLE.sub("_", "rocmseat-watch " + shown)))
+                           redact_text(replace_controls("rocmseat-watch " + shown, "_")))
         with self._lock:
             self.events.append(event)
 
@@ -375,7 +371,7 @@ class WatchChild:
         they cannot be read."""
         if self.exporter is None:
             return None
-        from rocmseat.watch.fetch import fetch_once
+        from rocmseat.httpclient import fetch_once
 
         try:
             return watch_scrapes(fetch_once(self.exporter + "/metrics", 5.0))
