@@ -119,17 +119,21 @@ def test_a_tampered_baseline_is_refused_and_relearned(tmp_path, case):
     )
 
     path = baseline_path(tmp_path, "seat.r0")
-    save_baseline(path, learned_baseline(drafts=1e4, per_pos=(8e3, 6.4e3), accepted=14_400.0,
-                                         windows=9, key="k", now_s=NOW.timestamp()))
-    assert load_baseline(path) is not None  # the writer's document reads back
+    save_baseline(tmp_path, "seat.r0", learned_baseline(
+        drafts=1e4, per_pos=(8e3, 6.4e3), accepted=14_400.0, windows=9, key="k",
+        now_s=NOW.timestamp()))
+    assert load_baseline(tmp_path, "seat.r0") == (load_baseline(tmp_path, "seat.r0")[0], None)
+    assert load_baseline(tmp_path, "seat.r0")[0] is not None  # the writer's document reads back
     text, key = tampered(json.loads(path.read_text()), BASELINE, case)
     path.write_text(text)
-    assert load_baseline(path) is None  # re-learned, never judged against
+    stored, problem = load_baseline(tmp_path, "seat.r0")
+    assert stored is None  # re-learned, never judged against
+    assert problem is not None and problem.endswith(": not used, re-learned")  # and said
     from rocmseat.errors import RocmseatError
     from rocmseat.watch.baseline import read_baseline
 
     with pytest.raises(RocmseatError) as info:
-        read_baseline(path)
+        read_baseline(tmp_path, "seat.r0")
     one_line(str(info.value), path, key)
 
 
