@@ -180,6 +180,11 @@ class StateDir:
 
     root: Path
 
+    @classmethod
+    def above(cls, replica_dir: Path) -> StateDir:
+        """The state dir a replica's dir (`<root>/seats/<seat>/<replica>`) lies in."""
+        return cls(replica_dir.parents[REPLICA_DIR.count("/")])
+
     # --- the door -----------------------------------------------------------------------
     def path(self, template: str | Document[Any], /, **parts: str) -> Path:
         """The path of a name template (or a document's), its parts filled in."""
