@@ -125,13 +125,15 @@ class Document(Generic[T]):
     """One document kept in a state dir, declared once beside its model: `name` (one of the
     templates above), `schema` (stamped by StateDir.write), `parse` ((text, the file as shown)
     -> the document: a strict model's, raising one located line, rocmseat.located
-    .DocumentInvalid, or the document's own one-line error), the size cap, the file mode."""
+    .DocumentInvalid, or the document's own one-line error), the size cap, the file mode, the
+    JSON indent (None: one line, for a large file rewritten often)."""
 
     name: str
     schema: str
     parse: Callable[[str, str], T]
     limit_bytes: int = 1 << 20
     mode: int = 0o644
+    indent: int | None = 2
 
 
 def _part(key: str, value: str) -> str:
@@ -210,8 +212,8 @@ class StateDir:
         path = self.path(doc, **parts)
         body = {"schema": doc.schema, **{k: v for k, v in value.items() if k != "schema"}}
         self._make(path.parent, path)
-        return write_into(path.parent, path.name, (jsonio.dumps(body) + "\n").encode("utf-8"),
-                          mode=doc.mode)
+        data = (jsonio.dumps(body, indent=doc.indent) + "\n").encode()
+        return write_into(path.parent, path.name, data, mode=doc.mode)
 
     def make_dir(self, template: str, /, **parts: str) -> Path:
         """Make a directory of the layout (and those above it) the way writes make them."""
