@@ -199,7 +199,7 @@ def usable_state_dir(record: ReplicaPlacement, state_dir: Path) -> Path:
     try:  # made never group- or other-writable, whatever the umask: placement.json reads back
         StateDir(state_dir).make_dir(REPLICA_DIR, seat=record.seat, replica=record.replica)
     except RocmseatError as exc:  # WriteRefused, UntrustedState
-        raise ConfigError(f"state dir {state_dir}: {exc.message}",
+        raise ConfigError(f"state dir {state_dir}: cannot make {record.state_dir}: {exc.message}",
                           hint="check state_dir in the seat file, or pass --state-dir") from None
     return check_replica_tree(state_dir, record.seat, record.replica)
 
