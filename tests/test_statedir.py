@@ -4,6 +4,7 @@ the names stay what they were on disk, and no other module of the package spells
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 from rocmseat.statedir import ReplicaDir, StateDir
@@ -219,3 +220,89 @@ def test_the_door_check_sees_a_breach(tmp_path):
     assert [line.split(": ", 1)[0] for line in door_breaches(planted, tmp_path)] == [
         "planted.py:10", "planted.py:11", "planted.py:4", "planted.py:6", "planted.py:6",
         "planted.py:7"]
+
+
+# --- umask 002 (issue 32, item 1): every document written reads back after a restart --------
+# Under umask 002 a plain mkdir makes 0775 dirs, and a state file in one is refused by its own
+# reader (StrictModes: writable by group). The writer runs in one process under umask 002, the
+# readers in a fresh one (a restart): the watch baseline, the placement, the slow-spawn history,
+# the canary's baselines, the startup report and its history, the error readings, the verdict.
+UMASK_SCENARIO = r'''
+import os, sys, datetime as dt
+from pathlib import Path
+os.umask(0o002)
+phase, state = sys.argv[1], Path(sys.argv[2])
+from rocmseat.launch.flow import usable_state_dir
+from rocmseat.launch.report import previous_start, save_report
+from rocmseat.placement.place import place
+from rocmseat.placement.recorded import read_recorded, write_recorded
+from rocmseat.preflight.windows import Stamp, load_ring, save_readings
+from rocmseat.seat.canary_schema import Canary
+from rocmseat.seat.load import load_seat
+from rocmseat.watch.baseline import (check_state_dir_writable, learned_baseline, load_baseline,
+                                     save_baseline)
+from rocmseat.watch.canary_service import CanaryService
+from rocmseat.watch.spawn import SpawnWatch
+from tests.launch.test_report import report_at
+from tests.placement.test_recorded import SEAT, X99
+seat = load_seat(SEAT)
+lines = []
+canary = CanaryService(Canary(enabled=True, prompts=["a", "b"]), [], statuses=lambda: [],
+                       set_alert=lambda *a: None, state_dir=state, seat="demo", log=lines.append)
+spawn = SpawnWatch(state_dir=state, prefix="demo", log=lines.append)
+baseline = learned_baseline(drafts=1e4, per_pos=(8e3, 6.4e3), accepted=14_400.0, windows=9,
+                            key="k1", now_s=1_790_000_000.0)
+if phase == "write":
+    check_state_dir_writable(state)
+    save_baseline(state, "demo.r1", baseline)
+    record = place(seat, sysfs_root=X99, state_root=state, require_node=True).pick("r1")
+    usable_state_dir(record, state)
+    write_recorded(record)
+    spawn._save("r1", {"k1": {4: [19.5, 20.0]}})
+    canary._save("r1", "k1", [0.5, None])
+    save_report(state, report_at(25, "GPU KV cache size: 600,000 tokens"))
+    print(save_readings(state, X99, None, {"0000:05:00.0": {"aer.badtlp": 3}},
+                        Stamp("2026-11-25T10:00:00Z")))
+    sys.exit(0)
+print("baseline", load_baseline(state, "demo.r1") == (baseline, None))
+recorded = read_recorded(seat, state)
+print("placement", [r.replica for r in recorded.records], dict(recorded.problems))
+print("spawn history", spawn._load("r1"))
+print("canary baselines", canary._load("r1", "k1"))
+previous, problems = previous_start(state, "s", "r0")
+print("startup history", previous is not None and previous.kv_cache_tokens, problems)
+loaded = load_ring(state, X99, None)
+ring = loaded.ring
+print("error readings", ring is not None and dict(ring.devices["0000:05:00.0"][0].counters),
+      loaded.problem)
+print("said", lines)
+modes = sorted({f"{oct(p.stat().st_mode & 0o777)}" for p in [state, *state.rglob("*")]
+                if p.is_dir()})
+print("dir modes", modes)
+'''
+
+
+def test_under_umask_002_every_document_reads_back_after_a_restart(tmp_path):
+    import subprocess
+    import sys
+
+    state = tmp_path / "state"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def run(phase: str) -> str:
+        proc = subprocess.run([sys.executable, "-c", UMASK_SCENARIO, phase, str(state)],
+                              capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert run("write") == "None\n"  # the readings saved, no problem
+    assert run("read").splitlines() == [
+        "baseline True",
+        "placement ['r1'] {}",
+        "spawn history {'k1': {4: [19.5, 20.0]}}",
+        "canary baselines [0.5, None]",
+        "startup history 600000 []",
+        "error readings {'aer.badtlp': 3} None",
+        "said []",
+        "dir modes ['0o755']",
+    ]
