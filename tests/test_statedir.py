@@ -7,6 +7,8 @@ import ast
 import os
 from pathlib import Path
 
+import pytest
+
 from rocmseat.statedir import ReplicaDir, StateDir
 from tests.conftest import REPO
 
@@ -306,3 +308,54 @@ def test_under_umask_002_every_document_reads_back_after_a_restart(tmp_path):
         "said []",
         "dir modes ['0o755']",
     ]
+
+
+# --- the door's own rules ----------------------------------------------------------------------
+def _doc():
+    from rocmseat.located import load_json
+    from rocmseat.statedir import WATCH_FILE, Document
+
+    return Document(WATCH_FILE, "rocmseat.test/v1", load_json, limit_bytes=64)
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../x", "a/b", "a\0b"])
+def test_a_part_never_leaves_its_directory(tmp_path, name):
+    from rocmseat.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="is not a state file name"):
+        StateDir(tmp_path).path(_doc(), name=name)
+
+
+def test_write_stamps_the_schema_and_read_gives_it_back(tmp_path):
+    state = StateDir(tmp_path / "state")
+    assert state.read(_doc(), name="k") is None  # no file
+    path = state.write(_doc(), {"schema": "forged", "a": 1}, name="k")
+    assert path == tmp_path / "state" / "watch" / "k.json"
+    assert state.read(_doc(), name="k") == {"a": 1, "schema": "rocmseat.test/v1"}
+    path.write_text('{"a": "' + "x" * 100 + '"}')
+    from rocmseat.errors import ReadError
+
+    with pytest.raises(ReadError, match=f"^{path}: .*64"):  # the document's cap
+        state.read(_doc(), name="k")
+
+
+def test_the_door_never_goes_through_a_link(tmp_path):
+    from rocmseat.atomic import WriteRefused
+    from rocmseat.safeio import UntrustedState
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "watch").symlink_to(elsewhere)
+    state = StateDir(tmp_path / "state")
+    with pytest.raises(UntrustedState, match="is a symlink"):
+        state.write(_doc(), {}, name="k")
+    with pytest.raises(UntrustedState, match="is a symlink"):
+        state.read(_doc(), name="k")
+    assert list(elsewhere.iterdir()) == []
+    (tmp_path / "state" / "watch").unlink()
+    (tmp_path / "state" / "watch").mkdir()
+    (tmp_path / "state" / "watch" / "k.json").symlink_to(elsewhere / "planted.json")
+    with pytest.raises(WriteRefused, match="is a symlink"):
+        state.write(_doc(), {}, name="k")
+    assert list(elsewhere.iterdir()) == []
