@@ -112,6 +112,8 @@ STARTUP = f"{REPLICA_DIR}/{_STARTUP_FILE}"
 HISTORY_DIR = f"{REPLICA_DIR}/{_HISTORY}"
 HISTORY_ENTRY = f"{HISTORY_DIR}/{{entry}}"
 PREFLIGHT_SYSFS = f"{REPLICA_DIR}/{_SYSFS_FILE}"
+ERRORS_DIR = "errors"  # crash logs, mode 0700 (rocmseat.cli.main)
+CRASH_LOG = f"{ERRORS_DIR}/{{name}}"
 # locks by name
 READINGS_LOCK = "preflight/error-readings.lock"
 REPORT_LOCK = f"{REPLICA_DIR}/{_REPORT_LOCK}"
@@ -215,10 +217,36 @@ class StateDir:
         data = (jsonio.dumps(body, indent=doc.indent) + "\n").encode()
         return write_into(path.parent, path.name, data, mode=doc.mode)
 
-    def make_dir(self, template: str, /, **parts: str) -> Path:
-        """Make a directory of the layout (and those above it) the way writes make them."""
+    def make_dir(self, template: str, /, *, mode: int | None = None, **parts: str) -> Path:
+        """Make a directory of the layout (and those above it) the way writes make them;
+        `mode`: the directory itself gets it when it is ours (0700: only we may enter)."""
         path = self.path(template, **parts)
         self._make(path, path / ".")
+        if mode is not None:
+            info = os.lstat(path)
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+                os.chmod(path, mode)
+        return path
+
+    def create_private(self, template: str, data: bytes, /, **parts: str) -> Path:
+        """A new file of this user only (mode 0600), made exclusively: never an existing one,
+        never through a link (a crash log). WriteRefused naming it otherwise."""
+        path = self.path(template, **parts)
+        self._make(path.parent, path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, 0o600)
+        except OSError as exc:
+            raise WriteRefused(path, exc.strerror or type(exc).__name__) from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                raise WriteRefused(path, "not a regular file of this user")
+            os.write(fd, data)
+        except OSError as exc:
+            raise WriteRefused(path, exc.strerror or type(exc).__name__) from None
+        finally:
+            os.close(fd)
         return path
 
     @contextlib.contextmanager
@@ -263,7 +291,7 @@ class StateDir:
 
     @property
     def errors(self) -> Path:
-        return self.root / "errors"
+        return self.path(ERRORS_DIR)
 
     @property
     def seats(self) -> Path:

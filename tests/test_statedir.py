@@ -226,9 +226,10 @@ def test_the_door_check_sees_a_breach(tmp_path):
 
 # --- umask 002 (issue 32, item 1): every document written reads back after a restart --------
 # Under umask 002 a plain mkdir makes 0775 dirs, and a state file in one is refused by its own
-# reader (StrictModes: writable by group). The writer runs in one process under umask 002, the
-# readers in a fresh one (a restart): the watch baseline, the placement, the slow-spawn history,
-# the canary's baselines, the startup report and its history, the error readings, the verdict.
+# reader (StrictModes: writable by group). The writer runs in one process under umask 002 (a
+# crash log first: it makes the state dir), the readers in a fresh one (a restart): the watch
+# baseline, the placement, the slow-spawn history, the canary's baselines, the startup report
+# and its history, the error readings.
 UMASK_SCENARIO = r'''
 import os, sys, datetime as dt
 from pathlib import Path
@@ -255,6 +256,11 @@ spawn = SpawnWatch(state_dir=state, prefix="demo", log=lines.append)
 baseline = learned_baseline(drafts=1e4, per_pos=(8e3, 6.4e3), accepted=14_400.0, windows=9,
                             key="k1", now_s=1_790_000_000.0)
 if phase == "write":
+    # a crash first (it made the state dir's parents 0775 with a plain mkdir -p)
+    os.environ.pop("ROCMSEAT_ERROR_LOG", None)
+    os.environ["ROCMSEAT_STATE_DIR"] = str(state)
+    from rocmseat.cli.main import _write_crash_log
+    assert _write_crash_log(["x"], "trace").parent == state / "errors"
     check_state_dir_writable(state)
     save_baseline(state, "demo.r1", baseline)
     record = place(seat, sysfs_root=X99, state_root=state, require_node=True).pick("r1")
@@ -306,7 +312,7 @@ def test_under_umask_002_every_document_reads_back_after_a_restart(tmp_path):
         "startup history 600000 []",
         "error readings {'aer.badtlp': 3} None",
         "said []",
-        "dir modes ['0o755']",
+        "dir modes ['0o700', '0o755']",  # errors/ is 0700
     ]
 
 
