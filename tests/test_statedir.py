@@ -134,14 +134,20 @@ def _state_value(node: ast.AST, tainted: set[str]) -> bool:
 
 
 def _targets(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    """The names an assignment binds (not `record` of `record.field = ...`)."""
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, ast.Tuple | ast.List):
+        return {name for item in node.elts for name in _targets(item)}
+    if isinstance(node, ast.Starred):
+        return _targets(node.value)
+    return set()
 
 
-def _tainted(func: ast.AST) -> set[str]:
-    """The names of a function that hold a state path (to a fixpoint: assignments in any order)."""
-    tainted = set(STATE_NAMES)
-    if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
-        tainted |= {a.arg for a in func.args.args + func.args.kwonlyargs if a.arg in STATE_NAMES}
+def _tainted(func: ast.AST, params: set[str] = frozenset()) -> set[str]:  # type: ignore[assignment]
+    """The names of a function that hold a state path (to a fixpoint: assignments in any order);
+    `params`: its parameters some caller in the module hands a state path."""
+    tainted = set(STATE_NAMES) | set(params)
     while True:
         before = len(tainted)
         for node in ast.walk(func):
@@ -162,6 +168,37 @@ def _tainted(func: ast.AST) -> set[str]:
             return tainted
 
 
+def _handed(tree: ast.Module, scopes: list[ast.AST]) -> dict[int, set[str]]:
+    """Per function of the module (by id), the parameters a caller in the module hands a state
+    path (positionally or by keyword), to a fixpoint: a helper that opens what it is given is
+    caught where it opens it."""
+    functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            functions.setdefault(node.name, []).append(node)
+    handed: dict[int, set[str]] = {}
+    while True:
+        before = sum(len(v) for v in handed.values())
+        for scope in scopes:
+            tainted = _tainted(scope, handed.get(id(scope), set()))
+            for call in (n for n in ast.walk(scope) if isinstance(n, ast.Call)):
+                func = call.func
+                name = func.id if isinstance(func, ast.Name) else (
+                    func.attr if isinstance(func, ast.Attribute) else "")
+                for target in functions.get(name, []):
+                    names = [a.arg for a in target.args.posonlyargs + target.args.args]
+                    if names and names[0] in ("self", "cls") and isinstance(func, ast.Attribute):
+                        names = names[1:]
+                    got = {names[i] for i, a in enumerate(call.args)
+                           if i < len(names) and _state_value(a, tainted)}
+                    got |= {k.arg for k in call.keywords
+                            if k.arg is not None and _state_value(k.value, tainted)}
+                    if got:
+                        handed.setdefault(id(target), set()).update(got)
+        if sum(len(v) for v in handed.values()) == before:
+            return handed
+
+
 def door_breaches(path: Path, base: Path = REPO) -> list[str]:
     tree = ast.parse(path.read_text())
     shown = path.relative_to(base)
@@ -170,8 +207,9 @@ def door_breaches(path: Path, base: Path = REPO) -> list[str]:
         n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     top = ast.Module(body=[n for n in tree.body if not isinstance(
         n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)], type_ignores=[])
+    params = _handed(tree, [top, *scopes])
     for scope in [top, *scopes]:
-        tainted = _tainted(scope)
+        tainted = _tainted(scope, params.get(id(scope), set()))
         for node in ast.walk(scope):
             if not isinstance(node, ast.Call):
                 continue
@@ -218,10 +256,14 @@ def test_the_door_check_sees_a_breach(tmp_path):
         "    atomic_write_json(state_dir / 'x', {})\n"
         "    StateDir(state_dir).read(BASELINE, name='k')\n"
         "    (cache_root / 'manifest.json').read_text()\n"
-        "    return doc\n")
+        "    _private(StateDir(state_dir).errors, cache_root)\n"
+        "    return doc\n"
+        "def _private(folder, other):\n"
+        "    folder.mkdir(mode=0o700)\n"
+        "    other.mkdir()\n")
     assert [line.split(": ", 1)[0] for line in door_breaches(planted, tmp_path)] == [
-        "planted.py:10", "planted.py:11", "planted.py:4", "planted.py:6", "planted.py:6",
-        "planted.py:7"]
+        "planted.py:10", "planted.py:11", "planted.py:17", "planted.py:4", "planted.py:6",
+        "planted.py:6", "planted.py:7"]
 
 
 # --- umask 002 (issue 32, item 1): every document written reads back after a restart --------
