@@ -144,10 +144,10 @@ def _targets(node: ast.AST) -> set[str]:
     return set()
 
 
-def _tainted(func: ast.AST, params: set[str] = frozenset()) -> set[str]:  # type: ignore[assignment]
+def _tainted(func: ast.AST, params: set[str] | None = None) -> set[str]:
     """The names of a function that hold a state path (to a fixpoint: assignments in any order);
     `params`: its parameters some caller in the module hands a state path."""
-    tainted = set(STATE_NAMES) | set(params)
+    tainted = set(STATE_NAMES) | (params or set())
     while True:
         before = len(tainted)
         for node in ast.walk(func):
