@@ -17,15 +17,17 @@ bounded, floats finite, timestamps inside 2000..2200. The constrained types ever
 
 `parse_doc(model, value, shown)` validates parsed JSON or TOML, the first wrong key named through
 the one located error (rocmseat.located); `load_json_doc(model, text, shown)` parses JSON text
-first (rocmseat.located.load_json). `first_problem(exc)` turns a pydantic ValidationError into
+first (rocmseat.located.load_json); `strict(model)` is that as the parser a state document
+declares (rocmseat.statedir.Document). `first_problem(exc)` turns a pydantic ValidationError into
 the (key path, words) that builder takes.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -121,6 +123,12 @@ def parse_doc(model: type[M], value: Any, shown: str, *, text: str | None = None
 def load_json_doc(model: type[M], text: str, shown: str) -> M:
     """JSON text straight to `model` (load_json, then parse_doc)."""
     return parse_doc(model, load_json(text, shown), shown)
+
+
+def strict(model: type[M]) -> Callable[[str, str], M]:
+    """The parser a state document declares (rocmseat.statedir.Document): its JSON text as
+    `model`, DocumentInvalid naming the file and the first wrong key."""
+    return functools.partial(load_json_doc, model)
 
 
 # --- the shared constrained types -------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The state dir's layout, and the one rule that guards the directories rocmseat writes in
-(docs/architecture.md, "State").
+"""The state dir: its layout, its documents, and the one door to them (docs/architecture.md,
+"State").
 
 `StateDir(root)` names every file and directory rocmseat keeps in a state dir (which root is
 rocmseat.state.state_root's rule); `ReplicaDir` the files of one replica's dir. No other module
@@ -21,6 +21,21 @@ spells these names. The layout (unchanged since rocmseat.startup/v1):
     (and the locks: `.lock`, `.launch.lock` in a replica's dir; `.lock`, `.action.lock`,
     `.judge.lock` in a seat's remediation dir)
 
+The door: a document kept here is declared once, as a `Document` (its name under the state dir
+from the templates below, its schema string, its strict parser, its size cap) beside its model
+in the room that owns it, and `StateDir.read(doc, **parts)` / `StateDir.write(doc, value,
+**parts)` / `StateDir.make_dir(name, **parts)` / `StateDir.lock(name, **parts)` are the only
+ways any module opens, parses, writes, makes or locks something here (tests/test_statedir.py
+holds the rest of the package to that). Reads are sshd's StrictModes
+(rocmseat.safeio.read_trusted_state up from the state dir: no link, owned by root or the reader,
+writable by nobody else), capped, and parsed by the document's strict model: a bad file is one
+line naming it and why. Writes stamp the schema, make their dirs through rocmseat.atomic.make_dirs
+(never group- or other-writable, whatever the umask: the reader above would refuse them) and
+go through rocmseat.atomic.write_into (temp file, fsync, rename; never through a link).
+
+This module imports no pydantic (the preflight and NPD fast paths use it): a document's parser
+is any `(text, shown) -> value` function, the pydantic ones made by rocmseat.docmodel.strict.
+
 `check_owned_dir` is the rule for a directory rocmseat renames, writes or prunes in: a cache
 root, a replica's state dir and its history, the remediation dir. A foundation module: the
 cache store, launch and watch's remediation all apply it.
@@ -28,12 +43,18 @@ cache store, launch and watch's remediation all apply it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
-from rocmseat.errors import ConfigError
+from rocmseat import jsonio
+from rocmseat.atomic import WriteRefused, exclusive_lock, make_dirs, write_into
+from rocmseat.errors import ConfigError, ReadError
+from rocmseat.safeio import check_write_dirs, read_trusted_state
 from rocmseat.text import printable
 
 
@@ -78,6 +99,51 @@ def link_target(link: Path) -> str:
 
 PLACEMENT_FILE = "placement.json"  # a name messages use too ("its placement.json is not used")
 
+# --- the names of the documents, relative to the state dir ({part}s filled by StateDir.path) --
+VERDICT = "preflight/verdict.json"
+READINGS = "preflight/error-readings.json"
+WATCH_DIR = "watch"
+WATCH_FILE = "watch/{name}.json"  # a baseline, a canary's baselines, a slow-spawn history
+REPLICA_DIR = "seats/{seat}/{replica}"
+PLACEMENT = f"{REPLICA_DIR}/{PLACEMENT_FILE}"
+_STARTUP_FILE, _HISTORY, _SYSFS_FILE = "startup.json", "history", "preflight-sysfs.json"
+_REPORT_LOCK, _LAUNCH_LOCK = ".lock", ".launch.lock"
+STARTUP = f"{REPLICA_DIR}/{_STARTUP_FILE}"
+HISTORY_DIR = f"{REPLICA_DIR}/{_HISTORY}"
+HISTORY_ENTRY = f"{HISTORY_DIR}/{{entry}}"
+PREFLIGHT_SYSFS = f"{REPLICA_DIR}/{_SYSFS_FILE}"
+ERRORS_DIR = "errors"  # crash logs, mode 0700 (rocmseat.cli.main)
+CRASH_LOG = f"{ERRORS_DIR}/{{name}}"
+# locks by name
+READINGS_LOCK = "preflight/error-readings.lock"
+REPORT_LOCK = f"{REPLICA_DIR}/{_REPORT_LOCK}"
+LAUNCH_LOCK = f"{REPLICA_DIR}/{_LAUNCH_LOCK}"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Document(Generic[T]):
+    """One document kept in a state dir, declared once beside its model: `name` (one of the
+    templates above), `schema` (stamped by StateDir.write), `parse` ((text, the file as shown)
+    -> the document: a strict model's, raising one located line, rocmseat.located
+    .DocumentInvalid, or the document's own one-line error), the size cap, the file mode, the
+    JSON indent (None: one line, for a large file rewritten often)."""
+
+    name: str
+    schema: str
+    parse: Callable[[str, str], T]
+    limit_bytes: int = 1 << 20
+    mode: int = 0o644
+    indent: int | None = 2
+
+
+def _part(key: str, value: str) -> str:
+    """A value filled into a name: one path component (no way out of its directory)."""
+    if not value or "/" in value or "\0" in value or value in (".", ".."):
+        raise ConfigError(f"{printable(value, 200)!r} is not a state file name ({key})")
+    return value
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaDir:
@@ -91,32 +157,116 @@ class ReplicaDir:
 
     @property
     def startup(self) -> Path:
-        return self.path / "startup.json"
+        return self.path / _STARTUP_FILE
 
     @property
     def history(self) -> Path:
-        return self.path / "history"
+        return self.path / _HISTORY
 
     @property
     def preflight_sysfs(self) -> Path:
-        return self.path / "preflight-sysfs.json"
+        return self.path / _SYSFS_FILE
 
     @property
     def report_lock(self) -> Path:
         """Held while a startup report and its history are written."""
-        return self.path / ".lock"
+        return self.path / _REPORT_LOCK
 
     @property
     def launch_lock(self) -> Path:
         """Held by the one launch of this replica."""
-        return self.path / ".launch.lock"
+        return self.path / _LAUNCH_LOCK
 
 
 @dataclass(frozen=True, slots=True)
 class StateDir:
-    """Every file and directory rocmseat keeps under a state dir `root`."""
+    """Every file and directory rocmseat keeps under a state dir `root`, and the door to them."""
 
     root: Path
+
+    @classmethod
+    def above(cls, replica_dir: Path) -> StateDir:
+        """The state dir a replica's dir (`<root>/seats/<seat>/<replica>`) lies in."""
+        return cls(replica_dir.parents[REPLICA_DIR.count("/")])
+
+    # --- the door -----------------------------------------------------------------------
+    def path(self, template: str | Document[Any], /, **parts: str) -> Path:
+        """The path of a name template (or a document's), its parts filled in."""
+        name = template.name if isinstance(template, Document) else template
+        return self.root / name.format(**{k: _part(k, v) for k, v in parts.items()})
+
+    def read(self, doc: Document[T], /, **parts: str) -> T | None:
+        """The document, or None when there is no file. ReadError when it cannot be read or
+        is not trusted (UntrustedState: a link, another user's, writable by group or others,
+        anything up from the state dir), else whatever the document's parser raises for a
+        bad one (one line naming the file and why)."""
+        path = self.path(doc, **parts)
+        try:
+            text = read_trusted_state(path, trusted_root=self.root, limit_bytes=doc.limit_bytes)
+        except OSError as exc:  # a state dir that is a file (ENOTDIR) ...
+            raise ReadError(path, exc.strerror or type(exc).__name__) from None
+        return None if text is None else doc.parse(text, str(path))
+
+    def write(self, doc: Document[Any], value: Mapping[str, Any], /, **parts: str) -> Path:
+        """Write `value` as the document, its schema first; the dirs made on the way are
+        never group- or other-writable; atomic. WriteRefused (or UntrustedState for a link on
+        the way) naming the file otherwise."""
+        path = self.path(doc, **parts)
+        body = {"schema": doc.schema, **{k: v for k, v in value.items() if k != "schema"}}
+        self._make(path.parent, path)
+        data = (jsonio.dumps(body, indent=doc.indent) + "\n").encode()
+        return write_into(path.parent, path.name, data, mode=doc.mode)
+
+    def make_dir(self, template: str, /, *, mode: int | None = None, **parts: str) -> Path:
+        """Make a directory of the layout (and those above it) the way writes make them;
+        `mode`: the directory itself gets it when it is ours (0700: only we may enter)."""
+        path = self.path(template, **parts)
+        self._make(path, path / ".")
+        if mode is not None:
+            info = os.lstat(path)
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+                os.chmod(path, mode)
+        return path
+
+    def create_private(self, template: str, data: bytes, /, **parts: str) -> Path:
+        """A new file of this user only (mode 0600), made exclusively: never an existing one,
+        never through a link (a crash log). WriteRefused naming it otherwise."""
+        path = self.path(template, **parts)
+        self._make(path.parent, path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, 0o600)
+        except OSError as exc:
+            raise WriteRefused(path, exc.strerror or type(exc).__name__) from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                raise WriteRefused(path, "not a regular file of this user")
+            os.write(fd, data)
+        except OSError as exc:
+            raise WriteRefused(path, exc.strerror or type(exc).__name__) from None
+        finally:
+            os.close(fd)
+        return path
+
+    @contextlib.contextmanager
+    def lock(self, template: str, /, *, timeout_s: float | None = None,
+             **parts: str) -> Iterator[None]:
+        """Hold the lock of that name (rocmseat.atomic.exclusive_lock; its dir made here)."""
+        path = self.path(template, **parts)
+        self._make(path.parent, path)
+        with exclusive_lock(path, timeout_s=timeout_s):
+            yield
+
+    def _make(self, directory: Path, below: Path) -> None:
+        check_write_dirs(below, trusted_root=self.root)  # no link on the way (UntrustedState)
+        try:
+            make_dirs(directory)
+        except OSError as exc:
+            raise WriteRefused(below, f"cannot make {printable(str(directory))}: "
+                               f"{exc.strerror or type(exc).__name__}") from None
+
+    # --- the layout ---------------------------------------------------------------------
 
     @property
     def preflight(self) -> Path:
@@ -124,24 +274,24 @@ class StateDir:
 
     @property
     def verdict(self) -> Path:
-        return self.preflight / "verdict.json"
+        return self.path(VERDICT)
 
     @property
     def readings(self) -> Path:
-        return self.preflight / "error-readings.json"
+        return self.path(READINGS)
 
     @property
     def baselines(self) -> Path:
-        return self.root / "watch"
+        return self.path(WATCH_DIR)
 
     def baseline(self, file_name: str) -> Path:
         """A baseline's file; `file_name` is the replica key already made a safe file name
         (rocmseat.watch.baseline.baseline_path)."""
-        return self.baselines / f"{file_name}.json"
+        return self.path(WATCH_FILE, name=file_name)
 
     @property
     def errors(self) -> Path:
-        return self.root / "errors"
+        return self.path(ERRORS_DIR)
 
     @property
     def seats(self) -> Path:
@@ -151,7 +301,7 @@ class StateDir:
         return self.seats / seat
 
     def replica(self, seat: str, replica: str) -> ReplicaDir:
-        return ReplicaDir(self.seat(seat) / replica)
+        return ReplicaDir(self.path(REPLICA_DIR, seat=seat, replica=replica))
 
     @property
     def remediation_root(self) -> Path:

@@ -1,4 +1,5 @@
-"""Issue 23, item 3: every document rocmseat reads back is a strict model. Each of the seven is
+"""Issue 23, item 3, and issue 32, item 2: every document rocmseat reads back is a strict
+model. Each of the ten is
 written by its real writer, then tampered with (an unknown key, NaN, 1e400, a -1e11 or
 year-10000 timestamp, a 400-digit integer, a wrong type, truncated JSON, a control character, a
 file over the reader's limit) and read back by its real reader: refused, with one line naming
@@ -119,17 +120,21 @@ def test_a_tampered_baseline_is_refused_and_relearned(tmp_path, case):
     )
 
     path = baseline_path(tmp_path, "seat.r0")
-    save_baseline(path, learned_baseline(drafts=1e4, per_pos=(8e3, 6.4e3), accepted=14_400.0,
-                                         windows=9, key="k", now_s=NOW.timestamp()))
-    assert load_baseline(path) is not None  # the writer's document reads back
+    save_baseline(tmp_path, "seat.r0", learned_baseline(
+        drafts=1e4, per_pos=(8e3, 6.4e3), accepted=14_400.0, windows=9, key="k",
+        now_s=NOW.timestamp()))
+    assert load_baseline(tmp_path, "seat.r0") == (load_baseline(tmp_path, "seat.r0")[0], None)
+    assert load_baseline(tmp_path, "seat.r0")[0] is not None  # the writer's document reads back
     text, key = tampered(json.loads(path.read_text()), BASELINE, case)
     path.write_text(text)
-    assert load_baseline(path) is None  # re-learned, never judged against
+    stored, problem = load_baseline(tmp_path, "seat.r0")
+    assert stored is None  # re-learned, never judged against
+    assert problem is not None and problem.endswith(": not used, re-learned")  # and said
     from rocmseat.errors import RocmseatError
     from rocmseat.watch.baseline import read_baseline
 
     with pytest.raises(RocmseatError) as info:
-        read_baseline(path)
+        read_baseline(tmp_path, "seat.r0")
     one_line(str(info.value), path, key)
 
 
@@ -363,3 +368,104 @@ def test_each_rule_of_the_readings_model(tmp_path, tamper, key, why):
     assert loaded.ring is None and loaded.problem is not None
     one_line(loaded.problem, path, key)
     assert why in loaded.problem
+
+
+# --- the slow-spawn history, the canary's baselines, the cache's move intent ----------------
+# None of them has a timestamp: the stamp cases land on a number that must stay in its bounds
+# (a rate > 0, a share 0..1) or on a name (the intent's moved_to).
+SPAWN = Doc(float_key=("keys", "k1", "4", 0), stamp_key=("keys", "k1", "4", 0),
+            stamp_is_text=False, int_key=("keys", "k1", "4", 1),
+            text_key=("keys", "k1", "4", 0), limit_bytes=1 << 20)
+
+
+def _said(lines: list[str], what: str, path: Path, key: str | None) -> None:
+    """One watchdog line naming the file (and the key) of a refused document."""
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert "\n" not in line and "Traceback" not in line, line
+    assert f" {what} error={str(path).replace(' ', '_')}" in line, line
+    if key is not None:
+        assert f"key_'{key.replace(' ', '_')}'" in line, line
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_tampered_spawn_history_is_named_and_learned_afresh(tmp_path, case):
+    from rocmseat.watch.baseline import baseline_path
+    from rocmseat.watch.spawn import SpawnWatch
+
+    SpawnWatch(state_dir=tmp_path, prefix="demo")._save("r0", {"k1": {4: [19.5, 20.0]}})
+    path = baseline_path(tmp_path, "spawn-demo.r0")
+    lines: list[str] = []
+    assert SpawnWatch(state_dir=tmp_path, prefix="demo", log=lines.append)._load("r0") == {
+        "k1": {4: [19.5, 20.0]}} and lines == []  # the writer's document reads back
+    text, key = tampered(json.loads(path.read_text()), SPAWN, case)
+    path.write_text(text)
+    assert SpawnWatch(state_dir=tmp_path, prefix="demo", log=lines.append)._load("r0") == {}
+    _said(lines, "spawn-history-refused", path, key)
+
+
+CANARY = Doc(float_key=("rates", 0), stamp_key=("rates", 0), stamp_is_text=False,
+             int_key=("prompts",), text_key=("key",), limit_bytes=1 << 20)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_tampered_canary_baselines_are_named_and_learned_afresh(tmp_path, case):
+    from rocmseat.seat.canary_schema import Canary
+    from rocmseat.watch.baseline import baseline_path
+    from rocmseat.watch.canary_service import CanaryService
+
+    lines: list[str] = []
+
+    def service() -> CanaryService:
+        return CanaryService(Canary(enabled=True, prompts=["a", "b"]), [],
+                             statuses=lambda: [], set_alert=lambda *a: None,
+                             state_dir=tmp_path, seat="demo", log=lines.append)
+
+    service()._save("r0", "k1", [0.5, None])
+    path = baseline_path(tmp_path, "canary-demo.r0")
+    assert service()._load("r0", "k1") == [0.5, None] and lines == []
+    text, key = tampered(json.loads(path.read_text()), CANARY, case)
+    path.write_text(text)
+    assert service()._load("r0", "k1") is None
+    _said(lines, "canary-baseline-refused", path, key)
+
+
+INTENT = Doc(float_key=("changed", 0, 1), stamp_key=("moved_to",), stamp_is_text=True,
+             int_key=("changed", 0, 2), text_key=("moved_to",), limit_bytes=1 << 20,
+             wrong_key=("new_key",))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_tampered_move_intent_is_named_and_dropped(tmp_path, case, caplog):
+    from rocmseat.cache.key import ConfigKey, digest_of
+    from rocmseat.cache.store import prepare
+    from rocmseat.errors import RocmseatError
+
+    live = tmp_path / "cache" / "r0"
+    old = {"model": "target", "tp": 2}
+    new = {"model": "target", "tp": 4}
+    prepare(live, ConfigKey(digest_of(old), old), seat_name="s", now=NOW)
+
+    class Killed(Exception):
+        pass
+
+    def kill(step: str) -> None:
+        if step == "intent-written":
+            raise Killed(step)
+
+    with pytest.raises(Killed):  # the writer's intent, left by a kill before the first rename
+        prepare(live, ConfigKey(digest_of(new), new), seat_name="s", now=NOW, crash_hook=kill)
+    path = tmp_path / "cache" / ".r0.intent.json"
+    text, key = tampered(json.loads(path.read_text()), INTENT, case)
+    path.write_text(text)
+    if case == "huge":  # not read at all: named, and the launch stops until it is looked at
+        with pytest.raises(RocmseatError) as info:
+            prepare(live, ConfigKey(digest_of(new), new), seat_name="s", now=NOW)
+        one_line(info.value.message, path, None)
+        return
+    caplog.set_level("WARNING", logger="rocmseat.cache")
+    result = prepare(live, ConfigKey(digest_of(new), new), seat_name="s", now=NOW)
+    assert not path.exists() and result.state_before == "stale"  # judged afresh: moved aside
+    named = [r.getMessage() for r in caplog.records if "judged afresh" in r.getMessage()]
+    assert len(named) == 1, caplog.records
+    one_line(named[0], path, key)

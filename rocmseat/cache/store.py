@@ -23,7 +23,6 @@ does a cache root that others may write to (they could plant one between two ste
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import re
@@ -37,9 +36,10 @@ from rocmseat import __version__
 from rocmseat.atomic import atomic_write_json, exclusive_lock
 from rocmseat.cache.key import MISSING, ConfigKey, FactorChange, diff_factors
 from rocmseat.cache.layout import MANIFEST_NAME, STALE_NAME, cache_env
-from rocmseat.cache.manifest_doc import MANIFEST_SCHEMA, ManifestDoc
+from rocmseat.cache.manifest_doc import INTENT_SCHEMA, MANIFEST_SCHEMA, IntentDoc, ManifestDoc
 from rocmseat.docmodel import load_json_doc
 from rocmseat.errors import ConfigError, ReadError
+from rocmseat.located import DocumentInvalid
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.envclass import CACHE_ENV_SUBDIRS
 from rocmseat.seat.model import is_replica_name
@@ -176,6 +176,7 @@ def prepare(
         changed = diff_factors(manifest["factors"], key.factors) if manifest is not None else []
         aside = _stale_name(cache_root, replica, now)
         atomic_write_json(job.intent, {
+            "schema": INTENT_SCHEMA,
             "action": "move-aside",
             "state_before": state,
             "moved_to": aside.name,
@@ -288,30 +289,31 @@ def _remove_temporaries(job: _Job) -> None:
                 os.unlink(path)
 
 
-def _read_intent(job: _Job) -> Any:
-    """The intent's JSON (None when it does not parse); only a regular file is read."""
+def _read_intent(job: _Job) -> IntentDoc:
+    """The intent as its strict model (only a regular file is read); ConfigError when it cannot
+    be read, DocumentInvalid (one line naming the file and the key) when it is not an intent."""
     try:
-        return json.loads(read_regular_text(job.intent, limit_bytes=STATE_FILE_LIMIT_BYTES))
+        text = read_regular_text(job.intent, limit_bytes=STATE_FILE_LIMIT_BYTES)
     except ReadError as exc:
-        raise ConfigError(f"cannot read the move in progress: {exc}") from None
-    except (ValueError, RecursionError):
-        return None
+        raise ConfigError(f"{exc.message} (the move aside in progress: not finished)",
+                          hint=f"look at it, then remove it ({job.intent})") from None
+    return load_json_doc(IntentDoc, text, str(job.intent))
 
 
 def _finish_move(job: _Job) -> PrepareResult:
     """Complete the move recorded in the intent, from whatever step it stopped at."""
     intent = _read_intent(job)
-    aside = job.root / intent["moved_to"]
+    aside = job.root / intent.moved_to
     live = job.live
     live_manifest = read_manifest(live) if live.is_dir() else None
     live_is_new = live_manifest is not None and live_manifest["key"] == job.key.digest
     if live.exists() and not aside.exists() and not live_is_new:
         os.rename(live, aside)
         job.hook("moved")
-    if intent["state_before"] == "unkeyed":
+    if intent.state_before == "unkeyed":
         why = "it had no manifest (unknown provenance)"
     else:
-        texts = [entry[3] for entry in intent["changed"]]
+        texts = [str(entry[3]) for entry in intent.changed]
         why = "changed: " + ("; ".join(texts) or "(no factor differs: key schema)")
     if not live.exists():
         _build_fresh(job, replaced={"moved_to": aside.name, "why": why})
@@ -319,18 +321,28 @@ def _finish_move(job: _Job) -> PrepareResult:
         job.hook("published")
     os.unlink(job.intent)
     job.hook("intent-removed")
-    changed = tuple(FactorChange(f, old, new) for f, old, new, _ in intent["changed"])
+    changed = tuple(FactorChange(str(f), old, new) for f, old, new, _ in intent.changed)
     message = f"{job.replica}: moved cache aside to {aside} because {why}"
     log.warning(message)
-    return PrepareResult(live, intent["state_before"], aside, changed, cache_env(live), message)
+    return PrepareResult(live, intent.state_before, aside, changed, cache_env(live), message)
 
 
 def _recover(job: _Job) -> PrepareResult | None:
     """Finish a move an earlier run was killed in the middle of (None: nothing to finish)."""
     if not job.intent.exists():
         return None
-    intent = _read_intent(job)
-    if not _valid_intent(intent, job.replica) or intent.get("new_key") != job.key.digest:
+    try:
+        intent = _read_intent(job)
+        if not _valid_intent(intent, job.replica):
+            raise DocumentInvalid(str(job.intent), ("moved_to",),
+                                  f"not a moved-aside name of replica {job.replica}")
+    except DocumentInvalid as exc:
+        # Not an intent this module wrote: named, then dropped like one towards another key
+        # (the live cache, if any, is judged afresh; a cache at a stale name stays there).
+        log.warning("%s: dropped, the cache is judged afresh", exc.message)
+        os.unlink(job.intent)
+        return None
+    if intent.new_key != job.key.digest:
         # An interrupted move towards another key: the old cache is either still live (it will
         # be judged afresh) or already at its stale name (kept); only the plan is dropped.
         os.unlink(job.intent)
@@ -338,22 +350,10 @@ def _recover(job: _Job) -> PrepareResult | None:
     return _finish_move(job)
 
 
-def _valid_intent(intent: Any, replica: str) -> bool:
-    """An intent this module wrote: the fields _finish_move reads, with their types, and a
-    moved-aside name of this replica (never another replica's live name)."""
-    if not isinstance(intent, dict):
-        return False
-    moved_to = intent.get("moved_to")
-    changed = intent.get("changed")
-    stale = STALE_NAME.fullmatch(moved_to) if isinstance(moved_to, str) else None
-    return (
-        stale is not None and stale.group("replica") == replica
-        and intent.get("state_before") in ("stale", "unkeyed")
-        and isinstance(intent.get("new_key"), str)
-        and isinstance(changed, list)
-        and all(isinstance(c, list) and len(c) == 4 and isinstance(c[0], str)
-                and isinstance(c[3], str) for c in changed)
-    )
+def _valid_intent(intent: IntentDoc, replica: str) -> bool:
+    """A moved-aside name of this replica (never another replica's live name)."""
+    stale = STALE_NAME.fullmatch(intent.moved_to)
+    return stale is not None and stale.group("replica") == replica
 
 
 def _build_fresh(job: _Job, replaced: dict[str, str] | None = None) -> None:

@@ -161,22 +161,22 @@ def _write_crash_log(args: list[str], trace: str) -> Path | None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     if env := os.environ.get(LOG_FILE_ENV):
         return _append_private(Path(env), entry, flags | os.O_APPEND)
-    try:
+    try:  # through the state dir's door: its dirs made never group- or other-writable
         from rocmseat.state import default_state_dir
-        from rocmseat.statedir import StateDir
+        from rocmseat.statedir import CRASH_LOG, ERRORS_DIR, StateDir
 
-        folder = StateDir(default_state_dir()).errors
+        state = StateDir(default_state_dir())
+        if not _private_dir(state.make_dir(ERRORS_DIR, mode=0o700)):
+            return None
+        return state.create_private(CRASH_LOG, entry.encode("utf-8", errors="replace"),
+                                    name=f"crash-{stamp}-{os.getpid()}.log")
     except Exception:
         return None
-    if not _private_dir(folder):
-        return None
-    return _append_private(folder / f"crash-{stamp}-{os.getpid()}.log", entry, flags | os.O_EXCL)
 
 
 def _private_dir(folder: Path) -> bool:
-    """`folder` exists (created 0700 if not), is a real directory we own, writable only by us."""
+    """`folder` is a real directory we own, writable only by us."""
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = os.lstat(folder)
     except OSError:
         return False

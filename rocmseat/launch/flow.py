@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmseat import exitcodes
-from rocmseat.atomic import LockTimeout, exclusive_lock
+from rocmseat.atomic import LockTimeout
 from rocmseat.errors import ConfigError, NoDeviceError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.hip.numbering import ROCR_MASK, without_hip_masks
@@ -43,7 +43,7 @@ from rocmseat.placement.resolve import probed_numbering
 from rocmseat.placement.rules import replica_index
 from rocmseat.redact import redact_argv
 from rocmseat.seat.model import Seat
-from rocmseat.statedir import ReplicaDir
+from rocmseat.statedir import LAUNCH_LOCK, REPLICA_DIR, StateDir
 
 if TYPE_CHECKING:
     from rocmseat.cache.key import ConfigKey
@@ -196,11 +196,10 @@ def usable_state_dir(record: ReplicaPlacement, state_dir: Path) -> Path:
     (no link, this user's, not writable by all: rocmseat.launch.report.check_replica_tree); a
     config error naming it when it cannot be, before any side effect."""
     check_replica_tree(state_dir, record.seat, record.replica)
-    path = record.state_dir
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"state dir {state_dir}: cannot make {path}: {exc.strerror or exc}",
+    try:  # made never group- or other-writable, whatever the umask: placement.json reads back
+        StateDir(state_dir).make_dir(REPLICA_DIR, seat=record.seat, replica=record.replica)
+    except RocmseatError as exc:  # WriteRefused, UntrustedState
+        raise ConfigError(f"state dir {state_dir}: cannot make {record.state_dir}: {exc.message}",
                           hint="check state_dir in the seat file, or pass --state-dir") from None
     return check_replica_tree(state_dir, record.seat, record.replica)
 
@@ -300,9 +299,11 @@ def launch_replica(seat: Seat, replica: str, run: LaunchRun) -> LaunchResult:
     # One launch per replica: a second one would move the cache of a running engine aside and
     # race it for the port. The kernel drops the lock when we die; the engine does not inherit
     # it (PEP 446: our descriptors are not inheritable).
-    lock = ReplicaDir(usable_state_dir(record, run.state_dir)).launch_lock
+    usable_state_dir(record, run.state_dir)
+    state = StateDir(run.state_dir)
+    lock = state.path(LAUNCH_LOCK, seat=record.seat, replica=record.replica)
     try:
-        with exclusive_lock(lock, timeout_s=0.0):
+        with state.lock(LAUNCH_LOCK, timeout_s=0.0, seat=record.seat, replica=record.replica):
             return _launch_locked(seat, placed, record, run, environ)
     except LockTimeout:
         raise RocmseatError(f"replica {record.replica} of seat {seat.name} is already being "

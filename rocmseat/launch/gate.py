@@ -21,26 +21,47 @@ per start would also halve the window it judges.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
+from typing import Annotated, Literal
 
-from rocmseat.atomic import atomic_write_json
-from rocmseat.docmodel import parse_doc
+from pydantic import Field, StringConstraints
+
+from rocmseat.docmodel import Line, StrictDoc, parse_doc
 from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.findings import Finding, Severity
-from rocmseat.launch.gate_doc import SYSFS_SCHEMA, SysfsResultDoc
+from rocmseat.findings_doc import FindingDoc
 from rocmseat.launch.plan import ReplicaPlan, engine_env
 from rocmseat.located import DocumentInvalid, load_json
-from rocmseat.safeio import read_regular_text
 from rocmseat.seat.model import Seat
-from rocmseat.statedir import ReplicaDir
+from rocmseat.statedir import PREFLIGHT_SYSFS, Document, StateDir
 from rocmseat.sysfs.parse import normalize_pci_address
 from rocmseat.text import printable
 
 Say = Callable[[str], None]
 INVOCATION_ENV = "INVOCATION_ID"
 SYSFS_RESULT_LIMIT_BYTES = 4 << 20  # the findings of one pair: a few KiB
+
+# `<replica state dir>/preflight-sysfs.json` (`rocmseat.preflight-sysfs/v1`) as a strict model: a
+# finding read back here can let a start through, so a damaged or forged file is one located
+# line and the checks run again, never a KeyError or a finding of a severity nobody writes.
+SYSFS_SCHEMA = "rocmseat.preflight-sysfs/v1"
+MAX_FINDINGS = 10_000  # one pair's findings: tens
+# dddd:bb:dd.f as rocmseat.sysfs.parse.normalize_pci_address writes it
+PciAddress = Annotated[str, StringConstraints(
+    pattern=r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")]
+
+
+class SysfsResultDoc(StrictDoc):
+    schema_: Literal["rocmseat.preflight-sysfs/v1"] = Field(alias="schema")
+    invocation_id: Annotated[Line, Field(min_length=1, max_length=128)]
+    pair: Annotated[list[PciAddress], Field(min_length=2, max_length=2)]
+    findings: Annotated[list[FindingDoc], Field(max_length=MAX_FINDINGS)]
+
+
+# read as JSON first: a file of another start (another invocation id) is not judged at all
+SYSFS_RESULT = Document(PREFLIGHT_SYSFS, SYSFS_SCHEMA, load_json,
+                        limit_bytes=SYSFS_RESULT_LIMIT_BYTES)
 
 
 class PreflightRefused(RocmseatError):
@@ -139,10 +160,10 @@ def sysfs_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None, state_dir
         raise refused
     invocation = environ.get(INVOCATION_ENV)
     if invocation:
-        atomic_write_json(_result_path(state_dir, seat, plan), {
-            "schema": SYSFS_SCHEMA, "invocation_id": invocation, "pair": list(plan.pci_pair),
+        StateDir(state_dir).write(SYSFS_RESULT, {
+            "invocation_id": invocation, "pair": list(plan.pci_pair),
             "findings": [f.to_json() for f in findings],
-        })
+        }, seat=seat.name, replica=plan.replica)
     worst = sorted({f.severity.value for f in findings if f.severity is not Severity.OK})
     say(f"replica {plan.replica}: sysfs preflight of {', '.join(plan.pci_pair)}: "
         f"{len(findings)} findings" + (f" ({', '.join(worst)} among them)" if worst else ""))
@@ -181,7 +202,7 @@ def launch_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None, state_di
 
 
 def _result_path(state_dir: Path, seat: Seat, plan: ReplicaPlan) -> Path:
-    return ReplicaDir(plan.placement.state_dir).preflight_sysfs
+    return StateDir(state_dir).path(SYSFS_RESULT, seat=seat.name, replica=plan.replica)
 
 
 def _reuse(state_dir: Path, seat: Seat, plan: ReplicaPlan, invocation: str | None,
@@ -190,13 +211,11 @@ def _reuse(state_dir: Path, seat: Seat, plan: ReplicaPlan, invocation: str | Non
     if not invocation:
         return None
     path = _result_path(state_dir, seat, plan)
-    if not os.path.lexists(path):
-        return None
     try:
-        # a state file is input too: a regular file (a FIFO would hang the start), capped,
-        # and JSON of any shape or depth is a reason to run the checks again, never a crash
-        value = load_json(read_regular_text(path, limit_bytes=SYSFS_RESULT_LIMIT_BYTES),
-                          str(path))
+        # a state file is input too: a trusted regular file (a FIFO would hang the start),
+        # capped, and JSON of any shape or depth is a reason to run the checks again, never a
+        # crash
+        value = StateDir(state_dir).read(SYSFS_RESULT, seat=seat.name, replica=plan.replica)
     except ReadError as exc:
         say(f"{printable(exc.message, 300)}; running the sysfs preflight again")
         return None

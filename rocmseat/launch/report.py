@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rocmseat.atomic import atomic_write_json, exclusive_lock
-from rocmseat.docmodel import load_json_doc
+from rocmseat.docmodel import strict
 from rocmseat.errors import ReadError
 from rocmseat.findings import Finding
 from rocmseat.launch.judge import PreviousStart
@@ -28,14 +27,27 @@ from rocmseat.launch.startuplog import StartupSummary
 from rocmseat.located import DocumentInvalid
 from rocmseat.placement.rules import replica_state_dir
 from rocmseat.redact import redact_argv
-from rocmseat.safeio import read_regular_text
-from rocmseat.statedir import ReplicaDir, StateDir
+from rocmseat.statedir import (
+    HISTORY_DIR,
+    HISTORY_ENTRY,
+    REPORT_LOCK,
+    STARTUP,
+    Document,
+    ReplicaDir,
+    StateDir,
+)
 from rocmseat.text import printable
 
 __all__ = ["SCHEMA", "build_report", "previous_start", "replica_state_dir", "save_report"]
 
 HISTORY_KEEP = 50  # newest starts kept; older ones are evidence nobody reads
 REPORT_MODE = 0o600  # the files hold an argv
+HISTORY_ENTRY_LIMIT_BYTES = 4 << 20  # a report is a few KiB to a few hundred (the argv, log)
+# the latest start, and each start kept in history/: one model (rocmseat.launch.report_doc)
+STARTUP_REPORT = Document(STARTUP, SCHEMA, strict(StartupReportDoc),
+                          limit_bytes=HISTORY_ENTRY_LIMIT_BYTES, mode=REPORT_MODE)
+HISTORY_REPORT = Document(HISTORY_ENTRY, SCHEMA, strict(StartupReportDoc),
+                          limit_bytes=HISTORY_ENTRY_LIMIT_BYTES, mode=REPORT_MODE)
 
 
 def utc_stamp(now: dt.datetime) -> str:
@@ -100,22 +112,23 @@ def check_replica_tree(state_dir: Path, seat: str, replica: str) -> Path:
 
 def save_report(state_dir: Path, report: dict[str, Any]) -> Path:
     """Write startup.json and this start's history entry; returns the startup.json path."""
-    directory = check_replica_tree(state_dir, report["seat"], report["replica"])
-    files = ReplicaDir(directory)
-    history = files.history
-    entry = history / f"{report['started_at'].replace(':', '')}-{os.getpid()}.json"
-    with exclusive_lock(files.report_lock, timeout_s=30.0):
-        history.mkdir(parents=True, exist_ok=True)
-        check_replica_tree(state_dir, report["seat"], report["replica"])  # under the lock
-        atomic_write_json(entry, report, mode=REPORT_MODE)
-        atomic_write_json(files.startup, report, mode=REPORT_MODE)
+    seat, replica = report["seat"], report["replica"]
+    check_replica_tree(state_dir, seat, replica)
+    state = StateDir(state_dir)
+    entry = f"{report['started_at'].replace(':', '')}-{os.getpid()}.json"
+    with state.lock(REPORT_LOCK, timeout_s=30.0, seat=seat, replica=replica):
+        # made never group- or other-writable, whatever the umask (its entries read back)
+        history = state.make_dir(HISTORY_DIR, seat=seat, replica=replica)
+        check_replica_tree(state_dir, seat, replica)  # under the lock
+        state.write(HISTORY_REPORT, report, seat=seat, replica=replica, entry=entry)
+        startup = state.write(STARTUP_REPORT, report, seat=seat, replica=replica)
         for old in _history(history)[:-HISTORY_KEEP]:
             # lstat before unlink: only our regular files (a link is unlinked itself, never
             # followed; a dir or a FIFO someone put there is left alone)
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISREG(os.lstat(old).st_mode) or old.is_symlink():
                     old.unlink()
-    return files.startup
+    return startup
 
 
 def _history(history: Path) -> list[Path]:
@@ -127,9 +140,6 @@ def _history(history: Path) -> list[Path]:
     return [history / n for n in sorted(names) if n.endswith(".json") and not n.startswith(".")]
 
 
-HISTORY_ENTRY_LIMIT_BYTES = 4 << 20  # a report is a few KiB to a few hundred (the argv, log)
-
-
 def previous_start(
     state_dir: Path, seat: str, replica: str
 ) -> tuple[PreviousStart | None, list[str]]:
@@ -138,19 +148,21 @@ def previous_start(
     entry is read as a regular file of at most HISTORY_ENTRY_LIMIT_BYTES (never a FIFO: it
     would hang the start) and validated as a startup report (rocmseat.launch.report_doc): any other
     shape of JSON, however nested, is a skipped entry with one line naming the file and key."""
-    history = StateDir(state_dir).replica(seat, replica).history
+    state = StateDir(state_dir)
+    history = state.replica(seat, replica).history
     problems: list[str] = []
     if history.is_symlink():
         return None, [f"{history}: is a symlink: not read"]
     for path in reversed(_history(history)):
         try:
-            doc = load_json_doc(StartupReportDoc, read_regular_text(
-                path, limit_bytes=HISTORY_ENTRY_LIMIT_BYTES), str(path))
+            doc = state.read(HISTORY_REPORT, seat=seat, replica=replica, entry=path.name)
         except ReadError as exc:
             problems.append(printable(exc.message, 300))
             continue
         except DocumentInvalid as exc:  # one line naming the file and the key
             problems.append(exc.message)
+            continue
+        if doc is None:  # gone meanwhile (pruned by another start)
             continue
         tokens = doc.log.kv_cache_tokens
         if tokens is not None and tokens > 0:

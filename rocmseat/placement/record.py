@@ -117,7 +117,12 @@ def key_arch(seat: Seat, record: ReplicaPlacement | None,
 
 def placement_json(record: ReplicaPlacement) -> str:
     """The text of the record's placement.json (strict JSON, rocmseat.jsonio)."""
-    return jsonio.dumps({
+    return jsonio.dumps(placement_doc(record)) + "\n"
+
+
+def placement_doc(record: ReplicaPlacement) -> dict[str, Any]:
+    """The record's placement.json as a JSON object."""
+    return {
         "schema": SCHEMA,
         "seat": record.seat,
         "replica": record.replica,
@@ -133,7 +138,7 @@ def placement_json(record: ReplicaPlacement) -> str:
                  "cpus": list(record.numa.cpus), "note": record.numa.note},
         "cache_dir": str(record.cache_dir),
         "state_dir": str(record.state_dir),
-    }) + "\n"
+    }
 
 
 class PlacementFileError(ValueError):

@@ -18,22 +18,33 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmseat.atomic import atomic_write_text
 from rocmseat.errors import ReadError
 from rocmseat.placement.record import (
+    SCHEMA,
     PlacementFileError,
     ReplicaPlacement,
     parse_placement,
-    placement_json,
+    placement_doc,
     record_problem,
 )
 from rocmseat.placement.rules import replica_index, seat_state_dir
-from rocmseat.safeio import read_trusted_state
 from rocmseat.seat.model import Seat
-from rocmseat.statedir import ReplicaDir, StateDir
+from rocmseat.statedir import PLACEMENT, Document, ReplicaDir, StateDir
 from rocmseat.text import printable
 
 PLACEMENT_LIMIT_BYTES = 64 << 10  # a record is ~1 KiB
+
+
+def _parse(text: str, shown: str) -> ReplicaPlacement:
+    try:
+        return parse_placement(text)
+    except PlacementFileError as exc:
+        raise PlacementFileError(f"{shown}: not a placement record: "
+                                 f"{printable(str(exc), 300)}") from None
+
+
+# the placement record (rocmseat.placement.record's strict model); mode 0644: no argv, no env
+PLACEMENT_RECORD = Document(PLACEMENT, SCHEMA, _parse, limit_bytes=PLACEMENT_LIMIT_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +62,10 @@ class Recorded:
 
 
 def write_recorded(record: ReplicaPlacement) -> Path:
-    """Save the record launch runs with (atomic; no argv, no environment: mode 0644)."""
-    path = ReplicaDir(record.state_dir).placement
-    atomic_write_text(path, placement_json(record))
-    return path
+    """Save the record launch runs with (atomic; no argv, no environment: mode 0644), in the
+    state dir its own state_dir lies in."""
+    return StateDir.above(record.state_dir).write(PLACEMENT_RECORD, placement_doc(record),
+                                                  seat=record.seat, replica=record.replica)
 
 
 def read_recorded(seat: Seat, state_root: Path | None) -> Recorded:
@@ -90,8 +101,7 @@ def read_recorded(seat: Seat, state_root: Path | None) -> Recorded:
             continue
         if not stat.S_ISDIR(info.st_mode):
             continue
-        path = StateDir(state_root).replica(seat.name, name).placement
-        record, why = _read_one(seat, state_root, path, name)
+        record, why = _read_one(seat, state_root, name)
         if why is not None:
             problems[name] = why
         elif record is not None:
@@ -100,19 +110,19 @@ def read_recorded(seat: Seat, state_root: Path | None) -> Recorded:
     return Recorded(tuple(sorted(records, key=lambda r: r.index)), problems)
 
 
-def _read_one(seat: Seat, state_root: Path, path: Path,
+def _read_one(seat: Seat, state_root: Path,
               name: str) -> tuple[ReplicaPlacement | None, str | None]:
     """(record, None), (None, why), or (None, None) when the dir holds no placement.json."""
+    state = StateDir(state_root)
+    path = state.path(PLACEMENT_RECORD, seat=seat.name, replica=name)
     try:
-        text = read_trusted_state(path, trusted_root=state_root, limit_bytes=PLACEMENT_LIMIT_BYTES)
+        record = state.read(PLACEMENT_RECORD, seat=seat.name, replica=name)
     except ReadError as exc:  # UntrustedState is one
         return None, printable(exc.message, 400)
-    if text is None:
-        return None, None
-    try:
-        record = parse_placement(text)
     except PlacementFileError as exc:
-        return None, f"{path}: not a placement record: {printable(str(exc), 300)}"
+        return None, str(exc)
+    if record is None:
+        return None, None
     if record.seat != seat.name or record.replica != name:
         return None, (f"{path}: the record of {record.seat}/{record.replica}, not of "
                       f"{seat.name}/{name}")

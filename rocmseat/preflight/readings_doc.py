@@ -21,10 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocmseat.located import DocumentInvalid, kind_of, load_json, stamp_problem
-from rocmseat.preflight.windows import MAX_BOOT_S, MAX_DEVICES, MAX_ENTRIES, SCHEMA
+from rocmseat.statedir import READINGS, Document
 from rocmseat.text import CONTROL_CHARS
 from rocmseat.tomllocate import Loc
 
+SCHEMA = "rocmseat.error-readings/v1"
+MAX_ENTRIES = 512  # per device (rocmseat.preflight.windows thins the middle to keep to it)
+MAX_BOOT_S = 1e10  # seconds since boot: three centuries
+MAX_DEVICES = 4096
+LIMIT_BYTES = 16 << 20
 MAX_COUNTERS = 512
 MAX_COUNT = (1 << 64) - 1
 _ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
@@ -166,3 +171,8 @@ def parse_readings(text: str, shown: str) -> ReadingsDoc:
         raise DocumentInvalid(shown, exc.loc, exc.why) from None
     except RecursionError:
         raise DocumentInvalid(shown, (), "nested too deeply") from None
+
+
+# the document as the state dir declares it (rocmseat.statedir.StateDir.read and write): one
+# line of JSON, rewritten by every run that reads new counts
+READINGS_DOC = Document(READINGS, SCHEMA, parse_readings, limit_bytes=LIMIT_BYTES, indent=None)

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmseat.atomic import atomic_write_json
 from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.findings import Finding, Severity, Subject, exit_code_for
-from rocmseat.safeio import UntrustedState, check_write_dirs, read_trusted_state
-from rocmseat.statedir import StateDir
+from rocmseat.safeio import UntrustedState
+from rocmseat.statedir import VERDICT, Document, StateDir
 from rocmseat.sysfs.fs import default_proc_root
 from rocmseat.sysfs.host import NO_PROC, BootIdentity, read_boot_identity
 from rocmseat.text import CONTROL_CLASS, replace_controls
@@ -179,11 +178,9 @@ def save_verdict(state_dir: Path, verdict: Verdict) -> str | None:
     """Write the verdict atomically; a one-line problem, or None."""
     path = verdict_path(state_dir)
     try:
-        check_write_dirs(path, trusted_root=state_dir)
-    except RocmseatError as exc:
+        StateDir(state_dir).write(VERDICT_DOC, to_json(verdict))
+    except RocmseatError as exc:  # UntrustedState (a link on the way), WriteRefused
         return f"{path}: cannot save the preflight verdict ({exc.message})"
-    try:
-        atomic_write_json(path, to_json(verdict))
     except OSError as exc:
         return f"{path}: cannot save the preflight verdict ({exc.strerror or exc})"
     return None
@@ -217,19 +214,17 @@ def load_verdict(
     of `sysfs_root`. Raises UnusableVerdict with a short, stable reason (it ends up in an 80-byte
     NPD line, whose every change is an event).
     """
-    path = verdict_path(state_dir)
     try:
         # sshd's StrictModes: a verdict anyone else could have written, or one reached through
         # a link, decides nothing (docs/architecture.md, "State")
-        text = read_trusted_state(path, trusted_root=state_dir, limit_bytes=LIMIT_BYTES)
+        verdict = StateDir(state_dir).read(VERDICT_DOC)
     except UntrustedState as exc:
         cause = re.sub(r"^\(directory of [^)]*\) ", "", exc.cause)
         raise UnusableVerdict(f"untrusted {_where(exc.path, state_dir)}: {cause}") from None
     except ReadError as exc:
         raise UnusableVerdict(f"cached verdict unreadable: {exc.cause}") from None
-    if text is None:
+    if verdict is None:
         raise UnusableVerdict("no cached verdict (run a full rocmseat preflight)")
-    verdict = parse_verdict(text)
     if verdict.sysfs_root != root_key(sysfs_root):
         raise UnusableVerdict(f"cached verdict is for another sysfs root ({verdict.sysfs_root})")
     here = identity if identity is not None else read_boot_identity(default_proc_root(sysfs_root))
@@ -292,6 +287,16 @@ def parse_verdict(text: str) -> Verdict:
     if doc["exit_code"] != verdict.exit_code():
         raise UnusableVerdict("cached verdict's exit_code disagrees with its findings")
     return verdict
+
+
+def _parse_cached(text: str, shown: str) -> Verdict:
+    # the reasons stay free of the path: they are the NPD condition's stable message
+    return parse_verdict(text)
+
+
+# the cached verdict as the state dir declares it (pydantic_core's validator alone: the NPD
+# answer imports no pydantic)
+VERDICT_DOC = Document(VERDICT, SCHEMA, _parse_cached, limit_bytes=LIMIT_BYTES)
 
 
 def _why(exc: Any) -> str:

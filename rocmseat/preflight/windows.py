@@ -44,25 +44,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmseat.atomic import atomic_write_text, exclusive_lock
 from rocmseat.errors import ReadError, RocmseatError
-from rocmseat.jsonio import dumps
 from rocmseat.located import DocumentInvalid
-from rocmseat.safeio import UntrustedState, read_trusted_state
-from rocmseat.statedir import StateDir
+from rocmseat.preflight.readings_doc import (
+    MAX_BOOT_S,
+    MAX_DEVICES,
+    MAX_ENTRIES,
+    READINGS_DOC,
+    SCHEMA,
+    ReadingsDoc,
+)
+from rocmseat.safeio import UntrustedState
+from rocmseat.statedir import READINGS_LOCK, StateDir
 
-SCHEMA = "rocmseat.error-readings/v1"
+__all__ = ["MAX_BOOT_S", "MAX_DEVICES", "MAX_ENTRIES", "SCHEMA"]  # the document's bounds
 DEFAULT_WINDOW_S = 24 * 3600
 MAX_WINDOW_S = 7 * 24 * 3600  # the longest window a profile may ask
 MAX_KEEP_S = MAX_WINDOW_S
-MAX_ENTRIES = 512
-MAX_BOOT_S = 1e10  # seconds since boot: three centuries
 # With nothing counted since a device's last reading, the file is rewritten (and fsynced) only to
 # move that reading's `last` on, at most this often: a base's `last` only words the window's
 # start ("since ..."), and an older one words a longer window, never a shorter one.
 REFRESH_S = 3600
-MAX_DEVICES = 4096
-LIMIT_BYTES = 16 << 20
 LOCK_TIMEOUT_S = 10.0
 _STAMP_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 
@@ -130,9 +132,10 @@ def root_key(sysfs_root: Path) -> str:
 def parse_ring(text: str, shown: str) -> Ring:
     """Pure: the file's text -> its ring; DocumentInvalid naming `shown` and the wrong key (the
     strict model of rocmseat.preflight.readings_doc)."""
-    from rocmseat.preflight.readings_doc import parse_readings  # it reads this module's bounds
+    return _ring(READINGS_DOC.parse(text, shown))
 
-    doc = parse_readings(text, shown)
+
+def _ring(doc: ReadingsDoc) -> Ring:
     devices = {address: tuple(Entry(e.first, e.last, dict(e.counters), e.first_boot_s,
                                     e.last_boot_s, e.unknown) for e in entries)
                for address, entries in doc.devices.items()}
@@ -149,17 +152,16 @@ class Loaded:
 def load_ring(state_dir: Path, sysfs_root: Path, boot_id: str | None) -> Loaded:
     path = state_path(state_dir)
     try:
-        text = read_trusted_state(path, trusted_root=state_dir, limit_bytes=LIMIT_BYTES)
+        doc = StateDir(state_dir).read(READINGS_DOC)
     except UntrustedState as exc:
         return Loaded(None, f"{path}: untrusted ({exc.cause})", untrusted=True)
     except ReadError as exc:
         return Loaded(None, f"{path}: {exc.cause}")
-    if text is None:
-        return Loaded(None, None)
-    try:
-        ring = parse_ring(text, str(path))
     except DocumentInvalid as exc:
         return Loaded(None, f"{path}: unusable error readings ({exc.detail})")
+    if doc is None:
+        return Loaded(None, None)
+    ring = _ring(doc)
     if ring.sysfs_root != root_key(sysfs_root) or ring.boot_id != boot_id:
         return Loaded(None, None)  # another tree or another boot: counters restarted
     return Loaded(ring, None)
@@ -233,8 +235,9 @@ def save_readings(
     gaps = unknown or {}
     if seen and not _news(seen, readings, stamp.wall, gaps):
         return None
+    state = StateDir(state_dir)
     try:
-        with exclusive_lock(path.with_suffix(".lock"), timeout_s=LOCK_TIMEOUT_S):
+        with state.lock(READINGS_LOCK, timeout_s=LOCK_TIMEOUT_S):
             loaded = load_ring(state_dir, sysfs_root, boot_id)
             if loaded.untrusted:
                 return loaded.problem
@@ -245,16 +248,14 @@ def save_readings(
                 devices[address] = _add(devices.get(address, ()), counters, stamp,
                                         gaps.get(address, ()))
             devices = _bounded(devices)
-            doc = {
-                "schema": SCHEMA,
+            state.write(READINGS_DOC, {
                 "sysfs_root": root_key(sysfs_root),
                 "boot_id": boot_id,
                 "devices": {
                     address: [_entry_doc(e) for e in entries]
                     for address, entries in sorted(devices.items())
                 },
-            }
-            atomic_write_text(path, dumps(doc, indent=None) + "\n")
+            })
     except (FileExistsError, NotADirectoryError):
         return f"{path}: cannot save the error readings (a file stands where a directory should be)"
     except (OSError, RocmseatError) as exc:

@@ -7,7 +7,14 @@ comparing like with like, docs/architecture.md "Speculation facts"). A pinned ac
 (the seat's [watch].expected_acceptance_length or --baseline-al) is turned into a profile with
 the constant-acceptance model AL = 1 + sum_{i=1..K} alpha^i.
 
-Persisted atomically as `<state dir>/watch/<replica key>.json` (docs/architecture.md).
+Persisted atomically as `<state dir>/watch/<replica key>.json` (`rocmseat.watch-baseline/v1`,
+the document BASELINE, read back through rocmseat.statedir.StateDir: docs/architecture.md,
+"State"): a strict model, so a damaged or forged file is one located line and a re-learn, never
+an alarm judged against nonsense.
+
+The model's bounds: a draft is at most 64 tokens (the seat's num_speculative_tokens), so at most
+64 positions, each a share 0..1, and an acceptance length 1..65; counts fit a float exactly
+(2**53); `learned_at_s` is wall-clock seconds (time.time) inside 2000..2200.
 """
 
 from __future__ import annotations
@@ -16,16 +23,37 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
-from rocmseat.atomic import atomic_write_json
-from rocmseat.docmodel import load_json_doc
+from pydantic import Field
+
+from rocmseat.atomic import WriteRefused
+from rocmseat.docmodel import EpochSeconds, Line, StrictDoc, strict
 from rocmseat.errors import ConfigError, ReadError
-from rocmseat.safeio import read_trusted_state
-from rocmseat.statedir import StateDir
-from rocmseat.watch.baseline_doc import SCHEMA, BaselineDoc
+from rocmseat.statedir import WATCH_DIR, WATCH_FILE, Document, StateDir
 
 _MAX_NAME = 200  # of 255 bytes a file name may have, with ".json" and room to spare
 UNKEYED = "unkeyed"
+SCHEMA = "rocmseat.watch-baseline/v1"
+MAX_POSITIONS = 64
+MAX_COUNT = float(2**53)
+
+Share = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
+class BaselineDoc(StrictDoc):
+    schema_: Literal["rocmseat.watch-baseline/v1"] = Field(alias="schema")
+    key: Annotated[Line, Field(min_length=1, max_length=4096)]
+    source: Literal["pinned", "learned"]
+    acceptance_length: Annotated[float, Field(ge=1.0, le=MAX_POSITIONS + 1.0,
+                                              allow_inf_nan=False)]
+    position_rates: Annotated[list[Share], Field(min_length=1, max_length=MAX_POSITIONS)]
+    drafts: Annotated[float, Field(ge=0.0, le=MAX_COUNT, allow_inf_nan=False)]
+    windows: Annotated[int, Field(ge=0, le=1 << 53)]
+    learned_at_s: EpochSeconds | None = None
+
+
+BASELINE = Document(WATCH_FILE, SCHEMA, strict(BaselineDoc))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +132,11 @@ def learned_baseline(
     return Baseline(key, "learned", 1.0 + accepted / drafts, rates, drafts, windows, now_s)
 
 
-def baseline_path(state_dir: Path, replica_key: str) -> Path:
-    """`<state dir>/watch/<key>.json`, the key encoded injectively: `[A-Za-z0-9._-]` as is,
-    every other byte (UTF-8) as `%XX`, so `a:b` and `a_b` never share a file and no key leaves
-    the folder. A name longer than a file name can be keeps its start and a digest of the rest."""
+def file_name(replica_key: str) -> str:
+    """A key as the name of its `<state dir>/watch/<name>.json`, encoded injectively:
+    `[A-Za-z0-9._-]` as is, every other byte (UTF-8) as `%XX`, so `a:b` and `a_b` never share a
+    file and no key leaves the folder. A name longer than a file name can be keeps its start and
+    a digest of the rest. The canary's baselines and the slow-spawn history use it too."""
     safe = re.sub(r"[^A-Za-z0-9._-]",
                   lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode("utf-8",
                                                                           "surrogatepass")),
@@ -115,63 +144,63 @@ def baseline_path(state_dir: Path, replica_key: str) -> Path:
     if len(safe) > _MAX_NAME:
         digest = hashlib.sha256(safe.encode()).hexdigest()[:16]
         safe = f"{safe[:_MAX_NAME - 17]}~{digest}"
-    return StateDir(state_dir).baseline(safe)
+    return safe
+
+
+def baseline_path(state_dir: Path, replica_key: str) -> Path:
+    """`<state dir>/watch/<key>.json` (for messages; reads and writes go through StateDir)."""
+    return StateDir(state_dir).path(BASELINE, name=file_name(replica_key))
 
 
 def check_state_dir_writable(state_dir: Path) -> None:
-    """Create `<state dir>/watch` and write a probe there, or raise a ConfigError naming it."""
-    folder = StateDir(state_dir).baselines
+    """Make `<state dir>/watch` (never group- or other-writable: its baselines must read back)
+    and write a probe there, or raise a ConfigError naming it."""
+    state = StateDir(state_dir)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(folder / ".write-probe.json", {"schema": SCHEMA})
-        (folder / ".write-probe.json").unlink()
-    except OSError as exc:
+        path = state.write(BASELINE, {}, name=".write-probe")
+        path.unlink()
+    except (OSError, WriteRefused, ReadError) as exc:
         raise ConfigError(
-            f"{folder}: the state dir is not writable ({exc.strerror or exc})",
+            f"{state.path(WATCH_DIR)}: the state dir is not writable "
+            f"({getattr(exc, 'strerror', None) or exc})",
             hint="give --state-dir a writable directory",
         ) from None
 
 
-def save_baseline(path: Path, baseline: Baseline) -> None:
-    atomic_write_json(
-        path,
-        {
-            "schema": SCHEMA,
-            "key": baseline.key,
-            "source": baseline.source,
-            "acceptance_length": baseline.acceptance_length,
-            "position_rates": list(baseline.position_rates),
-            "drafts": baseline.drafts,
-            "windows": baseline.windows,
-            "learned_at_s": baseline.learned_at_s,
-        },
-    )
+def save_baseline(state_dir: Path, replica_key: str, baseline: Baseline) -> Path:
+    """Write the baseline (atomic; WriteRefused, an OSError or UntrustedState when it cannot)."""
+    return StateDir(state_dir).write(BASELINE, {
+        "key": baseline.key,
+        "source": baseline.source,
+        "acceptance_length": baseline.acceptance_length,
+        "position_rates": list(baseline.position_rates),
+        "drafts": baseline.drafts,
+        "windows": baseline.windows,
+        "learned_at_s": baseline.learned_at_s,
+    }, name=file_name(replica_key))
 
 
-def load_baseline(path: Path) -> Baseline | None:
-    """The persisted baseline, or None when there is none. A damaged file is ignored (it is
-    re-learned) rather than trusted: a wrong baseline would mean wrong alarms."""
+def load_baseline(state_dir: Path, replica_key: str) -> tuple[Baseline | None, str | None]:
+    """The persisted baseline (None when there is none, or none usable) and, for a file that is
+    not used, one line naming it and why: a damaged or untrusted file is re-learned rather than
+    trusted (a wrong baseline would mean wrong alarms), and said."""
     try:
-        return read_baseline(path)
-    except (ReadError, ConfigError):  # unreadable, untrusted (StrictModes), DocumentInvalid
-        return None
+        return read_baseline(state_dir, replica_key), None
+    except (ReadError, ConfigError) as exc:  # unreadable, untrusted (StrictModes), DocumentInvalid
+        return None, f"{exc.message}: not used, re-learned"
 
 
-def read_baseline(path: Path) -> Baseline | None:
+def read_baseline(state_dir: Path, replica_key: str) -> Baseline | None:
     """The persisted baseline (None: no file); ReadError when it cannot be read or trusted,
     DocumentInvalid (one line naming the file and the key) when it is not a baseline."""
     # State is hostile input too: never block on a FIFO, never read a huge file, never
-    # recurse without bound (docs/architecture.md, "Hostile input").
-    # A baseline decides a verdict (the acceptance-drop alarm): one anyone but root or the
-    # reader could have written, or reached through a link, is refused like sshd's
-    # StrictModes and re-learned (docs/architecture.md, "State").
-    try:
-        text = read_trusted_state(path, trusted_root=path.parent, limit_bytes=1 << 20)
-    except OSError as exc:  # a state dir that is a file (ENOTDIR) ...
-        raise ReadError(path, exc.strerror or type(exc).__name__) from None
-    if text is None:
+    # recurse without bound (docs/architecture.md, "Hostile input"). A baseline decides a
+    # verdict (the acceptance-drop alarm): one anyone but root or the reader could have
+    # written, or reached through a link, is refused like sshd's StrictModes and re-learned
+    # (docs/architecture.md, "State"): StateDir.read.
+    doc = StateDir(state_dir).read(BASELINE, name=file_name(replica_key))
+    if doc is None:
         return None
-    doc = load_json_doc(BaselineDoc, text, str(path))
     return Baseline(key=doc.key, source=doc.source, acceptance_length=doc.acceptance_length,
                     position_rates=tuple(doc.position_rates), drafts=doc.drafts,
                     windows=doc.windows, learned_at_s=doc.learned_at_s)

@@ -9,26 +9,34 @@ saturated (requests wait, or every sequence slot is taken); never beyond `tokens
 (counted from each response's usage). The baseline of each config key (per prompt, its draft
 acceptance rate) is kept in the state dir beside the watcher's own baselines, so a restart of
 the watchdog or of the replica keeps it; a new key learns afresh.
+
+`<state dir>/watch/canary-<seat>.<replica>.json` (`rocmseat.canary-baselines/v1`, the document
+CANARY_BASELINES, through rocmseat.statedir.StateDir): the config key, the number of prompts and
+per prompt its acceptance rate (null: the prompt drafted nothing). It decides an alert, so it is
+read back through a strict model: a damaged or forged file is one line
+(`canary-baseline-refused`, naming the file and the key) and a baseline learned afresh.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from rocmseat import atomic, jsonio
+from pydantic import Field
+
+from rocmseat import jsonio
+from rocmseat.docmodel import Line, StrictDoc, strict
 from rocmseat.errors import RocmseatError
 from rocmseat.httpclient import request
-from rocmseat.safeio import read_regular_text
 from rocmseat.seat.canary_schema import Canary
+from rocmseat.statedir import WATCH_FILE, Document, StateDir
 from rocmseat.watch import alerts as A
-from rocmseat.watch.baseline import baseline_path
+from rocmseat.watch.baseline import file_name
 from rocmseat.watch.canary import (
     Budget,
     CanaryResponseError,
@@ -43,6 +51,23 @@ from rocmseat.watch.canary import (
 from rocmseat.watch.status import ReplicaStatus
 
 REQUEST_TIMEOUT_S = 120.0
+CANARY_SCHEMA = "rocmseat.canary-baselines/v1"
+MAX_PROMPTS = 1024  # a seat's [canary] prompts: a handful
+
+Share = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
+class CanaryBaselinesDoc(StrictDoc):
+    """One config key's per-prompt acceptance rates (files of rocmseat before the schema was
+    stamped carry no `schema`: the same keys)."""
+
+    schema_: Literal["rocmseat.canary-baselines/v1"] | None = Field(None, alias="schema")
+    key: Annotated[Line, Field(min_length=1, max_length=4096)]
+    prompts: Annotated[int, Field(ge=1, le=MAX_PROMPTS)]
+    rates: Annotated[list[Share | None], Field(min_length=1, max_length=MAX_PROMPTS)]
+
+
+CANARY_BASELINES = Document(WATCH_FILE, CANARY_SCHEMA, strict(CanaryBaselinesDoc))
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,44 +241,33 @@ class CanaryService:
         return verdict
 
     # --- baselines in the state dir -------------------------------------------------------
-    def _path(self, replica: str) -> Path | None:
-        if self._state_dir is None:
-            return None
+    def _name(self, replica: str) -> str:
         # beside the watcher's baselines, the name made safe the same way
-        return baseline_path(self._state_dir, f"canary-{self._seat}.{replica}")
+        return file_name(f"canary-{self._seat}.{replica}")
 
     def _load(self, replica: str, key: str) -> list[float | None] | None:
-        path = self._path(replica)
-        if path is None or not path.exists():
+        """The baseline of `key` (None: none yet, another key's, or another set of prompts:
+        learned afresh); a file that is not used is said in one line first."""
+        if self._state_dir is None:
             return None
         try:
-            doc = json.loads(read_regular_text(path, limit_bytes=1 << 20))
-        except (RocmseatError, ValueError, RecursionError):
-            return None  # unreadable: relearn (said in the baseline line that follows)
-        if not isinstance(doc, dict) or doc.get("key") != key:
+            doc = StateDir(self._state_dir).read(CANARY_BASELINES, name=self._name(replica))
+        except RocmseatError as exc:  # unreadable, untrusted, not the canary's baselines
+            self._log(f"rocmseat-watch replica={replica} canary-baseline-refused "
+                      f"error={exc.message[:300].replace(' ', '_')} (learned afresh)")
             return None
-        rates = doc.get("rates")
-        if not isinstance(rates, list) or len(rates) != len(self.config.prompts):
+        if doc is None or doc.key != key:
             return None
-        out: list[float | None] = []
-        for r in rates:
-            if r is None:
-                out.append(None)
-            elif isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r) \
-                    and 0 <= r <= 1:
-                out.append(float(r))
-            else:
-                return None
-        return out
+        if doc.prompts != len(self.config.prompts) or len(doc.rates) != doc.prompts:
+            return None  # the seat's prompts changed: their baseline is learned afresh
+        return list(doc.rates)
 
     def _save(self, replica: str, key: str, rates: list[float | None]) -> None:
-        path = self._path(replica)
-        if path is None:
+        if self._state_dir is None:
             return
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic.write_into(path.parent, path.name, (jsonio.dumps(
-                {"key": key, "prompts": len(rates), "rates": rates}) + "\n").encode())
+            StateDir(self._state_dir).write(CANARY_BASELINES, {
+                "key": key, "prompts": len(rates), "rates": rates}, name=self._name(replica))
         except (OSError, RocmseatError) as exc:
             self._log(f"rocmseat-watch replica={replica} canary-baseline-not-saved "
                       f"error={str(exc)[:120].replace(' ', '_')}")

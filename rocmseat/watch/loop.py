@@ -333,13 +333,12 @@ class Watcher:
         verdict = rep.detector.observe(window, now)
         rep.last_verdict = verdict
         if verdict.learned is not None and self.config.state_dir is not None:
-            path = self._baseline_file(rep)
             try:
-                save_baseline(path, verdict.learned)
-            except OSError as exc:  # keep it in memory and keep watching; say so once
-                why = str(exc.strerror or exc).replace(" ", "_")
+                save_baseline(self.config.state_dir, self._baseline_key(rep), verdict.learned)
+            except (OSError, RocmseatError) as exc:  # keep it in memory and keep watching
+                why = str(getattr(exc, "strerror", None) or exc).replace(" ", "_")
                 self._warn(f"rocmseat-watch replica={rep.target.name} baseline-not-saved "
-                           f"path={path} error={why}")
+                           f"path={self._baseline_file(rep)} error={why}")
         judged = verdict.judged
         al = judged.acceptance_length if judged is not None else None
         details = {
@@ -380,16 +379,21 @@ class Watcher:
             return
         stored = None
         if self.config.state_dir is not None and self.config.pinned_al is None:
-            stored = load_baseline(self._baseline_file(rep))
+            stored, problem = load_baseline(self.config.state_dir, self._baseline_key(rep))
+            if problem is not None:  # named once, then re-learned
+                self._warn(f"rocmseat-watch replica={rep.target.name} baseline-refused "
+                           f"error={problem[:300].replace(' ', '_')}")
             if stored is not None and stored.key != key:
                 stored = None  # learned under another config: relearn
         rep.detector.reset(stored, key)
         self._set(rep, A.SPEC_ACCEPTANCE_DROP, False, self._clock())
 
+    def _baseline_key(self, rep: _Replica) -> str:
+        return baseline_key(rep.target, self.config.key_prefix)
+
     def _baseline_file(self, rep: _Replica) -> Path:
         assert self.config.state_dir is not None
-        return baseline_path(self.config.state_dir,
-                             baseline_key(rep.target, self.config.key_prefix))
+        return baseline_path(self.config.state_dir, self._baseline_key(rep))
 
     def _drain_node_events(self, now: float) -> None:
         by_name = {r.target.name: r for r in self._replicas}

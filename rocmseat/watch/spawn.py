@@ -23,23 +23,52 @@ lottery's losers are 1.2-2.0x slower, well past the run-to-run noise of one good
 same load, and a first start that was itself a loser only makes the next good starts look fast
 (they join, and the median moves to them). Windows with no running request, or without
 generation, teach nothing.
+
+The history is kept beside the watcher's baselines, `<state dir>/watch/spawn-<seat>.<replica>.json`
+(`rocmseat.spawn-history/v1`, the document SPAWN_HISTORY, through rocmseat.statedir.StateDir):
+per config key, per bucket (running requests, as a decimal string), the figures of the starts
+kept, oldest first. It decides an alert, so it is read back through a strict model: a damaged or
+forged file is one line (`spawn-history-refused`, naming the file and the key) and a history
+learned afresh, never a bar lowered by a planted figure of 1e-300 or raised by 1e300.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
 
-from rocmseat import atomic, jsonio
+from pydantic import Field, StringConstraints
+
+from rocmseat.docmodel import Line, StrictDoc, strict
 from rocmseat.errors import RocmseatError
-from rocmseat.safeio import read_regular_text
-from rocmseat.watch.baseline import baseline_path
+from rocmseat.statedir import WATCH_FILE, Document, StateDir
+from rocmseat.watch.baseline import file_name
 from rocmseat.watch.window import Window
 
 MAX_STARTS_KEPT = 20
+MAX_KEYS_KEPT = 64  # config keys of one replica: the newest kept
+MAX_RATE = 1e9  # decode steps per second per request: far past any engine
+SPAWN_SCHEMA = "rocmseat.spawn-history/v1"
+
+Rate = Annotated[float, Field(gt=0.0, le=MAX_RATE, allow_inf_nan=False)]
+Bucket = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,6}$")]
+
+
+class SpawnHistoryDoc(StrictDoc):
+    """The figures of earlier starts: config key -> bucket -> figures, oldest first (files of
+    rocmseat before the schema was stamped carry no `schema`: the same keys)."""
+
+    schema_: Literal["rocmseat.spawn-history/v1"] | None = Field(None, alias="schema")
+    keys: Annotated[dict[Annotated[Line, Field(min_length=1, max_length=4096)],
+                         Annotated[dict[Bucket, Annotated[list[Rate], Field(
+                             min_length=1, max_length=MAX_STARTS_KEPT)]],
+                                   Field(max_length=4096)]],
+                    Field(max_length=MAX_KEYS_KEPT)]
+
+
+SPAWN_HISTORY = Document(WATCH_FILE, SPAWN_SCHEMA, strict(SpawnHistoryDoc))
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,43 +197,32 @@ class SpawnWatch:
             self._save(replica, rep.history)
         rep.current, rep.slow = {}, None
 
-    def _path(self, replica: str) -> Path | None:
-        if self._state_dir is None:
-            return None
+    def _name(self, replica: str) -> str:
         # beside the watcher's baselines, the name made safe the same way
-        return baseline_path(self._state_dir, f"spawn-{self._prefix}.{replica}")
+        return file_name(f"spawn-{self._prefix}.{replica}")
 
     def _load(self, replica: str) -> dict[str, dict[int, list[float]]]:
-        path = self._path(replica)
-        if path is None or not path.exists():
+        if self._state_dir is None:
             return {}
         try:
-            doc = json.loads(read_regular_text(path, limit_bytes=1 << 20))
-        except (RocmseatError, ValueError, RecursionError):
+            doc = StateDir(self._state_dir).read(SPAWN_HISTORY, name=self._name(replica))
+        except RocmseatError as exc:  # unreadable, untrusted, not a history: said, re-learned
+            self._log(f"rocmseat-watch replica={replica} spawn-history-refused "
+                      f"error={exc.message[:300].replace(' ', '_')} (learned afresh)")
             return {}
-        out: dict[str, dict[int, list[float]]] = {}
-        if not isinstance(doc, dict) or not isinstance(doc.get("keys"), dict):
+        if doc is None:
             return {}
-        for key, buckets in doc["keys"].items():
-            if not isinstance(buckets, dict):
-                continue
-            for bucket, rates in buckets.items():
-                if not (isinstance(bucket, str) and bucket.isdigit() and isinstance(rates, list)):
-                    continue
-                good = [float(r) for r in rates if isinstance(r, int | float)
-                        and not isinstance(r, bool) and math.isfinite(r) and r > 0]
-                if good:
-                    out.setdefault(str(key), {})[int(bucket)] = good[-MAX_STARTS_KEPT:]
-        return out
+        return {key: {int(bucket): list(rates) for bucket, rates in buckets.items()}
+                for key, buckets in doc.keys.items()}
 
     def _save(self, replica: str, history: dict[str, dict[int, list[float]]]) -> None:
-        path = self._path(replica)
-        if path is None:
+        if self._state_dir is None:
             return
-        doc = {"keys": {k: {str(b): r for b, r in v.items()} for k, v in history.items()}}
+        kept = list(history.items())[-MAX_KEYS_KEPT:]  # the newest keys (insertion order)
+        doc = {"keys": {k: {str(b): r for b, r in v.items() if r} for k, v in kept
+                        if any(v.values())}}
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic.write_into(path.parent, path.name, (jsonio.dumps(doc) + "\n").encode())
+            StateDir(self._state_dir).write(SPAWN_HISTORY, doc, name=self._name(replica))
         except (OSError, RocmseatError) as exc:  # kept in memory; the next start tries again
             self._log(f"rocmseat-watch replica={replica} spawn-history-not-saved "
                        f"error={str(exc)[:120].replace(' ', '_')}")

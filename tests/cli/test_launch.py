@@ -321,7 +321,8 @@ def test_rocm_seat_on_a_tree_without_gpus_names_the_root(rocmseat_cli, monkeypat
     ("edit", "message"),
     [
         (lambda t, p: t.replace(f'state_dir = "{p / "state"}"', f'state_dir = "{p / "file"}"'),
-         "state dir {p}/file: cannot make {p}/file/seats/test-cpu/r0: Not a directory"),
+         "state dir {p}/file: cannot make {p}/file/seats/test-cpu/r0: {p}/file: is a file "
+         "where a directory should be"),
         (lambda t, p: t.replace(f'cache_root = "{p / "cache"}"', f'cache_root = "{p / "file"}"'),
          "cache_root {p}/file: not a directory"),
         (lambda t, p: t.replace("command = [", 'command = ["/nonexistent/vllm", '),

@@ -207,7 +207,7 @@ def test_state_dir_blocked_by_a_file_says_so(tmp_path):
     problem = save_readings(tmp_path, SYSFS_FIXTURES / "x99-r9700", None, {}, _stamp(0))
     assert problem == (
         f"{state_path(tmp_path)}: cannot save the error readings "
-        "(a file stands where a directory should be)"
+        f"({tmp_path / 'preflight'}: is a file where a directory should be)"
     )
 
 

@@ -18,13 +18,13 @@ FORGED = Baseline(key="k", source="learned", acceptance_length=1.05, position_ra
 
 
 def _saved(tmp_path):
-    path = baseline_path(tmp_path / "state", "seat/r0")
-    save_baseline(path, FORGED)
-    return path
+    save_baseline(tmp_path / "state", "seat/r0", FORGED)
+    return baseline_path(tmp_path / "state", "seat/r0")
 
 
 def test_the_baseline_watch_writes_is_read_back(tmp_path):
-    assert load_baseline(_saved(tmp_path)) == FORGED
+    _saved(tmp_path)
+    assert load_baseline(tmp_path / "state", "seat/r0") == (FORGED, None)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")
@@ -41,4 +41,6 @@ def test_an_untrusted_baseline_is_refused(tmp_path, how):
         elsewhere = tmp_path / "forged.json"
         path.rename(elsewhere)
         path.symlink_to(elsewhere)
-    assert load_baseline(path) is None
+    stored, problem = load_baseline(tmp_path / "state", "seat/r0")
+    assert stored is None
+    assert problem is not None and problem.startswith(str(tmp_path / "state")), problem

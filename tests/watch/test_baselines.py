@@ -35,9 +35,9 @@ def test_target_baselines_are_keyed_by_name_and_url(tmp_path, page_server):
     first = Watcher([Target("r0", "http://a:1/metrics")], WatchConfig(state_dir=tmp_path),
                     fetch=lambda u, t: GOOD_0)
     first.step()
-    path = first._baseline_file(first._replicas[0])  # where it would save its baseline
+    key = first._baseline_key(first._replicas[0])  # whose baseline it would save
     first.close()
-    save_baseline(path, learned_baseline(drafts=1e4, per_pos=(8e3, 6.4e3, 5.12e3),
+    save_baseline(tmp_path, key, learned_baseline(drafts=1e4, per_pos=(8e3, 6.4e3, 5.12e3),
                                          accepted=19520.0, windows=9, key="unkeyed",
                                          now_s=1_790_000_000.0))
     assert learned_for("http://a:1/metrics")

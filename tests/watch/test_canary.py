@@ -180,7 +180,8 @@ def test_the_baseline_is_per_key_and_kept(tmp_path):
     w = World(tmp_path)
     w.service.tick()
     saved = json.loads((tmp_path / "watch" / "canary-demo.r0.json").read_text())
-    assert saved == {"key": "k1", "prompts": 2, "rates": [1.0, 1.0]}
+    assert saved == {"schema": "rocmseat.canary-baselines/v1", "key": "k1", "prompts": 2,
+                     "rates": [1.0, 1.0]}
     again = w.make(tmp_path)  # a restarted watchdog keeps the key's baseline
     w.replies, w.sent = [DEAD], []
     w.clock += 100

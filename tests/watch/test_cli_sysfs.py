@@ -8,7 +8,7 @@ import os
 import threading
 from pathlib import Path
 
-from rocmseat.watch.baseline import load_baseline
+from rocmseat.watch.baseline import baseline_path, load_baseline
 from tests.conftest import FIXTURES, REPO
 
 R9700 = str(REPO / "launchers" / "r9700-mxfp4-dflash.toml")
@@ -29,10 +29,12 @@ def test_auto_seat_on_the_node_watches_every_replica_with_its_gpus(rocmseat_cli,
 
 
 def test_a_fifo_baseline_is_ignored_without_blocking(tmp_path: Path):
-    fifo = tmp_path / "baseline.json"
+    fifo = baseline_path(tmp_path, "r0")
+    fifo.parent.mkdir(mode=0o755)
     os.mkfifo(fifo)
     result: list[object] = []
-    worker = threading.Thread(target=lambda: result.append(load_baseline(fifo)), daemon=True)
+    worker = threading.Thread(target=lambda: result.append(load_baseline(tmp_path, "r0")[0]),
+                              daemon=True)
     worker.start()
     worker.join(5)
     if worker.is_alive():  # release the reader so the suite goes on, then fail
@@ -43,6 +45,8 @@ def test_a_fifo_baseline_is_ignored_without_blocking(tmp_path: Path):
 
 
 def test_a_deeply_nested_baseline_is_ignored(tmp_path: Path):
-    path = tmp_path / "baseline.json"
+    path = baseline_path(tmp_path, "r0")
+    path.parent.mkdir(mode=0o755)
     path.write_text("[" * 100_000 + "]" * 100_000)
-    assert load_baseline(path) is None
+    assert load_baseline(tmp_path, "r0") == (
+        None, f"{path}: not JSON: nested too deeply: not used, re-learned")

@@ -160,8 +160,13 @@ def test_a_baseline_that_cannot_be_saved_is_said_and_kept(page_server, tmp_path)
     s = run_steps(w, clock, 2)
     w.close()
     assert s[1].baseline is not None and s[1].baseline.source == "learned"
-    assert len(warnings) == 1
-    assert warnings[0].startswith(f"rocmseat-watch replica=r0 baseline-not-saved path={blocker}")
+    # each state document of the replica says once that its file cannot be used, naming it
+    where = f"{blocker}:_is_a_file_where_a_directory_should_be"
+    assert sorted(w.split(" error=")[0].split(" path=")[0] for w in warnings) == [
+        "rocmseat-watch replica=r0 baseline-not-saved",
+        "rocmseat-watch replica=r0 baseline-refused",
+        "rocmseat-watch replica=r0 spawn-history-refused"]
+    assert all(f"error={where}" in w for w in warnings), warnings
 
 
 class StuckReceiver:

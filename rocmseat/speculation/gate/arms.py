@@ -28,6 +28,7 @@ from rocmseat.findings import Finding, Severity
 from rocmseat.httpclient import fetch_once
 from rocmseat.launch.memplan import CHECK_ID as MEMORY_PLAN
 from rocmseat.launch.readiness import served_api_key
+from rocmseat.launch.report import STARTUP_REPORT
 from rocmseat.launch.startuplog import StartupSummary, classify_text
 from rocmseat.placement.record import ReplicaPlacement
 from rocmseat.placement.rules import known_names, replica_index
@@ -312,13 +313,15 @@ class GateRun:
                                hint=f"see {arm_dir / 'launch.log'}") from None
             record.startup = _startup_summary(arm_dir / "launch.log", record)
             report = StateDir(state_dir).replica(seat.name, self.replica).startup
-            try:
-                value = load_document(read_regular_text(report, limit_bytes=16 << 20))
-                record.startup_report = value if isinstance(value, dict) else None
-                if record.startup_report is None:
-                    record.problems.append(f"startup report {report}: not a JSON object")
-            except (ReadError, DocumentError) as exc:
-                record.problems.append(f"startup report {report}: {exc}")
+            try:  # through the door: a trusted state file, the startup report's strict model
+                doc = StateDir(state_dir).read(STARTUP_REPORT, seat=seat.name,
+                                               replica=self.replica)
+                record.startup_report = None if doc is None else doc.model_dump(
+                    mode="json", by_alias=True, exclude_unset=True)
+                if doc is None:
+                    record.problems.append(f"startup report {report}: not written")
+            except RocmseatError as exc:  # ReadError, DocumentInvalid: one line naming it
+                record.problems.append(f"startup report: {exc.message}")
             record.memory = _memory_plan(record.startup_report, f"{name}/{self.replica}")
             try:
                 page = fetch_once(base_url + "/metrics", 10.0)
