@@ -118,8 +118,28 @@ def _names(node: ast.AST) -> set[str]:
     return found
 
 
+# fields of a placement record that are no path (the gate's arm takes its port and URL from it)
+NOT_PATHS = {"port", "base_url", "url", "name", "index"}
+
+
+def _walk_values(node: ast.AST):
+    """ast.walk, but not into the door's own `.read(...)` (what it returns is a document's
+    value, not a path: a figure read from startup.json sizes the gate's battery) nor into a
+    record's fields that are no path."""
+    todo = [node]
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
+                and sub.func.attr == "read":
+            continue
+        if isinstance(sub, ast.Attribute) and sub.attr in NOT_PATHS:
+            continue
+        yield sub
+        todo.extend(ast.iter_child_nodes(sub))
+
+
 def _state_value(node: ast.AST, tainted: set[str]) -> bool:
-    for sub in ast.walk(node):
+    for sub in _walk_values(node):
         if isinstance(sub, ast.Call):
             func = sub.func
             called = func.id if isinstance(func, ast.Name) else (
