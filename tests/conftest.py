@@ -78,6 +78,20 @@ def fake_engine_python(tmp_path: Path) -> Path:
     return write_fake_engine_python(tmp_path / "fake-engine")
 
 
+FULL_BATTERIES_ENV = "ROCMSEAT_FULL_BATTERIES"
+
+
+def battery_rounds(default: int, full: int, override_env: str | None = None) -> int:
+    """How many rounds (cases) a seeded hostile battery runs: `override_env` when it is set,
+    else `full` under ROCMSEAT_FULL_BATTERIES=1, else `default` (README.md, "Tests"). The seed
+    is the same either way."""
+    import os
+
+    if override_env is not None and (value := os.environ.get(override_env)):
+        return int(value)
+    return full if os.environ.get(FULL_BATTERIES_ENV) == "1" else default
+
+
 NOBODY_UID = 65534
 
 
