@@ -8,8 +8,8 @@ dir, in-process through the real error boundary. Never exit 3, never a traceback
 (a per-call alarm), and no rendered unit holds a control character.
 
 The unit tier runs ROUNDS mutations (100; 300 under ROCMSEAT_FULL_BATTERIES=1;
-ROCMSEAT_HOSTILE_ROUNDS sets it) from SEED (ROCMSEAT_HOSTILE_SEED); bench/bench_hostile_seats.py runs the long version through the same
-`Battery`.
+ROCMSEAT_HOSTILE_ROUNDS sets it) from SEED (ROCMSEAT_HOSTILE_SEED); bench/bench_hostile_seats.py
+runs the long version through the same `Battery`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ byte of a file outside in the output; a seat edit either loads as a seat with on
 [drafter] schedule changed and its mode kept, or leaves the file byte for byte.
 
 ROCMSEAT_SPEC_HOSTILE_ROUNDS (default 20 each, 60 under ROCMSEAT_FULL_BATTERIES=1) and
-ROCMSEAT_HOSTILE_SEED set the size and the seed; bench/bench_hostile_spec.py runs the long version through the same classes.
+ROCMSEAT_HOSTILE_SEED set the size and the seed; bench/bench_hostile_spec.py runs the long
+version through the same classes.
 """
 
 from __future__ import annotations
