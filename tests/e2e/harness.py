@@ -389,6 +389,28 @@ class ExporterSampler:
 
 # ----- what each scenario saw, printed at the end of the run (.ci/run shows it) ---------------
 NOTES: dict[str, list[str]] = {}
+# every engine start of the session, by the test that made it: "cold" when a component compiled
+# afresh (the launch log's compile lines, rocmseat.launch.startuplog), else "warm"
+STARTS: dict[str, list[str]] = {}
+
+
+def current_test() -> str:
+    """The running test's name (pytest's PYTEST_CURRENT_TEST), as the summary keys scenarios."""
+    running = os.environ.get("PYTEST_CURRENT_TEST", "?")
+    return running.split("::")[-1].split(" ")[0].split("[")[0].removeprefix("test_")
+
+
+def count_start(launch_log: Path, scenario: str | None = None) -> str:
+    """Count one engine start (its `rocmseat launch` output) for `scenario` (default: the
+    running test); returns "cold" or "warm"."""
+    from rocmseat.launch.startupfacts import CompileOutcome
+    from rocmseat.launch.startuplog import classify_text
+
+    summary = classify_text(launch_log.read_text(errors="replace"))
+    cold = any(c.outcome is not CompileOutcome.CACHE_LOAD for c in summary.components)
+    how = "cold" if cold or not summary.components else "warm"
+    STARTS.setdefault(scenario or current_test(), []).append(how)
+    return how
 
 
 def note(scenario: str, text: str) -> None:
