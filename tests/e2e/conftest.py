@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import NOTES, STARTS
+from tests.e2e.harness import NOTES, STARTS, shown_starts
 from tests.e2e.world import WarmCache, World, fresh_models
 
 
@@ -84,9 +84,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"{scenario}: {outcome}")
         if starts := STARTS.get(scenario):
             terminalreporter.write_line(f"    engine starts: {len(starts)} "
-                                        f"({starts.count('cold')} compiled cold)")
+                                        f"({shown_starts(starts)})")
         for text in NOTES.get(scenario, []):
             terminalreporter.write_line(f"    {text}")
     every = [how for starts in STARTS.values() for how in starts]
     terminalreporter.write_line(f"engine starts of the e2e scenarios: {len(every)} "
-                                f"({every.count('cold')} compiled cold)")
+                                f"({shown_starts(every)})")

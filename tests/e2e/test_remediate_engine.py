@@ -21,7 +21,8 @@ drafter back.
 
 Engine starts: the first and the swap by hand through the supervisor; step 1's fresh compile,
 step 2 without the drafter and the reset by the watcher (and `remediate reset`) through it. The
-first loads the whole loop's compile when the session has it (WarmCache, tests/e2e/world.py).
+first starts on the whole loop's compiled cache when the session has it (WarmCache,
+tests/e2e/world.py).
 """
 
 from __future__ import annotations
@@ -282,13 +283,13 @@ def test_remediate_ladder(ready_world: World) -> None:  # noqa: F811 (the fixtur
 
         starts = [count_start(control / f"launch-{n}.log", SCENARIO)
                   for n in range(len(launches))]
-        # step 1 moved the cache aside: its start compiled afresh, whatever the first rode
-        assert starts[by_hand] == "cold", starts
+        # step 1 moved the cache aside: its start compiled into an empty cache
+        assert starts[by_hand] == "fresh", starts
         t1, t1_done = at(started["when"]), at(not_cache["when"])
         seen_new = t1 + figures["ready_after_s"]  # the watcher saw step 1's new engine
         t2_done = at(step2["when"])
         log = (control / "supervisor.log").read_text()
-        first = (f"{starts[0]}, the cache of {world.warm_from}" if world.warm_from
+        first = (f"{starts[0]}, on the cache of {world.warm_from}" if world.warm_from
                  else starts[0])
         note(SCENARIO, f"first start ({first}) READY after {cold_s:.0f} s; canary "
              f"{learned.split('rocmseat-watch ')[-1]}")
