@@ -78,6 +78,56 @@ def fake_engine_python(tmp_path: Path) -> Path:
     return write_fake_engine_python(tmp_path / "fake-engine")
 
 
+FULL_BATTERIES_ENV = "ROCMSEAT_FULL_BATTERIES"
+
+
+def battery_rounds(default: int, full: int, override_env: str | None = None) -> int:
+    """How many rounds (cases) a seeded hostile battery runs: `override_env` when it is set,
+    else `full` under ROCMSEAT_FULL_BATTERIES=1, else `default` (README.md, "Tests"). The seed
+    is the same either way."""
+    import os
+
+    if override_env is not None and (value := os.environ.get(override_env)):
+        return int(value)
+    return full if os.environ.get(FULL_BATTERIES_ENV) == "1" else default
+
+
+NOBODY_UID = 65534
+
+
+def skip_unless_nobody_reads_the_checkout() -> None:
+    """Skip, saying why, when uid nobody (65534) cannot read this checkout: a checkout under a
+    0700 directory (/root, `mktemp -d`) is unreachable for a test that runs this checkout's
+    code as nobody (PYTHONPATH=REPO). Asked of a forked child that drops to nobody and opens
+    the package's first file, so every ancestor's mode, ACL and owner answers as for the test."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("dropping to nobody needs root")
+    needed = REPO / "rocmseat" / "__init__.py"
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setresgid(NOBODY_UID, NOBODY_UID, NOBODY_UID)
+            os.setresuid(NOBODY_UID, NOBODY_UID, NOBODY_UID)
+            with open(needed, "rb"):
+                pass
+        except OSError as exc:
+            os.write(write, f"{needed}: {exc.strerror}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    if said:
+        pytest.skip(f"uid nobody cannot read the checkout ({said}): it runs this checkout's "
+                    "code as nobody; run the tests from a checkout outside a 0700 directory")
+
+
 @pytest.fixture(scope="session")
 def real_engine_python() -> Path:
     """The real vLLM CPU engine's Python (the one "is the engine here" check), else a skip."""

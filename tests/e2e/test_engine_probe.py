@@ -44,6 +44,7 @@ def test_import_vllm_failing_carries_its_last_line(no_reason_file: Path,
                       "ModuleNotFoundError: No module named 'vllm'")
 
 
+@pytest.mark.engine  # imports vllm in the engine venv
 def test_a_working_engine_is_never_a_skip(no_reason_file: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """On a machine with the engine the probe returns its Python: the tier runs, never skips."""

@@ -19,23 +19,27 @@ import httpx
 import pytest
 
 from tests.e2e.harness import gauge
-from tests.e2e.world import REPLICA, World
+from tests.e2e.world import REPLICA, WarmCache, World, fresh_models
 
 
 @pytest.fixture(scope="module")
-def ready_world(engine_python: Path, demo_models: Path,
+def ready_world(engine_python: Path, demo_models: Path, engine_models_path: Path,
+                warm_cache: WarmCache,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("ready")
-    models = root / "models"
-    models.mkdir()
-    shutil.copytree(demo_models / "target", models / "target")
+    # the session's models at the one path every engine world uses (fresh_models)
+    models = fresh_models(demo_models, engine_models_path)
     # the target's own weights as the drafter: every drafted token is accepted (AL 1 + K)
+    shutil.rmtree(models / "drafter")
     shutil.copytree(demo_models / "target", models / "drafter")
     shutil.copyfile(demo_models / "target" / "model.safetensors", root / "good.safetensors")
     shutil.copyfile(demo_models / "drafter-other" / "model.safetensors", root / "bad.safetensors")
     sock_dir = Path(tempfile.mkdtemp(prefix="rocmseat-ready-"))
     world = World(root=root, engine_python=engine_python, models=models,
                   notify_path=sock_dir / "notify")
+    # the first start rides the whole loop's compile when the session has it (WarmCache): the
+    # scenarios here test remediation and spawn figures, not a cold compile
+    world.warm_from = warm_cache.seed(world)
     try:
         yield world
     finally:

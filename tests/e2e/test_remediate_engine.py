@@ -19,9 +19,10 @@ drafter back.
   0x4002) and step 2's restart found step 1's engine deaf to SIGTERM. Here the SigBlk of every
   launch is 0 and each one stops on SIGTERM.
 
-Engine starts: the first (cold) and the swap by hand through the supervisor; step 1's fresh
-compile, step 2 without the drafter and the reset by the watcher (and `remediate reset`) through
-it.
+Engine starts: the first and the swap by hand through the supervisor; step 1's fresh compile,
+step 2 without the drafter and the reset by the watcher (and `remediate reset`) through it. The
+first starts on the whole loop's compiled cache when the session has it (WarmCache,
+tests/e2e/world.py).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import PROMPTS, Traffic, cli, gauge, note, wait_for
+from tests.e2e.harness import PROMPTS, Traffic, cli, count_start, gauge, note, wait_for
 from tests.e2e.test_ready_engine import (  # ready_world: the fixture, shared
     ready,
     ready_world,  # noqa: F401
@@ -280,11 +281,17 @@ def test_remediate_ladder(ready_world: World) -> None:  # noqa: F811 (the fixtur
                  lambda: (control / f"launch-{len(launches) - 1}.log").read_text()[-3000:])
         stop_s = time.monotonic() - asked
 
+        starts = [count_start(control / f"launch-{n}.log", SCENARIO)
+                  for n in range(len(launches))]
+        # step 1 moved the cache aside: its start compiled into an empty cache
+        assert starts[by_hand] == "fresh", starts
         t1, t1_done = at(started["when"]), at(not_cache["when"])
         seen_new = t1 + figures["ready_after_s"]  # the watcher saw step 1's new engine
         t2_done = at(step2["when"])
         log = (control / "supervisor.log").read_text()
-        note(SCENARIO, f"first start (cold) READY after {cold_s:.0f} s; canary "
+        first = (f"{starts[0]}, on the cache of {world.warm_from}" if world.warm_from
+                 else starts[0])
+        note(SCENARIO, f"first start ({first}) READY after {cold_s:.0f} s; canary "
              f"{learned.split('rocmseat-watch ')[-1]}")
         note(SCENARIO, f"drafter swapped behind the key (restart on the cache READY after "
              f"{swap_s:.0f} s), no traffic: drafter_canary_failed {t_fired - t_swap:.0f} s after "

@@ -125,6 +125,8 @@ def test_a_throttled_start_against_the_seats_history(ready_world: World) -> None
     with busy(None):
         first = figure(world, mark, "normal")
     assert first.group(3) == "-" and not slow_spawn_lines(world, mark, "firing")
+    if world.warm_from:
+        note(SCENARIO, f"first start on the cache of {world.warm_from} (WarmCache)")
     note(SCENARIO, f"normal start beside a busy neighbour: {float(first.group(2)):.2f} decode "
                    f"steps/s per running request at running={first.group(1)} (the history)")
     world.stop_replica()

@@ -53,7 +53,7 @@ from tests.e2e.harness import (
     wait_for,
 )
 from tests.e2e.test_ready_engine import healthz, judged_al, ready
-from tests.e2e.world import INTERVAL_S, REPLICA, SERVED, World, dump_toml
+from tests.e2e.world import INTERVAL_S, REPLICA, SERVED, WarmCache, World, dump_toml
 
 pytestmark = pytest.mark.engine
 
@@ -226,7 +226,7 @@ def test_noop_invalidation_refused(world: World) -> None:
 
 
 # ----- healthy ----------------------------------------------------------------------------------
-def test_healthy(world: World) -> None:
+def test_healthy(world: World, warm_cache: WarmCache) -> None:
     seat = world.write_seat()
     proc = world.launch(seat)
     assert world.notify is not None and any("READY=1" in m for m in world.notify.messages)
@@ -256,6 +256,8 @@ def test_healthy(world: World) -> None:
     # An empty cache: both the backbone and the drafter compiled.
     assert outcomes == {"backbone": "fresh_compile", "draft_model": "fresh_compile"}, outcomes
     assert proc.alive()
+    # this compile is the session's warm cache for the starts that do not test one (WarmCache)
+    warm_cache.capture(world, "healthy")
     note("healthy", f"READY=1 after {world.last_ready_s:.0f} s (served with --api-key; a "
          "completion without it: 401); watch --once: acceptance length "
          f"{al} over {window.get('drafts')} drafts, alerts []; startup report {outcomes}")

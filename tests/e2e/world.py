@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from tests.e2e.harness import (
     Proc,
     Timeout,
     Webhook,
+    count_start,
     free_port,
     scrape,
     tail,
@@ -80,6 +82,7 @@ class World:
     notify: NotifySocket | None = None
     healthy_texts: list[str] | None = None
     last_ready_s: float = 0.0
+    warm_from: str | None = None  # the scenario whose compiled cache seeded this world's
 
     def __post_init__(self) -> None:
         self.webhook.start()
@@ -168,6 +171,7 @@ class World:
         wait_for("READY=1 on the notify socket", ready, READY_TIMEOUT_S + 60,
                  lambda: f"notify: {notify.messages[-5:]}\nlaunch log:\n{tail(log)}")
         self.last_ready_s = time.monotonic() - start
+        count_start(log)
         return proc
 
     def stop_replica(self) -> int | None:
@@ -223,3 +227,42 @@ class World:
         if self.notify is not None:
             self.notify.close()
         assert not errors, errors
+
+
+def fresh_models(demo_models: Path, path: Path) -> Path:
+    """The session's demo models, copied afresh to `path`: every engine world of the session
+    serves its models from this one path (a module restores it before its first start), so
+    their compiled graphs match: vLLM's compile hash covers the model's path (ModelConfig's
+    `model` in VllmConfig.compute_hash, vllm/config/model.py), rocmseat's key its contents."""
+    if path.exists():
+        shutil.rmtree(path)
+    shutil.copytree(demo_models, path)
+    return path
+
+
+@dataclass
+class WarmCache:
+    """The replica cache of the session's first healthy start (the whole loop's, a cold compile
+    of the e2e seat), for the worlds whose first start does not test a cold compile: `seed`
+    copies it in as their replica's cache before their first start (same models path, same
+    key). vLLM CPU 0.32.0 cannot load its own AOT artifacts ("'function' object has no
+    attribute 'finalize_loading'") and compiles again, but on Inductor's caches of the same
+    store: its init took 12 s on the seeded cache against 38-82 s on an empty one (this host,
+    loaded)."""
+
+    store: Path
+    source: str | None = None
+
+    def capture(self, world: World, scenario: str) -> None:
+        if self.source is None:
+            shutil.copytree(world.cache_root / REPLICA, self.store / REPLICA, symlinks=True)
+            self.source = scenario
+
+    def seed(self, world: World) -> str | None:
+        """Copy the captured cache in (when there is one and the world has none yet); returns
+        the scenario it came from, or None: the world's first start compiles cold."""
+        if self.source is None or (world.cache_root / REPLICA).exists():
+            return None
+        world.cache_root.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(self.store / REPLICA, world.cache_root / REPLICA, symlinks=True)
+        return self.source

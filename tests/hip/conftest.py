@@ -22,6 +22,11 @@ A, B, C, D = "0000:05:00.0", "0000:09:00.0", "0000:86:00.0", "0000:89:00.0"
 X99_HOST_GBPS = {A: 27.2, B: 20.5, C: 27.2, D: 27.2}
 X99_D2D_GBPS = {A: 24.0, B: 24.0, C: 24.0, D: 24.0}
 
+# What the probe tests move per direction (hip_findings' size_bytes): the fake copies, fills and
+# verifies real bytes, so the production 32 MiB (PROBE_BYTES) costs seconds per pair and shows
+# nothing more; the CLI tests (test_cli_hip.py) keep the production size.
+PROBE_SIZE = 1 << 20
+
 
 def _cross_socket_fail() -> str:
     socket0, socket1 = (A, B), (C, D)

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO
-from tests.hip.conftest import A, B
+from tests.hip.conftest import PROBE_SIZE, A, B
 
 pytestmark = pytest.mark.hip
 
@@ -24,7 +24,8 @@ import json, sys
 from pathlib import Path
 from rocmseat.hip.check import hip_findings
 env = json.loads(sys.argv[2])
-hip_findings([(sys.argv[3], sys.argv[4])], env=env, stage_timeout_s=3600, library=Path(sys.argv[1]))
+hip_findings([(sys.argv[3], sys.argv[4])], env=env, stage_timeout_s=3600, library=Path(sys.argv[1]),
+            size_bytes=int(sys.argv[5]))
 """
 
 
@@ -59,7 +60,7 @@ def test_sigkill_of_the_parent_mid_probe_leaves_no_child(
 ) -> None:
     env = {**x99, "FAKEHIP_HANG": "hipIpcOpenMemHandle"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", PARENT, str(fake_hip), json.dumps(env), A, B],
+        [sys.executable, "-c", PARENT, str(fake_hip), json.dumps(env), A, B, str(PROBE_SIZE)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     try:
@@ -94,7 +95,8 @@ def test_a_hung_stage_kills_the_childs_process_group(fake_hip: Path, x99: dict[s
     from rocmseat.hip.check import hip_findings
 
     env = {**x99, "FAKEHIP_HANG": "hipIpcOpenMemHandle"}
-    findings = hip_findings([(A, B)], env=env, stage_timeout_s=5.0, library=fake_hip)
+    findings = hip_findings([(A, B)], env=env, stage_timeout_s=5.0, library=fake_hip,
+                            size_bytes=PROBE_SIZE)
     assert any(f.check_id == "hip.ipc" and f.data.get("hung") for f in findings)
     assert _probe_children(psutil.Process()) == []
 
@@ -125,7 +127,8 @@ def test_an_exception_mid_probe_kills_the_children_at_once(
         signal.setitimer(signal.ITIMER_REAL, 0.5)
         env = {**x99, "FAKEHIP_HANG": "hipIpcOpenMemHandle"}
         with pytest.raises(_Interrupted):
-            hip_findings([(A, B)], env=env, stage_timeout_s=3600, library=fake_hip)
+            hip_findings([(A, B)], env=env, stage_timeout_s=3600, library=fake_hip,
+                         size_bytes=PROBE_SIZE)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

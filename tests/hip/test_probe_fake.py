@@ -8,19 +8,26 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rocmseat.findings import Finding, Severity
-from rocmseat.hip.check import hip_findings
+from rocmseat.hip import check
 from tests.conftest import REPO
-from tests.hip.conftest import A, B, C, D
+from tests.hip.conftest import PROBE_SIZE, A, B, C, D
 
 pytestmark = pytest.mark.hip
 
 # Stage timeout of the hang tests: generous, because the first "stage" is a fresh Python
 # interpreter starting on a shared 2-core machine; only the hung stage should ever reach it.
 HANG_TIMEOUT_S = 5.0
+
+
+def hip_findings(pairs: list[tuple[str, str]], **kwargs: Any) -> list[Finding]:
+    """rocmseat.hip.check.hip_findings moving PROBE_SIZE per direction: the fake copies and
+    verifies real bytes, and what these tests judge does not depend on how many."""
+    return check.hip_findings(pairs, **{"size_bytes": PROBE_SIZE, **kwargs})
 
 
 def by_id(findings: list[Finding], subject: str) -> dict[str, Finding]:
@@ -37,7 +44,7 @@ def test_x99_bench_socket_local_pairs_pass_cross_socket_fails_with_17(
         assert got["hip.runtime"].severity is Severity.OK
         assert got["hip.ipc"].severity is Severity.OK, got["hip.ipc"].message
         assert "verified both ways" in got["hip.ipc"].message
-        assert got["hip.ipc"].data["verified_bytes"] == 32 << 20
+        assert got["hip.ipc"].data["verified_bytes"] == PROBE_SIZE
         assert got["hip.p2p"].severity is Severity.OK
 
     cross = by_id(findings, f"{A}+{C}")
@@ -126,8 +133,9 @@ def test_corrupted_mapping_fails_verify_with_byte_count(
     env = {**x99, "FAKEHIP_IPC_CORRUPT": "1"}
     ipc = by_id(hip_findings([(A, B)], env=env, library=fake_hip), f"{A}+{B}")["hip.ipc"]
     assert ipc.severity is Severity.FAIL
-    assert "failed at stage verify: 1 of 33554432 bytes differ, first at offset 16777216" \
-        in ipc.message
+    # the fake flips the byte at half the buffer (fake_amdhip64.c, FAKEHIP_IPC_CORRUPT)
+    assert (f"failed at stage verify: 1 of {PROBE_SIZE} bytes differ, first at offset "
+            f"{PROBE_SIZE // 2}") in ipc.message
 
 
 def test_replica_environment_reaches_the_children(fake_hip: Path, x99: dict[str, str]) -> None:
@@ -233,13 +241,14 @@ def test_the_calling_process_never_loads_hip(fake_hip: Path, x99: dict[str, str]
         "from pathlib import Path\n"
         "from rocmseat.hip.check import hip_findings\n"
         "f = hip_findings([(sys.argv[1], sys.argv[2])], env=json.loads(sys.argv[3]),"
-        " library=Path(sys.argv[4]))\n"
+        " library=Path(sys.argv[4]), size_bytes=int(sys.argv[5]))\n"
         "maps = Path('/proc/self/maps').read_text()\n"
         "print(json.dumps([[x.check_id, x.severity.value] for x in f]))\n"
         "print('libamdhip64' in maps)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", script, A, B, json.dumps(x99), str(fake_hip)],
+        [sys.executable, "-c", script, A, B, json.dumps(x99), str(fake_hip),
+         str(PROBE_SIZE)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
         check=False, timeout=300,
     )

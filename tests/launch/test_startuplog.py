@@ -181,12 +181,40 @@ def test_malformed_lines_are_not_facts(line):
     assert s.model_memory_gib is None and s.init_engine_s is None
 
 
-def test_compile_disabled_line():
-    s = classify_text(
-        "INFO [vllm.py:701] Enforce eager set, disabling torch.compile, CUDAGraphs, and JIT "
-        "kernel warmup."
-    )
-    assert s.compile_disabled is not None
+# The three lines vLLM logs when compilation or its cache is off (the startup log reader's
+# _COMPILE_OFF), in the log's own format: --enforce-eager and eager mode's graph note
+# (VllmConfig.__post_init__, vllm/config/vllm.py), VLLM_DISABLE_COMPILE_CACHE=1
+# (VllmBackend.__call__, vllm/compilation/backends.py).
+ENFORCE_EAGER = ("(APIServer pid=1) WARNING 11-25 08:00:42 [vllm.py:1172] Enforce eager set, "
+                 "disabling torch.compile and CUDAGraphs. This is equivalent to setting "
+                 "-cc.mode=none -cc.cudagraph_mode=none")
+CACHE_OFF = ("(EngineCore_DP0 pid=270) INFO 11-25 08:00:51 [backends.py:650] "
+             "vLLM's torch.compile cache is disabled.")
+GRAPHS_OFF = ("(APIServer pid=1) INFO 11-25 08:00:42 [vllm.py:1401] Cudagraph is disabled "
+              "under eager mode")
+
+
+@pytest.mark.parametrize("line", [ENFORCE_EAGER, CACHE_OFF, GRAPHS_OFF])
+def test_compile_disabled_line(line):
+    """The summary carries the line itself (the launch judge quotes it in its finding), and the
+    reader's event names it."""
+    text = "\n".join(["INFO [core.py:93] Initializing a V1 LLM engine", line,
+                      "INFO [core.py:210] init engine took 3.1 s"])
+    s = classify_text(text)
+    assert s.compile_disabled == line
+    reader = StartupLogReader()
+    reader.feed("INFO [core.py:93] Initializing a V1 LLM engine")
+    assert [(e.kind, e.line) for e in reader.feed(line) if e.kind == "compile_disabled"] == [
+        ("compile_disabled", line)]
+
+
+def test_compile_disabled_keeps_the_first_line_and_ignores_lookalikes():
+    s = classify_text("\n".join([ENFORCE_EAGER, CACHE_OFF, GRAPHS_OFF]))
+    assert s.compile_disabled == ENFORCE_EAGER
+    # a line that names torch.compile without saying it is off is not the line
+    s = classify_text("INFO [backends.py:215] Using cache directory: /c/torch_compile_cache/x "
+                      "for vLLM's torch.compile\nINFO [monitor.py:34] torch.compile takes 5.2 s")
+    assert s.compile_disabled is None
 
 
 def test_shm_stall_is_a_warning_not_fatal():

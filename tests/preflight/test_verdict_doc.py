@@ -19,7 +19,7 @@ from rocmseat.preflight.verdict_doc import (
     parse_verdict,
     verdict_path,
 )
-from tests.conftest import REPO
+from tests.conftest import REPO, battery_rounds
 from tests.fleet import verdict_battery
 from tests.sysfs.conftest import SYSFS_FIXTURES
 
@@ -383,7 +383,7 @@ def test_the_verdict_a_run_writes_is_trusted(rocmseat_cli, tmp_path):
     assert _load(state).exit_code() == 1
 
 
-BATTERY_ROUNDS = int(os.environ.get("ROCMSEAT_VERDICT_ROUNDS", "300"))
+BATTERY_ROUNDS = battery_rounds(100, 300, "ROCMSEAT_VERDICT_ROUNDS")
 BATTERY_SEED = int(os.environ.get("ROCMSEAT_VERDICT_SEED", "18"))
 
 

@@ -65,6 +65,7 @@ def _installed_vllm_envs(python: Path) -> Path | None:
     return found[0] if found else None
 
 
+@pytest.mark.engine  # reads the engine venv's vllm/envs.py; its fixture imports vllm there
 def test_vllm_neutral_is_vllms_own_ignored_factors(real_engine_python: Path) -> None:
     """VLLM_NEUTRAL is copied from `ignored_factors` in vllm/envs.py: read the installed file
     (as text, never importing vLLM) and compare, so a vLLM upgrade that changes it is noticed."""

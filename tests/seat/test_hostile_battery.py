@@ -7,9 +7,9 @@ command that reads a seat: `rocmseat key`, `launch --dry-run` and `systemd rende
 dir, in-process through the real error boundary. Never exit 3, never a traceback, never a hang
 (a per-call alarm), and no rendered unit holds a control character.
 
-The unit tier runs ROUNDS mutations (ROCMSEAT_HOSTILE_ROUNDS, default 300) from SEED
-(ROCMSEAT_HOSTILE_SEED); bench/bench_hostile_seats.py runs the long version through the same
-`Battery`.
+The unit tier runs ROUNDS mutations (100; 300 under ROCMSEAT_FULL_BATTERIES=1;
+ROCMSEAT_HOSTILE_ROUNDS sets it) from SEED (ROCMSEAT_HOSTILE_SEED); bench/bench_hostile_seats.py
+runs the long version through the same `Battery`.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ import pytest
 
 from rocmseat.errors import ConfigError
 from rocmseat.seat.load import load_seat
-from tests.conftest import REPO, CliResult, write_fake_engine_python
+from tests.conftest import REPO, CliResult, battery_rounds, write_fake_engine_python
 from tests.seat.test_hostile import dumps
 
 SEED = int(os.environ.get("ROCMSEAT_HOSTILE_SEED", "20261130"))
-ROUNDS = int(os.environ.get("ROCMSEAT_HOSTILE_ROUNDS", "300"))
+ROUNDS = battery_rounds(100, 300, "ROCMSEAT_HOSTILE_ROUNDS")
 CALL_DEADLINE_S = 60
 SHIPPED = [REPO / "launchers" / "demo-cpu.toml", REPO / "launchers" / "r9700-mxfp4-dflash.toml"]
 X99 = REPO / "tests" / "fixtures" / "sysfs" / "x99-r9700"

@@ -18,8 +18,9 @@ directory (a sentinel file outside is checked, and the directory tree around it)
 byte of a file outside in the output; a seat edit either loads as a seat with only the
 [drafter] schedule changed and its mode kept, or leaves the file byte for byte.
 
-ROCMSEAT_SPEC_HOSTILE_ROUNDS (default 60 each) and ROCMSEAT_HOSTILE_SEED set the size and the
-seed; bench/bench_hostile_spec.py runs the long version through the same classes.
+ROCMSEAT_SPEC_HOSTILE_ROUNDS (default 20 each, 60 under ROCMSEAT_FULL_BATTERIES=1) and
+ROCMSEAT_HOSTILE_SEED set the size and the seed; bench/bench_hostile_spec.py runs the long
+version through the same classes.
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ import pytest
 from rocmseat.errors import ConfigError
 from rocmseat.seat.load import parse_seat
 from rocmseat.speculation.advise.seatedit import write_drafter_schedule
-from tests.conftest import FIXTURES, CliResult
+from tests.conftest import FIXTURES, CliResult, battery_rounds
 from tests.seat.test_hostile import dumps
 from tests.seat.test_hostile_battery import Battery as SeatBattery
 from tests.seat.test_hostile_battery import deadline
 
 SEED = int(os.environ.get("ROCMSEAT_HOSTILE_SEED", "20261201"))
-ROUNDS = int(os.environ.get("ROCMSEAT_SPEC_HOSTILE_ROUNDS", "60"))
+ROUNDS = battery_rounds(20, 60, "ROCMSEAT_SPEC_HOSTILE_ROUNDS")
 CALL_DEADLINE_S = 60
 GATE = FIXTURES / "spec" / "gate-cpu-deep"
 SECRET = "root:x:0:0:sentinel-outside"

@@ -11,10 +11,11 @@ import time
 from rocmseat.httpclient import MAX_BODY_BYTES, AsyncScraper
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.scrape import Target
+from tests.conftest import battery_rounds
 from tests.watch.hostile import Reply, cases, http, run_case
 
 SEED = 11
-COUNT = 300
+COUNT = battery_rounds(100, 300)
 TIMEOUT_S = 0.25
 HANG_SLACK_S = 2.0  # an evaluation is two scrapes of at most TIMEOUT_S each; more is a hang
 # The healthy replica of a multi-target round must answer within the deadline on a machine that
@@ -49,7 +50,7 @@ def test_hostile_battery_no_crash_no_hang_no_verdict_on_unreadable(tmp_path):
     assert expects["unreadable"] > 80 and expects["readable"] >= 5
 
 
-ROUNDS = 10
+ROUNDS = battery_rounds(4, 10)
 PER_ROUND = 6  # hostile answers in one evaluation, next to blackholes and a healthy replica
 BLACKHOLES = 3
 

@@ -19,9 +19,10 @@ from collections import Counter
 
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.watch.filesd import TargetsFile, read_targets_file
+from tests.conftest import battery_rounds
 
 SEED = 18
-COUNT = 150
+COUNT = battery_rounds(60, 150)
 SECRET = "hunter2-s3cr3t"
 CASE_BOUND_S = 60.0  # a hang, not a speed target (0.5 s alone; CI runs it beside the engine)
 CONTROLS = ["\x00", "\x1b", "\x07", "\x7f", "\x9b", "\x85", "\u2028", "\u2029", "\n", "\r"]
