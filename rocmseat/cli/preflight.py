@@ -75,7 +75,8 @@ def _pairs(
     "--only",
     "only",
     multiple=True,
-    type=click.Choice(["pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip", "events"]),
+    type=click.Choice(["pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip", "events",
+                       "xgmi"]),
     help="Run only this family of checks (repeatable).",
 )
 @click.option(
