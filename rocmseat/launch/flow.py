@@ -54,7 +54,7 @@ HIP_ORDER_TIMEOUT_S = 30.0
 
 def place_for_launch(seat: Seat, sysfs_root: Path | None, *, state_dir: Path,
                      environ: Mapping[str, str] | None = None,
-                     pin: tuple[str, str] | None = None,
+                     pin: tuple[str, ...] | None = None,
                      replica: str | None = None) -> Placement:
     """The seat's placement as launch starts from it: the node must be readable (a rocm seat),
     `pin` is `replica`'s identity (rocmseat.placement.place)."""
@@ -63,7 +63,7 @@ def place_for_launch(seat: Seat, sysfs_root: Path | None, *, state_dir: Path,
 
 
 def placed_replica(seat: Seat, placed: Placement, replica: str, *,
-                   pin: tuple[str, str] | None = None, say: Say) -> ReplicaPlacement:
+                   pin: tuple[str, ...] | None = None, say: Say) -> ReplicaPlacement:
     """The record of `replica`, or why it must not start (exit 1): its pair is not what the unit
     pinned (an explicit seat edited since the units were rendered), or its pair, a stable
     identity, is no longer there (docs/launch.md, "A replica's pair is its identity")."""
@@ -252,7 +252,7 @@ def check_engine_command(seat: Seat, plan: ReplicaPlan, env: Mapping[str, str]) 
 
 def preflight_only(seat: Seat, replica: str, *, sysfs_root: Path | None, state_dir: Path,
                    say: Say, environ: Mapping[str, str] | None = None,
-                   pin: tuple[str, str] | None = None) -> list[Finding]:
+                   pin: tuple[str, ...] | None = None) -> list[Finding]:
     """`launch --preflight-only` (the replica unit's ExecStartPre=): see launch/gate.py."""
     environ = os.environ if environ is None else environ
     placed = place_for_launch(seat, sysfs_root, state_dir=state_dir, environ=environ, pin=pin,
@@ -287,7 +287,7 @@ class LaunchRun:
     stop_grace_s: float = 30.0
     probe_interval_s: float = 2.0
     fetch: Fetch = http_fetch
-    pin: tuple[str, str] | None = None
+    pin: tuple[str, ...] | None = None
     on_status: Callable[[str], None] | None = None
 
 

@@ -32,6 +32,7 @@ from rocmseat.findings import Finding, Severity
 from rocmseat.launch.gate_doc import SYSFS_SCHEMA, SysfsResultDoc
 from rocmseat.launch.plan import ReplicaPlan, engine_env
 from rocmseat.located import DocumentInvalid, load_json
+from rocmseat.placement.groups import group_pairs
 from rocmseat.safeio import read_regular_text
 from rocmseat.seat.model import Seat
 from rocmseat.statedir import ReplicaDir
@@ -68,7 +69,7 @@ def refusal(findings: Sequence[Finding], replica: str, *,
 
 
 def needs_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None) -> bool:
-    return seat.backend == "rocm" and len(plan.pci_pair) == 2 and sysfs_root is not None
+    return seat.backend == "rocm" and len(plan.pci_pair) >= 2 and sysfs_root is not None
 
 
 def needs_hip(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None) -> bool:
@@ -83,9 +84,9 @@ def visibility(plan: ReplicaPlan, findings: Sequence[Finding]) -> Finding | None
     """Under the replica's own HIP_VISIBLE_DEVICES, HIP must show exactly its pair, in order
     (the `devices` of the probe's hip.runtime finding, read with hipDeviceGetPCIBusId). None when
     HIP did not run; a `fail` when the mask selects other GPUs: the engine would run there."""
-    if not plan.pci_pair:
+    if len(plan.pci_pair) < 2:
         return None
-    subject = "+".join(plan.pci_pair)
+    subject = "+".join(group_pairs(plan.pci_pair)[0])  # each pair's child sees the whole mask
     for finding in findings:
         if finding.check_id != "hip.runtime" or finding.subject != subject:
             continue
@@ -115,7 +116,7 @@ def _run(seat: Seat, plan: ReplicaPlan, sysfs_root: Path, state_dir: Path, *,
     # ROCR_VISIBLE_DEVICES, HSA_*, NCCL_* ...): IPC that works in a bare shell can fail under
     # the replica's settings, and the mask must select the pair.
     report = preflight_report(sysfs_root, state_dir, PreflightOptions(
-        families=families, pairs=[(plan.pci_pair[0], plan.pci_pair[1])],
+        families=families, pairs=group_pairs(plan.pci_pair),
         profile=seat.preflight.profile, hip=hip,
         hip_env=engine_env(environ or {}, plan) if hip else None))
     findings = list(report.findings)

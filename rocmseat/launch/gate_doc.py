@@ -23,5 +23,5 @@ PciAddress = Annotated[str, StringConstraints(
 class SysfsResultDoc(StrictDoc):
     schema_: Literal["rocmseat.preflight-sysfs/v1"] = Field(alias="schema")
     invocation_id: Annotated[Line, Field(min_length=1, max_length=128)]
-    pair: Annotated[list[PciAddress], Field(min_length=2, max_length=2)]
+    pair: Annotated[list[PciAddress], Field(min_length=2, max_length=64)]  # the replica's GPUs
     findings: Annotated[list[FindingDoc], Field(max_length=MAX_FINDINGS)]

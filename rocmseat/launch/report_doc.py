@@ -88,9 +88,10 @@ class CacheDoc(StrictDoc):
 
 
 class PlanDoc(StrictDoc):
-    pci_pair: Annotated[list[Ident], Field(max_length=2, default_factory=list)]
-    hip_indices: Annotated[list[Annotated[int, Field(ge=0, le=4095)]], Field(max_length=2)] | None \
-        = None
+    pci_pair: Annotated[list[Ident], Field(max_length=64, default_factory=list)]
+    hip_indices: (
+        Annotated[list[Annotated[int, Field(ge=0, le=4095)]], Field(max_length=64)] | None
+    ) = None
     hip_index_source: Ident | None = None
     numa_node: Annotated[int, Field(ge=-1, le=4095)] | None = None
     binding: Ident | None = None

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmseat.errors import ConfigError, ReadError
+from rocmseat.placement.groups import group_pairs
 from rocmseat.placement.record import ReplicaPlacement
 from rocmseat.placement.rules import located
 from rocmseat.seat.model import Seat
@@ -249,8 +250,10 @@ def preflight_argv(seat: Seat, ctx: UnitContext, pairs: Sequence[Sequence[str]])
     """The node unit's `rocmseat preflight`: sysfs families only. The HIP probe runs once per
     replica start, in launch's gate (launch/gate.py), not here as well."""
     argv = [str(ctx.rocmseat_bin), "preflight", "--state-dir", str(ctx.state_dir)]
-    for pair in pairs:
-        argv += ["--pair", ",".join(pair)]
+    for group in pairs:
+        # a TP group's every pair (rocmseat.placement.groups.group_pairs): 28 for TP8
+        for a, b in group_pairs(group):
+            argv += ["--pair", f"{a},{b}"]
     if seat.preflight.profile is not None:
         argv += ["--profile", str(seat.preflight.profile)]
     argv.append("--no-hip")

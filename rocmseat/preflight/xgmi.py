@@ -236,3 +236,45 @@ def _rate(gpu: Gpu, expected: XgmiExpectations) -> list[Finding]:
                                     "a link trained down: every transfer over it is slower",
                                     {"value": value, "expected": want}))
     return findings
+
+
+# ----- the TP-group rule's facts (rocmseat.placement.groups, numa's requested pairs) ------
+
+
+def hive_of(inventory: Inventory) -> bool:
+    """Whether the node's GPUs form one XGMI hive (every GPU a member, one hive id)."""
+    readings = [g.amdgpu.xgmi for g in inventory.gpus]
+    if not readings or any(r is None for r in readings):
+        return False
+    return len({r.hive_id for r in readings if r is not None}) == 1
+
+
+def link_problem(inventory: Inventory, a: str, b: str) -> str | None:
+    """Why GPUs a and b cannot share a TP group over XGMI, or None: both in the hive, one hop
+    apart both ways, and no end reports the link between them inactive."""
+    for one, other in ((a, b), (b, a)):
+        gpu = inventory.gpu(one)
+        reading = gpu.amdgpu.xgmi if gpu is not None else None
+        if reading is None:
+            return f"GPU {one} is in no XGMI hive"
+        hops = {peer: h for peer, h, _links in reading.peers()}
+        if other not in hops:
+            return f"GPU {other} is not in {one}'s hive"
+        if hops[other] is None or hops[other] != 1:
+            return f"{one} -> {other} is {hops[other] or 'an unknown number of'} hops"
+        down = _inactive_to(gpu, other) if gpu is not None else None
+        if down is not None:
+            return (f"the xGMI link {one} -> {other} is inactive "
+                    f"(xgmi_link_status[{down}] = 0 on {one})")
+    return None
+
+
+def _inactive_to(gpu: Gpu, peer: str) -> int | None:
+    reading, metrics = gpu.amdgpu.xgmi, gpu.amdgpu.gpu_metrics
+    status = metrics.xgmi_link_status if metrics is not None else None
+    if reading is None or status is None:
+        return None
+    for port, state in enumerate(status):
+        if state == 0 and reading.port_peer(port) == peer:
+            return port
+    return None
