@@ -361,6 +361,9 @@ def _launch_locked(  # noqa: PLR0915
         raise KeyUnknown(f"replica {record.replica}: config key unknown: {exc.message}",
                          hint=exc.hint) from None
     notifier.status("preflight of the pair")
+    from rocmseat.sysfs.partition import read_node_policy
+
+    policy = read_node_policy(sysfs_root, record.pci_pair) if sysfs_root is not None else None
     plan = placed_plan(seat, placed, record, sysfs_root=sysfs_root, environ=environ, say=say,
                        key=KeyStatus(key.digest, ""))
     try:
@@ -373,7 +376,8 @@ def _launch_locked(  # noqa: PLR0915
             moved_aside=None, changed_factors=[],
             outcome={"ready": False, "ready_after_s": None, "timed_out": False,
                      "exit_code": refused.exit_code, "engine_returncode": None,
-                     "signal_received": None, "refused": True, "reason": refused.message}))
+                     "signal_received": None, "refused": True, "reason": refused.message},
+            node_policy=policy))
         raise
     write_recorded(plan.placement)
     try:
@@ -404,7 +408,7 @@ def _launch_locked(  # noqa: PLR0915
                                                                             complete=complete))]
         doc = build_report(plan, summary, findings, started_at=started,
                            finished_at=dt.datetime.now(dt.UTC), moved_aside=prepared.moved_aside,
-                           changed_factors=changed, outcome=outcome)
+                           changed_factors=changed, outcome=outcome, node_policy=policy)
         return save_report(state_dir, doc), findings
 
     def on_ready(summary: StartupSummary, after_s: float) -> None:

@@ -122,3 +122,6 @@ class StartupReportDoc(StrictDoc):
     outcome: OutcomeDoc | None = None
     log: LogDoc
     findings: Annotated[list[FindingDoc], Field(max_length=MAX_ITEMS, default_factory=list)]
+    # the pair's partition modes and pm_policy levels at the start (launch/report.py)
+    node_policy: Annotated[dict[Ident, Annotated[dict[Ident, Ident], Field(max_length=16)]],
+                           Field(max_length=64)] | None = None

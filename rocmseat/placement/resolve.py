@@ -119,6 +119,7 @@ def resolve(seat: Seat, inventory: Inventory | None, *, state_root: Path,
             hip_indices=indices, hip_index_source=source, hip_note=hip_note,
             numa=_numa(seat, pair, inventory), cache_dir=replica_cache_dir(seat, name),
             state_dir=replica_state_dir(state_root, seat.name, name), lost=lost,
+            partitions=_partitions(pair, inventory),
         ))
     check_exporter_port(seat, records)
     return tuple(records)
@@ -281,6 +282,20 @@ def _gfx(pair: tuple[str, ...], inventory: Inventory | None) -> tuple[str, ...] 
     return tuple(targets)
 
 
+def _partitions(pair: tuple[str, ...], inventory: Inventory | None) -> tuple[str, ...] | None:
+    """Each GPU's "COMPUTE/MEMORY" partition modes, or None unless every GPU reports both."""
+    if not pair or inventory is None:
+        return None
+    modes = []
+    for address in pair:
+        gpu = inventory.gpu(address)
+        part = gpu.amdgpu.partition if gpu is not None else None
+        if part is None or part.compute is None or part.memory is None:
+            return None
+        modes.append(f"{part.compute}/{part.memory}")
+    return tuple(modes)
+
+
 def _hip(pair: tuple[str, ...], inventory: Inventory | None,
          numbering: HipNumbering | None) -> tuple[tuple[int, ...] | None, str, str]:
     if not pair:
@@ -288,6 +303,15 @@ def _hip(pair: tuple[str, ...], inventory: Inventory | None,
     if numbering is None:
         return None, "", ("the node's GPUs were not read here" if inventory is None
                           else "no HIP numbering")
+    split = [a for a in pair if inventory is not None and (g := inventory.gpu(a)) is not None
+             and g.amdgpu.partition is not None
+             and g.amdgpu.partition.compute not in (None, "SPX")]
+    if split and numbering.source != HIP_ORDER_PROBED:
+        # each XCP partition is a device of its own (KFD lists one node per partition): one
+        # index per PCI function in bus order is wrong; only HIP's own numbering will do
+        return None, numbering.source, (f"GPU {split[0]} is partitioned (compute "
+                                        "partition not SPX): HIP numbers each partition as a "
+                                        "device; only the HIP probe can number them")
     missing = [a for a in pair if a not in numbering.by_pci]
     if missing:
         seen = ", ".join(sorted(numbering.by_pci, key=numbering.by_pci.__getitem__)) or "none"

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,3 +73,23 @@ def read_partition(device_dir: Path) -> PartitionReading:
         if (device_dir / "pm_policy" / name).exists():
             policies.append((name, attrs.get(f"pm_policy/{name}", parse_policy)))
     return PartitionReading(compute, memory, tuple(policies), tuple(attrs.errors))
+
+
+def read_node_policy(sysfs_root: Path, addresses: Sequence[str]) -> dict[str, dict[str, str]]:
+    """The partition modes and pm_policy levels of the GPUs at `addresses` (PCI, under
+    `sysfs_root/bus/pci/devices`), for the startup report: {address: {"compute_partition":
+    "SPX", "memory_partition": "NPS1", "soc_pstate": ..., "xgmi_plpd": ...}}, only what the
+    GPU reports (a Radeon part: nothing); a value that cannot be read is "unreadable"."""
+    out: dict[str, dict[str, str]] = {}
+    for address in addresses:
+        reading = read_partition(sysfs_root / "bus" / "pci" / "devices" / address)
+        values = {"compute_partition": reading.compute, "memory_partition": reading.memory,
+                  **dict(reading.policies)}
+        shown = {k: v for k, v in values.items() if v is not None}
+        for error in reading.errors:
+            name = error.split(": ", 1)[0].rsplit("/", 1)[-1]
+            key = name.replace("current_", "") if name.startswith("current_") else name
+            shown.setdefault(key, "unreadable")
+        if shown:
+            out[address] = shown
+    return out
