@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmseat.errors import ParseError
-from rocmseat.sysfs.attrs import Collector, resolve_link
+from rocmseat.sysfs.attrs import Collector
 from rocmseat.sysfs.parse import parse_int
 
 MAX_HIVE_NODES = 64  # AMDGPU_MAX_XGMI_DEVICE_PER_HIVE is 8..64 across kernels; never more here
@@ -146,12 +146,15 @@ def read_xgmi(device_dir: Path) -> XgmiReading | None:
 
 
 def _members(device_dir: Path) -> tuple[tuple[str, ...] | None, int | None, tuple[str, ...]]:
-    """xgmi_hive_info's node<N> links, in N order, as PCI addresses; this GPU's index."""
-    hive, error = resolve_link(device_dir / "xgmi_hive_info")
-    if hive is None:
-        return None, None, (error or f"{device_dir}/xgmi_hive_info: missing",)
+    """xgmi_hive_info's node<N> links, in N order, as PCI addresses; this GPU's index. Strings
+    and os.path.realpath, not pathlib: eight GPUs resolve eight links each on every run
+    (bench/bench_preflight.py --host mi300x-hive)."""
+    link = os.path.join(device_dir, "xgmi_hive_info")
+    hive = os.path.realpath(link)
     try:
         names = os.listdir(hive)
+    except FileNotFoundError:
+        return None, None, (f"{link}: missing",)
     except OSError as exc:
         return None, None, (f"{hive}: {exc.strerror or exc}",)
     numbered = sorted((int(m.group(1)), name) for name in names if (m := _NODE_RE.match(name)))
@@ -159,23 +162,16 @@ def _members(device_dir: Path) -> tuple[tuple[str, ...] | None, int | None, tupl
         return None, None, (f"{hive}: {len(numbered)} node links, more than a hive has",)
     if [n for n, _ in numbered] != list(range(1, len(numbered) + 1)):
         return None, None, (f"{hive}: node links {[n for n, _ in numbered]} are not node1..nodeN",)
-    own = _real(device_dir)
+    own = os.path.realpath(device_dir)
     members: list[str] = []
     position = None
     for index, (_n, name) in enumerate(numbered):
-        target, error = resolve_link(hive / name)
-        if target is None:
-            return None, None, (error or f"{hive / name}: unreadable",)
+        target = os.path.realpath(os.path.join(hive, name))
+        if not os.path.isdir(target):
+            return None, None, (f"{hive}/{name}: points at no device directory",)
         if target == own:
             position = index
-        members.append(target.name)
+        members.append(os.path.basename(target))
     if position is None:
         return tuple(members), None, (f"{hive}: no node link points at {device_dir.name}",)
     return tuple(members), position, ()
-
-
-def _real(path: Path) -> Path | None:
-    try:
-        return path.resolve(strict=True)
-    except (OSError, RuntimeError):
-        return None
