@@ -290,6 +290,11 @@ def _partitions(pair: tuple[str, ...], inventory: Inventory | None) -> tuple[str
     for address in pair:
         gpu = inventory.gpu(address)
         part = gpu.amdgpu.partition if gpu is not None else None
+        if part is not None and part.errors:
+            # never the arch of an unpartitioned GPU for one whose mode cannot be read: the
+            # key says it (preflight's xgmi.partition says why)
+            modes.append("UNKNOWN/UNKNOWN")
+            continue
         if part is None or part.compute is None or part.memory is None:
             return None
         modes.append(f"{part.compute}/{part.memory}")

@@ -20,7 +20,9 @@ Per GPU:
 - `xgmi.width` / `xgmi.speed`: `xgmi_link_width` / `xgmi_link_speed` below the profile's (else
   below the widest/fastest of the hive) warn.
 - `xgmi.partition`: the compute/memory partition mode other than the profile's fails (the
-  devices HIP numbers, and so every TP group, change with it).
+  devices HIP numbers, and so every TP group, change with it); a mode file that cannot be read
+  is unknown (the mode enters the config key). `xgmi.read`: any other xgmi_* attribute that
+  exists and cannot be read is unknown.
 
 xgmi_wafl RAS counts (`ras/xgmi_wafl_err_count`) are judged by the ras family over the error
 window like every RAS block (ue growth fails, ce growth warns: rocmseat.preflight.ras). The
@@ -92,6 +94,7 @@ def judge_xgmi(inventory: Inventory, checked: tuple[Gpu, ...],
         reading = gpu.amdgpu.xgmi
         if reading is None:
             continue
+        findings += _unread(gpu, reading)
         findings += _links(gpu, reading)
         findings += _peers(gpu, reading, best)
         findings += _rate(gpu, best)
@@ -99,10 +102,29 @@ def judge_xgmi(inventory: Inventory, checked: tuple[Gpu, ...],
     return findings
 
 
+def _unread(gpu: Gpu, reading: XgmiReading) -> list[Finding]:
+    """An xgmi_* attribute that exists and cannot be read: unknown, never a quiet ok (the hive
+    and topology checks say their own unknowns; this names the rest: xgmi_device_id,
+    xgmi_physical_id, xgmi_port_num)."""
+    if not reading.errors or reading.members is None or reading.hive_id is None \
+            or reading.num_hops is None or reading.num_links is None:
+        return []
+    return [Subject(gpu.pci_address).unknown(
+        "xgmi.read", f"cannot read the GPU's XGMI attributes: {first_of(list(reading.errors))}",
+        "check the xgmi_* files under the GPU's PCI directory", {"errors": list(reading.errors)})]
+
+
 def _partition(gpu: Gpu, expected: XgmiExpectations) -> list[Finding]:
     me = Subject(gpu.pci_address)
     reading = gpu.amdgpu.partition
     findings = []
+    if reading is not None and reading.errors:
+        # the mode enters the config key and the HIP numbering (rocmseat.placement): a mode
+        # that cannot be read is unknown, whatever the profile says
+        return [me.unknown("xgmi.partition", "cannot read the partition mode: "
+                           + first_of(list(reading.errors)),
+                           "check current_compute_partition and current_memory_partition "
+                           "(EPERM while the GPU is in reset)", {"errors": list(reading.errors)})]
     for kind, want in (("compute", expected.compute_partition),
                        ("memory", expected.memory_partition)):
         if want is None:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from rocmseat.errors import ParseError
 from rocmseat.sysfs.attrs import Collector
-from rocmseat.sysfs.parse import parse_int
+from rocmseat.sysfs.parse import normalize_pci_address, parse_int
 
 MAX_HIVE_NODES = 64  # AMDGPU_MAX_XGMI_DEVICE_PER_HIVE is 8..64 across kernels; never more here
 XGMI_ERROR = "xgmi_error"  # read-and-clear: never read (module docstring)
@@ -166,9 +166,13 @@ def _members(device_dir: Path) -> tuple[tuple[str, ...] | None, int | None, tupl
     members: list[str] = []
     position = None
     for index, (_n, name) in enumerate(numbered):
-        target = os.path.realpath(os.path.join(hive, name))
-        if not os.path.isdir(target):
-            return None, None, (f"{hive}/{name}: points at no device directory",)
+        node = os.path.join(hive, name)
+        target = os.path.realpath(node)
+        # sysfs_create_link(): every node<N> is a link to a device directory named by its
+        # PCI address
+        if not os.path.islink(node) or not os.path.isdir(target) \
+                or normalize_pci_address(os.path.basename(target)) is None:
+            return None, None, (f"{node}: not a link to a PCI device directory",)
         if target == own:
             position = index
         members.append(os.path.basename(target))

@@ -141,3 +141,31 @@ def test_xgmi_wafl_growth_is_judged_by_the_ras_family(copy_tree, tmp_path):
     assert bad == [("ras.ce", "warn", gpu), ("ras.ue", "fail", gpu)]
     assert all("xgmi_wafl" in f.message for f in report.findings
                if f.severity != Severity.OK)
+
+
+@pytest.mark.parametrize("name,text,check", [
+    ("current_compute_partition", "SPX\x1b[2J\n", "xgmi.partition"),
+    ("xgmi_device_id", "-3\n", "xgmi.read"),
+    ("xgmi_port_num", "01:02 -> 03\n", "xgmi.read"),
+    ("xgmi_num_links", "zz \n", "xgmi.peer"),
+])
+def test_an_unreadable_xgmi_file_is_unknown(copy_tree, tmp_path, name, text, check):
+    root = copy_tree("mi300x-hive")
+    gpu = _bdfs()[1]
+    with open(os.path.join(_dev(root, gpu), name), "w") as out:
+        out.write(text)
+    report = preflight_report(root, tmp_path, ONLY)
+    (bad,) = [f for f in report.findings if f.severity != Severity.OK]
+    assert (bad.check_id, bad.severity, bad.subject) == (check, Severity.UNKNOWN, gpu)
+    assert exit_code_for(report.findings) == 2
+
+
+def test_a_node_link_that_is_no_link_breaks_the_hive_reading(copy_tree, tmp_path):
+    root = copy_tree("mi300x-hive")
+    node = os.path.join(_dev(root, "0000:5c:00.0"), "xgmi_hive_info", "node3")
+    os.unlink(node)
+    os.mkdir(node)
+    report = preflight_report(root, tmp_path, ONLY)
+    hive = [f for f in report.findings if f.check_id == "xgmi.hive"]
+    assert {f.severity for f in hive} == {Severity.UNKNOWN}
+    assert "not a link to a PCI device directory" in hive[0].message
