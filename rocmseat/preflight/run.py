@@ -129,7 +129,7 @@ def preflight_report(
         findings += _events(kmsg, inventory.gpus, checked, loaded,
                             live=live and opts.kernel_log is None)
     if "xgmi" in selected:
-        findings += _xgmi(inventory, checked, loaded)
+        findings += _xgmi(inventory, checked, loaded, wanted)
     if "amdsmi" in selected:
         from rocmseat.node.amdsmi_check import amdsmi_findings
 
@@ -429,7 +429,7 @@ def _hive_expected(inventory: Inventory, profile: Profile | None) -> bool:
 
 
 def _xgmi(inventory: Inventory, checked: tuple[Gpu, ...],
-          profile: Profile | None) -> list[Finding]:
+          profile: Profile | None, wanted: set[str]) -> list[Finding]:
     """The xgmi family (rocmseat.preflight.xgmi); asked for on a node with no hive: unknown on
     Instinct GPUs (a hive may have failed to form), not applicable elsewhere."""
     from rocmseat.preflight.xgmi import NO_EXPECTATIONS, judge_xgmi
@@ -442,7 +442,7 @@ def _xgmi(inventory: Inventory, checked: tuple[Gpu, ...],
             return [NODE.unknown("xgmi.hive", "no GPU of this node is in an XGMI hive: no "
                                  "xgmi_* files to judge", "check dmesg for \"XGMI:\" lines")]
         return [NODE.ok("xgmi.hive", "no XGMI hive on this node (not applicable)")]
-    return judge_xgmi(inventory, checked, expected)
+    return judge_xgmi(inventory, checked, expected, scope=wanted or None)
 
 
 def _hip(

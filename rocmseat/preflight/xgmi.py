@@ -31,9 +31,11 @@ kernel log's XGMI PCS lines ("%s detected" of xgmi_v6_4_0 RAS) belong to the eve
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from rocmseat.findings import NODE, Finding, Subject
+from rocmseat.findings import NODE, Finding, Severity, Subject
 from rocmseat.node.inventory import Gpu, Inventory
 from rocmseat.preflight.aer import is_instinct
 from rocmseat.sysfs.attrs import first_of
@@ -64,9 +66,32 @@ def in_hive(inventory: Inventory) -> bool:
 
 
 def judge_xgmi(inventory: Inventory, checked: tuple[Gpu, ...],
-               expected: XgmiExpectations = NO_EXPECTATIONS) -> list[Finding]:
+               expected: XgmiExpectations = NO_EXPECTATIONS,
+               scope: Collection[str] | None = None) -> list[Finding]:
     """The xgmi findings of `checked` (GPUs of `inventory`); [] on a node with no hive and no
-    expectation of one."""
+    expectation of one. `scope`: the GPUs of one replica (launch's gate, `--pair`): a fault
+    that concerns only GPUs outside it (a dead link to a GPU of another group, a GPU outside
+    the hive that is not one of them) carries none of its all-reduce and warns, not fails."""
+    findings = _judge(inventory, checked, expected)
+    return findings if scope is None else [_scoped(f, set(scope)) for f in findings]
+
+
+def _scoped(finding: Finding, scope: set[str]) -> Finding:
+    if finding.severity is not Severity.FAIL or finding.subject not in scope:
+        return finding
+    peer = finding.data.get("peer")
+    outside = finding.data.get("outside")
+    if (isinstance(peer, str) and peer not in scope) or (
+            isinstance(outside, list) and outside and scope.isdisjoint(outside)):
+        return dataclasses.replace(
+            finding, severity=Severity.WARN,
+            message=finding.message + " (outside this replica's GPUs: it carries none of its "
+            "all-reduce)")
+    return finding
+
+
+def _judge(inventory: Inventory, checked: tuple[Gpu, ...],
+           expected: XgmiExpectations) -> list[Finding]:
     if not in_hive(inventory):
         if expected.hive_members:
             return [NODE.fail("xgmi.hive", f"no GPU is in an XGMI hive; the profile expects "

@@ -169,3 +169,23 @@ def test_a_node_link_that_is_no_link_breaks_the_hive_reading(copy_tree, tmp_path
     hive = [f for f in report.findings if f.check_id == "xgmi.hive"]
     assert {f.severity for f in hive} == {Severity.UNKNOWN}
     assert "not a link to a PCI device directory" in hive[0].message
+
+
+def test_a_dead_link_outside_the_replicas_gpus_warns(tmp_path):
+    """launch's gate checks a replica's own GPUs (`--pair` of each pair of its group): a link of
+    one of them to a GPU of another group carries none of its all-reduce."""
+    from rocmseat.placement.groups import group_pairs, plan_groups
+
+    tree = SYSFS_FIXTURES / "mi300x-hive-degraded"
+    groups = plan_groups(read_inventory(tree), 4).groups
+    for group in groups:
+        report = preflight_report(tree, tmp_path / group[0], PreflightOptions(
+            families=("xgmi", "numa"), pairs=group_pairs(group)))
+        assert exit_code_for(report.findings) == 0
+        scoped = [f for f in report.findings if "outside this replica's GPUs" in f.message]
+        assert scoped and {f.severity for f in scoped} == {Severity.WARN}
+    bdfs = _bdfs()
+    across = preflight_report(tree, tmp_path / "x", PreflightOptions(
+        families=("xgmi",), pairs=[(bdfs[1], bdfs[2])]))
+    assert {(f.subject, f.data.get("peer")) for f in across.findings
+            if f.severity == Severity.FAIL} == {(bdfs[1], bdfs[2]), (bdfs[2], bdfs[1])}
