@@ -6,7 +6,7 @@ node-problem-detector answer from a cached verdict (`--format npd --cached`) and
 length in bytes.
 
     python3 bench/bench_preflight.py [--gpus 16] [--runs 21] [--before REV] [--under-load]
-                                     [--metrics-format 1.5|1.9]
+                                     [--metrics-format 1.5|1.9] [--host mi300x-hive]
     python3 bench/bench_preflight.py --hostile 5000 [--seed 1]   # issue 11's long battery
 
 Budget (issue 10): the regular install within 4x `python -c pass`, with gpu_metrics decoded and
@@ -139,12 +139,19 @@ def timing(args: argparse.Namespace) -> int:
         tmp = Path(tmp_name)
         tree = tmp / "tree"
         rocm7 = args.metrics_format == "1.9"
-        builder.write_host(tree, builder.many_gpus(args.gpus, rocm7=rocm7))
+        if args.host:
+            # a committed fixture host (mi300x-hive: the xgmi family joins the run)
+            host = builder.HOSTS[args.host]()
+            builder.write_host(tree, host)
+            args.gpus = len(host.kfd_gpus) // (8 if args.host.endswith("-cpx") else 1)
+            print(f"fixture host {args.host}")
+        else:
+            builder.write_host(tree, builder.many_gpus(args.gpus, rocm7=rocm7))
         # every GPU of the tree carries the firmware's gpu_metrics (v1.5, or with 1.9 the
         # attribute table of the amdgpu ROCm 7 installs, issue 24, with ip_discovery, the BARs
         # and the module parameter) and amdgpu's ras/ (issue 17): preflight decodes one table
         # and reads the RAS counts per GPU
-        print(f"gpu_metrics format {args.metrics_format}")
+        print(f"gpu_metrics format {'of the host' if args.host else args.metrics_format}")
         metrics = sorted(tree.rglob("gpu_metrics"))
         ras = sorted(tree.rglob("ras"))
         print(f"{len(metrics)} gpu_metrics tables and {len(ras)} ras/ directories in the tree")
@@ -225,6 +232,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=21)
     parser.add_argument("--metrics-format", choices=("1.5", "1.9"), default="1.5",
                         help="the gpu_metrics tables of the tree (1.9: the ROCm 7 amdgpu)")
+    parser.add_argument("--host", metavar="NAME",
+                        help="time this committed fixture host instead (build_sysfs_fixtures "
+                        "HOSTS, e.g. mi300x-hive: eight GPUs in one XGMI hive)")
     parser.add_argument("--hostile", type=int, default=0, metavar="ROUNDS",
                         help="run issue 11's hostile sysfs battery this many rounds instead")
     parser.add_argument("--seed", type=int, default=1)

@@ -100,6 +100,9 @@ STATE_MAKERS = {"StateDir", "ReplicaDir", "baseline_path", "state_path", "verdic
 SINK_FUNCS = {"open", "read_trusted_state", "read_regular_text", "atomic_write_json",
               "atomic_write_text", "atomic_write_bytes", "write_into", "exclusive_lock",
               "make_dirs", "check_write_dirs", "loads", "load", "makedirs", "mkdir", "mkfifo"}
+# the writers' leading arguments that say where they write (the rest is what they write)
+PATH_ARGS = {"atomic_write_json": 1, "atomic_write_text": 1, "atomic_write_bytes": 1,
+             "write_into": 2}
 SINK_METHODS = {"open", "mkdir", "read_text", "write_text", "read_bytes", "write_bytes",
                 "touch", "loads", "load"}
 # rocmseat/watch/remediate/ is being rewritten (issue 32, "the ladder as data"); what it still
@@ -235,6 +238,11 @@ def door_breaches(path: Path, base: Path = REPO) -> list[str]:
                 continue
             func = node.func
             args = [*node.args, *(k.value for k in node.keywords)]
+            called = func.id if isinstance(func, ast.Name) else (
+                func.attr if isinstance(func, ast.Attribute) else "")
+            if called in PATH_ARGS:  # a writer: where it writes counts, not what (a report's text)
+                args = [*node.args[:PATH_ARGS[called]],
+                        *(k.value for k in node.keywords if k.arg in ("path", "directory"))]
             if isinstance(func, ast.Name) and func.id in SINK_FUNCS:
                 hit = any(_state_value(a, tainted) for a in args)
             elif isinstance(func, ast.Attribute) and (func.attr in SINK_FUNCS

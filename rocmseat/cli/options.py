@@ -130,15 +130,16 @@ def resolve_state_dir(value: Path | None, seat: Seat | None = None) -> Path:
     return state.state_root(value, seat.state_dir if seat is not None else None)
 
 
-def pair_option(text: str | None, option: str = "--pair") -> tuple[str, str] | None:
-    """A `--pair A,B` value: two different PCI addresses, sorted (rocmseat.placement.rules
-    .parse_pair, the one parser); click's usage error naming the option otherwise."""
+def pair_option(text: str | None, option: str = "--pair") -> tuple[str, ...] | None:
+    """A launch `--pair A,B[,...]` value: the replica's GPUs (a pair, or a TP group), different
+    PCI addresses, sorted (rocmseat.placement.rules.parse_group, the one parser); click's usage
+    error naming the option otherwise."""
     if text is None:
         return None
     from rocmseat.errors import ConfigError
-    from rocmseat.placement.rules import parse_pair
+    from rocmseat.placement.rules import parse_group
 
     try:
-        return parse_pair(text, option)
+        return parse_group(text, option)
     except ConfigError as exc:
         raise click.BadParameter(exc.message, param_hint=option) from None

@@ -53,6 +53,7 @@ class PreflightArgs:
     hip: bool
     hip_timeout_s: float
     amdsmi: bool
+    write_profile: Path | None = None
 
 
 def _pairs(
@@ -75,7 +76,8 @@ def _pairs(
     "--only",
     "only",
     multiple=True,
-    type=click.Choice(["pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip", "events"]),
+    type=click.Choice(["pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip", "events",
+                       "xgmi"]),
     help="Run only this family of checks (repeatable).",
 )
 @click.option(
@@ -158,6 +160,14 @@ def _pairs(
     help="The longest each HIP probe stage may take before it counts as hung.",
 )
 @click.option(
+    "--write-profile",
+    type=click.Path(path_type=Path, dir_okay=False),
+    metavar="FILE",
+    help="Write the expectation profile of this node (its GPUs' links and sockets, the XGMI "
+    "hive, the partition modes) to FILE when the run finds it healthy, as NHC's nhc-genconf "
+    "does; refused (exit 2) on a node with a failing or unknown finding.",
+)
+@click.option(
     "--amdsmi/--no-amdsmi",
     default=False,
     show_default=True,
@@ -211,7 +221,17 @@ def preflight(**values: Any) -> int:
     if run.report is None:
         assert run.error is not None
         return _could_not_check(run.error, fmt, opts.textfile)
+    if opts.write_profile is not None:
+        _write_profile(run.report, opts.write_profile)
     return _render(run.report, fmt, opts.textfile, strict=opts.strict)
+
+
+def _write_profile(report: PreflightReport, path: Path) -> None:
+    from rocmseat.atomic import atomic_write_text
+    from rocmseat.preflight.genprofile import profile_text
+
+    atomic_write_text(path, profile_text(report, path.stem))
+    click.echo(f"rocmseat: wrote the profile {path}", err=True)
 
 
 def _format(as_json: bool, output_format: str | None, problems: bool) -> str:

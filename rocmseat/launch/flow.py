@@ -54,7 +54,7 @@ HIP_ORDER_TIMEOUT_S = 30.0
 
 def place_for_launch(seat: Seat, sysfs_root: Path | None, *, state_dir: Path,
                      environ: Mapping[str, str] | None = None,
-                     pin: tuple[str, str] | None = None,
+                     pin: tuple[str, ...] | None = None,
                      replica: str | None = None) -> Placement:
     """The seat's placement as launch starts from it: the node must be readable (a rocm seat),
     `pin` is `replica`'s identity (rocmseat.placement.place)."""
@@ -63,7 +63,7 @@ def place_for_launch(seat: Seat, sysfs_root: Path | None, *, state_dir: Path,
 
 
 def placed_replica(seat: Seat, placed: Placement, replica: str, *,
-                   pin: tuple[str, str] | None = None, say: Say) -> ReplicaPlacement:
+                   pin: tuple[str, ...] | None = None, say: Say) -> ReplicaPlacement:
     """The record of `replica`, or why it must not start (exit 1): its pair is not what the unit
     pinned (an explicit seat edited since the units were rendered), or its pair, a stable
     identity, is no longer there (docs/launch.md, "A replica's pair is its identity")."""
@@ -251,7 +251,7 @@ def check_engine_command(seat: Seat, plan: ReplicaPlan, env: Mapping[str, str]) 
 
 def preflight_only(seat: Seat, replica: str, *, sysfs_root: Path | None, state_dir: Path,
                    say: Say, environ: Mapping[str, str] | None = None,
-                   pin: tuple[str, str] | None = None) -> list[Finding]:
+                   pin: tuple[str, ...] | None = None) -> list[Finding]:
     """`launch --preflight-only` (the replica unit's ExecStartPre=): see launch/gate.py."""
     environ = os.environ if environ is None else environ
     placed = place_for_launch(seat, sysfs_root, state_dir=state_dir, environ=environ, pin=pin,
@@ -286,7 +286,7 @@ class LaunchRun:
     stop_grace_s: float = 30.0
     probe_interval_s: float = 2.0
     fetch: Fetch = http_fetch
-    pin: tuple[str, str] | None = None
+    pin: tuple[str, ...] | None = None
     on_status: Callable[[str], None] | None = None
 
 
@@ -362,6 +362,9 @@ def _launch_locked(  # noqa: PLR0915
         raise KeyUnknown(f"replica {record.replica}: config key unknown: {exc.message}",
                          hint=exc.hint) from None
     notifier.status("preflight of the pair")
+    from rocmseat.sysfs.partition import read_node_policy
+
+    policy = read_node_policy(sysfs_root, record.pci_pair) if sysfs_root is not None else None
     plan = placed_plan(seat, placed, record, sysfs_root=sysfs_root, environ=environ, say=say,
                        key=KeyStatus(key.digest, ""))
     try:
@@ -374,7 +377,8 @@ def _launch_locked(  # noqa: PLR0915
             moved_aside=None, changed_factors=[],
             outcome={"ready": False, "ready_after_s": None, "timed_out": False,
                      "exit_code": refused.exit_code, "engine_returncode": None,
-                     "signal_received": None, "refused": True, "reason": refused.message}))
+                     "signal_received": None, "refused": True, "reason": refused.message},
+            node_policy=policy))
         raise
     write_recorded(plan.placement)
     try:
@@ -405,7 +409,7 @@ def _launch_locked(  # noqa: PLR0915
                                                                             complete=complete))]
         doc = build_report(plan, summary, findings, started_at=started,
                            finished_at=dt.datetime.now(dt.UTC), moved_aside=prepared.moved_aside,
-                           changed_factors=changed, outcome=outcome)
+                           changed_factors=changed, outcome=outcome, node_policy=policy)
         return save_report(state_dir, doc), findings
 
     def on_ready(summary: StartupSummary, after_s: float) -> None:

@@ -33,6 +33,7 @@ from rocmseat.findings import Finding, Severity
 from rocmseat.findings_doc import FindingDoc
 from rocmseat.launch.plan import ReplicaPlan, engine_env
 from rocmseat.located import DocumentInvalid, load_json
+from rocmseat.placement.groups import group_pairs
 from rocmseat.seat.model import Seat
 from rocmseat.statedir import PREFLIGHT_SYSFS, Document, StateDir
 from rocmseat.sysfs.parse import normalize_pci_address
@@ -55,7 +56,7 @@ PciAddress = Annotated[str, StringConstraints(
 class SysfsResultDoc(StrictDoc):
     schema_: Literal["rocmseat.preflight-sysfs/v1"] = Field(alias="schema")
     invocation_id: Annotated[Line, Field(min_length=1, max_length=128)]
-    pair: Annotated[list[PciAddress], Field(min_length=2, max_length=2)]
+    pair: Annotated[list[PciAddress], Field(min_length=2, max_length=64)]  # the replica's GPUs
     findings: Annotated[list[FindingDoc], Field(max_length=MAX_FINDINGS)]
 
 
@@ -89,7 +90,7 @@ def refusal(findings: Sequence[Finding], replica: str, *,
 
 
 def needs_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None) -> bool:
-    return seat.backend == "rocm" and len(plan.pci_pair) == 2 and sysfs_root is not None
+    return seat.backend == "rocm" and len(plan.pci_pair) >= 2 and sysfs_root is not None
 
 
 def needs_hip(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None) -> bool:
@@ -104,9 +105,9 @@ def visibility(plan: ReplicaPlan, findings: Sequence[Finding]) -> Finding | None
     """Under the replica's own HIP_VISIBLE_DEVICES, HIP must show exactly its pair, in order
     (the `devices` of the probe's hip.runtime finding, read with hipDeviceGetPCIBusId). None when
     HIP did not run; a `fail` when the mask selects other GPUs: the engine would run there."""
-    if not plan.pci_pair:
+    if len(plan.pci_pair) < 2:
         return None
-    subject = "+".join(plan.pci_pair)
+    subject = "+".join(group_pairs(plan.pci_pair)[0])  # each pair's child sees the whole mask
     for finding in findings:
         if finding.check_id != "hip.runtime" or finding.subject != subject:
             continue
@@ -136,7 +137,7 @@ def _run(seat: Seat, plan: ReplicaPlan, sysfs_root: Path, state_dir: Path, *,
     # ROCR_VISIBLE_DEVICES, HSA_*, NCCL_* ...): IPC that works in a bare shell can fail under
     # the replica's settings, and the mask must select the pair.
     report = preflight_report(sysfs_root, state_dir, PreflightOptions(
-        families=families, pairs=[(plan.pci_pair[0], plan.pci_pair[1])],
+        families=families, pairs=group_pairs(plan.pci_pair),
         profile=seat.preflight.profile, hip=hip,
         hip_env=engine_env(environ or {}, plan) if hip else None))
     findings = list(report.findings)

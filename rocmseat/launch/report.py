@@ -13,7 +13,7 @@ import contextlib
 import datetime as dt
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +64,16 @@ def build_report(
     moved_aside: Path | None,
     changed_factors: Sequence[str],
     outcome: dict[str, Any],
+    node_policy: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The report document (pure). `outcome`: ready, ready_after_s, timed_out, exit_code,
-    engine_returncode, reason (None while the engine still runs)."""
+    engine_returncode, reason (None while the engine still runs). `node_policy`: the pair's
+    partition modes and pm_policy levels as read at the start (rocmseat.sysfs.partition
+    .read_node_policy; read-only: rocmseat never writes them), omitted when there are none."""
+    policy = {"node_policy": {a: dict(v) for a, v in node_policy.items()}} if node_policy \
+        else {}
     return {
+        **policy,
         "schema": SCHEMA,
         "seat": plan.seat,
         "replica": plan.replica,

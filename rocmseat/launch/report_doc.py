@@ -88,9 +88,10 @@ class CacheDoc(StrictDoc):
 
 
 class PlanDoc(StrictDoc):
-    pci_pair: Annotated[list[Ident], Field(max_length=2, default_factory=list)]
-    hip_indices: Annotated[list[Annotated[int, Field(ge=0, le=4095)]], Field(max_length=2)] | None \
-        = None
+    pci_pair: Annotated[list[Ident], Field(max_length=64, default_factory=list)]
+    hip_indices: (
+        Annotated[list[Annotated[int, Field(ge=0, le=4095)]], Field(max_length=64)] | None
+    ) = None
     hip_index_source: Ident | None = None
     numa_node: Annotated[int, Field(ge=-1, le=4095)] | None = None
     binding: Ident | None = None
@@ -121,3 +122,6 @@ class StartupReportDoc(StrictDoc):
     outcome: OutcomeDoc | None = None
     log: LogDoc
     findings: Annotated[list[FindingDoc], Field(max_length=MAX_ITEMS, default_factory=list)]
+    # the pair's partition modes and pm_policy levels at the start (launch/report.py)
+    node_policy: Annotated[dict[Ident, Annotated[dict[Ident, Ident], Field(max_length=16)]],
+                           Field(max_length=64)] | None = None

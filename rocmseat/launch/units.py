@@ -21,12 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmseat.errors import ConfigError, ReadError
+from rocmseat.placement.groups import group_pairs
 from rocmseat.placement.record import ReplicaPlacement
 from rocmseat.placement.rules import located
 from rocmseat.seat.model import Seat
 from rocmseat.seat.naming import RESERVED_REPLICA_NAMES
 
 PREFLIGHT_MARGIN_S = 180  # preflight with the HIP probe, the config key and the cache move
+# each further pair of a TP group the HIP probe checks (28 for TP8): 2.2 s a pair measured
+# against the fake library on a shared 2-core host (tests/hip/test_group_probe.py), a real GPU
+# pair's IPC and copy stages a few seconds more
+HIP_PAIR_S = 10
 STOP_GRACE_S = 30  # `rocmseat launch --stop-grace`: SIGTERM -> SIGKILL of the engine
 RESTART_SEC = 30
 BURST, BURST_WINDOW_S = 5, 3600
@@ -249,8 +254,10 @@ def preflight_argv(seat: Seat, ctx: UnitContext, pairs: Sequence[Sequence[str]])
     """The node unit's `rocmseat preflight`: sysfs families only. The HIP probe runs once per
     replica start, in launch's gate (launch/gate.py), not here as well."""
     argv = [str(ctx.rocmseat_bin), "preflight", "--state-dir", str(ctx.state_dir)]
-    for pair in pairs:
-        argv += ["--pair", ",".join(pair)]
+    for group in pairs:
+        # a TP group's every pair (rocmseat.placement.groups.group_pairs): 28 for TP8
+        for a, b in group_pairs(group):
+            argv += ["--pair", f"{a},{b}"]
     if seat.preflight.profile is not None:
         argv += ["--profile", str(seat.preflight.profile)]
     argv.append("--no-hip")
@@ -344,7 +351,8 @@ def _render(seat: Seat, records: Sequence[ReplicaPlacement], ctx: UnitContext,
             "PREFLIGHT": preflight,
             "LAUNCH": exec_line(launch),
             "READY_TIMEOUT": f"{seat.readiness.timeout_s:g}",
-            "START_TIMEOUT": str(math.ceil(seat.readiness.timeout_s) + PREFLIGHT_MARGIN_S),
+            "START_TIMEOUT": str(math.ceil(seat.readiness.timeout_s) + PREFLIGHT_MARGIN_S
+                                 + HIP_PAIR_S * max(0, len(group_pairs(record.pci_pair)) - 1)),
             "GRACE": str(STOP_GRACE_S),
             "STOP_TIMEOUT": str(STOP_GRACE_S + 30),
             "RESTART_SEC": str(RESTART_SEC),

@@ -114,7 +114,7 @@ def read_node(seat: Seat, sysfs_root: Path | None) -> Inventory | None:
 
 def place(seat: Seat, *, sysfs_root: Path | None, state_root: Path,
           environ: Mapping[str, str] | None = None, numbering: HipNumbering | None = None,
-          pin: tuple[str, str] | None = None, replica: str | None = None,
+          pin: tuple[str, ...] | None = None, replica: str | None = None,
           require_node: bool = False) -> Placement:
     """Every replica of `seat` on this node (see the module docstring).
 

@@ -79,6 +79,9 @@ class ReplicaPlacement:
     # (the unit's --pair, else its placement.json), lost a GPU or is no longer socket-local.
     # Never written to placement.json: launch refuses such a replica before it saves one.
     lost: str = ""
+    # each GPU's partition modes, "SPX/NPS1" (rocmseat.sysfs.partition), in pair order; None:
+    # the GPUs have none (Radeon, MI200) or were not read. Part of the key's arch (key_arch).
+    partitions: tuple[str, ...] | None = None
 
     @property
     def base_url(self) -> str:
@@ -109,6 +112,12 @@ def key_arch(seat: Seat, record: ReplicaPlacement | None,
         return None, (f"the gfx target of replica {record.replica}'s GPUs "
                       f"({', '.join(record.pci_pair)}) is not known here: no readable GPU "
                       "inventory and no recorded one")
+    if record.partitions is not None and len(record.partitions) == len(record.gfx_targets):
+        # A partitioned Instinct GPU is another device per mode: CPX makes each XCD a device
+        # of its own (amdgpu_xcp.c), NPS4 splits its memory; the graphs are compiled for
+        # that device. "gfx942@SPX/NPS1" -> "gfx942@CPX/NPS4" moves the cache aside.
+        return "+".join(sorted({f"{gfx}@{part}" for gfx, part in
+                                zip(record.gfx_targets, record.partitions, strict=True)})), ""
     return "+".join(sorted(set(record.gfx_targets))), ""
 
 
@@ -138,7 +147,17 @@ def placement_doc(record: ReplicaPlacement) -> dict[str, Any]:
                  "cpus": list(record.numa.cpus), "note": record.numa.note},
         "cache_dir": str(record.cache_dir),
         "state_dir": str(record.state_dir),
+        **({} if record.partitions is None else {"partitions": list(record.partitions)}),
     }
+
+
+_PARTITION = re.compile(r"(SPX|DPX|TPX|QPX|CPX|UNKNOWN)/(NPS1|NPS2|NPS4|NPS8|UNKNOWN)")
+
+
+def _partition(value: str) -> str:
+    if not _PARTITION.fullmatch(value):
+        raise ValueError(f"not a partition mode pair like 'SPX/NPS1': {value!r:.40}")
+    return value
 
 
 class PlacementFileError(ValueError):
@@ -226,6 +245,8 @@ class _PlacementDoc(_Model):
     numa: _NumaDoc
     cache_dir: Annotated[str, AfterValidator(_abs_path)]
     state_dir: Annotated[str, AfterValidator(_abs_path)]
+    partitions: Annotated[tuple[Annotated[str, AfterValidator(_partition)], ...],
+                          Field(max_length=64)] | None = None
 
 
 def parse_placement(text: str) -> ReplicaPlacement:
@@ -242,6 +263,7 @@ def parse_placement(text: str) -> ReplicaPlacement:
         hip_index_source=doc.hip_index_source, hip_note=doc.hip_note,
         numa=NumaBinding(numa.node, numa.cpulist, numa.cpus, numa.note),
         cache_dir=Path(doc.cache_dir), state_dir=Path(doc.state_dir),
+        partitions=doc.partitions,
     )
 
 

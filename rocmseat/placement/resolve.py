@@ -14,9 +14,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rocmseat.errors import ConfigError, NoDeviceError
+from rocmseat.errors import ConfigError, NoDeviceError, RocmseatError
 from rocmseat.hip.numbering import ROCR_MASK, rocr_selection
 from rocmseat.node.inventory import Inventory
+from rocmseat.placement.groups import GroupPlan, group_pairs, plan_groups
 from rocmseat.placement.record import (
     HIP_ORDER_ASSUMED,
     HIP_ORDER_PROBED,
@@ -31,6 +32,7 @@ from rocmseat.placement.rules import (
     replica_port,
     replica_state_dir,
 )
+from rocmseat.preflight.xgmi import hive_of, link_problem
 from rocmseat.seat.model import Seat, check_listen
 from rocmseat.seat.naming import planned_port, replica_name
 from rocmseat.sysfs.parse import normalize_pci_address
@@ -117,6 +119,7 @@ def resolve(seat: Seat, inventory: Inventory | None, *, state_root: Path,
             hip_indices=indices, hip_index_source=source, hip_note=hip_note,
             numa=_numa(seat, pair, inventory), cache_dir=replica_cache_dir(seat, name),
             state_dir=replica_state_dir(state_root, seat.name, name), lost=lost,
+            partitions=_partitions(pair, inventory),
         ))
     check_exporter_port(seat, records)
     return tuple(records)
@@ -192,21 +195,27 @@ def _slots(seat: Seat, inventory: Inventory | None,
     held = _held(seat, inventory, identities)
     claimed = {a for _, pair, _ in held for a in pair}
     free = [g for g in inventory.gpus if g.pci_address not in claimed]
-    from rocmseat.preflight.pairs import propose_pairs
-
-    proposed = propose_pairs(dataclasses.replace(inventory, gpus=tuple(free))) if free else ()
-    if not held and not proposed:
+    plan = plan_groups(dataclasses.replace(inventory, gpus=tuple(free)), seat.tp) if free \
+        else GroupPlan(seat.tp, (), "none")
+    if not held and not plan.groups:
+        what = "socket-local GPU pair" if seat.tp == 2 else f"TP{seat.tp} group"
+        if plan.rule == "xgmi-hive":
+            # the GPUs are there and a link is down: a refused start (exit 1), naming the link
+            raise RocmseatError(f"no {what} among {len(inventory.gpus)} GPUs: {plan.why}",
+                                hint="run `rocmseat preflight --only xgmi`; serve a smaller "
+                                "tp around the link, or mend it")
         raise NoDeviceError(
-            f"no socket-local GPU pair among {len(inventory.gpus)} GPUs",
+            f"no {what} among {len(inventory.gpus)} GPUs"
+            + (f": {plan.why}" if plan.why else ""),
             hint="run `rocmseat preflight` to see why, or set [replicas] mode = 'explicit'",
         )
     taken = {index for index, _, _ in held}
     slots = list(held)
     index = 0
-    for proposal in proposed:
+    for group in plan.groups:
         while index in taken:
             index += 1
-        slots.append((index, proposal.addresses(), ""))
+        slots.append((index, group, ""))
         taken.add(index)
     return sorted(slots)
 
@@ -230,6 +239,9 @@ def _held(seat: Seat, inventory: Inventory,
         missing = [a for a in pair if inventory.gpu(a) is None]
         shared = sorted({o for a in pair for o in owners[a] if o != name})
         sockets = {g.socket for g in (inventory.gpu(a) for a in pair) if g is not None}
+        hive = seat.tp > 2 or (seat.tp == 2 and hive_of(inventory))
+        broken = [w for a, b in group_pairs(pair) if (w := link_problem(inventory, a, b))] \
+            if hive and not missing else []
         lost = ""
         if missing:
             lost = (f"GPU {', '.join(missing)} of replica {name}'s pair ({shown}) is not on "
@@ -237,7 +249,10 @@ def _held(seat: Seat, inventory: Inventory,
         elif shared:
             lost = (f"replica {name}'s pair ({shown}) shares a GPU with replica "
                     f"{', '.join(shared)}: two engines would drive one GPU")
-        elif len(sockets) != 1 or None in sockets:
+        elif broken:
+            lost = (f"replica {name}'s group ({shown}) is no longer all one XGMI hop apart "
+                    f"with every link up: {broken[0]}")
+        elif not hive and seat.tp == 2 and (len(sockets) != 1 or None in sockets):
             lost = (f"replica {name}'s pair ({shown}) is no longer a socket-local pair of this "
                     "node (sockets " + ", ".join("unknown" if s is None else str(s)
                                                   for s in sorted(sockets, key=str)) + ")")
@@ -267,6 +282,25 @@ def _gfx(pair: tuple[str, ...], inventory: Inventory | None) -> tuple[str, ...] 
     return tuple(targets)
 
 
+def _partitions(pair: tuple[str, ...], inventory: Inventory | None) -> tuple[str, ...] | None:
+    """Each GPU's "COMPUTE/MEMORY" partition modes, or None unless every GPU reports both."""
+    if not pair or inventory is None:
+        return None
+    modes = []
+    for address in pair:
+        gpu = inventory.gpu(address)
+        part = gpu.amdgpu.partition if gpu is not None else None
+        if part is not None and part.errors:
+            # never the arch of an unpartitioned GPU for one whose mode cannot be read: the
+            # key says it (preflight's xgmi.partition says why)
+            modes.append("UNKNOWN/UNKNOWN")
+            continue
+        if part is None or part.compute is None or part.memory is None:
+            return None
+        modes.append(f"{part.compute}/{part.memory}")
+    return tuple(modes)
+
+
 def _hip(pair: tuple[str, ...], inventory: Inventory | None,
          numbering: HipNumbering | None) -> tuple[tuple[int, ...] | None, str, str]:
     if not pair:
@@ -274,6 +308,15 @@ def _hip(pair: tuple[str, ...], inventory: Inventory | None,
     if numbering is None:
         return None, "", ("the node's GPUs were not read here" if inventory is None
                           else "no HIP numbering")
+    split = [a for a in pair if inventory is not None and (g := inventory.gpu(a)) is not None
+             and g.amdgpu.partition is not None
+             and g.amdgpu.partition.compute not in (None, "SPX")]
+    if split and numbering.source != HIP_ORDER_PROBED:
+        # each XCP partition is a device of its own (KFD lists one node per partition): one
+        # index per PCI function in bus order is wrong; only HIP's own numbering will do
+        return None, numbering.source, (f"GPU {split[0]} is partitioned (compute "
+                                        "partition not SPX): HIP numbers each partition as a "
+                                        "device; only the HIP probe can number them")
     missing = [a for a in pair if a not in numbering.by_pci]
     if missing:
         seen = ", ".join(sorted(numbering.by_pci, key=numbering.by_pci.__getitem__)) or "none"
@@ -291,8 +334,12 @@ def _numa(seat: Seat, pair: tuple[str, ...], inventory: Inventory | None) -> Num
     nodes = {g.numa_node for g in gpus if g is not None}
     if len(nodes) != 1 or None in nodes:
         shown = ", ".join("unknown" if n is None else str(n) for n in sorted(nodes, key=str))
+        what = "pair" if len(pair) == 2 else "group"
+        if None not in nodes:
+            return NumaBinding(None, None, (), f"the {what} spans NUMA nodes {shown} (no one "
+                               "node to bind it to)")
         return NumaBinding(None, None, (),
-                           f"the pair's GPUs do not share one known NUMA node ({shown}): "
+                           f"the {what}'s GPUs do not share one known NUMA node ({shown}): "
                            "not bound")
     node_id = next(iter(nodes))
     assert node_id is not None

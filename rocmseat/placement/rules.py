@@ -132,3 +132,23 @@ def parse_pair(text: str, option: str = "--pair") -> tuple[str, str]:
     if a == b:
         raise ConfigError(f"{option} {shown!r}: a pair needs two different GPUs")
     return (min(a, b), max(a, b))
+
+
+MAX_GROUP = 64
+
+
+def parse_group(text: str, option: str = "--pair") -> tuple[str, ...]:
+    """`--pair` of launch: a replica's GPUs, one for TP1, two for a pair, tp for a TP group
+    (`A,B,C,D`): different PCI addresses, sorted; ConfigError naming the option otherwise."""
+    parts = [p.strip() for p in text.split(",")]
+    addresses = [normalize_pci_address(p) for p in parts]
+    shown = printable(text, 80)
+    if not 1 <= len(parts) <= MAX_GROUP or None in addresses:
+        raise ConfigError(f"{option} {shown!r}: expected the replica's PCI addresses A,B,... "
+                          "(0000:05:00.0 or 05:00.0)")
+    group = sorted(a or "" for a in addresses)
+    if len(set(group)) != len(group):
+        raise ConfigError(f"{option} {shown!r}: " + ("a pair needs two different GPUs"
+                                                     if len(group) == 2 else
+                                                     "a TP group names a GPU twice"))
+    return tuple(group)

@@ -132,6 +132,14 @@ def judge_proposed(pairs: Sequence[Pair], inventory: Inventory) -> list[Finding]
     return findings
 
 
+def _xgmi_joined(inventory: Inventory, a: str, b: str) -> bool:
+    if not any(g.amdgpu.xgmi is not None for g in inventory.gpus):
+        return False  # no hive: the xgmi module stays unimported (start-up budget)
+    from rocmseat.preflight.xgmi import link_problem
+
+    return link_problem(inventory, a, b) is None
+
+
 def judge_requested(requested: Sequence[tuple[str, str]], inventory: Inventory) -> list[Finding]:
     """Verify pairs named by `--pair` or a profile: present, same socket."""
     findings = []
@@ -155,6 +163,14 @@ def judge_requested(requested: Sequence[tuple[str, str]], inventory: Inventory) 
                     "numa.pair.unknown",
                     "cannot tell whether the pair shares a socket (a GPU's socket is unknown)", "",
                     pair_json(pair),
+                )
+            )
+        elif gpu_a.socket != gpu_b.socket and _xgmi_joined(inventory, a, b):
+            findings.append(
+                Subject(subject).ok(
+                    "numa.pair", f"pair on sockets {gpu_a.socket} and {gpu_b.socket}, joined by "
+                    "one active XGMI hop (no host-staged all-reduce: rocmseat.preflight.xgmi)",
+                    "", pair_json(pair),
                 )
             )
         elif gpu_a.socket != gpu_b.socket:

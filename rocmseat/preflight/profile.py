@@ -12,6 +12,13 @@ and the AER thresholds. Loading fails with a ConfigError naming the file, the li
     socket = 0                        # optional
     [[pair]]
     gpus = ["0000:05:00.0", "0000:09:00.0"]
+    [xgmi]                            # optional: the XGMI hive (rocmseat.preflight.xgmi)
+    hive_members = 8
+    links_per_peer = 1
+    width = 16
+    speed_gts = 32
+    compute_partition = "SPX"
+    memory_partition = "NPS1"
 """
 
 from __future__ import annotations
@@ -31,8 +38,11 @@ from rocmseat.preflight.profile_doc import (
     PairDoc,
     ProfileDoc,
     ThresholdsDoc,
+    XgmiDoc,
     profile_problem,
 )
+from rocmseat.preflight.xgmi import NO_EXPECTATIONS, XgmiExpectations
+from rocmseat.sysfs.partition import COMPUTE_MODES, MEMORY_MODES
 from rocmseat.tomlio import TomlDoc, load_toml
 
 _THRESHOLD_KEYS = {  # the file's keys -> AerThresholds' fields
@@ -71,6 +81,7 @@ class Profile:
     thresholds: AerThresholds
     sha256: str | None = None  # of the file's bytes: a cached verdict names the profile it used
     events: EventThresholds = field(default_factory=EventThresholds)
+    xgmi: XgmiExpectations = NO_EXPECTATIONS
 
     def expected_link(self, address: str) -> tuple[float, int] | None:
         gpu = next((g for g in self.gpus if g.pci_address == address), None)
@@ -97,7 +108,17 @@ def load_profile(path: Path) -> Profile:
         thresholds=_thresholds(model.thresholds, doc),
         sha256=doc.sha256,
         events=_event_thresholds(model.thresholds),
+        xgmi=_xgmi(model.xgmi, doc),
     )
+
+
+def _xgmi(table: XgmiDoc, doc: TomlDoc) -> XgmiExpectations:
+    for key, modes in (("compute_partition", COMPUTE_MODES), ("memory_partition", MEMORY_MODES)):
+        value = getattr(table, key)
+        if value is not None and value not in modes[:-1]:
+            raise doc.error(("xgmi", key), f"must be one of {', '.join(modes[:-1])}")
+    return XgmiExpectations(table.hive_members, table.links_per_peer, table.width,
+                            table.speed_gts, table.compute_partition, table.memory_partition)
 
 
 def _gpus(entries: Sequence[GpuDoc], doc: TomlDoc) -> tuple[ExpectedGpu, ...]:

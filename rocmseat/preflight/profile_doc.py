@@ -26,7 +26,8 @@ MAX_LANES = 32
 MAX_GPUS = 4096
 MAX_NAME = 200
 MAX_NOTE = 2000
-TOP_KEYS = ("name", "description", "thresholds", "gpu", "pair")
+TOP_KEYS = ("name", "description", "thresholds", "gpu", "pair", "xgmi")
+MAX_HIVE = 64
 
 
 def _address(value: Any) -> str:
@@ -81,12 +82,24 @@ class ThresholdsDoc(StrictDoc):
     ring_timeouts_fail: Threshold | None = None
 
 
+class XgmiDoc(StrictDoc):
+    """[xgmi]: the hive the node should show (rocmseat.preflight.xgmi.XgmiExpectations)."""
+
+    hive_members: Annotated[int, Field(ge=1, le=MAX_HIVE)] | None = None
+    links_per_peer: Annotated[int, Field(ge=1, le=16)] | None = None
+    width: Annotated[int, Field(ge=1, le=MAX_LANES)] | None = None
+    speed_gts: Annotated[int, Field(ge=1, le=1000)] | None = None
+    compute_partition: Annotated[Line, Field(max_length=16)] | None = None
+    memory_partition: Annotated[Line, Field(max_length=16)] | None = None
+
+
 class ProfileDoc(StrictDoc):
     name: Annotated[Line, Field(max_length=MAX_NAME)] | None = None
     description: Annotated[Line, Field(max_length=MAX_NOTE)] | None = None
     thresholds: Annotated[ThresholdsDoc, Field(default_factory=ThresholdsDoc)]
     gpu: Annotated[list[GpuDoc], Field(max_length=MAX_GPUS, default_factory=list)]
     pair: Annotated[list[PairDoc], Field(max_length=MAX_GPUS, default_factory=list)]
+    xgmi: Annotated[XgmiDoc, Field(default_factory=XgmiDoc)]
 
 
 # What a wrong value of each key is told (any type or range error of it).
@@ -111,6 +124,8 @@ def profile_problem(exc: ValidationError) -> tuple[Loc, str]:
             return loc, f"unknown key (expected {', '.join(TOP_KEYS)})"
         if loc[0] == "thresholds":
             return loc, f"unknown (known: {', '.join(ThresholdsDoc.model_fields)})"
+        if loc[0] == "xgmi":
+            return loc, f"unknown (known: {', '.join(XgmiDoc.model_fields)})"
         return loc, "unknown key"
     if loc[:1] == ("pair",) and len(loc) >= 2:
         # a pair that is not a table, or a bad address in it: the key is its `gpus`
@@ -120,10 +135,12 @@ def profile_problem(exc: ValidationError) -> tuple[Loc, str]:
     if loc in (("gpu",), ("pair",)):
         return loc, f"must be an array of tables ([[{loc[0]}]])"
     if len(loc) == 1:
-        return loc, "must be a table" if loc[0] == "thresholds" else _FIELD_WORDS.get(
+        return loc, "must be a table" if loc[0] in ("thresholds", "xgmi") else _FIELD_WORDS.get(
             str(loc[0]), error_words(error))
     if len(loc) == 2 and isinstance(loc[1], int):
         return loc, "must be a table"
+    if loc[0] == "xgmi":
+        return loc, error_words(error)
     if loc[0] == "thresholds":
         why = ("must be a non-negative integer" if kind == "greater_than_equal"
                else f"must be an integer 0..{MAX_THRESHOLD}")

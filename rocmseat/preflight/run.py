@@ -39,9 +39,10 @@ if TYPE_CHECKING:
     # profile.py brings tomllib: imported only when a profile is given (start-up budget)
     from rocmseat.preflight.profile import Profile
 
-FAMILIES = ("pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip", "events")
-# events runs by default where there is a kernel log to read (rocmseat.preflight.events)
-DEFAULT_FAMILIES = frozenset({"pcie", "aer", "ras", "numa", "profile", "events"})
+FAMILIES = ("pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip", "events", "xgmi")
+# events runs by default where there is a kernel log to read (rocmseat.preflight.events); xgmi
+# where a GPU is in an XGMI hive or the profile expects one (rocmseat.preflight.xgmi)
+DEFAULT_FAMILIES = frozenset({"pcie", "aer", "ras", "numa", "profile", "events", "xgmi"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,8 @@ def preflight_report(
     kmsg = opts.kernel_log if opts.kernel_log is not None else default_kmsg_path(sysfs_root)
     selected = _select_families(opts, loaded, kmsg)
     inventory = _read_node(sysfs_root)
+    if not opts.families and "xgmi" in selected and not _hive_expected(inventory, loaded):
+        selected.discard("xgmi")
     proc = opts.proc_root if opts.proc_root is not None else default_proc_root(sysfs_root)
     identity = read_boot_identity(proc)
     requested = tuple(opts.pairs or ())
@@ -125,6 +128,8 @@ def preflight_report(
     if "events" in selected:
         findings += _events(kmsg, inventory.gpus, checked, loaded,
                             live=live and opts.kernel_log is None)
+    if "xgmi" in selected:
+        findings += _xgmi(inventory, checked, loaded, wanted)
     if "amdsmi" in selected:
         from rocmseat.node.amdsmi_check import amdsmi_findings
 
@@ -416,6 +421,28 @@ def _events(kmsg: Path | None, gpus: tuple[Gpu, ...], checked: tuple[Gpu, ...],
     thresholds = profile.events if profile is not None else EventThresholds()
     only = {g.pci_address for g in checked} if len(checked) < len(gpus) else None
     return judge_events(read_kernel_events(kmsg, gpus, live=live), gpus, thresholds, only=only)
+
+
+def _hive_expected(inventory: Inventory, profile: Profile | None) -> bool:
+    return (profile is not None and profile.xgmi.hive_members is not None) or any(
+        g.amdgpu.xgmi is not None for g in inventory.gpus)
+
+
+def _xgmi(inventory: Inventory, checked: tuple[Gpu, ...],
+          profile: Profile | None, wanted: set[str]) -> list[Finding]:
+    """The xgmi family (rocmseat.preflight.xgmi); asked for on a node with no hive: unknown on
+    Instinct GPUs (a hive may have failed to form), not applicable elsewhere."""
+    from rocmseat.preflight.xgmi import NO_EXPECTATIONS, judge_xgmi
+
+    expected = profile.xgmi if profile is not None else NO_EXPECTATIONS
+    if not _hive_expected(inventory, profile):
+        from rocmseat.preflight.aer import is_instinct
+
+        if any(is_instinct(g) for g in checked):
+            return [NODE.unknown("xgmi.hive", "no GPU of this node is in an XGMI hive: no "
+                                 "xgmi_* files to judge", "check dmesg for \"XGMI:\" lines")]
+        return [NODE.ok("xgmi.hive", "no XGMI hive on this node (not applicable)")]
+    return judge_xgmi(inventory, checked, expected, scope=wanted or None)
 
 
 def _hip(

@@ -86,6 +86,24 @@ BUILTIN_EXACT: dict[str, EnvClass] = {
     "OMP_NUM_THREADS": EnvClass.NEUTRAL,
     "MASTER_ADDR": EnvClass.NEUTRAL,
     "MASTER_PORT": EnvClass.NEUTRAL,
+    # The RCCL/HIP environment AMD documents for MI300X serving (ROCm docs, "vLLM V1
+    # performance optimization" and "MI300X workload optimization", rocm.docs.amd.com
+    # how-to/rocm-for-ai/inference-optimization/{vllm-optimization,workload}.html; RCCL's
+    # MSCCL++ all-reduce: ROCm/rccl 0fb3b5eba9, RCCL_MSCCL_FORCE_ENABLE=1 with
+    # MSCCLPP_READ_ALLRED=1 for TP4, MSCCLPP_HIERARCHICAL_ALLRED=1 for TP8). Each selects how
+    # the runtime launches or communicates, none what is compiled: the all-reduce is an opaque
+    # custom op in the Inductor graph and HIP graphs are captured afresh at every start (the
+    # NCCL_* rule below), so none enters the key. HIP_FORCE_DEV_KERNARG (kernel arguments in
+    # device memory, "improves kernel launch performance") stays with HIP_* (key): the HIP
+    # runtime family is keyed whole, a recompile the price of a toggle.
+    # the number of RCCL channels per collective (run time)
+    "NCCL_MIN_NCHANNELS": EnvClass.NEUTRAL,
+    # RCCL picks its MSCCL/MSCCL++ algorithms at run time
+    "RCCL_MSCCL_FORCE_ENABLE": EnvClass.NEUTRAL,
+    # the priority of ProcessGroupNCCL's streams (torch/csrc/distributed/c10d), not a graph
+    "TORCH_NCCL_HIGH_PRIORITY": EnvClass.NEUTRAL,
+    # how many hardware queues the HIP runtime (CLR) opens per device: scheduling only
+    "GPU_MAX_HW_QUEUES": EnvClass.NEUTRAL,
 }
 
 # Patterns, first match wins: neutral exceptions come before the broad key families.
@@ -104,9 +122,15 @@ BUILTIN_PATTERNS: tuple[tuple[str, EnvClass], ...] = (
     # can be toggled without a recompile.
     ("NCCL_*", EnvClass.NEUTRAL),
     ("RCCL_*", EnvClass.NEUTRAL),
+    # MSCCL++ (RCCL's ext-src) chooses its all-reduce kernels at run time (MSCCLPP_READ_ALLRED,
+    # MSCCLPP_HIERARCHICAL_ALLRED): like RCCL_*, no compiled graph holds them
+    ("MSCCLPP_*", EnvClass.NEUTRAL),
     ("HF_*", EnvClass.NEUTRAL),
     ("LC_*", EnvClass.NEUTRAL),
     # Compiler and runtime families: key (vLLM's hash misses every one of these but VLLM_*).
+    # VLLM_ROCM_USE_AITER* among them: AITER's kernels replace attention, MoE, norm and GEMM
+    # ops in the traced graph (vllm/envs.py, vllm/_aiter_ops.py), unlike the MI300X runtime
+    # variables above.
     ("VLLM_*", EnvClass.KEY),
     ("HIP_*", EnvClass.KEY),
     ("HSA_*", EnvClass.KEY),

@@ -326,17 +326,19 @@ class Serve(_Section):
 
 class Replicas(_Section):
     mode: Literal["auto", "explicit"] = "auto"
-    pairs: tuple[tuple[str, str], ...] | None = None
+    # each replica's GPUs: a pair for TP2, a group of tp GPUs otherwise (the resolver checks
+    # the size against `tp`)
+    pairs: tuple[Annotated[tuple[str, ...], Field(min_length=1, max_length=64)], ...] | None = None
     names: tuple[str, ...] | None = None
 
     @field_validator("pairs")
     @classmethod
-    def _pci(cls, value: tuple[tuple[str, str], ...] | None) -> tuple[tuple[str, str], ...] | None:
+    def _pci(cls, value: tuple[tuple[str, ...], ...] | None) -> tuple[tuple[str, ...], ...] | None:
         for pair in value or ():
             for address in pair:
                 if not is_pci_address(address):
                     raise ValueError(f"{address!r} is not a PCI address like '0000:05:00.0'")
-            if pair[0] == pair[1]:
+            if len(set(pair)) != len(pair):
                 raise ValueError(f"pair {list(pair)} names the same GPU twice")
         # A GPU in two pairs would be driven by two replicas at once (two engines on one GPU).
         seen: dict[str, int] = {}

@@ -27,8 +27,10 @@ from pathlib import Path
 from rocmseat.sysfs.attrs import Collector, read_text
 from rocmseat.sysfs.gpu_metrics import GpuMetrics, parse_gpu_metrics
 from rocmseat.sysfs.parse import DpmLevel, parse_int, parse_pp_dpm_pcie
+from rocmseat.sysfs.partition import PartitionReading, read_partition
 from rocmseat.sysfs.pci import Bar, parse_resource
 from rocmseat.sysfs.ras import RasReading, read_ras
+from rocmseat.sysfs.xgmi import XgmiReading, read_xgmi
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,8 @@ class AmdgpuReading:
     mp0_version: tuple[int, int, int] | None = None
     # the function's assigned BARs (`resource`, rocmseat.sysfs.pci.parse_resource); None: absent
     bars: tuple[Bar, ...] | None = None
+    xgmi: XgmiReading | None = None  # None: in no XGMI hive (rocmseat.sysfs.xgmi)
+    partition: PartitionReading | None = None  # partition modes, pm_policy levels
 
 
 # The pm getters read here (amdgpu_pm.c): each goes through amdgpu_pm_get_access_if_active().
@@ -96,6 +100,8 @@ def read_amdgpu(device_dir: Path) -> AmdgpuReading:
         asleep=asleep,
         mp0_version=mp0,
         bars=bars,
+        xgmi=read_xgmi(device_dir),
+        partition=read_partition(device_dir),
     )
 
 

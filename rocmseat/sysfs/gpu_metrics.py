@@ -13,8 +13,13 @@ The driver fills the table with 0xff before writing the fields the ASIC provides
 
 Only what rocmseat judges is decoded: the PCIe link (`pcie_link_width` in lanes,
 `pcie_link_speed` in 0.1 GT/s) and, from v1.4 (Instinct MI300), the accumulated PCIe error
-counters. A revision this module does not know, or a file whose size is not its header's
-`structure_size` (or the size of that revision's struct), is a ParseError with the reason:
+counters and the xGMI fields: `xgmi_link_width` (lanes), `xgmi_link_speed` (GT/s: "XGMI bus
+width and bitrate (in Gbps)" in kgd_pp_interface.h, AMDGPU_METRICS_UNIT_SPEED_1 in format 1.9),
+the per-link `xgmi_read_data_acc[8]`/`xgmi_write_data_acc[8]` and, from v1.7 and in format 1.9,
+`xgmi_link_status[8]` (AMDGPU_XGMI_LINK_ACTIVE 1, _INACTIVE 0, all-ones where
+amdgpu_get_xgmi_link_status() gave no answer: smu_v13_0_6_get_gpu_metrics() writes an entry only
+for a link it could read). A revision this module does not know, or a file whose size is not its
+header's `structure_size` (or the size of that revision's struct), is a ParseError with the reason:
 never a guess at a layout.
 
 Format 1.9 (AMD's amdgpu since 2025-09, the driver ROCm 7 installs: MI300/MI325/MI350 through
@@ -218,6 +223,12 @@ class GpuMetrics:
     # why the link fields are not a link (a value that is no PCIe data rate), or None
     link_problem: str | None
     pcie_counters: tuple[tuple[str, int], ...]  # ("replay", n) ... (v1.4+ only)
+    xgmi_link_width: int | None = None  # lanes; None: no such field, or not provided
+    xgmi_link_speed_gts: int | None = None
+    # per xGMI link: 1 active, 0 inactive, None not provided; None: the layout has no such field
+    xgmi_link_status: tuple[int | None, ...] | None = None
+    xgmi_read_data_acc: tuple[int | None, ...] | None = None
+    xgmi_write_data_acc: tuple[int | None, ...] | None = None
 
     @property
     def revision(self) -> str:
@@ -244,7 +255,8 @@ def parse_gpu_metrics(data: bytes, source: str = "<bytes>") -> GpuMetrics:
     size = int.from_bytes(data[0:2], "little")
     frev, crev = data[2], data[3]
     if (frev, crev) == ATTR_TABLE:
-        return _from_values(frev, crev, size, parse_attr_table(data, source))
+        values = parse_attr_table(data, source)
+        return _from_values(frev, crev, size, values, attr_arrays(data, source))
     known = _LAYOUTS.get((frev, crev))
     if known is None:
         raise ParseError(
@@ -264,8 +276,27 @@ def parse_gpu_metrics(data: bytes, source: str = "<bytes>") -> GpuMetrics:
             source, f"{len(data)} bytes",
             f"gpu_metrics v{frev}.{crev} is {size} bytes, the file holds {len(data)}",
         )
-    fields = ("pcie_link_speed", "pcie_link_width", *PCIE_COUNTERS)
-    return _from_values(frev, crev, size, {f: _field(data, offsets, f) for f in fields})
+    fields = ("pcie_link_speed", "pcie_link_width", "xgmi_link_width", "xgmi_link_speed",
+              *PCIE_COUNTERS)
+    arrays = {name: _array(data, offsets, name, count) for name, count in XGMI_ARRAYS.items()
+              if name in offsets}
+    return _from_values(frev, crev, size, {f: _field(data, offsets, f) for f in fields}, arrays)
+
+
+# The per-link xGMI arrays (NUM_XGMI_LINKS = 8 in every layout that has them)
+XGMI_ARRAYS = {"xgmi_link_status": 8, "xgmi_read_data_acc": 8, "xgmi_write_data_acc": 8}
+
+
+def _array(data: bytes, offsets: dict[str, tuple[int, str]], name: str,
+           count: int) -> tuple[int | None, ...]:
+    offset, code = offsets[name]
+    size = _SIZES[code]
+    return tuple(_cell(data[offset + i * size:offset + (i + 1) * size]) for i in range(count))
+
+
+def _cell(raw: bytes) -> int | None:
+    value = int.from_bytes(raw, "little")
+    return None if value == (1 << (8 * len(raw))) - 1 else value
 
 
 # The lane counts a PCIe link trains to (PCIe Base Spec, Link Capabilities: x1 x2 x4 x8 x12 x16
@@ -274,7 +305,8 @@ def parse_gpu_metrics(data: bytes, source: str = "<bytes>") -> GpuMetrics:
 LANE_COUNTS = frozenset({1, 2, 4, 8, 12, 16, 32})
 
 
-def _from_values(frev: int, crev: int, size: int, values: dict[str, int | None]) -> GpuMetrics:
+def _from_values(frev: int, crev: int, size: int, values: dict[str, int | None],
+                 arrays: dict[str, tuple[int | None, ...]] | None = None) -> GpuMetrics:
     """The judged fields from a decoded table ({field: value or None (not provided)}); the
     speed in 0.1 GT/s (smu_cmn.c link_speed[] = {25, 50, 80, 160, 320, 640})."""
     raw_speed = values.get("pcie_link_speed")
@@ -298,7 +330,15 @@ def _from_values(frev: int, crev: int, size: int, values: dict[str, int | None])
         for field, name in PCIE_COUNTERS.items()
         if (value := values.get(field)) is not None
     )
-    return GpuMetrics(frev, crev, size, speed, width, problem, counters)
+    arrays = arrays or {}
+    return GpuMetrics(
+        frev, crev, size, speed, width, problem, counters,
+        xgmi_link_width=values.get("xgmi_link_width"),
+        xgmi_link_speed_gts=values.get("xgmi_link_speed"),
+        xgmi_link_status=arrays.get("xgmi_link_status"),
+        xgmi_read_data_acc=arrays.get("xgmi_read_data_acc"),
+        xgmi_write_data_acc=arrays.get("xgmi_write_data_acc"),
+    )
 
 
 # --- format 1.9: the attribute table -------------------------------------------------------------
@@ -320,7 +360,11 @@ ATTR_IDS = {
     27: "pcie_nak_sent_count_acc",
     28: "pcie_nak_rcvd_count_acc",
     39: "pcie_lc_perf_other_end_recovery",
+    18: "xgmi_link_width",
+    19: "xgmi_link_speed",
 }
+# ... and the per-link arrays (every instance read)
+ATTR_ARRAY_IDS = {29: "xgmi_read_data_acc", 30: "xgmi_write_data_acc", 31: "xgmi_link_status"}
 _ATTR_HEAD_BYTES = 8  # metrics_table_header (4) + int attr_count (4), __packed
 _ENC_BYTES = 8  # u64 NAME##_ftype before each attribute's values
 
@@ -413,3 +457,16 @@ def parse_attr_table(data: bytes, source: str = "<bytes>") -> dict[str, int | No
                 )
         values[name] = value
     return values
+
+
+def attr_arrays(data: bytes, source: str = "<bytes>") -> dict[str, tuple[int | None, ...]]:
+    """A format 1.9 table's per-link xGMI arrays, every instance (all-ones: None)."""
+    out: dict[str, tuple[int | None, ...]] = {}
+    for attr in walk_attrs(data, source):
+        name = ATTR_ARRAY_IDS.get(attr.attr_id)
+        if name is None:
+            continue
+        width = ATTR_TYPE_BYTES[attr.type_id]
+        out[name] = tuple(_cell(data[attr.offset + i * width:attr.offset + (i + 1) * width])
+                          for i in range(attr.count))
+    return out

@@ -557,3 +557,21 @@ def test_an_engine_in_a_container_is_refused_in_one_line(rocmseat_cli, tmp_path,
     assert result.exit_code == 2
     assert result.stderr.splitlines()[0] == f"rocmseat: error: {line}"
     assert not (tmp_path / "cache").exists()  # refused before any side effect
+
+
+def test_tp4x2_gates_pass_around_the_dead_links_and_tp8_is_refused(rocmseat_cli, monkeypatch,
+                                                                    tmp_path):
+    """Issue 33 on the degraded hive: each TP4 group's sysfs gate passes (the dead links are
+    outside its GPUs: warnings), and TP8 has no group: refused, naming the link (exit 1)."""
+    monkeypatch.chdir(REPO)
+    hive = str(FIXTURES / "sysfs" / "mi300x-hive-degraded")
+    for replica in ("r0", "r1"):
+        gate = rocmseat_cli("launch", str(REPO / "launchers" / "mi300x-tp4x2.toml"),
+                            "--replica", replica, "--preflight-only", "--sysfs-root", hive,
+                            "--state-dir", str(tmp_path / "state"))
+        assert gate.exit_code == 0, gate.stderr
+        assert "outside this replica's GPUs" in gate.stderr
+    refused = rocmseat_cli("launch", str(REPO / "launchers" / "mi300x-tp8.toml"), "--dry-run",
+                           "--sysfs-root", hive, "--state-dir", str(tmp_path / "state"))
+    assert refused.exit_code == 1
+    assert "the xGMI link 0000:22:00.0 -> 0000:38:00.0 is inactive" in refused.stderr

@@ -804,3 +804,27 @@ def test_a_narrow_terminal_gets_the_problems_a_wide_one_the_table(tmp_path):
     assert "ENDPOINT" in wide and "narrow terminal" not in wide
     forced = _on_a_terminal(["--sysfs-root", str(DEGRADED), "--format", "table"], 80, tmp_path)
     assert "ENDPOINT" in forced
+
+
+def test_write_profile_round_trip(rocmseat_cli, tmp_path):
+    """`--write-profile` on the healthy hive, then that profile on the degraded hive: the xgmi
+    failures of the inactive links (exit 1); on the degraded hive it writes nothing (exit 2)."""
+    profile = tmp_path / "hive.toml"
+    wrote = rocmseat_cli("preflight", "--sysfs-root", str(SYSFS_FIXTURES / "mi300x-hive"),
+                         "--state-dir", str(tmp_path / "s1"), "--write-profile", str(profile),
+                         "--json")
+    assert wrote.exit_code == 0, wrote.stderr
+    assert f"rocmseat: wrote the profile {profile}" in wrote.stderr
+    judged = rocmseat_cli("preflight", "--sysfs-root",
+                          str(SYSFS_FIXTURES / "mi300x-hive-degraded"), "--state-dir",
+                          str(tmp_path / "s2"), "--profile", str(profile), "--json")
+    assert judged.exit_code == 1
+    failing = {(f["check_id"], f["subject"]) for f in json.loads(judged.stdout)["findings"]
+               if f["severity"] == "fail"}
+    assert failing == {("xgmi.link", "0000:22:00.0"), ("xgmi.link", "0000:38:00.0"),
+                       ("xgmi.link", "0000:5c:00.0")}
+    refused = rocmseat_cli("preflight", "--sysfs-root",
+                           str(SYSFS_FIXTURES / "mi300x-hive-degraded"), "--state-dir",
+                           str(tmp_path / "s3"), "--write-profile", str(tmp_path / "no.toml"))
+    assert refused.exit_code == 2 and "writes from a healthy node" in refused.stderr
+    assert not (tmp_path / "no.toml").exists()

@@ -679,3 +679,28 @@ def test_an_exporter_on_an_auto_replicas_port_is_refused_where_placed(rocmseat_c
         result = rocmseat_cli(*args)
         assert (result.exit_code, result.stderr.splitlines()[0]) == (2, want), args
     assert not (tmp_path / "u").exists() and not (tmp_path / "state").exists()
+
+
+HIVE = str(FIXTURES / "sysfs" / "mi300x-hive")
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("seat,replicas,pairs", [("mi300x-tp8", 1, 28), ("mi300x-tp4x2", 2, 12),
+                                                 ("mi300x-dp8", 8, 0)])
+def test_mi300x_seats_render_and_verify(rocmseat_cli, tmp_path, seat, replicas, pairs):
+    """The MI300X seats on the hive tree: one unit per TP group, each pinned to its whole group,
+    the node unit checking every pair of every group, all clean under systemd-analyze verify."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (Debian package systemd)")
+    result = rocmseat_cli("systemd", "render", str(REPO / "launchers" / f"{seat}.toml"), "--out",
+                          str(tmp_path), "--sysfs-root", HIVE, "--rocmseat-bin",
+                          str(installed_rocmseat()))
+    assert result.exit_code == 0, result.stderr
+    units = sorted(p.name for p in tmp_path.iterdir())
+    assert len([u for u in units if u.split("-")[-1].startswith("r")]) == replicas
+    node = (tmp_path / f"rocmseat-{seat}-preflight.service").read_text()
+    assert node.count("--pair") == pairs
+    proc = subprocess.run([analyze, "verify", *(str(tmp_path / n) for n in units)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr

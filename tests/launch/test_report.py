@@ -271,3 +271,26 @@ def test_one_startup_summary_serialiser_for_the_report_and_the_gate(tmp_path):
     arm = ArmRecord("base", tmp_path / "seat.toml", tmp_path / "src.toml", 3, None,
                     startup=summary)
     assert arm_json(arm, tmp_path)["startup"] == doc["log"]
+
+
+def test_the_node_policy_of_the_group_is_reported_read_only(tmp_path):
+    from rocmseat.docmodel import parse_doc
+    from rocmseat.launch.report_doc import StartupReportDoc
+    from rocmseat.sysfs.partition import read_node_policy
+
+    hive = FIXTURES / "sysfs" / "mi300x-hive"
+    gpus = ("0000:0c:00.0", "0000:22:00.0")
+    before = {p: p.read_bytes() for p in hive.rglob("pm_policy/*")}
+    policy = read_node_policy(hive, gpus)
+    assert policy == {gpu: {"compute_partition": "SPX", "memory_partition": "NPS1",
+                            "soc_pstate": "soc_pstate_default", "xgmi_plpd": "plpd_default"}
+                      for gpu in gpus}
+    assert {p: p.read_bytes() for p in hive.rglob("pm_policy/*")} == before
+    when = dt.datetime(2026, 12, 2, 10, 0, tzinfo=dt.UTC)
+    doc = build_report(a_plan(), classify_text(""), [], started_at=when, finished_at=when,
+                       moved_aside=None, changed_factors=[], outcome={"ready": True},
+                       node_policy=policy)
+    assert doc["node_policy"] == policy
+    parse_doc(StartupReportDoc, json.loads(json.dumps(doc)), "startup.json")
+    assert read_node_policy(FIXTURES / "sysfs" / "x99-r9700", ("0000:05:00.0",)) == {}
+    assert "node_policy" not in report_at(27, "")

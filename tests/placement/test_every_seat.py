@@ -32,6 +32,14 @@ from tests.conftest import FIXTURES, REPO
 
 SEATS = sorted((REPO / "launchers").glob("*.toml"))
 X99 = FIXTURES / "sysfs" / "x99-r9700"
+HIVE = FIXTURES / "sysfs" / "mi300x-hive"  # the node the MI300X seats are written for
+
+
+def node_of(seat) -> Path:
+    """The fixture tree a rocm seat serves on: its profile's node (checks/mi300x-hive.toml for
+    the MI300X seats), else the X99 bench."""
+    profile = seat.preflight.profile
+    return HIVE if profile is not None and profile.name == "mi300x-hive.toml" else X99
 TEST_ENGINE = REPO / "tests" / "launch" / "testengine.py"
 
 
@@ -85,7 +93,7 @@ def test_key_dry_run_and_cache_audit_agree(shipped, tmp_path, rocmseat_cli, fake
         monkeypatch.delenv(name, raising=False)
     seat_file = moved_seat(shipped, tmp_path, fake_engine_python, free_tcp_port)
     seat = load_seat(seat_file)
-    node = ("--sysfs-root", str(X99)) if seat.backend == "rocm" else ()
+    node = ("--sysfs-root", str(node_of(seat))) if seat.backend == "rocm" else ()
 
     dry = rocmseat_cli("launch", str(seat_file), "--dry-run", "--json", *node)
     assert dry.exit_code == 0, dry.stderr
@@ -107,7 +115,8 @@ def test_key_dry_run_and_cache_audit_agree(shipped, tmp_path, rocmseat_cli, fake
         startup = json.loads(result.report_path.read_text())
         assert startup["config_key"]["digest"] == planned["r0"]
     else:
-        placed = rocmseat.launch.flow.place_for_launch(seat, X99, state_dir=tmp_path / "state")
+        placed = rocmseat.launch.flow.place_for_launch(seat, node_of(seat),
+                                                       state_dir=tmp_path / "state")
         for record in placed.records:
             key = rocmseat.launch.flow.launch_key(seat, placed, record.replica)
             assert key.digest == planned[record.replica]

@@ -40,7 +40,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
-TREES = ("x99-r9700", "x99-r9700-degraded", "mi300x-8gpu", "mi300x-8gpu-rocm7",
+TREES = ("x99-r9700", "x99-r9700-degraded", "mi300x-8gpu", "mi300x-8gpu-rocm7", "mi300x-hive",
          "single-socket-numa-unknown",
          "vm-rdna4", "vm-qemu-rootport", "vm-polaris")
 

@@ -76,3 +76,17 @@ def test_vllm_neutral_is_vllms_own_ignored_factors(real_engine_python: Path) -> 
     listed = set(re.findall(r'"([A-Za-z0-9_]+)"', text[start : text.index("}", start)]))
     assert len(listed) > 50
     assert listed == set(VLLM_NEUTRAL)
+
+
+@pytest.mark.parametrize("name,env_class,rule", [
+    ("NCCL_MIN_NCHANNELS", EnvClass.NEUTRAL, "built-in NCCL_MIN_NCHANNELS"),
+    ("RCCL_MSCCL_FORCE_ENABLE", EnvClass.NEUTRAL, "built-in RCCL_MSCCL_FORCE_ENABLE"),
+    ("HIP_FORCE_DEV_KERNARG", EnvClass.KEY, "built-in HIP_*"),  # the HIP family, keyed whole
+    ("TORCH_NCCL_HIGH_PRIORITY", EnvClass.NEUTRAL, "built-in TORCH_NCCL_HIGH_PRIORITY"),
+    ("GPU_MAX_HW_QUEUES", EnvClass.NEUTRAL, "built-in GPU_MAX_HW_QUEUES"),
+    ("MSCCLPP_READ_ALLRED", EnvClass.NEUTRAL, "built-in MSCCLPP_*"),
+    ("MSCCLPP_HIERARCHICAL_ALLRED", EnvClass.NEUTRAL, "built-in MSCCLPP_*"),
+    ("VLLM_ROCM_USE_AITER_MHA", EnvClass.KEY, "built-in VLLM_*"),  # AITER kernels: graphs
+])
+def test_the_mi300x_serving_environment_is_classified(name, env_class, rule):
+    assert classify_one(name) == (env_class, rule)
