@@ -297,3 +297,14 @@ def test_one_install_path_across_deploy_and_docs():
     for path, where in found.items():
         if path != "/usr/local/bin/rocmseat":
             assert path.startswith("/opt/rocmseat/") and where == {"docs/install.md"}, found
+
+
+def test_no_unit_orders_after_the_deprecated_udev_settle():
+    # issue 35, item 7 (systemd: src/udev/udevadm-settle.c emit_deprecation_warning())
+    for path in [p for p in DEPLOY.rglob("*") if p.is_file()]:
+        for line in path.read_text(errors="replace").splitlines():
+            if not line.lstrip().startswith("#"):
+                assert "systemd-udev-settle" not in line, (path, line)
+    units = (REPO / "rocmseat" / "launch").rglob("*")
+    for path in [p for p in units if p.is_file() and p.suffix in {".py", ".service", ".in"}]:
+        assert "udev-settle" not in path.read_text(), path
