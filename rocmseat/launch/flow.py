@@ -23,7 +23,13 @@ from rocmseat.atomic import LockTimeout, exclusive_lock
 from rocmseat.errors import ConfigError, NoDeviceError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.hip.numbering import ROCR_MASK, without_hip_masks
-from rocmseat.launch.gate import PreflightRefused, launch_gate, needs_hip, sysfs_gate
+from rocmseat.launch.gate import (
+    PreflightRefused,
+    launch_gate,
+    needs_hip,
+    profile_problem,
+    sysfs_gate,
+)
 from rocmseat.launch.judge import ExpectRule, JudgeContext, judge_startup
 from rocmseat.launch.plan import KeyStatus, ReplicaPlan, engine_env, plan_replica, plan_replicas
 from rocmseat.launch.readiness import Canary, Fetch, http_fetch, served_api_key
@@ -226,7 +232,7 @@ def start_problems(seat: Seat, plan: ReplicaPlan, env: Mapping[str, str]) -> lis
     """What makes launch refuse to start the seat's replicas before any side effect, each a
     config error (exit 2): a container engine command, an engine command or Python that is not
     there (the Python is asked for the versions of the config key), a model or drafter path
-    that does not exist."""
+    that does not exist, a `[preflight] profile` that does not load."""
     refusal = container_refusal(plan.engine_argv[0])
     problems = [refusal] if refusal else []
     for key, command in (("command", plan.engine_argv[0]), ("python", str(seat.engine.python))):
@@ -239,7 +245,8 @@ def start_problems(seat: Seat, plan: ReplicaPlan, env: Mapping[str, str]) -> lis
     for key, path in paths:
         if not path.exists():
             problems.append(f"{key}: {path} does not exist")
-    return problems
+    profile = profile_problem(seat)  # the ExecStartPre= preflight reads it at every start
+    return [*problems, profile] if profile else problems
 
 
 def check_engine_command(seat: Seat, plan: ReplicaPlan, env: Mapping[str, str]) -> None:

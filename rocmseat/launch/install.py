@@ -72,6 +72,18 @@ def check_groups(groups: tuple[str, ...], *, refuse: bool, warn: Say) -> None:
     _judge(what, hint, refuse=refuse, warn=warn, prefix="SupplementaryGroups=: ")
 
 
+def check_profile(seat: Seat) -> None:
+    """A profile the units' preflight cannot load refuses the render and the install (exit 2):
+    every start would fail its ExecStartPre= (`cannot read the profile`), five times an hour."""
+    from rocmseat.launch.gate import profile_problem
+
+    problem = profile_problem(seat)
+    if problem is not None:
+        raise ConfigError(problem, hint="a relative [preflight] profile is relative to the seat "
+                          "file's directory: copy the profile along (docs/install.md, \"Seat "
+                          "files and profiles\") or give its absolute path")
+
+
 def unit_paths(seat: Seat, ctx_paths: Mapping[str, Path]) -> list[tuple[str, Path]]:
     """(where it comes from, path) for every path a unit's processes read or write: the
     ExecStart= words (the rocmseat script, the seat file, the state dir, the profile), the
@@ -140,6 +152,7 @@ def render_for_host(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path
     if user is not None:
         check_user(user)
     seat = load_seat(seat_file)
+    check_profile(seat)
     binary = rocmseat_bin if rocmseat_bin is not None else default_bin()
     # The units name each replica, pair, NUMA node and port as the placement does; the HIP
     # indices are not in them (launch numbers the pair at each start). Each replica keeps the
