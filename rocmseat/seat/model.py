@@ -414,8 +414,9 @@ class Watch(_Section):
     command_hook: Annotated[tuple[str, ...] | None, AfterValidator(_program)] = None
     exporter_listen: str | None = None
     # the seat's floor for /ready: below it a speculation verdict keeps its alert and the
-    # replica stays in rotation (rocmseat.watch.readiness.seat_readiness)
-    min_ready: Annotated[int, Field(ge=1, le=4096, strict=True)] = 1
+    # replica stays in rotation (rocmseat.watch.readiness.seat_readiness); 0: no floor, a
+    # watcher that sees one replica (a sidecar) takes it out (docs/monitoring.md)
+    min_ready: Annotated[int, Field(ge=0, le=4096, strict=True)] = 1
 
     @field_validator("exporter_listen")
     @classmethod
