@@ -321,3 +321,18 @@ def test_podman_refuses_a_tag_the_seat_would_have_refused_too(tmp_path, local_im
     done = subprocess.run([podman, "create", "--pull=never", wrong], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode != 0
+
+
+def test_units_of_a_podman_seat_let_the_runtime_write_its_state(rocmseat_cli, tmp_path):
+    seat = flagship(tmp_path)
+    out = tmp_path / "units"
+    result = rocmseat_cli("systemd", "render", str(seat), "--sysfs-root", str(X99),
+                          "--state-dir", str(tmp_path / "state"), "--out", str(out),
+                          "--rocmseat-bin", "/usr/local/bin/rocmseat")
+    assert result.exit_code == 0, result.stderr
+    unit = (out / "rocmseat-r9700-mxfp4-dflash-r0.service").read_text().splitlines()
+    rw = next(x for x in unit if x.startswith("ReadWritePaths="))
+    assert "/var/lib/containers" in rw and "/run/containers" in rw
+    assert "ProtectControlGroups=no" in unit
+    host = (REPO / "tests" / "golden" / "units" / "rocmseat-r9700-mxfp4-dflash-r0.service")
+    assert "ProtectControlGroups=yes" in host.read_text()  # a host seat keeps it
