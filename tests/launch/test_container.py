@@ -336,3 +336,34 @@ def test_units_of_a_podman_seat_let_the_runtime_write_its_state(rocmseat_cli, tm
     assert "ProtectControlGroups=no" in unit
     host = (REPO / "tests" / "golden" / "units" / "rocmseat-r9700-mxfp4-dflash-r0.service")
     assert "ProtectControlGroups=yes" in host.read_text()  # a host seat keeps it
+
+
+@pytest.mark.parametrize("version", ["podman version 4.3.1", "podman version 4.9.3"])
+def test_render_writes_quadlet_files_where_podman_has_quadlet(rocmseat_cli, tmp_path,
+                                                              monkeypatch, version):
+    # a `podman` that says its version, first on PATH: 4.3.1 is Debian 12's (no Quadlet)
+    fake = tmp_path / "bin" / "podman"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho '{version}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    seat = flagship(tmp_path)
+    out = tmp_path / "units"
+    result = rocmseat_cli("systemd", "render", str(seat), "--sysfs-root", str(X99),
+                          "--state-dir", str(tmp_path / "state"), "--out", str(out),
+                          "--rocmseat-bin", "/usr/local/bin/rocmseat")
+    assert result.exit_code == 0, result.stderr
+    quadlets = sorted(p.name for p in out.glob("*.container"))
+    if version.endswith("4.3.1"):
+        assert quadlets == []
+        assert "podman version 4.3.1: no Quadlet (Podman 4.4+); the replica units run " \
+               "`podman run` in the foreground" in result.stderr
+    else:
+        assert quadlets == ["rocmseat-r9700-mxfp4-dflash-r0-engine.container",
+                            "rocmseat-r9700-mxfp4-dflash-r1-engine.container"]
+        r1 = (out / quadlets[1]).read_text().splitlines()
+        assert [x for x in r1 if x.startswith("AddDevice=")] == [
+            "AddDevice=/dev/kfd", "AddDevice=/dev/dri/renderD131",
+            "AddDevice=/dev/dri/renderD132"]
+    # the replica units are there either way, and they run launch (podman run in the foreground)
+    assert (out / "rocmseat-r9700-mxfp4-dflash-r0.service").exists()
