@@ -138,6 +138,8 @@ def audit_seat(
     except OSError as exc:
         names = []
         problems.append(f"cache root {cache_root}: {exc.strerror}")
+    if not current_keys and unplaced_why:  # else an empty table says nothing of why
+        problems.append(f"no replica of the seat is known on this host: {unplaced_why}")
     for name in names:
         path = cache_root / name
         if name.startswith(".") or path.is_symlink() or not path.is_dir():

@@ -84,8 +84,11 @@ def replica_current_key(seat: Seat, replica: str, *, sysfs_root: Path | None,
 
 def ask_engine(seat: Seat, *, runner: Runner = run) -> EngineVersions | str:
     """The engine's package versions, or why they could not be asked (with the seat-file line)."""
+    from rocmseat.seat.runtime import probe_prefix
+
     try:
-        return engine_versions(seat.engine.python, runner=runner)
+        return engine_versions(seat.engine.python, runner=runner,
+                               container=probe_prefix(seat.engine))
     except RocmseatError as exc:
         return f"engine python {seat.engine.python}: {exc} ({_set_at(seat, ('engine', 'python'))})"
 

@@ -24,6 +24,7 @@ from rocmseat.redact import REDACTED, is_secret_name, redact_text
 from rocmseat.runner import Runner, run
 from rocmseat.seat.envclass import classify_env, key_env, normalise_flag
 from rocmseat.seat.model import Seat
+from rocmseat.seat.runtime import image_digest, probe_prefix
 
 KEY_SCHEMA = 1
 
@@ -119,7 +120,7 @@ def build_factors(
         "key_schema": KEY_SCHEMA,
         "backend": seat.backend,
         "engine": dict(engine_factors) if engine_factors is not None else None,
-        "image_digest": seat.engine.image_digest,
+        "image_digest": seat.engine.image_digest or image_digest(seat.engine.image),
         "gpu_arch": _arch(gpu_arch),
         "model": dict(model) if model is not None else None,
         "drafter": dict(drafter) if drafter is not None else None,
@@ -319,7 +320,8 @@ def replica_key(
                 f"replica {replica}: {why}, so its config key cannot be computed",
                 hint="read the node inventory (rocmseat preflight) to learn each GPU's gfx target",
             )
-    versions = engine_versions(seat.engine.python, runner=runner)
+    versions = engine_versions(seat.engine.python, runner=runner,
+                               container=probe_prefix(seat.engine))
     model = fingerprint_model(seat.model.path)
     drafter = None
     if seat.drafter is not None and seat.drafter.path is not None:

@@ -9,6 +9,7 @@ without importing torch or vllm, so it takes a fraction of a second instead of t
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,12 +89,16 @@ def parse_probe_output(text: str, python: Path) -> EngineVersions:
 
 
 def engine_versions(
-    python: Path, *, runner: Runner = run, timeout_s: float = 60.0
+    python: Path, *, runner: Runner = run, timeout_s: float = 60.0,
+    container: Sequence[str] = (),
 ) -> EngineVersions:
-    """Run the engine's Python with the probe; CommandError if it cannot run or fails."""
+    """Run the engine's Python with the probe; CommandError if it cannot run or fails.
+    `container`: the runtime's argv up to the image (rocmseat.seat.runtime.probe_prefix): the
+    probe then runs as the image's `python`, so the versions are the image's."""
     # cwd "/" so a stray `torch/` or `vllm/` in our working directory cannot shadow the
     # engine's packages (python -c puts the cwd first on sys.path).
-    done = runner([str(python), "-c", PROBE], timeout_s=timeout_s, cwd=Path("/"))
+    argv = [*container, "-c", PROBE] if container else [str(python), "-c", PROBE]
+    done = runner(argv, timeout_s=timeout_s, cwd=Path("/"))
     if done.timed_out:
         why = f"timed out after {timeout_s} s"
         raise CommandError(done.argv, done.returncode, done.stdout, why)

@@ -38,7 +38,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "rocmseat launch": (
         f"rocmseat launch {SEAT} --dry-run",
         f"rocmseat launch {SEAT} --replica r0",
-        f"rocmseat launch {DEMO} --replica r1 --preflight-only",
+        f"rocmseat launch {DEMO} --replica r0 --preflight-only",
     ),
     "rocmseat systemd": (
         f"rocmseat systemd render {SEAT} --out units/",

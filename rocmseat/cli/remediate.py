@@ -29,12 +29,24 @@ def _seat_option(func: F) -> F:
 def _where(seat_file: Path | None, state_dir: Path | None) -> tuple[Path, str]:
     """(state dir, seat name): from --seat (its state_dir unless --state-dir), else the one
     seat under <state dir>/remediation/."""
+    state, seats = _seats(seat_file, state_dir)
+    if len(seats) != 1:
+        base = StateDir(state).remediation_root
+        found = ", ".join(seats) if seats else "none"
+        raise ConfigError(f"{base}: {len(seats)} seats with remediation state ({found})",
+                          hint="name the seat with --seat FILE (and --state-dir DIR)")
+    return state, seats[0]
+
+
+def _seats(seat_file: Path | None, state_dir: Path | None) -> tuple[Path, list[str]]:
+    """(state dir, seat names): the seat --seat names, else those under <state dir>/remediation/
+    (none on a node where `watch --remediate` never ran)."""
     if seat_file is not None:
         from rocmseat.seat.load import load_seat
 
         seat = load_seat(seat_file)
         return resolve_state_dir(state_dir if state_dir is not None else seat.state_dir), \
-            seat.name
+            [seat.name]
     state = resolve_state_dir(state_dir)
     base = StateDir(state).remediation_root
     try:
@@ -42,11 +54,7 @@ def _where(seat_file: Path | None, state_dir: Path | None) -> tuple[Path, str]:
                        and (base / n).is_dir() and not (base / n).is_symlink())
     except (FileNotFoundError, NotADirectoryError):
         seats = []
-    if len(seats) != 1:
-        found = ", ".join(seats) if seats else "none"
-        raise ConfigError(f"{base}: {len(seats)} seats with remediation state ({found})",
-                          hint="name the seat with --seat FILE (and --state-dir DIR)")
-    return state, seats[0]
+    return state, seats
 
 
 @click.group("remediate")
@@ -62,12 +70,25 @@ def remediate() -> None:
               help="Journal records shown.")
 def status(seat_file: Path | None, as_json: bool, state_dir: Path | None, last: int) -> int:
     """Each replica's mode, the step running, the halts and the last journal records. Exit 0
-    nothing halted or changed, 1 a halt or a replica off its normal mode."""
+    nothing halted or changed (a node where nothing was ever remediated included), 1 a halt
+    or a replica off its normal mode."""
     from rocmseat.jsonio import dumps
     from rocmseat.watch.remediate import journal
     from rocmseat.watch.remediate.render import render_status
     from rocmseat.watch.remediate.service import status_json
 
+    if seat_file is None:
+        root, seats = _seats(None, state_dir)
+        if not seats:  # a fresh node: nothing happened, which is not "could not check"
+            base = StateDir(root).remediation_root
+            if as_json:
+                click.echo(dumps({"schema": "rocmseat.remediation-status/v1", "seat": None,
+                                  "node": None, "mode": None, "seat_file": None,
+                                  "ladders": {}, "taken": [], "halts": {}, "journal": []}))
+            else:
+                click.echo(f"no remediation state in {printable(str(base), 200)}: nothing "
+                           "was remediated on this node")
+            return exitcodes.OK
     state_root, seat = _where(seat_file, state_dir)
     state, meta = journal.load_state(state_root, seat)
     records, problems = journal.read_records(state_root, seat, last=last)

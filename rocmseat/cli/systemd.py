@@ -62,7 +62,7 @@ def render(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path | None,
     from rocmseat.launch.install import write_unit
 
     rendered = _render(seat_file, sysfs_root, state_dir, rocmseat_bin, user, live=False)
-    for name, text in sorted(rendered.units.items()):
+    for name, text in sorted({**rendered.units, **rendered.quadlets}.items()):
         write_unit(out_dir / name, text, "--out")
         click.echo(str(out_dir / name))
     return exitcodes.OK

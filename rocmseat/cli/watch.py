@@ -89,6 +89,7 @@ class WatchOptions:
     baseline_al: float | None
     no_spec: bool
     remediate: str | None
+    min_ready: int | None  # None: the seat's watch.min_ready, else 1
     state_dir: Path | None
     sysfs_root: Path | None
 
@@ -156,6 +157,10 @@ class _Watched:
               help="Heal a seat's replicas (docs/remediate.md): move caches aside and restart, "
                    "then run without the drafter; 'dry-run' journals what it would do [default: "
                    "the seat's remediate.mode, else off].")
+@click.option("--min-ready", type=click.IntRange(0, 4096), default=None,
+              help="The seat's floor for /ready: a dead drafter or a blind replica stays in "
+                   "rotation while fewer replicas are ready; 0 takes out even the last one "
+                   "(one watcher per pod) [default: the seat's watch.min_ready, else 1].")
 @state_dir_option
 @sysfs_root_option
 def watch(**values: Any) -> int:
@@ -230,7 +235,8 @@ def _from_seat(opts: WatchOptions, seat_file: Path,
         expect_spec=seat.drafter is not None and not opts.no_spec,
         exporter_listen=opts.exporter_listen or seat.watch.exporter_listen,
         webhook=webhook, webhook_what=webhook_what,
-        hook_argv=hook_argv or seat.watch.command_hook, min_ready=seat.watch.min_ready,
+        hook_argv=hook_argv or seat.watch.command_hook,
+        min_ready=seat.watch.min_ready if opts.min_ready is None else opts.min_ready,
         seat_name=seat.name, node=node, remediator=remediator, kernel_log=kernel_log,
         canary=canary,
     )
@@ -249,7 +255,8 @@ def _from_targets(opts: WatchOptions, hook_argv: tuple[str, ...] | None) -> _Wat
         targets=watch_targets, state_dir=state, interval_s=opts.interval_s,
         pinned_al=opts.baseline_al, expect_spec=not opts.no_spec,
         exporter_listen=opts.exporter_listen, webhook=opts.webhook, webhook_what="--webhook",
-        hook_argv=hook_argv, min_ready=1, source=source, extra=extra,
+        hook_argv=hook_argv, min_ready=1 if opts.min_ready is None else opts.min_ready,
+        source=source, extra=extra,
     )
 
 

@@ -23,7 +23,14 @@ from rocmseat.atomic import LockTimeout
 from rocmseat.errors import ConfigError, NoDeviceError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.hip.numbering import ROCR_MASK, without_hip_masks
-from rocmseat.launch.gate import PreflightRefused, launch_gate, needs_hip, sysfs_gate
+from rocmseat.launch.container import container_refusal, containerized, look_through
+from rocmseat.launch.gate import (
+    PreflightRefused,
+    launch_gate,
+    needs_hip,
+    profile_problem,
+    sysfs_gate,
+)
 from rocmseat.launch.judge import ExpectRule, JudgeContext, judge_startup
 from rocmseat.launch.plan import KeyStatus, ReplicaPlan, engine_env, plan_replica, plan_replicas
 from rocmseat.launch.readiness import Canary, Fetch, http_fetch, served_api_key
@@ -157,7 +164,9 @@ def dry_run(seat: Seat, sysfs_root: Path | None, *, state_dir: Path,
         for name, problem in sorted(placed.problems.items()):
             say(f"{problem}: not used as replica {name}'s identity" if name else problem)
     keys = {r.replica: key_status(seat, placed, r) for r in placed.records if not r.lost}
-    return plan_replicas(seat, placed.records, numactl=find_numactl(), keys=keys)
+    plans = plan_replicas(seat, placed.records, numactl=find_numactl(), keys=keys)
+    return tuple(containerized(seat, p, sysfs_root) if not p.placement.lost else p
+                 for p in plans)
 
 
 def dry_run_problems(seat: Seat, plans: Sequence[ReplicaPlan],
@@ -204,31 +213,20 @@ def usable_state_dir(record: ReplicaPlacement, state_dir: Path) -> Path:
     return check_replica_tree(state_dir, record.seat, record.replica)
 
 
-# Engine commands that start a container: launch refuses them (docs/launch.md, "Containers")
-CONTAINER_CLIENTS = frozenset({"docker", "podman", "nerdctl"})
-
-
-def container_refusal(argv0: str) -> str | None:
-    """Why an engine command that starts a container is refused (one line), else None: what
-    launch sets for the engine reaches the container client instead."""
-    client = Path(argv0).name
-    if client not in CONTAINER_CLIENTS:
-        return None
-    return (f"engine.command starts a container ({client}): the replica's HIP_VISIBLE_DEVICES, "
-            f"cache variables and NUMA binding would reach the {client} client, not the engine "
-            "(every replica would see every GPU, the compile caches would land inside the "
-            "container, outside the cache store); run the engine on the host "
-            "(docs/launch.md, \"Containers\")")
-
-
 def start_problems(seat: Seat, plan: ReplicaPlan, env: Mapping[str, str]) -> list[str]:
     """What makes launch refuse to start the seat's replicas before any side effect, each a
     config error (exit 2): a container engine command, an engine command or Python that is not
     there (the Python is asked for the versions of the config key), a model or drafter path
-    that does not exist."""
-    refusal = container_refusal(plan.engine_argv[0])
+    that does not exist, a `[preflight] profile` that does not load."""
+    refusal = container_refusal(plan.engine_argv)
     problems = [refusal] if refusal else []
-    for key, command in (("command", plan.engine_argv[0]), ("python", str(seat.engine.python))):
+    # in a container the command and the Python are the image's; the runtime is the host's
+    program = look_through(plan.engine_argv).program[:1]
+    checked = ((("runtime", seat.engine.runtime),) if seat.engine.runtime != "host" else
+               (("command", plan.engine_argv[0]), *(("command", p) for p in program
+                                                   if p != plan.engine_argv[0]),
+                ("python", str(seat.engine.python))))
+    for key, command in checked:
         if shutil.which(command, path=env.get("PATH", os.defpath)) is None:
             problems.append(f"engine.{key}: {command!r} is not an executable "
                             f"{'file' if os.sep in command else 'on PATH'}")
@@ -238,7 +236,8 @@ def start_problems(seat: Seat, plan: ReplicaPlan, env: Mapping[str, str]) -> lis
     for key, path in paths:
         if not path.exists():
             problems.append(f"{key}: {path} does not exist")
-    return problems
+    profile = profile_problem(seat)  # the ExecStartPre= preflight reads it at every start
+    return [*problems, profile] if profile else problems
 
 
 def check_engine_command(seat: Seat, plan: ReplicaPlan, env: Mapping[str, str]) -> None:
@@ -389,7 +388,8 @@ def _launch_locked(  # noqa: PLR0915
         raise ConfigError(f"cache_root {seat.cache_root}: {why}",
                           hint="check cache_root in the seat file") from None
     say(prepared.message)
-    plan = dataclasses.replace(plan, env={**plan.env, **prepared.env})
+    plan = containerized(seat, dataclasses.replace(plan, env={**plan.env, **prepared.env}),
+                         sysfs_root)
     previous, problems = previous_start(state_dir, seat.name, plan.replica)
     for problem in problems:
         say(f"startup history entry skipped: {problem}")

@@ -148,6 +148,22 @@ def _run(seat: Seat, plan: ReplicaPlan, sysfs_root: Path, state_dir: Path, *,
     return findings
 
 
+def profile_problem(seat: Seat) -> str | None:
+    """`[preflight] profile` as every start's preflight will load it (the one loader,
+    rocmseat.preflight.profile.load_profile): None if it loads, else the located reason. A
+    relative profile is relative to the seat file's directory (docs/seat.md), so a seat copied
+    without its profile names nothing, and its unit's ExecStartPre= would fail at every start."""
+    from rocmseat.preflight.profile import load_profile
+
+    if seat.preflight.profile is None:
+        return None
+    try:
+        load_profile(seat.preflight.profile)
+    except RocmseatError as exc:
+        return f"preflight.profile: {exc.message}"
+    return None
+
+
 def sysfs_gate(seat: Seat, plan: ReplicaPlan, sysfs_root: Path | None, state_dir: Path, *,
                environ: Mapping[str, str], say: Say) -> list[Finding]:
     """`--preflight-only` (ExecStartPre=): the sysfs families, judged; leaves the findings for

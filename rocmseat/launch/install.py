@@ -12,15 +12,18 @@ Nothing here prints: lines go through the callables the CLI passes.
 
 from __future__ import annotations
 
+import dataclasses
 import grp
 import os
 import shutil
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rocmseat.errors import ConfigError, ReadError, RocmseatError
+from rocmseat.runner import Runner, run
 from rocmseat.seat.model import Seat
 
 UNIT_DIR = Path("etc/systemd/system")
@@ -72,6 +75,18 @@ def check_groups(groups: tuple[str, ...], *, refuse: bool, warn: Say) -> None:
     _judge(what, hint, refuse=refuse, warn=warn, prefix="SupplementaryGroups=: ")
 
 
+def check_profile(seat: Seat) -> None:
+    """A profile the units' preflight cannot load refuses the render and the install (exit 2):
+    every start would fail its ExecStartPre= (`cannot read the profile`), five times an hour."""
+    from rocmseat.launch.gate import profile_problem
+
+    problem = profile_problem(seat)
+    if problem is not None:
+        raise ConfigError(problem, hint="a relative [preflight] profile is relative to the seat "
+                          "file's directory: copy the profile along (docs/install.md, \"Seat "
+                          "files and profiles\") or give its absolute path")
+
+
 def unit_paths(seat: Seat, ctx_paths: Mapping[str, Path]) -> list[tuple[str, Path]]:
     """(where it comes from, path) for every path a unit's processes read or write: the
     ExecStart= words (the rocmseat script, the seat file, the state dir, the profile), the
@@ -114,6 +129,8 @@ def check_private_tmp(seat: Seat, ctx_paths: Mapping[str, Path], units: Mapping[
 class Rendered:
     seat: Seat
     units: dict[str, str]  # file name -> text
+    # a podman seat on a host whose Podman has Quadlet: file name -> `.container` text
+    quadlets: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def start_units(self) -> list[str]:
@@ -140,6 +157,7 @@ def render_for_host(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path
     if user is not None:
         check_user(user)
     seat = load_seat(seat_file)
+    check_profile(seat)
     binary = rocmseat_bin if rocmseat_bin is not None else default_bin()
     # The units name each replica, pair, NUMA node and port as the placement does; the HIP
     # indices are not in them (launch numbers the pair at each start). Each replica keeps the
@@ -159,7 +177,43 @@ def render_for_host(seat_file: Path, *, sysfs_root: Path | None, state_dir: Path
     check_groups(unit_groups(seat, ctx), refuse=live, warn=warn)
     check_private_tmp(seat, {"--rocmseat-bin": binary, "the seat file": ctx.seat_file,
                              "--state-dir": state_dir}, units, refuse=live, warn=warn)
-    return Rendered(seat, units)
+    quadlets = quadlet_files(seat, placed.records, sysfs_root, warn=warn)
+    return Rendered(seat, units, quadlets)
+
+
+def quadlet_files(seat: Seat, records: Sequence[Any], sysfs_root: Path | None, *,
+                  warn: Say, runner: Runner = run) -> dict[str, str]:
+    """A Quadlet `.container` per replica of a podman seat when this host's Podman has Quadlet
+    (4.4+, `podman --version`), named `rocmseat-<seat>-<replica>-engine.container` so the
+    service Quadlet makes never takes the replica unit's name; else none, and one line saying
+    the units run `podman run` in the foreground (docs/launch.md, "Containers")."""
+    from rocmseat.launch.container import (
+        containerized,
+        device_groups,
+        quadlet_container,
+        quadlet_supported,
+        render_nodes,
+    )
+    from rocmseat.launch.plan import plan_replica
+
+    if seat.engine.runtime != "podman":
+        return {}
+    done = runner(["podman", "--version"], timeout_s=30)
+    version = done.stdout.strip() if done.returncode == 0 else ""
+    if not quadlet_supported(version):
+        warn(f"rocmseat: note: {version or 'podman not found'}: no Quadlet (Podman 4.4+); the "
+             "replica units run `podman run` in the foreground")
+        return {}
+    out = {}
+    for record in records:
+        if record.lost:
+            continue
+        plan = containerized(seat, plan_replica(seat, record, numactl=None), sysfs_root)
+        devices = (render_nodes(sysfs_root, plan.pci_pair)
+                   if plan.pci_pair and sysfs_root is not None else ())
+        out[f"rocmseat-{seat.name}-{plan.replica}-engine.container"] = quadlet_container(
+            seat, plan, devices, gids=device_groups(Path("/dev"), devices))
+    return out
 
 
 def read_unit(path: Path) -> str | None:

@@ -55,8 +55,11 @@ def plan_text(seat: Seat, plans: Sequence[ReplicaPlan]) -> str:
         out.append(f"replica {plan.replica}")
         if plan.pci_pair and plan.hip_indices is not None:
             indices = ",".join(str(i) for i in plan.hip_indices)
+            inside = plan.env.get("HIP_VISIBLE_DEVICES")
+            where = (f"; {inside} in the container, its only GPUs"
+                     if seat.engine.runtime != "host" and inside != indices else "")
             out.append(f"  gpus        {{{', '.join(plan.pci_pair)}}} -> HIP_VISIBLE_DEVICES="
-                       f"{indices} ({plan.placement.hip_note})")
+                       f"{indices} ({plan.placement.hip_note}{where})")
         elif plan.pci_pair:
             out.append(f"  gpus        {{{', '.join(plan.pci_pair)}}} -> HIP_VISIBLE_DEVICES "
                        f"unknown: {plan.placement.hip_note} (launch refuses to start it)")

@@ -208,17 +208,31 @@ def check_remediation_user(seat: Seat, ctx: UnitContext) -> None:
             hint="render without --user, or set [remediate] restart_command (docs/remediate.md)")
 
 
+# What a container runtime's client writes outside the seat's dirs: Podman its image and
+# container storage and run state (containers-storage.conf(5): graphroot /var/lib/containers/
+# storage, runroot /run/containers/storage; libpod's tmp dir /run/libpod); Docker's client
+# talks to the daemon's socket and writes nothing.
+CONTAINER_STATE: dict[str, tuple[str, ...]] = {
+    "podman": ("/var/lib/containers", "/run/containers", "/run/libpod"),
+    "docker": (),
+}
+
+
 def hardening(seat: Seat, ctx: UnitContext, *, devices: bool,
               extra_writable: Sequence[Path] = ()) -> str:
     writable = sorted({str(seat.cache_root), str(ctx.state_dir)}) + [str(p) for p in
                                                                     extra_writable]
+    container = seat.engine.runtime != "host"
+    if container:  # the runtime's storage and run state (docs/launch.md, "Containers")
+        writable += [p for p in CONTAINER_STATE.get(seat.engine.runtime, ()) if p not in writable]
     lines = [
         "ProtectSystem=strict",
         "ReadWritePaths=" + " ".join(path_word(p) for p in writable),
         f"ProtectHome={_protect_home(seat)}",
         "PrivateTmp=yes",
         "NoNewPrivileges=yes",
-        "ProtectControlGroups=yes",
+        # the OCI runtime the client starts writes the container's cgroup (its cpuset)
+        f"ProtectControlGroups={'no' if container else 'yes'}",
         "ProtectKernelModules=yes",
         "RestrictRealtime=yes",
         "LockPersonality=yes",

@@ -211,6 +211,10 @@ class Engine(_Section):
     python: SeatPath
     image_digest: str | None = None
     host: str = "127.0.0.1"
+    # where the engine runs (rocmseat.seat.runtime, docs/launch.md "Containers"): the image by
+    # digest only, its digest a config-key factor
+    runtime: Literal["host", "podman", "docker"] = "host"
+    image: Annotated[str | None, Field(validate_default=True)] = None
 
     @field_validator("host")
     @classmethod
@@ -228,6 +232,26 @@ class Engine(_Section):
         if value and not _FLAG.fullmatch(value):
             raise ValueError(f"'{printable(value, 80)}' is not '' (positional) or a flag such "
                              "as '--model'")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None, info: ValidationInfo) -> str | None:
+        from rocmseat.seat.runtime import parse_image
+
+        runtime = info.data.get("runtime", "host")
+        if value is None:
+            if runtime != "host":
+                raise ValueError(f"runtime {runtime!r} needs an image: give "
+                                 "image = '<name>@sha256:<64 hex>'")
+            return None
+        if runtime == "host":
+            raise ValueError("an image needs runtime = 'podman' or 'docker' (on the host the "
+                             "engine command runs as it is)")
+        digest = parse_image(value)[1]
+        given = info.data.get("image_digest")
+        if given is not None and given != digest:
+            raise ValueError(f"image digest {digest} is not image_digest {given}: give one")
         return value
 
     @field_validator("image_digest")
@@ -416,8 +440,9 @@ class Watch(_Section):
     command_hook: Annotated[tuple[str, ...] | None, AfterValidator(_program)] = None
     exporter_listen: str | None = None
     # the seat's floor for /ready: below it a speculation verdict keeps its alert and the
-    # replica stays in rotation (rocmseat.watch.readiness.seat_readiness)
-    min_ready: Annotated[int, Field(ge=1, le=4096, strict=True)] = 1
+    # replica stays in rotation (rocmseat.watch.readiness.seat_readiness); 0: no floor, a
+    # watcher that sees one replica (a sidecar) takes it out (docs/monitoring.md)
+    min_ready: Annotated[int, Field(ge=0, le=4096, strict=True)] = 1
 
     @field_validator("exporter_listen")
     @classmethod

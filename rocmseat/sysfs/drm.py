@@ -39,3 +39,9 @@ def list_cards(sysfs_root: Path) -> tuple[Card, ...]:
         device_dir, error = resolve_link(drm / name / "device")
         cards.append(Card(name, int(match.group(1)), device_dir, error))
     return tuple(sorted(cards, key=lambda card: card.index))
+
+
+def render_node_device(sysfs_root: Path, minor: int) -> tuple[Path | None, str | None]:
+    """The PCI function `class/drm/renderD<minor>/device` leads to (drm_sysfs.c makes the
+    render minor a child of its device), or why it does not."""
+    return resolve_link(sysfs_root / "class" / "drm" / f"renderD{minor}" / "device")

@@ -14,9 +14,10 @@ nothing, so evidence alone could never clear it.
 A speculation verdict never empties a seat (seat_readiness): a drafter fault every replica
 shares (one drafter checkpoint, one stale cache rolled out to all) leaves the output correct and
 only slower, and 503 on every replica would turn that slowdown into an outage. Below the seat's
-floor (`[watch] min_ready`, at least one replica) such a replica stays in rotation and the alert
-still fires; a replica that is down, stalled, out of rotation or unstable is 503 whatever the
-floor (docs/monitoring.md, "The seat's floor").
+floor (`[watch] min_ready`, default one replica; 0 is no floor, for a watcher that sees one
+replica of many, a Kubernetes sidecar) such a replica stays in rotation and the alert still
+fires; a replica that is down, stalled, out of rotation or unstable is 503 whatever the floor
+(docs/monitoring.md, "The seat's floor").
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def seat_readiness(
     max_age_s: float, min_ready: int = DEFAULT_MIN_READY,
 ) -> dict[str, Readiness]:
     """Every replica's readiness, with the seat's floor (pure): while fewer than `min_ready`
-    replicas of a seat (at least one; the `seat` label groups them, else all are one seat) are
+    replicas of a seat (0: no floor; the `seat` label groups them, else all are one seat) are
     ready, replicas held out only by a speculation verdict are kept in rotation, in name order,
     until the floor is met. Envoy's panic threshold is the same rule for its hosts: below it,
     routing to every host beats routing to none."""
@@ -97,7 +98,7 @@ def seat_readiness(
     for status in statuses:
         seats.setdefault(dict(status.labels).get("seat", ""), []).append(status)
     for members in seats.values():
-        floor = min(max(min_ready, 1), len(members))
+        floor = min(max(min_ready, 0), len(members))
         ready = sum(1 for s in members if verdicts[s.replica].ready)
         spared = sorted((s for s in members if not verdicts[s.replica].ready
                          and _speculation_only(s)), key=lambda s: s.replica)

@@ -260,3 +260,23 @@ def test_a_manifest_of_an_older_rocmseat_with_raw_secrets_is_shown_without_them(
     assert "moved cache aside" in message and "num_speculative_tokens: 2 -> 3" in message
     no_secret(message, *(p.read_text() for p in (tmp_path / "cache").rglob("*.json")
                          if "stale" not in str(p)))
+
+
+def test_flagship_on_a_host_without_gpus_says_why_the_table_is_empty(rocmseat_cli, tmp_path):
+    # issue 35, item 7: an empty table with no reason
+    from tests.conftest import REPO
+    from tests.sysfs.conftest import SYSFS_FIXTURES
+
+    result = rocmseat_cli("cache-audit", str(REPO / "launchers" / "r9700-mxfp4-dflash.toml"),
+                          "--sysfs-root", str(SYSFS_FIXTURES / "no-amdgpu"),
+                          "--state-dir", str(tmp_path / "fresh"))
+    lines = result.stdout.splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("REPLICA")))
+    assert [line for line in lines[header + 1:] if line.strip()] == []  # no row at all
+    why = [line for line in lines[:header] if "no replica of the seat is known" in line]
+    assert len(why) == 1 and "no AMD GPU under" in why[0] and "placement.json" in why[0]
+    doc = json.loads(rocmseat_cli(
+        "cache-audit", str(REPO / "launchers" / "r9700-mxfp4-dflash.toml"), "--json",
+        "--sysfs-root", str(SYSFS_FIXTURES / "no-amdgpu"),
+        "--state-dir", str(tmp_path / "fresh")).stdout)
+    assert any("no replica of the seat is known" in p for p in doc["seats"][0]["problems"])

@@ -112,7 +112,11 @@ FOREIGN_FLAGS = {
     "--update-golden": "pytest (tests/conftest.py)",
     "--per-request-spec-decode-metrics": "vllm (the drafter canary, docs/seat.md)",
     "--cpuset-cpus": "docker (docs/launch.md, Containers)", "--cpuset-mems": "docker",
-    "--device": "docker", "--ipc": "docker",
+    "--device": "docker", "--ipc": "docker", "--entrypoint": "podman/docker run",
+    "--env": "podman/docker run", "--group-add": "podman/docker run",
+    "--network": "podman/docker run", "--replace": "podman run", "--rm": "podman/docker run",
+    "--security-opt": "podman/docker run", "--sig-proxy": "podman/docker run",
+    "--volume": "podman/docker run",
     "--find-links": "pip (docs/install.md)", "--no-index": "pip",
     "--gates": "bench/bench_advise.py", "--metrics-format": "bench/bench_preflight.py",
 }

@@ -549,8 +549,9 @@ def test_an_engine_in_a_container_is_refused_in_one_line(rocmseat_cli, tmp_path,
     line = (f"engine.command starts a container ({client}): the replica's HIP_VISIBLE_DEVICES, "
             f"cache variables and NUMA binding would reach the {client} client, not the engine "
             "(every replica would see every GPU, the compile caches would land inside the "
-            "container, outside the cache store); run the engine on the host (docs/launch.md, "
-            "\"Containers\")")
+            "container, outside the cache store); give [engine] runtime = \"podman\" or "
+            "\"docker\" and image = \"<name>@sha256:<digest>\", with command the engine's own, "
+            "or run the engine on the host (docs/launch.md, \"Containers\")")
     dry = rocmseat_cli("launch", str(seat), "--dry-run")
     assert (dry.exit_code, dry.stderr) == (2, absent_lines([line]))
     result = rocmseat_cli("launch", str(seat), "--replica", "r0")

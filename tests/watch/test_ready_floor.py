@@ -106,3 +106,32 @@ def test_the_floor_is_per_seat_label_and_spares_nothing_without_a_fresh_verdict(
     assert {n: v.ready for n, v in got.items()} == {"a0": True, "a1": False, "b0": True}
     stale = seat_readiness(w.statuses, evaluated_at_s=now, now_s=now + 31, max_age_s=30)
     assert not any(v.ready for v in stale.values())
+
+
+def test_min_ready_0_is_no_floor(tmp_path):
+    # issue 35: a sidecar's watcher sees one replica; 0 takes it out for a dead drafter
+    w, clock, fired = watch({"r0": COLLAPSED}, tmp_path)
+    assert ("r0", A.SPEC_DRAFTER_DEAD, A.FIRING) in fired
+    ready, metrics = serve(w, clock, min_ready=0)
+    assert ready["r0"][0] == 503 and ready["r0"][1].startswith("r0: spec_drafter_dead: ")
+    assert 'rocmseat_alert_active{alert="spec_drafter_dead",replica="r0"} 1.0' in metrics
+
+
+def test_seat_min_ready_takes_0_and_refuses_negative(tmp_path):
+    from rocmseat.errors import ConfigError
+    from rocmseat.seat.load import load_seat
+    from tests.conftest import REPO
+
+    text = (REPO / "launchers" / "demo-cpu.toml").read_text()
+    for value, ok in (("0", True), ("-1", False), ("4097", False)):
+        path = tmp_path / f"seat{value}.toml"
+        path.write_text(text.replace("[watch]\n", f"[watch]\nmin_ready = {value}\n", 1))
+        if ok:
+            assert load_seat(path).watch.min_ready == 0
+        else:
+            try:
+                load_seat(path)
+            except ConfigError as exc:
+                assert "min_ready" in exc.message
+            else:
+                raise AssertionError(f"min_ready = {value} was taken")

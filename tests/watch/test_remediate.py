@@ -688,3 +688,23 @@ def test_records_written_at_one_instant_read_back_in_order(tmp_path):
                                                           1_800_000_000.0))
     records = journal.read_records(tmp_path, "heal", last=100)[0]
     assert [r["outcome"] for r in records] == [f"n{n}" for n in range(12)]
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_status_on_a_fresh_node_is_ok_in_one_line(rocmseat_cli, tmp_path, as_json):
+    # issue 35: a node where nothing was remediated is not "could not check" (exit 2 paged)
+    args = ["remediate", "status", "--state-dir", str(tmp_path / "state")]
+    result = rocmseat_cli(*args, *(["--json"] if as_json else []))
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    if as_json:
+        doc = json.loads(result.stdout)
+        assert doc["schema"] == "rocmseat.remediation-status/v1" and doc["seat"] is None
+        assert doc["halts"] == {} and doc["journal"] == []
+    else:
+        assert result.stdout.splitlines() == [
+            f"no remediation state in {tmp_path / 'state' / 'remediation'}: nothing was "
+            "remediated on this node"]
+    # reset still needs a seat: there is nothing to lift, and it says so (exit 2)
+    assert rocmseat_cli("remediate", "reset", "--state-dir", str(tmp_path / "state")
+                        ).exit_code == 2
