@@ -8,10 +8,7 @@ is a factor: the engine's versions are those inside that image) and the containe
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rocmseat.seat.model import Engine
+from typing import Protocol
 
 RUNTIMES = ("host", "podman", "docker")
 CONTAINER_RUNTIMES = frozenset({"podman", "docker"})
@@ -42,7 +39,19 @@ def image_digest(image: str | None) -> str | None:
     return None if image is None else parse_image(image)[1]
 
 
-def probe_prefix(engine: Engine) -> tuple[str, ...]:
+class EngineRuntime(Protocol):
+    """What probe_prefix reads of a seat's `[engine]` (rocmseat.seat.model.Engine): a protocol,
+    so that the model may import this module and not the other way round."""
+
+    @property
+    def runtime(self) -> str: ...
+    @property
+    def image(self) -> str | None: ...
+    @property
+    def python(self) -> object: ...
+
+
+def probe_prefix(engine: EngineRuntime) -> tuple[str, ...]:
     """The runtime's argv up to the image, for running the engine's Python inside it (its
     versions are the config key's): none on the host. No network, removed when done."""
     if engine.runtime == "host" or engine.image is None:
