@@ -40,6 +40,7 @@ from rocmseat.watch.remediate.documents import (
     parse_state_doc,
     state_of,
 )
+from rocmseat.watch.remediate.mode import Mode
 from rocmseat.watch.remediate.policy import State, StepRecord, state_json
 
 STATE_LIMIT_BYTES = 4 << 20
@@ -244,7 +245,7 @@ def prune(state_dir: Path, seat: str, state: State, now_s: float, *,
         return 0
     current = {name: lad.ladder_started_s for name, lad in state.ladders.items()
                if lad.ladder_started_s is not None
-               and (lad.pending is not None or lad.mode != "drafter")}
+               and (lad.pending is not None or lad.mode != Mode.DRAFTER)}
     seen: dict[str | None, int] = {}
     removed = 0
     for name in reversed(names):  # newest first

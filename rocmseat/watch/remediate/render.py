@@ -8,6 +8,7 @@ from typing import Any
 from rocmseat.text import printable
 from rocmseat.watch.alerts import iso
 from rocmseat.watch.remediate.journal import Meta
+from rocmseat.watch.remediate.mode import Mode
 from rocmseat.watch.remediate.policy import State
 
 
@@ -24,7 +25,7 @@ def render_status(state: State, meta: Meta, records: Sequence[Mapping[str, Any]]
                    if ladder.pending is not None else "")
         problem = (f": its reset's restart failed: {ladder.reset_problem}; run the reset again "
                    "once that is fixed" if ladder.reset_problem else
-                   ": a reset is restarting it" if ladder.mode == "resetting" else "")
+                   ": a reset is restarting it" if ladder.mode == Mode.RESETTING else "")
         lines.append("  " + printable(f"{name}: {ladder.mode}{since}{running}{problem}", 400))
     for scope, halt in sorted(state.halts.items()):
         lift = scope.split(":", 1)[1] if scope.startswith("replica:") else ""
