@@ -224,9 +224,9 @@ class Effect(enum.StrEnum):
 class Bound(enum.StrEnum):
     """A bound one more start of a step must pass (else its scope halts)."""
 
-    PER_KEY_DAY = "one remediation per replica and config key per day"
-    NODE_HOUR = "`node_per_hour` actions per node and hour"
-    FLEET_SHARE = "at most `max_fraction` of the watched replicas in remediation"
+    PER_KEY_DAY = "one per replica and config key and day"
+    NODE_HOUR = "`node_per_hour` per node and hour"
+    FLEET_SHARE = "`max_fraction` of the watched replicas at once"
 
 
 # when a step applies, beyond its trigger and its mode: None, or why not
