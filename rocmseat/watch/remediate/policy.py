@@ -71,6 +71,8 @@ class Settings:
     @property
     def dry_run(self) -> bool:
         return self.mode == "dry-run"
+
+
 @dataclass(frozen=True, slots=True)
 class Observation:
     """One replica after one evaluation (from its ReplicaStatus and what the edge read)."""
@@ -201,8 +203,6 @@ class Decision:
     state: State
     actions: tuple[Action, ...]
     records: tuple[StepRecord, ...]
-
-
 
 
 # ----- what a step is -------------------------------------------------------------------------
@@ -756,14 +756,6 @@ def finish_reset(state: State, replica: str, problem: str | None, now_s: float) 
     ladders[replica] = (Ladder() if problem is None else
                         Ladder(mode=Mode.RESETTING, since_s=now_s, reset_problem=problem))
     return dataclasses.replace(state, ladders=ladders)
-
-
-def reset(state: State, replica: str | None) -> tuple[State, list[str]]:
-    """Both halves at once (a reset whose restarts all succeeded)."""
-    new, back = begin_reset(state, replica)
-    for name in back:
-        new = finish_reset(new, name, None, 0.0)
-    return new, back
 
 
 # ----- the state file, as JSON (pure) ---------------------------------------------------------
