@@ -53,6 +53,19 @@ def test_the_table_is_one_entry_per_action_and_links_within_itself() -> None:
     assert P.ACTS_ON == (A.REPLICA_STALLED, *P.DRAFTER_TRIGGERS, A.REPLICA_SLOW_SPAWN)
 
 
+@pytest.mark.parametrize(("outcome", "label"), [
+    # a slow start's restart: counted as `other` before each step declared its outcomes
+    ("restarted: decodes at the seat's rate", "restarted"),
+    ("still slow after a restart", "still-slow"),
+    ("still collapsed after a fresh compile", "not-the-cache"),
+    ("failed: no new engine within 600 s of the restart", "failed"),
+    ("refused: no step of the ladder applies to llamacpp", "refused"),
+    ("reset: back with its drafter", "reset"), ("something new", "other"),
+])
+def test_every_outcome_has_its_class(outcome, label) -> None:
+    assert P.outcome_class(outcome) == label and label in P.OUTCOME_CLASSES
+
+
 def decide(o: P.Observation, *, engine: P.EngineKind = "vllm",
            steps: tuple[P.Step, ...] | None = None, state: P.State | None = None) -> P.Decision:
     settings = P.Settings(mode="on", engine=engine)

@@ -664,8 +664,8 @@ SERVING_WITHOUT = Outcome("serving without the drafter", "serving-without-drafte
 SLOWER_WITHOUT = Outcome("slower without the drafter", "slower-without-drafter")
 RESTARTED = Outcome("restarted", "restarted")
 TAKEN_OUT = Outcome("out of rotation", "out-of-rotation")
-RESPAWNED = Outcome("restarted: decodes at the seat's rate", "other")
-STILL_SLOW = Outcome("still slow after a restart", "other")
+RESPAWNED = Outcome("restarted: decodes at the seat's rate", "restarted")
+STILL_SLOW = Outcome("still slow after a restart", "still-slow")
 # an outcome of any step whose text begins `<class>:` (a failure, a halt, a refusal, ...)
 OUTCOME_HEADS = ("failed", "unverified", "halted", "refused", "dry-run", "reset")
 
