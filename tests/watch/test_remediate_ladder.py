@@ -183,3 +183,39 @@ def test_docs_show_the_table_the_policy_runs() -> None:
         "docs/remediate.md's ladder differs from policy.LADDER: paste the output of "
         "`python3 -c 'from rocmseat.watch.remediate.render import ladder_table; "
         "print(ladder_table(), end=\"\")'` between its markers")
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """The modules of `package` that `path` imports, at its top or inside a function."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        found |= {n.removeprefix(package + ".").split(".")[0] for n in names
+                  if n.startswith(package + ".")}
+    return found
+
+
+def test_no_module_of_remediation_imports_one_that_imports_it_back() -> None:
+    # issue 32 item 4: policy <-> documents once met through a lazy import (state_from_json)
+    package = "rocmseat.watch.remediate"
+    room = REPO / "rocmseat" / "watch" / "remediate"
+    graph = {p.stem: _imports(p, package) - {p.stem} for p in room.glob("*.py")}
+    assert graph["documents"] >= {"policy"}  # the checker sees what it must
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), set()) - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    cycles = sorted(m for m in graph if m in reach(m))
+    assert cycles == [], f"modules of {package} on an import cycle: {cycles}"
