@@ -45,6 +45,11 @@ def test_the_table_is_one_entry_per_action_and_links_within_itself() -> None:
         assert (s.verify is None) == (not s.effects), s.action  # no edge work: nothing to verify
         assert s.then is None or s.then in P.STEPS
         assert s.instead_of is None or s.instead_of in P.STEPS
+        # the why-not of a step passed over (`instead_of`) or failed (`then`) is journalled as
+        # why.step<N>: a key the strict record model must know, or the state reads unusable
+        for n in [P.STEPS[s.instead_of].number] if s.instead_of else []:
+            assert f"step{n}" in documents.Why.model_fields, s.action
+        assert s.then is None or f"step{s.number}" in documents.Why.model_fields
         assert {o.label for o in s.outcomes} <= set(P.OUTCOME_CLASSES)
         assert all(P.outcome_class(o.text) == o.label for o in s.outcomes)
     # a mode the ladder enters and never leaves by itself is one an alert says
