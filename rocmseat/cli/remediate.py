@@ -98,7 +98,9 @@ def status(seat_file: Path | None, as_json: bool, state_dir: Path | None, last: 
         click.echo(dumps(status_json(state, meta, records)))
     else:
         click.echo(render_status(state, meta, records), nl=False)
-    off = state.halts or any(lad.mode != "drafter" for lad in state.ladders.values())
+    from rocmseat.watch.remediate.mode import Mode
+
+    off = state.halts or any(lad.mode != Mode.DRAFTER for lad in state.ladders.values())
     return exitcodes.PROBLEM if off else exitcodes.OK
 
 
@@ -112,6 +114,7 @@ def reset(replica: str | None, seat_file: Path | None, state_dir: Path | None) -
     transaction: the replica is "resetting" until its restart is done, then "drafter"; a
     restart that fails leaves it "resetting" with the reason (`status` says so, exit 1)."""
     from rocmseat.watch.remediate import journal
+    from rocmseat.watch.remediate.mode import Mode
     from rocmseat.watch.remediate.service import begin_reset, finish_reset, plan_reset
 
     state_root, seat = _where(seat_file, state_dir)
@@ -127,11 +130,11 @@ def reset(replica: str | None, seat_file: Path | None, state_dir: Path | None) -
         try:
             # the watcher's worker may be restarting this replica: wait for it, never race it
             with journal.acting(state_root, seat, timeout_s=edge.settings.ready_timeout_s + 60):
-                edge.restart(name, "drafter", why="rocmseat remediate reset", reload=True)
+                edge.restart(name, Mode.DRAFTER, why="rocmseat remediate reset", reload=True)
         except RocmseatError as exc:
             finish_reset(state_root, meta, name, exc.message, time.time())
             click.echo(f"rocmseat: error: {printable(exc.message, 400)}: {name} stays "
-                       "\"resetting\" (run the reset again once that is fixed)", err=True)
+                       f"\"{Mode.RESETTING}\" (run the reset again once that is fixed)", err=True)
             failed += 1
             continue
         finish_reset(state_root, meta, name, None, time.time())

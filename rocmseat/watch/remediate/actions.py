@@ -19,6 +19,7 @@ from rocmseat.errors import RocmseatError
 from rocmseat.placement.record import ReplicaPlacement
 from rocmseat.runner import Runner, run
 from rocmseat.seat.model import Seat
+from rocmseat.watch.remediate.mode import Mode
 
 SYSTEMCTL_TIMEOUT_S = 60.0
 UNIT_LIMIT_BYTES = 1 << 20
@@ -74,7 +75,7 @@ class SeatEdge:
                                f"{exc.strerror or exc}") from None
 
     def restart(self, replica: str, mode: str, *, why: str, reload: bool = False) -> None:
-        """Restart `replica` in `mode` ("drafter" | "no-drafter"); ActionFailed when it did not
+        """Restart `replica` in `mode` (Mode.DRAFTER or NO_DRAFTER); ActionFailed when it did not
         work (the command's exit code or systemctl's words). `reload`: systemd reloads its
         units even when the drop-in is as wanted (a reset after a failed daemon-reload)."""
         command = self.settings.restart_command
@@ -117,7 +118,7 @@ class SeatEdge:
         from rocmseat.safeio import read_regular_text
 
         path = self.dropin_path(unit)
-        if mode == "drafter":
+        if mode == Mode.DRAFTER:
             if not os.path.lexists(path):
                 return False
             if path.is_symlink() or not path.is_file():

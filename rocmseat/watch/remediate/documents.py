@@ -13,7 +13,6 @@ killed the watcher: `ValueError: year 10000 is out of range`).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -21,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from rocmseat.seat.model import is_replica_name, is_seat_name
 from rocmseat.text import printable
 from rocmseat.watch.remediate import policy as P
+from rocmseat.watch.remediate.mode import Mode
 
 SCHEMA = "rocmseat.remediation/v1"
 STATE_SCHEMA = "rocmseat.remediation-state/v1"
@@ -79,10 +79,26 @@ Key = Annotated[str, Field(max_length=128)]
 Replica = Annotated[str, AfterValidator(_replica)]
 Scope = Annotated[str, AfterValidator(_scope)]
 Stamp = Annotated[str, Field(max_length=64), AfterValidator(_stamp)]
-Step = Literal[1, 2, 3]
-LadderAction = Literal["move-cache-aside-restart", "restart-without-drafter", "restart",
-                       "restart-slow-spawn", "out-of-rotation"]
-Mode = Literal["drafter", "no-drafter", "out-of-rotation", "resetting"]
+
+
+def _in(allowed: tuple[Any, ...], what: str) -> AfterValidator:
+    """A value of the ladder's table (policy.LADDER), not a literal spelled again here."""
+    def check(value: Any) -> Any:
+        if value not in allowed:
+            raise ValueError(f"{printable(repr(value), 60)} is not {what} "
+                             f"({', '.join(str(a) for a in allowed)})")
+        return value
+    return AfterValidator(check)
+
+
+_NUMBERS = tuple(sorted({s.number for s in P.LADDER}))
+Step = Annotated[int, _in(_NUMBERS, "a step of the ladder")]
+# a step's action; the one of a pending step is one the edge runs (a step with effects)
+LadderAction = Annotated[str, Field(max_length=64), _in(tuple(P.STEPS), "an action of the ladder")]
+EdgeAction = Annotated[str, Field(max_length=64), _in(
+    tuple(s.action for s in P.LADDER if s.effects), "an action the edge runs")]
+RecordAction = Annotated[str, Field(max_length=64), _in(
+    (*P.STEPS, P.RESET_ACTION, P.NO_ACTION), "an action of the journal")]
 
 
 class _Doc(BaseModel):
@@ -121,7 +137,7 @@ class Figures(_Doc):
 
 class PendingDoc(_Doc):
     step: Step
-    action: LadderAction
+    action: EdgeAction
     started_s: Time
     key: Key
     why: Why
@@ -182,7 +198,7 @@ class RecordDoc(_Doc):
     node: Annotated[str, Field(max_length=253)] | None
     replica: Replica | Literal["*"]
     step: Step | None
-    action: LadderAction | Literal["reset", "none"]
+    action: RecordAction
     when: Stamp
     why: Why
     figures: Figures
@@ -246,15 +262,3 @@ def state_of(doc: StateDoc) -> P.State:
                   for t in doc.taken)
     halts = {k: P.Halt(h.scope, h.bound, h.since_s, h.text) for k, h in doc.halts.items()}
     return P.State(ladders, taken, halts)
-
-
-def state_from_json(doc: Mapping[str, Any], seat: str = "x") -> P.State:
-    """The State of a JSON object (policy.state_json's shape, without the envelope)."""
-    import json
-
-    envelope = {"schema": STATE_SCHEMA, "seat": seat, **doc} if isinstance(doc, dict) else doc
-    try:
-        text = json.dumps(envelope, allow_nan=True)
-    except (TypeError, ValueError) as exc:
-        raise DocumentError(str(exc)) from None
-    return state_of(parse_state_doc(text))

@@ -19,7 +19,7 @@ import contextlib
 import datetime as dt
 import itertools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from rocmseat.watch.remediate.documents import (
     parse_state_doc,
     state_of,
 )
+from rocmseat.watch.remediate.mode import Mode
 from rocmseat.watch.remediate.policy import State, StepRecord, state_json
 
 STATE_LIMIT_BYTES = 4 << 20
@@ -244,7 +245,7 @@ def prune(state_dir: Path, seat: str, state: State, now_s: float, *,
         return 0
     current = {name: lad.ladder_started_s for name, lad in state.ladders.items()
                if lad.ladder_started_s is not None
-               and (lad.pending is not None or lad.mode != "drafter")}
+               and (lad.pending is not None or lad.mode != Mode.DRAFTER)}
     seen: dict[str | None, int] = {}
     removed = 0
     for name in reversed(names):  # newest first
@@ -311,15 +312,3 @@ def read_records(state_dir: Path, seat: str, *, last: int = 20) -> tuple[list[di
         out["figures"] = doc.figures.model_dump(exclude_none=True)
         records.append(out)
     return records, problems
-
-
-def counters(records: list[Mapping[str, Any]]) -> dict[tuple[str, str, str], int]:
-    """(replica, action, outcome class) -> count, for rocmseat_remediations_total."""
-    from rocmseat.watch.remediate.policy import outcome_class
-
-    out: dict[tuple[str, str, str], int] = {}
-    for r in records:
-        key = (str(r.get("replica")), str(r.get("action")),
-               outcome_class(str(r.get("outcome"))))
-        out[key] = out.get(key, 0) + 1
-    return out

@@ -5,19 +5,11 @@ the actions taken, the halts), what the watcher saw of each replica in its last 
 and the clock; it returns the new state, the actions to run at the edge, and the step records
 to journal. Nothing here reads a file, runs a command or looks at a clock.
 
-The ladder, for a replica rocmseat launched:
-
-1. `spec_drafter_dead` or `spec_acceptance_drop` (the detector's held collapse on traffic) or
-   `drafter_canary_failed` (the canary's fixed prompts, traffic or none) on a replica whose last
-   start loaded its compile caches: move them aside, restart, judge the new engine. With the
-   canary on, its first round on the new engine judges it (seconds after READY, no traffic
-   needed); else acceptance over a fixed number of drafts of live traffic. Recovered: "stale
-   compile cache".
-2. Still collapsed after a fresh compile (or step 1 does not apply): restart without the
-   drafter and keep it there once it generates at least as fast as it did collapsed.
-3. A restart: `replica_stalled` restarts once, a second stall within an hour takes it out of
-   rotation; `replica_slow_spawn` (the slow-spawn lottery, rocmseat.watch.spawn) restarts once,
-   verified by the new start's decode rate against the seat's history.
+The ladder is data: `LADDER`, a table of `Step`s at the end of this module (its triggers,
+condition, mode, the edge's effects, verification, outcomes, bounds and engines), in the order
+the policy considers them; docs/remediate.md's table is checked against it. Adding a step is
+one entry (and its verification function; a new kind of edge action is an `Effect` and its
+case in rocmseat.watch.remediate.service.Remediator._act).
 
 Bounds: one ladder per replica and config key per day, `node_per_hour` actions per node and
 hour, at most `max_fraction` of the watched replicas (at least one) in remediation at once. A
@@ -28,31 +20,35 @@ view is stale or blind, never on a node whose preflight fails.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, assert_never
 
 from rocmseat.watch import alerts as A
 from rocmseat.watch.canary import CanaryRound
+from rocmseat.watch.remediate.mode import Mode
 
 DAY_S = 86_400.0
 HOUR_S = 3_600.0
-TRIGGERS = (A.SPEC_DRAFTER_DEAD, A.SPEC_ACCEPTANCE_DROP, A.DRAFTER_CANARY_FAILED)
-# Every alert the ladder may act on: a drafter collapse, a stall, a slow start.
-ACTS_ON = (*TRIGGERS, A.REPLICA_STALLED, A.REPLICA_SLOW_SPAWN)
 # The watcher cannot see the replica well enough to act on what it says.
 BLINDING = (A.REPLICA_DOWN, A.SPEC_BLIND, A.METRICS_UNSTABLE)
 # Position-0 acceptance at or above this over the verification drafts: the drafter works again
 # (the detector's own resolve threshold, rocmseat.watch.detector.DetectorParams.dead_resolve_p0).
 RECOVERED_P0 = 0.20
+# The engines a step may apply to (Step.engines; Settings.engine is the seat's).
+EngineKind = Literal["vllm", "sglang", "llamacpp"]
+ENGINES: tuple[EngineKind, ...] = ("vllm", "sglang", "llamacpp")
 
-# actions
+# actions: each step's (its entry in LADDER), and the journal's two that are no step
 MOVE_CACHE_RESTART = "move-cache-aside-restart"
 RESTART_NO_DRAFTER = "restart-without-drafter"
 RESTART = "restart"
 RESTART_SLOW_SPAWN = "restart-slow-spawn"
 OUT_OF_ROTATION = "out-of-rotation"
+RESET_ACTION = "reset"  # `rocmseat remediate reset`
+NO_ACTION = "none"  # a refusal
 
 DIAGNOSIS_CACHE = "stale compile cache"
 DIAGNOSIS_NOT_CACHE = "not the cache"
@@ -70,6 +66,7 @@ class Settings:
     # an alert episode outlives a gap shorter than this (the detector's resolve hold): a
     # refusal is journalled once per episode, not once per flap
     episode_hold_s: float = 60.0
+    engine: EngineKind = "vllm"  # the seat's engine: the steps that list it apply
 
     @property
     def dry_run(self) -> bool:
@@ -119,7 +116,7 @@ class Observation:
 class Pending:
     """A step that ran (or is running) and waits for its verification."""
 
-    step: int  # 1, 2 or 3
+    step: int  # its Step.number
     action: str
     started_s: float
     key: str
@@ -139,14 +136,14 @@ class Pending:
 class Ladder:
     """One replica's place on the ladder."""
 
-    mode: str = "drafter"  # "drafter" | "no-drafter" | "out-of-rotation"
+    mode: Mode = Mode.DRAFTER
     since_s: float | None = None  # when it entered that mode
     pending: Pending | None = None
     cache_tried_key: str | None = None  # step 1 ran for this key: a collapse again is step 2
     stalls_s: tuple[float, ...] = ()  # stall restarts
     noted: str = ""  # the last refusal or dry-run journalled (said once per alert episode)
     ladder_started_s: float | None = None  # the first step of the current ladder (journal kept)
-    reset_problem: str | None = None  # mode "resetting": why the reset's restart did not finish
+    reset_problem: str | None = None  # Mode.RESETTING: why the reset's restart did not finish
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +179,7 @@ class Action:
 
     replica: str
     action: str
-    mode: str  # the mode the replica restarts in: "drafter" | "no-drafter"
+    mode: Mode  # the mode the replica restarts in: DRAFTER or NO_DRAFTER
     reason: str
 
 
@@ -206,6 +203,59 @@ class Decision:
     state: State
     actions: tuple[Action, ...]
     records: tuple[StepRecord, ...]
+
+
+# ----- what a step is -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    text: str  # the journal's `outcome`
+    label: str  # its class: rocmseat_remediations_total{outcome} (a closed set)
+
+
+class Effect(enum.StrEnum):
+    """What the edge does for a step, in the order the step lists them."""
+
+    MOVE_CACHE_ASIDE = "move its compile caches aside"
+    RESTART = "restart it"
+
+
+class Bound(enum.StrEnum):
+    """A bound one more start of a step must pass (else its scope halts)."""
+
+    PER_KEY_DAY = "one per replica and config key and day"
+    NODE_HOUR = "`node_per_hour` per node and hour"
+    FLEET_SHARE = "`max_fraction` of the watched replicas at once"
+
+
+# when a step applies, beyond its trigger and its mode: None, or why not
+Condition = Callable[[Observation, Ladder, float], "str | None"]
+# how the new engine is judged, once the watcher has seen it: waits, or finishes the step
+Verifier = Callable[["_Run", Observation, Ladder, Pending, "Step", dict[str, Any]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One entry of the ladder (LADDER)."""
+
+    number: int  # the journal's `step`
+    action: str  # the journal's and the state's `action`: one per step
+    triggers: tuple[str, ...]  # the alerts that start it (the first active one is why.alert)
+    starts_from: tuple[Mode, ...]  # the modes it starts from
+    condition: str  # when it applies beyond that, in words (the docs' table)
+    applies: Condition | None  # None: always
+    mode: Mode | None  # the replica's mode once it runs (None: the mode it is in)
+    effects: tuple[Effect, ...]  # the edge's work, in order; none: the mode changes at once
+    verification: str  # in words (the docs' table)
+    verify: Verifier | None  # None: nothing to verify (no effects)
+    outcomes: tuple[Outcome, ...]  # what its verification journals
+    bounds: tuple[Bound, ...]
+    engines: frozenset[EngineKind]  # the engines it applies to
+    then: str | None = None  # the step started at once when its verification fails
+    instead_of: str | None = None  # runs when that step does not apply (its why-not journalled)
+    would: str = "would {action}"  # what a dry run journals
+    says: Callable[[Observation, Ladder, float], str] | None = None  # journalled as why.text
 
 
 def _finite(value: float | None, digits: int = 3) -> float | None:
@@ -233,8 +283,8 @@ def halted_for(state: State, replica: str, node: str) -> Halt | None:
 class _Run:
     """The mutable working copy of one decide() call."""
 
-    def __init__(self, state: State, now_s: float, settings: Settings, node: str,
-                 watched: int) -> None:
+    def __init__(self, state: State, now_s: float, settings: Settings, node: str,  # noqa: PLR0917
+                 watched: int, steps: Sequence[Step]) -> None:
         self.ladders = dict(state.ladders)
         # older than a day, an action no longer counts for any bound
         self.taken = [t for t in state.taken if now_s - t.time_s < DAY_S]
@@ -245,6 +295,7 @@ class _Run:
         self.settings = settings
         self.node = node
         self.watched = watched
+        self.steps = {s.action: s for s in steps}
 
     def state(self) -> State:
         return State(self.ladders, tuple(self.taken), self.halts)
@@ -267,24 +318,21 @@ class _Run:
 
 def decide(state: State, observations: Sequence[Observation], now_s: float,
            settings: Settings, *, node: str, view_fresh: bool,
-           view_problem: str = "") -> Decision:
+           view_problem: str = "", steps: Sequence[Step] | None = None) -> Decision:
     """The next state, the actions to run and the records to journal (see the module text).
     `view_fresh`: the watcher's own last evaluation is recent; when it is not, nothing starts
-    (steps already running are still verified)."""
-    run = _Run(state, now_s, settings, node, len(observations))
+    (steps already running are still verified). `steps`: the ladder (default LADDER)."""
+    run = _Run(state, now_s, settings, node, len(observations),
+               LADDER if steps is None else steps)
     for obs in observations:
         ladder = run.ladders.get(obs.replica, Ladder())
-        if ladder.mode == "resetting":
+        if ladder.mode == Mode.RESETTING:
             continue  # `rocmseat remediate reset` owns it until its restart is done
         if ladder.pending is not None:
             _verify(run, obs, ladder, ladder.pending)
             continue
         _consider(run, obs, ladder, view_fresh, view_problem)
     return Decision(run.state(), tuple(run.actions), tuple(run.records))
-
-
-def _trigger(obs: Observation) -> str | None:
-    return next((a for a in TRIGGERS if a in obs.alerts), None)
 
 
 def _why(obs: Observation, alert: str) -> dict[str, Any]:
@@ -294,21 +342,37 @@ def _why(obs: Observation, alert: str) -> dict[str, Any]:
             "key": obs.key, "last_start": obs.last_start}
 
 
+def _choose(run: _Run, obs: Observation, ladder: Ladder
+            ) -> tuple[Step | None, str | None, dict[str, str]]:
+    """The first step (in the ladder's order) whose trigger is active, that starts from the
+    replica's mode and applies to it; the alert that triggered it (or the first step passed
+    over); and why each step passed over (by its action) did not apply."""
+    passed: dict[str, str] = {}
+    first: str | None = None
+    for step in run.steps.values():
+        alert = next((a for a in step.triggers if a in obs.alerts), None)
+        if alert is None or ladder.mode not in step.starts_from:
+            continue
+        first = first or alert
+        why_not = (f"not applicable to {run.settings.engine}"
+                   if run.settings.engine not in step.engines else
+                   step.applies(obs, ladder, run.now) if step.applies is not None else None)
+        if why_not is None:
+            return step, alert, passed
+        passed[step.action] = why_not
+    return None, first, passed
+
+
 def _consider(run: _Run, obs: Observation, ladder: Ladder, view_fresh: bool,
               view_problem: str) -> None:
-    if ladder.mode == "out-of-rotation":
-        return
-    stalled = A.REPLICA_STALLED in obs.alerts
-    alert = A.REPLICA_STALLED if stalled else _trigger(obs)
-    acting = None if alert is None or (ladder.mode == "no-drafter" and not stalled) else alert
-    if acting is None and A.REPLICA_SLOW_SPAWN in obs.alerts:
-        acting = A.REPLICA_SLOW_SPAWN  # a slow start, drafter or not: one restart
-    if acting is None:
+    step, alert, passed = _choose(run, obs, ladder)
+    if alert is None:
         episode_over = obs.quiet_s is None or obs.quiet_s >= run.settings.episode_hold_s
-        if ladder.noted and (alert is not None or episode_over):
+        seen = any(a in obs.alerts for a in ACTS_ON)
+        if ladder.noted and (seen or episode_over):
             run.set(obs.replica, dataclasses.replace(ladder, noted=""))
         return
-    why = _why(obs, acting)
+    why = _why(obs, alert)
     blind = next((a for a in BLINDING if a in obs.alerts), None)
     refusal = (
         f"refused: the watcher's view is stale ({view_problem})" if not view_fresh
@@ -317,99 +381,94 @@ def _consider(run: _Run, obs: Observation, ladder: Ladder, view_fresh: bool,
         else None)
     if refusal is None and (halt := halted_for(run.state(), obs.replica, run.node)) is not None:
         refusal = f"refused: remediation is halted for {halt.scope} ({halt.bound})"
-    if refusal is not None:
-        run.note_once(obs, ladder, refusal, None, "none", why)
+    if step is None or refusal is not None:
+        refusal = refusal or f"refused: no step of the ladder applies to {run.settings.engine}"
+        run.note_once(obs, ladder, refusal, None, NO_ACTION, why)
         return
-    if stalled:
-        _stall(run, obs, ladder, why)
-        return
-    if acting == A.REPLICA_SLOW_SPAWN:
-        # within the ladder's bounds: one per replica and config key per day, so a start that
-        # is slow again after its restart is said (halted), not restarted in a loop
-        _start(run, obs, ladder, 3, RESTART_SLOW_SPAWN,
-               "no-drafter" if ladder.mode == "no-drafter" else "drafter", why)
-        return
-    step1 = obs.cache_loaded is True and ladder.cache_tried_key != obs.key
-    if step1:
-        _start(run, obs, ladder, 1, MOVE_CACHE_RESTART, "drafter", why,
-               collapsed_tps=obs.generation_tokens_per_s)
-    else:
-        why["step1"] = ("not applicable: the last start did not load its compile caches"
-                        if obs.cache_loaded is not True else
-                        "done for this key: collapsed again after a fresh compile")
-        _start(run, obs, ladder, 2, RESTART_NO_DRAFTER, "no-drafter", why,
-               collapsed_tps=obs.generation_tokens_per_s)
+    if step.instead_of in passed:
+        why[f"step{run.steps[step.instead_of].number}"] = passed[step.instead_of]
+    _start(run, obs, ladder, step, why)
 
 
-def _stall(run: _Run, obs: Observation, ladder: Ladder, why: dict[str, Any]) -> None:
-    recent = [t for t in ladder.stalls_s if run.now - t < HOUR_S]
-    if recent:
-        text = (f"{obs.replica} stalled again within an hour of its restart at "
-                f"{_iso(recent[-1])}: out of rotation; fix it and run `rocmseat remediate "
-                f"reset {obs.replica}`")
-        why["text"] = text
-        if run.settings.dry_run:
-            run.note_once(obs, ladder, f"dry-run: would take {obs.replica} out of rotation", 3,
-                          OUT_OF_ROTATION, why)
-            return
-        run.record(obs.replica, 3, OUT_OF_ROTATION, "out of rotation", why=why)
-        run.set(obs.replica, dataclasses.replace(ladder, mode="out-of-rotation",
-                                                 since_s=run.now, noted=""))
-        return
-    _start(run, obs, ladder, 3, RESTART, ladder.mode if ladder.mode == "no-drafter"
-           else "drafter", why)
+def _bound(run: _Run, obs: Observation, step: Step, ladder_start: bool) -> Halt | None:
+    """The first of the step's bounds that one more start on `obs.replica` would break."""
+    return next((h for b in step.bounds if (h := _broken(run, obs, b, ladder_start))), None)
 
 
-def _bound(run: _Run, obs: Observation, ladder_start: bool) -> Halt | None:
-    """The first bound that one more action on `obs.replica` would break, or None."""
-    if ladder_start and any(t.ladder_start and t.replica == obs.replica and t.key == obs.key
-                            for t in run.taken):
-        return Halt(replica_scope(obs.replica), "one remediation per replica and config key per "
-                    "day", run.now, f"{obs.replica} was already remediated under config key "
-                    f"{obs.key[:12]} in the last 24 h")
-    node_actions = [t for t in run.taken if run.now - t.time_s < HOUR_S]
-    if len(node_actions) >= run.settings.node_per_hour:
-        return Halt(node_scope(run.node), f"{run.settings.node_per_hour} remediations per node "
-                    "per hour", run.now, f"{len(node_actions)} remediations on {run.node} in "
-                    "the last hour")
-    busy = [n for n, lad in run.ladders.items() if lad.pending is not None]
-    allowed = max(1, math.floor(run.settings.max_fraction * run.watched))
-    if len(busy) >= allowed:
-        return Halt(FLEET, f"at most {run.settings.max_fraction:g} of the watched replicas in "
-                    "remediation at once", run.now, f"{len(busy)} of {run.watched} watched "
-                    f"replicas already in remediation ({', '.join(sorted(busy))}); limit "
-                    f"{allowed}")
+def _broken(run: _Run, obs: Observation, bound: Bound, ladder_start: bool) -> Halt | None:
+    match bound:
+        case Bound.PER_KEY_DAY:
+            if ladder_start and any(t.ladder_start and t.replica == obs.replica
+                                    and t.key == obs.key for t in run.taken):
+                return Halt(replica_scope(obs.replica), "one remediation per replica and config "
+                            "key per day", run.now, f"{obs.replica} was already remediated "
+                            f"under config key {obs.key[:12]} in the last 24 h")
+        case Bound.NODE_HOUR:
+            node_actions = [t for t in run.taken if run.now - t.time_s < HOUR_S]
+            if len(node_actions) >= run.settings.node_per_hour:
+                return Halt(node_scope(run.node), f"{run.settings.node_per_hour} remediations "
+                            "per node per hour", run.now, f"{len(node_actions)} remediations on "
+                            f"{run.node} in the last hour")
+        case Bound.FLEET_SHARE:
+            busy = [n for n, lad in run.ladders.items() if lad.pending is not None]
+            allowed = max(1, math.floor(run.settings.max_fraction * run.watched))
+            if len(busy) >= allowed:
+                return Halt(FLEET, f"at most {run.settings.max_fraction:g} of the watched "
+                            "replicas in remediation at once", run.now, f"{len(busy)} of "
+                            f"{run.watched} watched replicas already in remediation "
+                            f"({', '.join(sorted(busy))}); limit {allowed}")
+        case _:
+            assert_never(bound)
     return None
 
 
-def _start(run: _Run, obs: Observation, ladder: Ladder, step: int, action: str, mode: str,  # noqa: PLR0917
+def _start(run: _Run, obs: Observation, ladder: Ladder, step: Step,
            why: dict[str, Any], *, collapsed_tps: float | None = None,
            continuation: bool = False) -> None:
-    """Start a step (bounds permitting). `continuation`: step 2 right after step 1's verdict,
-    the same ladder; every other start is a new remediation for the per-day bound."""
-    ladder_start = not continuation
-    halt = _bound(run, obs, ladder_start)
-    if halt is not None:
-        text = f"halted: {halt.bound}: {halt.text}"
+    """Start a step (bounds permitting). `continuation`: a step started by the verdict of the
+    one before (its `then`, with the rate it measured), the same ladder; every other start is
+    a new remediation for the per-day bound."""
+    if step.says is not None:
+        why["text"] = step.says(obs, ladder, run.now)
+    would = "dry-run: " + step.would.format(action=step.action, replica=obs.replica)
+    if not step.effects:  # a change of mode, nothing for the edge to do: its own outcome
         if run.settings.dry_run:
-            run.note_once(obs, ladder, f"dry-run: would halt: {halt.bound}", step, action, why)
+            run.note_once(obs, ladder, would, step.number, step.action, why)
+            return
+        run.record(obs.replica, step.number, step.action, step.outcomes[0].text, why=why)
+        run.set(obs.replica, dataclasses.replace(ladder, mode=step.mode or ladder.mode,
+                                                 since_s=run.now, noted=""))
+        return
+    ladder_start = not continuation
+    halt = _bound(run, obs, step, ladder_start)
+    if halt is not None:
+        if run.settings.dry_run:
+            run.note_once(obs, ladder, f"dry-run: would halt: {halt.bound}", step.number,
+                          step.action, why)
             return
         run.halts[halt.scope] = halt
-        run.record(obs.replica, step, action, text, why=why)
+        run.record(obs.replica, step.number, step.action, f"halted: {halt.bound}: {halt.text}",
+                   why=why)
         return
     if run.settings.dry_run:
-        run.note_once(obs, ladder, f"dry-run: would {action}", step, action, why)
+        run.note_once(obs, ladder, would, step.number, step.action, why)
         return
-    run.taken.append(Taken(run.now, obs.replica, obs.key, action, ladder_start))
-    pending = Pending(step, action, run.now, obs.key, why, collapsed_tps=collapsed_tps)
-    stalls = (*ladder.stalls_s, run.now) if action == RESTART else ladder.stalls_s
-    tried = obs.key if step == 1 else ladder.cache_tried_key
+    run.taken.append(Taken(run.now, obs.replica, obs.key, step.action, ladder_start))
+    # a drafter collapse's rate is kept: the replica without its drafter must beat it
+    if not continuation and set(step.triggers) & set(DRAFTER_TRIGGERS):
+        collapsed_tps = obs.generation_tokens_per_s
+    pending = Pending(step.number, step.action, run.now, obs.key, why,
+                      collapsed_tps=collapsed_tps)
+    stalls = ((*ladder.stalls_s, run.now) if A.REPLICA_STALLED in step.triggers
+              else ladder.stalls_s)
+    tried = obs.key if Effect.MOVE_CACHE_ASIDE in step.effects else ladder.cache_tried_key
     begun = run.now if ladder_start else ladder.ladder_started_s
     run.set(obs.replica, dataclasses.replace(ladder, pending=pending, stalls_s=stalls,
                                              cache_tried_key=tried, noted="",
                                              ladder_started_s=begun))
-    run.actions.append(Action(obs.replica, action, mode, _reason(obs, why)))
-    run.record(obs.replica, step, action, "started", why=why)
+    mode = step.mode or (Mode.NO_DRAFTER if ladder.mode == Mode.NO_DRAFTER else Mode.DRAFTER)
+    run.actions.append(Action(obs.replica, step.action, mode, _reason(obs, why)))
+    run.record(obs.replica, step.number, step.action, STARTED.text, why=why)
 
 
 def _reason(obs: Observation, why: Mapping[str, Any]) -> str:
@@ -432,6 +491,8 @@ def action_failed(state: State, replica: str, error: str) -> State:
 
 
 def _verify(run: _Run, obs: Observation, ladder: Ladder, pending: Pending) -> None:
+    """The generic part (the action failed, the new engine not seen, the windows counted),
+    then the step's own verification."""
     s = run.settings
     figures: dict[str, Any] = {}
     if pending.failed is not None:
@@ -459,89 +520,89 @@ def _verify(run: _Run, obs: Observation, ladder: Ladder, pending: Pending) -> No
             generation_s=pending.generation_s + (obs.duration_s if gen > 0 else 0.0))
     ready_s = (pending.restarted_s or run.now) - pending.started_s
     figures = {"ready_after_s": _finite(ready_s, 1), "drafts": _finite(pending.drafts, 0)}
-    if pending.step == 1:
-        if obs.canary is not None:
-            # the canary's first round on the new engine (it runs one as soon as the restart is
-            # seen): its fixed prompts against their baseline for this key, no traffic needed
-            figures |= {"verified_by": "canary", "canary_rates": obs.canary.rates,
-                        "canary_baselines": obs.canary.baselines}
-            _step1_verdict(run, obs, ladder, pending, figures, recovered=not obs.canary.failed)
-            return
-        if pending.drafts < s.verify_drafts:
-            _wait(run, obs, ladder, pending, figures)
-            return
+    step = run.steps[pending.action]
+    # a step without effects is never pending (documents.PendingDoc refuses one)
+    (step.verify or _verify_answering)(run, obs, ladder, pending, step, figures)
+
+
+def _verify_cache(run: _Run, obs: Observation, ladder: Ladder, pending: Pending,  # noqa: PLR0917
+                  step: Step, figures: dict[str, Any]) -> None:
+    """Step 1: the canary's first round on the new engine (it runs one as soon as the restart
+    is seen: its fixed prompts against their baseline for this key, no traffic needed); else
+    acceptance over `verify_drafts` drafts of traffic."""
+    if obs.canary is not None:
+        figures |= {"verified_by": "canary", "canary_rates": obs.canary.rates,
+                    "canary_baselines": obs.canary.baselines}
+        recovered = not obs.canary.failed
+    elif pending.drafts < run.settings.verify_drafts:
+        _wait(run, obs, ladder, pending, step, figures)
+        return
+    else:
         al = 1.0 + pending.accepted / pending.drafts
         p0 = pending.accepted_pos0 / pending.drafts
         figures |= {"verified_by": "traffic", "acceptance_length": _finite(al),
                     "p0": _finite(p0), "lower_al": _finite(obs.lower_al)}
         recovered = p0 >= RECOVERED_P0 and (obs.lower_al is None or al >= obs.lower_al)
-        _step1_verdict(run, obs, ladder, pending, figures, recovered=recovered)
-        return
-    if pending.step == 2:
-        if pending.generation_s < s.verify_s:
-            _wait(run, obs, ladder, pending, figures)
-            return
-        tps = pending.generation_tokens / pending.generation_s
-        figures |= {"tokens_per_s": _finite(tps, 2),
-                    "collapsed_tokens_per_s": _finite(pending.collapsed_tps, 2)}
-        if pending.collapsed_tps is not None and tps < pending.collapsed_tps:
-            halt = Halt(replica_scope(obs.replica), "slower without the drafter", run.now,
-                        f"{tps:.1f} tok/s without the drafter against {pending.collapsed_tps:.1f}"
-                        " collapsed")
-            run.halts[halt.scope] = halt
-            _finish(run, obs, ladder, pending, "slower without the drafter", figures,
-                    mode="no-drafter")
-            return
-        text = (f"{obs.replica} runs without its drafter since {_iso(pending.started_s)}: the "
-                "drafter's first token was rejected after a fresh compile; fix the drafter and "
-                f"run `rocmseat remediate reset {obs.replica}`")
-        _finish(run, obs, ladder, pending, "serving without the drafter", figures,
-                mode="no-drafter", diagnosis=text)
-        return
-    if pending.action == RESTART_SLOW_SPAWN:
-        _verify_respawn(run, obs, ladder, pending, figures)
-        return
-    # step 3: the restart is judged by the new engine answering
-    _finish(run, obs, ladder, pending, "restarted", figures, mode=ladder.mode)
-
-
-def _step1_verdict(run: _Run, obs: Observation, ladder: Ladder, pending: Pending,
-                   figures: dict[str, Any], *, recovered: bool) -> None:
     if recovered:
-        _finish(run, obs, ladder, pending, "recovered", figures, mode="drafter",
+        _finish(run, obs, ladder, pending, RECOVERED.text, figures, mode=step.mode,
                 diagnosis=DIAGNOSIS_CACHE)
         return
-    _finish(run, obs, ladder, pending, "still collapsed after a fresh compile", figures,
-            mode="drafter", diagnosis=DIAGNOSIS_NOT_CACHE)
-    # straight on to step 2: the drafter is wrong, not the cache
+    _finish(run, obs, ladder, pending, NOT_THE_CACHE.text, figures, mode=step.mode,
+            diagnosis=DIAGNOSIS_NOT_CACHE)
+    if step.then is None:
+        return
+    # straight on: the drafter is wrong, not the cache
     after = run.ladders[obs.replica]
-    why = dict(pending.why) | {"step1": "collapsed again after a fresh compile"}
-    _start(run, dataclasses.replace(obs, key=pending.key), after, 2, RESTART_NO_DRAFTER,
-           "no-drafter", why, collapsed_tps=_tps(pending) or pending.collapsed_tps,
-           continuation=True)
+    why = dict(pending.why) | {f"step{step.number}": "collapsed again after a fresh compile"}
+    _start(run, dataclasses.replace(obs, key=pending.key), after, run.steps[step.then], why,
+           collapsed_tps=_tps(pending) or pending.collapsed_tps, continuation=True)
 
 
-def _verify_respawn(run: _Run, obs: Observation, ladder: Ladder, pending: Pending,
-                    figures: dict[str, Any]) -> None:
+def _verify_without_drafter(run: _Run, obs: Observation, ladder: Ladder,  # noqa: PLR0917
+                            pending: Pending, step: Step, figures: dict[str, Any]) -> None:
+    """Step 2: `verify_s` seconds of generation, at least as fast as it was collapsed."""
+    if pending.generation_s < run.settings.verify_s:
+        _wait(run, obs, ladder, pending, step, figures)
+        return
+    tps = pending.generation_tokens / pending.generation_s
+    figures |= {"tokens_per_s": _finite(tps, 2),
+                "collapsed_tokens_per_s": _finite(pending.collapsed_tps, 2)}
+    if pending.collapsed_tps is not None and tps < pending.collapsed_tps:
+        halt = Halt(replica_scope(obs.replica), "slower without the drafter", run.now,
+                    f"{tps:.1f} tok/s without the drafter against {pending.collapsed_tps:.1f}"
+                    " collapsed")
+        run.halts[halt.scope] = halt
+        _finish(run, obs, ladder, pending, SLOWER_WITHOUT.text, figures, mode=step.mode)
+        return
+    text = NO_DRAFTER_TEXT.format(replica=obs.replica, since=_iso(pending.started_s))
+    _finish(run, obs, ladder, pending, SERVING_WITHOUT.text, figures, mode=step.mode,
+            diagnosis=text)
+
+
+def _verify_answering(run: _Run, obs: Observation, ladder: Ladder, pending: Pending,  # noqa: PLR0917
+                      step: Step, figures: dict[str, Any]) -> None:
+    """A restart: judged by the new engine answering."""
+    _finish(run, obs, ladder, pending, RESTARTED.text, figures, mode=step.mode)
+
+
+def _verify_respawn(run: _Run, obs: Observation, ladder: Ladder, pending: Pending,  # noqa: PLR0917
+                    step: Step, figures: dict[str, Any]) -> None:
     """A slow start's restart, judged by the new start's decode rate once the watcher has
     judged it against the seat's history (its first windows at a load the history knows)."""
     if obs.spawn_factor is None:
-        _wait(run, obs, ladder, pending, figures)
+        _wait(run, obs, ladder, pending, step, figures)
         return
     figures |= {"verified_by": "decode rate", "spawn_factor": _finite(obs.spawn_factor)}
-    if A.REPLICA_SLOW_SPAWN in obs.alerts:
-        _finish(run, obs, ladder, pending, "still slow after a restart", figures,
-                mode=ladder.mode)
-        return
-    _finish(run, obs, ladder, pending, "restarted: decodes at the seat's rate", figures,
-            mode=ladder.mode)
+    slow = A.REPLICA_SLOW_SPAWN in obs.alerts
+    _finish(run, obs, ladder, pending, (STILL_SLOW if slow else RESPAWNED).text, figures,
+            mode=step.mode)
 
 
 def _tps(pending: Pending) -> float | None:
     return pending.generation_tokens / pending.generation_s if pending.generation_s > 0 else None
 
 
-def _wait(run: _Run, obs: Observation, ladder: Ladder, pending: Pending,
+def _wait(run: _Run, obs: Observation, ladder: Ladder, pending: Pending, step: Step,  # noqa: PLR0917
           figures: dict[str, Any]) -> None:
     restarted = pending.restarted_s if pending.restarted_s is not None else run.now
     if run.now - restarted > run.settings.verify_timeout_s:
@@ -549,13 +610,16 @@ def _wait(run: _Run, obs: Observation, ladder: Ladder, pending: Pending,
                     f"not enough traffic within {run.settings.verify_timeout_s:g} s")
         run.halts[halt.scope] = halt
         _finish(run, obs, ladder, pending, "unverified: not enough traffic", figures,
-                mode=ladder.mode if pending.step != 2 else "no-drafter")
+                mode=step.mode)
         return
     run.set(obs.replica, dataclasses.replace(ladder, pending=pending))
 
 
 def _finish(run: _Run, obs: Observation, ladder: Ladder, pending: Pending, outcome: str,  # noqa: PLR0917
-            figures: Mapping[str, Any], *, mode: str, diagnosis: str | None = None) -> None:
+            figures: Mapping[str, Any], *, mode: Mode | None,
+            diagnosis: str | None = None) -> None:
+    """The step is over; the replica is in `mode` (None: the mode it was in)."""
+    mode = mode or ladder.mode
     since = ladder.since_s if mode == ladder.mode else run.now
     run.set(obs.replica, dataclasses.replace(ladder, pending=None, mode=mode, since_s=since,
                                              noted=""))
@@ -563,18 +627,121 @@ def _finish(run: _Run, obs: Observation, ladder: Ladder, pending: Pending, outco
                figures=figures, diagnosis=diagnosis)
 
 
+def _cache_untried(obs: Observation, ladder: Ladder, now_s: float) -> str | None:
+    if obs.cache_loaded is not True:
+        return "not applicable: the last start did not load its compile caches"
+    if ladder.cache_tried_key == obs.key:
+        return "done for this key: collapsed again after a fresh compile"
+    return None
+
+
+def _recent_stall(ladder: Ladder, now_s: float) -> float | None:
+    return next((t for t in reversed(ladder.stalls_s) if now_s - t < HOUR_S), None)
+
+
+def _stalled_again(obs: Observation, ladder: Ladder, now_s: float) -> str | None:
+    return None if _recent_stall(ladder, now_s) is not None else "no stall restart in the hour"
+
+
+def _out_of_rotation_text(obs: Observation, ladder: Ladder, now_s: float) -> str:
+    last = _recent_stall(ladder, now_s)
+    return (f"{obs.replica} stalled again within an hour of its restart at "
+            f"{_iso(last or now_s)}: out of rotation; fix it and run `rocmseat remediate reset "
+            f"{obs.replica}`")
+
+
+def _iso(time_s: float) -> str:
+    return A.iso(time_s)[:19] + "Z"
+
+
+# ----- the ladder -----------------------------------------------------------------------------
+
+STARTED = Outcome("started", "started")
+RESET_BY_OPERATOR = Outcome("reset by the operator", "reset")
+RECOVERED = Outcome("recovered", "recovered")
+NOT_THE_CACHE = Outcome("still collapsed after a fresh compile", "not-the-cache")
+SERVING_WITHOUT = Outcome("serving without the drafter", "serving-without-drafter")
+SLOWER_WITHOUT = Outcome("slower without the drafter", "slower-without-drafter")
+RESTARTED = Outcome("restarted", "restarted")
+TAKEN_OUT = Outcome("out of rotation", "out-of-rotation")
+RESPAWNED = Outcome("restarted: decodes at the seat's rate", "restarted")
+STILL_SLOW = Outcome("still slow after a restart", "still-slow")
+# an outcome of any step whose text begins `<class>:` (a failure, a halt, a refusal, ...)
+OUTCOME_HEADS = ("failed", "unverified", "halted", "refused", "dry-run", "reset")
+
+# a drafter collapse: the detector's (held), or the canary's on its fixed prompts
+DRAFTER_TRIGGERS = (A.SPEC_DRAFTER_DEAD, A.SPEC_ACCEPTANCE_DROP, A.DRAFTER_CANARY_FAILED)
+_BOUNDS = (Bound.PER_KEY_DAY, Bound.NODE_HOUR, Bound.FLEET_SHARE)
+_SERVING = (Mode.DRAFTER, Mode.NO_DRAFTER)
+# every step applies to vLLM today (the engine rocmseat launches and whose metrics the
+# watcher reads); an engine is added to a step once its action is proven on it
+_VLLM: frozenset[EngineKind] = frozenset({"vllm"})
+
+LADDER: tuple[Step, ...] = (
+    Step(number=3, action=OUT_OF_ROTATION, triggers=(A.REPLICA_STALLED,), starts_from=_SERVING,
+         condition="stalled again within an hour of its stall restart",
+         applies=_stalled_again, mode=Mode.OUT_OF_ROTATION, effects=(),
+         verification="none: out of rotation until `rocmseat remediate reset`", verify=None,
+         outcomes=(TAKEN_OUT,), bounds=(), engines=_VLLM,
+         would="would take {replica} out of rotation", says=_out_of_rotation_text),
+    Step(number=3, action=RESTART, triggers=(A.REPLICA_STALLED,), starts_from=_SERVING,
+         condition="always", applies=None, mode=None, effects=(Effect.RESTART,),
+         verification="the new engine answers", verify=_verify_answering,
+         outcomes=(RESTARTED,), bounds=_BOUNDS, engines=_VLLM),
+    Step(number=1, action=MOVE_CACHE_RESTART, triggers=DRAFTER_TRIGGERS,
+         starts_from=(Mode.DRAFTER,), condition="its last start loaded its compile caches, "
+         "and step 1 did not run for this config key yet", applies=_cache_untried,
+         mode=Mode.DRAFTER, effects=(Effect.MOVE_CACHE_ASIDE, Effect.RESTART),
+         verification="the canary's first round on the new engine; without the canary, "
+         "`verify_drafts` drafts of traffic: position-0 acceptance at least 0.20 and the "
+         "acceptance length at least the detector's lower edge", verify=_verify_cache,
+         outcomes=(RECOVERED, NOT_THE_CACHE), bounds=_BOUNDS, engines=_VLLM,
+         then=RESTART_NO_DRAFTER),
+    Step(number=2, action=RESTART_NO_DRAFTER, triggers=DRAFTER_TRIGGERS,
+         starts_from=(Mode.DRAFTER,), condition="step 1 does not apply (or did not help)",
+         applies=None, mode=Mode.NO_DRAFTER, effects=(Effect.RESTART,),
+         verification="`verify_s` seconds of generation, at least as fast as collapsed",
+         verify=_verify_without_drafter, outcomes=(SERVING_WITHOUT, SLOWER_WITHOUT),
+         bounds=_BOUNDS, engines=_VLLM, instead_of=MOVE_CACHE_RESTART),
+    Step(number=3, action=RESTART_SLOW_SPAWN, triggers=(A.REPLICA_SLOW_SPAWN,),
+         starts_from=_SERVING, condition="always", applies=None, mode=None,
+         effects=(Effect.RESTART,), verification="the new start's decode rate against the "
+         "seat's history at the same load", verify=_verify_respawn,
+         outcomes=(RESPAWNED, STILL_SLOW), bounds=_BOUNDS, engines=_VLLM),
+)
+STEPS: Mapping[str, Step] = {s.action: s for s in LADDER}
+# Every alert the ladder may act on: a stall, a drafter collapse, a slow start.
+ACTS_ON = tuple(dict.fromkeys(a for s in LADDER for a in s.triggers))
+_BY_TEXT = {o.text: o.label for o in (STARTED, RESET_BY_OPERATOR,
+                                      *(o for s in LADDER for o in s.outcomes))}
+# what rocmseat_remediations_total{outcome} may say: a closed set (the text goes to the journal)
+OUTCOME_CLASSES = tuple(dict.fromkeys(
+    [c for c in _BY_TEXT.values() if c != "other"] + [*OUTCOME_HEADS, "other"]))
+
+
+def outcome_class(outcome: str) -> str:
+    """The label value of a journalled outcome (one of OUTCOME_CLASSES)."""
+    if outcome in _BY_TEXT:
+        return _BY_TEXT[outcome]
+    head = outcome.split(":", 1)[0]
+    return head if head in OUTCOME_HEADS else "other"
+
+
+# ----- the operator's reset (pure) ------------------------------------------------------------
+
+
 def begin_reset(state: State, replica: str | None) -> tuple[State, list[str]]:
     """`rocmseat remediate reset [REPLICA]`, first half: clear the halts (of the replica's
     scope, or all) and the ladders; a replica off its drafter (or out of rotation, or in a
-    step) is marked "resetting" (the watcher leaves it alone) until `finish_reset` records the
+    step) is marked RESETTING (the watcher leaves it alone) until `finish_reset` records the
     outcome of its restart. Returns the new state and the replicas that must restart."""
     ladders = dict(state.ladders)
     names = [replica] if replica is not None else sorted(ladders)
     back = [n for n in names if n in ladders and (
-        ladders[n].mode != "drafter" or ladders[n].pending is not None)]
+        ladders[n].mode != Mode.DRAFTER or ladders[n].pending is not None)]
     for name in names:
         if name in ladders:
-            ladders[name] = Ladder(mode="resetting") if name in back else Ladder()
+            ladders[name] = Ladder(mode=Mode.RESETTING) if name in back else Ladder()
     # a node or fleet halt is lifted by `reset` without a replica only
     halts = ({} if replica is None else
              {k: v for k, v in state.halts.items() if k != replica_scope(replica)})
@@ -584,44 +751,11 @@ def begin_reset(state: State, replica: str | None) -> tuple[State, list[str]]:
 
 def finish_reset(state: State, replica: str, problem: str | None, now_s: float) -> State:
     """The reset's restart of `replica` is done: back to its drafter (problem None), or still
-    "resetting" with the reason (`status` says so; a second reset tries again)."""
+    RESETTING with the reason (`status` says so; a second reset tries again)."""
     ladders = dict(state.ladders)
     ladders[replica] = (Ladder() if problem is None else
-                        Ladder(mode="resetting", since_s=now_s, reset_problem=problem))
+                        Ladder(mode=Mode.RESETTING, since_s=now_s, reset_problem=problem))
     return dataclasses.replace(state, ladders=ladders)
-
-
-def reset(state: State, replica: str | None) -> tuple[State, list[str]]:
-    """Both halves at once (a reset whose restarts all succeeded)."""
-    new, back = begin_reset(state, replica)
-    for name in back:
-        new = finish_reset(new, name, None, 0.0)
-    return new, back
-
-
-# what rocmseat_remediations_total{outcome} may say: a closed set (the text goes to the journal)
-OUTCOME_CLASSES = ("started", "recovered", "not-the-cache", "serving-without-drafter",
-                   "slower-without-drafter", "restarted", "out-of-rotation", "failed",
-                   "unverified", "halted", "refused", "dry-run", "reset", "other")
-_OUTCOME_EXACT = {"started": "started", "recovered": "recovered",
-                  "still collapsed after a fresh compile": "not-the-cache",
-                  "serving without the drafter": "serving-without-drafter",
-                  "slower without the drafter": "slower-without-drafter",
-                  "restarted": "restarted", "out of rotation": "out-of-rotation",
-                  "reset by the operator": "reset"}
-
-
-def outcome_class(outcome: str) -> str:
-    """The label value of a journalled outcome (one of OUTCOME_CLASSES)."""
-    if outcome in _OUTCOME_EXACT:
-        return _OUTCOME_EXACT[outcome]
-    head = outcome.split(":", 1)[0]
-    return head if head in ("failed", "unverified", "halted", "refused", "dry-run",
-                            "reset") else "other"
-
-
-def _iso(time_s: float) -> str:
-    return A.iso(time_s)[:19] + "Z"
 
 
 # ----- the state file, as JSON (pure) ---------------------------------------------------------
@@ -644,20 +778,22 @@ def _ladder_json(ladder: Ladder) -> dict[str, Any]:
 
 
 class StateError(ValueError):
-    """A state document that is not one this module wrote."""
-
-
-def state_from_json(doc: Any) -> State:
-    """The inverse of state_json, through the strict document model
-    (rocmseat.watch.remediate.documents); StateError on anything else."""
-    from rocmseat.watch.remediate.documents import state_from_json as parse
-
-    if not isinstance(doc, dict):
-        raise StateError("not an object")
-    return parse(doc)
+    """A state document that is not one this module wrote (rocmseat.watch.remediate.documents
+    raises its DocumentError)."""
 
 
 # ----- what the alerts say (pure) -------------------------------------------------------------
+
+NO_DRAFTER_TEXT = ("{replica} runs without its drafter since {since}: the drafter's first token "
+                   "was rejected after a fresh compile; fix the drafter and run `rocmseat "
+                   "remediate reset {replica}`")
+# the alert of a replica in a mode off the normal one, and what it says
+MODE_ALERTS: Mapping[Mode, tuple[str, str]] = {
+    Mode.NO_DRAFTER: (A.REPLICA_NO_DRAFTER, NO_DRAFTER_TEXT),
+    Mode.OUT_OF_ROTATION: (A.REPLICA_OUT_OF_ROTATION, "{replica} stalled twice within an hour: "
+                           "out of rotation since {since}; fix it and run `rocmseat remediate "
+                           "reset {replica}`"),
+}
 
 
 def alerts_for(state: State, replica: str, node: str) -> dict[str, dict[str, str]]:
@@ -675,17 +811,7 @@ def alerts_for(state: State, replica: str, node: str) -> dict[str, dict[str, str
         out[A.REMEDIATION_RUNNING] = {"step": str(ladder.pending.step),
                                       "action": ladder.pending.action,
                                       "trigger": str(ladder.pending.why.get("alert", "-"))}
-    if ladder.mode == "no-drafter":
+    if (shown := MODE_ALERTS.get(ladder.mode)) is not None:
         since = _iso(ladder.since_s) if ladder.since_s is not None else "-"
-        out[A.REPLICA_NO_DRAFTER] = {
-            "since": since,
-            "text": f"{replica} runs without its drafter since {since}: the drafter's first "
-                    "token was rejected after a fresh compile; fix the drafter and run "
-                    f"`rocmseat remediate reset {replica}`"}
-    if ladder.mode == "out-of-rotation":
-        since = _iso(ladder.since_s) if ladder.since_s is not None else "-"
-        out[A.REPLICA_OUT_OF_ROTATION] = {
-            "since": since,
-            "text": f"{replica} stalled twice within an hour: out of rotation since {since}; "
-                    f"fix it and run `rocmseat remediate reset {replica}`"}
+        out[shown[0]] = {"since": since, "text": shown[1].format(replica=replica, since=since)}
     return out

@@ -1,4 +1,4 @@
-"""`rocmseat remediate status` as text (pure)."""
+"""`rocmseat remediate status` as text, and the ladder as docs/remediate.md shows it (pure)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,18 @@ from typing import Any
 from rocmseat.text import printable
 from rocmseat.watch.alerts import iso
 from rocmseat.watch.remediate.journal import Meta
-from rocmseat.watch.remediate.policy import State
+from rocmseat.watch.remediate.mode import Mode
+from rocmseat.watch.remediate.policy import (
+    LADDER,
+    NO_ACTION,
+    OUTCOME_CLASSES,
+    RESET_ACTION,
+    State,
+    Step,
+)
+
+LADDER_BEGIN = "<!-- the ladder: generated from rocmseat.watch.remediate.policy.LADDER -->"
+LADDER_END = "<!-- end of the ladder -->"
 
 
 def render_status(state: State, meta: Meta, records: Sequence[Mapping[str, Any]]) -> str:
@@ -24,7 +35,7 @@ def render_status(state: State, meta: Meta, records: Sequence[Mapping[str, Any]]
                    if ladder.pending is not None else "")
         problem = (f": its reset's restart failed: {ladder.reset_problem}; run the reset again "
                    "once that is fixed" if ladder.reset_problem else
-                   ": a reset is restarting it" if ladder.mode == "resetting" else "")
+                   ": a reset is restarting it" if ladder.mode == Mode.RESETTING else "")
         lines.append("  " + printable(f"{name}: {ladder.mode}{since}{running}{problem}", 400))
     for scope, halt in sorted(state.halts.items()):
         lift = scope.split(":", 1)[1] if scope.startswith("replica:") else ""
@@ -41,3 +52,28 @@ def render_status(state: State, meta: Meta, records: Sequence[Mapping[str, Any]]
             + (f" ({r['diagnosis']})" if r.get("diagnosis") else "")
             + (" [dry-run]" if r.get("dry_run") else ""), 300))
     return "\n".join(lines) + "\n"
+
+
+def ladder_table(steps: Sequence[Step] = LADDER) -> str:
+    """docs/remediate.md's table of the ladder, between LADDER_BEGIN and LADDER_END
+    (tests/watch/test_remediate_ladder.py holds the two equal)."""
+    def codes(items: Sequence[str]) -> str:
+        return ", ".join(f"`{i}`" for i in items) or "-"
+
+    rows = [LADDER_BEGIN, "",
+            "| step | action | trigger | from mode | when | mode after | the edge | verified by "
+            "| outcomes (class) | bounds | engines |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in steps:
+        outcomes = "; ".join(f"{o.text} (`{o.label}`)" for o in s.outcomes)
+        cells = [str(s.number), f"`{s.action}`", codes(s.triggers), codes(s.starts_from),
+                 s.condition, f"`{s.mode}`" if s.mode else "its mode",
+                 ", then ".join(s.effects) or "nothing", s.verification,
+                 outcomes + (f"; then `{s.then}`" if s.then else ""),
+                 "; ".join(s.bounds) or "-", ", ".join(sorted(s.engines))]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    actions = codes([*dict.fromkeys(s.action for s in steps), RESET_ACTION, NO_ACTION])
+    return "\n".join([*rows, "", f"Journal actions: {actions} (`{RESET_ACTION}`: the operator's "
+                      f"reset; `{NO_ACTION}`: a refusal). Outcome classes "
+                      f"(`rocmseat_remediations_total{{outcome}}`): {codes(OUTCOME_CLASSES)}.",
+                      "", LADDER_END]) + "\n"

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 from rocmseat.errors import RocmseatError
 from rocmseat.placement.record import ReplicaPlacement
@@ -30,10 +30,11 @@ from rocmseat.watch.canary import CanaryRound
 from rocmseat.watch.remediate import journal
 from rocmseat.watch.remediate import policy as P
 from rocmseat.watch.remediate.documents import SCHEMA
+from rocmseat.watch.remediate.mode import Mode
 from rocmseat.watch.status import ReplicaStatus
 
-REMEDIATION_ALERTS = (A.REMEDIATION_RUNNING, A.REMEDIATION_HALTED, A.REPLICA_NO_DRAFTER,
-                      A.REPLICA_OUT_OF_ROTATION)
+REMEDIATION_ALERTS = (A.REMEDIATION_RUNNING, A.REMEDIATION_HALTED,
+                      *(alert for alert, _ in P.MODE_ALERTS.values()))
 STARTUP_LIMIT_BYTES = 4 << 20
 # when the watcher stops: the longest it waits for a restart it started, after SIGTERM to the
 # restart's process group (rocmseat.runner.CANCEL_GRACE_S, then SIGKILL)
@@ -306,18 +307,26 @@ class Remediator:
     def _still_wanted(self, action: P.Action) -> bool:
         with journal.locked(self.state_dir, self.seat.name):
             ladder = journal.load_state(self.state_dir, self.seat.name)[0].ladder(action.replica)
-        return (ladder.mode != "resetting" and ladder.pending is not None
+        return (ladder.mode != Mode.RESETTING and ladder.pending is not None
                 and ladder.pending.action == action.action)
 
     def _act(self, action: P.Action) -> None:
-        if action.action == P.MOVE_CACHE_RESTART:
-            aside = self.edge.move_cache_aside(action.replica, {
-                "schema": SCHEMA, "why": action.reason,
-                "moved_by": "rocmseat watch --remediate (step 1)"})
-            self.log(f"rocmseat-remediate replica={action.replica} cache-moved-aside "
-                     f"to={_token(str(aside))}")
-        self.edge.restart(action.replica, action.mode, why=action.reason)
-        self.log(f"rocmseat-remediate replica={action.replica} restarted mode={action.mode}")
+        """The step's effects, in the order its entry of the ladder lists them."""
+        step = P.STEPS[action.action]
+        for effect in step.effects:
+            match effect:
+                case P.Effect.MOVE_CACHE_ASIDE:
+                    aside = self.edge.move_cache_aside(action.replica, {
+                        "schema": SCHEMA, "why": action.reason,
+                        "moved_by": f"rocmseat watch --remediate (step {step.number})"})
+                    self.log(f"rocmseat-remediate replica={action.replica} cache-moved-aside "
+                             f"to={_token(str(aside))}")
+                case P.Effect.RESTART:
+                    self.edge.restart(action.replica, action.mode, why=action.reason)
+                    self.log(f"rocmseat-remediate replica={action.replica} restarted "
+                             f"mode={action.mode}")
+                case _:
+                    assert_never(effect)
 
     def _mirror(self, watcher: WatcherView, state: P.State) -> None:
         node = self.meta.node or "-"
@@ -370,8 +379,8 @@ class Remediator:
 
 def _without_drafter(ladder: P.Ladder) -> bool:
     """The replica runs (or is being verified) without its drafter."""
-    return ladder.mode == "no-drafter" or (ladder.pending is not None
-                                           and ladder.pending.step == 2)
+    return ladder.mode == Mode.NO_DRAFTER or (
+        ladder.pending is not None and P.STEPS[ladder.pending.action].mode == Mode.NO_DRAFTER)
 
 
 def _token(value: object) -> str:
@@ -400,14 +409,14 @@ def plan_reset(state_dir: Path, seat: str, replica: str | None) -> list[str]:
 def begin_reset(state_dir: Path, seat: str, replica: str | None, now_s: float
                 ) -> tuple[P.State, list[str], journal.Meta]:
     """Clear halts and ladders under the lock (policy.begin_reset): the replicas to restart
-    are "resetting" (the watcher leaves them alone) until finish_reset; journalled."""
+    are RESETTING (the watcher leaves them alone) until finish_reset; journalled."""
     with journal.locked(state_dir, seat):
         plan_reset(state_dir, seat, replica)
         state, meta = journal.load_state(state_dir, seat)
         new, back = P.begin_reset(state, replica)
         journal.save_state(state_dir, meta, new, now_s)
-        record = P.StepRecord(replica or "*", None, "reset", "reset by the operator", now_s,
-                              figures={"restart_with_drafter": ",".join(back) or "-"})
+        record = P.StepRecord(replica or "*", None, P.RESET_ACTION, P.RESET_BY_OPERATOR.text,
+                              now_s, figures={"restart_with_drafter": ",".join(back) or "-"})
         journal.write_record(state_dir, meta, record)
     return new, back, meta
 
@@ -421,8 +430,8 @@ def finish_reset(state_dir: Path, meta: journal.Meta, replica: str, problem: str
                            now_s)
         outcome = ("reset: back with its drafter" if problem is None else
                    f"failed: the reset's restart: {problem}")
-        journal.write_record(state_dir, meta, P.StepRecord(replica, None, "reset", outcome,
-                                                           now_s))
+        journal.write_record(state_dir, meta, P.StepRecord(replica, None, P.RESET_ACTION,
+                                                           outcome, now_s))
 
 
 def reset(state_dir: Path, seat: str, replica: str | None, now_s: float
