@@ -339,7 +339,13 @@ def test_the_gate_sees_whether_the_watchdog_scrapes(tmp_path):
     try:
         assert watch.wait_started(60.0) is None
         assert watch.exporter is not None and watch.exporter.startswith("http://127.0.0.1:")
+        # the exporter answers before its first evaluation ends; on a loaded host (load 10 in
+        # a CI run) one /metrics read can miss its 5 s budget: poll, bounded
+        deadline = time.monotonic() + 60.0
         before = watch.scrapes()
+        while before is None and time.monotonic() < deadline:
+            time.sleep(0.3)
+            before = watch.scrapes()
         assert before is not None
         assert watch_gap(watch, before) is None  # it scraped again after `before`
         assert watch.gone() is None
