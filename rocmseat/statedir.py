@@ -52,11 +52,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from rocmseat import jsonio
-from rocmseat.atomic import WriteRefused, exclusive_lock, make_dirs, write_into
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.safeio import check_write_dirs, read_trusted_state
 from rocmseat.text import printable
+
+# The writers (rocmseat.atomic, rocmseat.jsonio: fcntl, tempfile, json) are imported where they
+# write: the fast readers (`preflight --format npd --cached`, `slurm health`) only read.
 
 
 def check_owned_dir(path: Path, *, what: str, owner_uid: int | None = None,
@@ -221,6 +222,9 @@ class StateDir:
         """Write `value` as the document, its schema first; the dirs made on the way are
         never group- or other-writable; atomic. WriteRefused (or UntrustedState for a link on
         the way) naming the file otherwise."""
+        from rocmseat import jsonio
+        from rocmseat.atomic import write_into
+
         path = self.path(doc, **parts)
         body = {"schema": doc.schema, **{k: v for k, v in value.items() if k != "schema"}}
         self._make(path.parent, path)
@@ -241,6 +245,8 @@ class StateDir:
     def create_private(self, template: str, data: bytes, /, **parts: str) -> Path:
         """A new file of this user only (mode 0600), made exclusively: never an existing one,
         never through a link (a crash log). WriteRefused naming it otherwise."""
+        from rocmseat.atomic import WriteRefused
+
         path = self.path(template, **parts)
         self._make(path.parent, path)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -263,6 +269,8 @@ class StateDir:
     def lock(self, template: str, /, *, timeout_s: float | None = None,
              **parts: str) -> Iterator[None]:
         """Hold the lock of that name (rocmseat.atomic.exclusive_lock; its dir made here)."""
+        from rocmseat.atomic import exclusive_lock
+
         path = self.path(template, **parts)
         self._make(path.parent, path)
         with exclusive_lock(path, timeout_s=timeout_s):
@@ -275,6 +283,8 @@ class StateDir:
         hang the open. OSError when the OS refuses the open (the caller names the file);
         WriteRefused when what stands there is not a regular file (a FIFO, a device)."""
         import fcntl
+
+        from rocmseat.atomic import WriteRefused
 
         path = self.path(template, **parts)
         self._make(path.parent, path)
@@ -291,6 +301,8 @@ class StateDir:
         return fd
 
     def _make(self, directory: Path, below: Path) -> None:
+        from rocmseat.atomic import WriteRefused, make_dirs
+
         check_write_dirs(below, trusted_root=self.root)  # no link on the way (UntrustedState)
         try:
             make_dirs(directory)
