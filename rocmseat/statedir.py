@@ -24,9 +24,10 @@ spells these names. The layout (unchanged since rocmseat.startup/v1):
 The door: a document kept here is declared once, as a `Document` (its name under the state dir
 from the templates below, its schema string, its strict parser, its size cap) beside its model
 in the room that owns it, and `StateDir.read(doc, **parts)` / `StateDir.write(doc, value,
-**parts)` / `StateDir.make_dir(name, **parts)` / `StateDir.lock(name, **parts)` are the only
-ways any module opens, parses, writes, makes or locks something here (tests/test_statedir.py
-holds the rest of the package to that). Reads are sshd's StrictModes
+**parts)` / `StateDir.make_dir(name, **parts)` / `StateDir.lock(name, **parts)` (and
+`StateDir.hold(name, **parts)`: a lock taken without waiting, kept for the process's life) are
+the only ways any module opens, parses, writes, makes or locks something here
+(tests/test_statedir.py holds the rest of the package to that). Reads are sshd's StrictModes
 (rocmseat.safeio.read_trusted_state up from the state dir: no link, owned by root or the reader,
 writable by nobody else), capped, and parsed by the document's strict model: a bad file is one
 line naming it and why. Writes stamp the schema, make their dirs through rocmseat.atomic.make_dirs
@@ -51,11 +52,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from rocmseat import jsonio
-from rocmseat.atomic import WriteRefused, exclusive_lock, make_dirs, write_into
 from rocmseat.errors import ConfigError, ReadError
 from rocmseat.safeio import check_write_dirs, read_trusted_state
 from rocmseat.text import printable
+
+# The writers (rocmseat.atomic, rocmseat.jsonio: fcntl, tempfile, json) are imported where they
+# write: the fast readers (`preflight --format npd --cached`, `slurm health`) only read.
 
 
 def check_owned_dir(path: Path, *, what: str, owner_uid: int | None = None,
@@ -115,9 +117,18 @@ PREFLIGHT_SYSFS = f"{REPLICA_DIR}/{_SYSFS_FILE}"
 ERRORS_DIR = "errors"  # crash logs, mode 0700 (rocmseat.cli.main)
 CRASH_LOG = f"{ERRORS_DIR}/{{name}}"
 # locks by name
+REMEDIATION_ROOT = "remediation"
+REMEDIATION_DIR = f"{REMEDIATION_ROOT}/{{seat}}"  # its dirs 0700 (rocmseat.watch.remediate)
+REMEDIATION_STATE = f"{REMEDIATION_DIR}/state.json"
+REMEDIATION_JOURNAL = f"{REMEDIATION_DIR}/journal"
+JOURNAL_RECORD = f"{REMEDIATION_JOURNAL}/{{entry}}"  # one file per step, never appended to
+# locks by name
 READINGS_LOCK = "preflight/error-readings.lock"
 REPORT_LOCK = f"{REPLICA_DIR}/{_REPORT_LOCK}"
 LAUNCH_LOCK = f"{REPLICA_DIR}/{_LAUNCH_LOCK}"
+REMEDIATION_LOCK = f"{REMEDIATION_DIR}/.lock"
+ACTION_LOCK = f"{REMEDIATION_DIR}/.action.lock"
+JUDGE_LOCK = f"{REMEDIATION_DIR}/.judge.lock"
 
 T = TypeVar("T")
 
@@ -211,6 +222,9 @@ class StateDir:
         """Write `value` as the document, its schema first; the dirs made on the way are
         never group- or other-writable; atomic. WriteRefused (or UntrustedState for a link on
         the way) naming the file otherwise."""
+        from rocmseat import jsonio
+        from rocmseat.atomic import write_into
+
         path = self.path(doc, **parts)
         body = {"schema": doc.schema, **{k: v for k, v in value.items() if k != "schema"}}
         self._make(path.parent, path)
@@ -231,6 +245,8 @@ class StateDir:
     def create_private(self, template: str, data: bytes, /, **parts: str) -> Path:
         """A new file of this user only (mode 0600), made exclusively: never an existing one,
         never through a link (a crash log). WriteRefused naming it otherwise."""
+        from rocmseat.atomic import WriteRefused
+
         path = self.path(template, **parts)
         self._make(path.parent, path)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -253,12 +269,40 @@ class StateDir:
     def lock(self, template: str, /, *, timeout_s: float | None = None,
              **parts: str) -> Iterator[None]:
         """Hold the lock of that name (rocmseat.atomic.exclusive_lock; its dir made here)."""
+        from rocmseat.atomic import exclusive_lock
+
         path = self.path(template, **parts)
         self._make(path.parent, path)
         with exclusive_lock(path, timeout_s=timeout_s):
             yield
 
+    def hold(self, template: str, /, **parts: str) -> int | None:
+        """Take the lock of that name without waiting, for the life of the process (the kernel
+        drops it when the process dies): its descriptor, or None when another process holds
+        it. Never through a link (O_NOFOLLOW); O_NONBLOCK: a FIFO planted at the name does not
+        hang the open. OSError when the OS refuses the open (the caller names the file);
+        WriteRefused when what stands there is not a regular file (a FIFO, a device)."""
+        import fcntl
+
+        from rocmseat.atomic import WriteRefused
+
+        path = self.path(template, **parts)
+        self._make(path.parent, path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o600)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise WriteRefused(path, "not a lock file")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
     def _make(self, directory: Path, below: Path) -> None:
+        from rocmseat.atomic import WriteRefused, make_dirs
+
         check_write_dirs(below, trusted_root=self.root)  # no link on the way (UntrustedState)
         try:
             make_dirs(directory)
@@ -305,24 +349,24 @@ class StateDir:
 
     @property
     def remediation_root(self) -> Path:
-        return self.root / "remediation"
+        return self.path(REMEDIATION_ROOT)
 
     def remediation(self, seat: str) -> Path:
-        return self.remediation_root / seat
+        return self.path(REMEDIATION_DIR, seat=seat)
 
     def remediation_state(self, seat: str) -> Path:
-        return self.remediation(seat) / "state.json"
+        return self.path(REMEDIATION_STATE, seat=seat)
 
     def remediation_journal(self, seat: str) -> Path:
-        return self.remediation(seat) / "journal"
+        return self.path(REMEDIATION_JOURNAL, seat=seat)
 
     def remediation_lock(self, seat: str) -> Path:
-        return self.remediation(seat) / ".lock"
+        return self.path(REMEDIATION_LOCK, seat=seat)
 
     def remediation_action_lock(self, seat: str) -> Path:
         """Held around each restart of a replica of the seat (the watcher's worker, reset's)."""
-        return self.remediation(seat) / ".action.lock"
+        return self.path(ACTION_LOCK, seat=seat)
 
     def remediation_judge_lock(self, seat: str) -> Path:
         """Held for its life by the one watcher that judges the seat."""
-        return self.remediation(seat) / ".judge.lock"
+        return self.path(JUDGE_LOCK, seat=seat)

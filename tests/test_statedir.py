@@ -105,9 +105,8 @@ PATH_ARGS = {"atomic_write_json": 1, "atomic_write_text": 1, "atomic_write_bytes
              "write_into": 2}
 SINK_METHODS = {"open", "mkdir", "read_text", "write_text", "read_bytes", "write_bytes",
                 "touch", "loads", "load"}
-# rocmseat/watch/remediate/ is being rewritten (issue 32, "the ladder as data"); what it still
-# does on its own is listed in that work's report; it joins the door there
-OUTSIDE_THE_DOOR = ("rocmseat/statedir.py", "rocmseat/watch/remediate/")
+# the door itself, and nothing else (remediation's state, journal and locks joined it: issue 32)
+OUTSIDE_THE_DOOR = ("rocmseat/statedir.py",)
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -299,12 +298,14 @@ def test_the_door_check_sees_a_breach(tmp_path):
 # reader (StrictModes: writable by group). The writer runs in one process under umask 002 (a
 # crash log first: it makes the state dir), the readers in a fresh one (a restart): the watch
 # baseline, the placement, the slow-spawn history, the canary's baselines, the startup report
-# and its history, the error readings.
+# and its history, the error readings, remediation's state and journal (its lock and judge's
+# lock taken on the way, in a state dir of their own: remediation is the first to make it).
 UMASK_SCENARIO = r'''
 import os, sys, datetime as dt
 from pathlib import Path
 os.umask(0o002)
 phase, state = sys.argv[1], Path(sys.argv[2])
+healing = state.parent / "healing" / "state"  # made first by remediation (and its parent)
 from rocmseat.launch.flow import usable_state_dir
 from rocmseat.launch.report import previous_start, save_report
 from rocmseat.placement.place import place
@@ -315,6 +316,7 @@ from rocmseat.seat.load import load_seat
 from rocmseat.watch.baseline import (check_state_dir_writable, learned_baseline, load_baseline,
                                      save_baseline)
 from rocmseat.watch.canary_service import CanaryService
+from rocmseat.watch.remediate import journal, policy as P
 from rocmseat.watch.spawn import SpawnWatch
 from tests.launch.test_report import report_at
 from tests.placement.test_recorded import SEAT, X99
@@ -325,6 +327,9 @@ canary = CanaryService(Canary(enabled=True, prompts=["a", "b"]), [], statuses=la
 spawn = SpawnWatch(state_dir=state, prefix="demo", log=lines.append)
 baseline = learned_baseline(drafts=1e4, per_pos=(8e3, 6.4e3), accepted=14_400.0, windows=9,
                             key="k1", now_s=1_790_000_000.0)
+meta = journal.Meta("demo", "/etc/rocmseat/demo.toml", "gpu07", "on")
+ladder_state = P.State(ladders={"r1": P.Ladder("no-drafter", 1_790_000_000.0, None, "k1", (), "",
+                                               ladder_started_s=1_790_000_000.0)})
 if phase == "write":
     # a crash first (it made the state dir's parents 0775 with a plain mkdir -p)
     os.environ.pop("ROCMSEAT_ERROR_LOG", None)
@@ -341,6 +346,12 @@ if phase == "write":
     save_report(state, report_at(25, "GPU KV cache size: 600,000 tokens"))
     print(save_readings(state, X99, None, {"0000:05:00.0": {"aer.badtlp": 3}},
                         Stamp("2026-11-25T10:00:00Z")))
+    assert journal.try_judge(healing, "demo") is not None
+    with journal.locked(healing, "demo"), journal.acting(healing, "demo", timeout_s=5.0):
+        journal.save_state(healing, meta, ladder_state, 1_790_000_100.0)
+        journal.write_record(healing, meta, P.StepRecord("r1", 2, P.RESTART_NO_DRAFTER,
+                                                       "serving without the drafter",
+                                                       1_790_000_100.0))
     sys.exit(0)
 print("baseline", load_baseline(state, "demo.r1") == (baseline, None))
 recorded = read_recorded(seat, state)
@@ -353,9 +364,12 @@ loaded = load_ring(state, X99, None)
 ring = loaded.ring
 print("error readings", ring is not None and dict(ring.devices["0000:05:00.0"][0].counters),
       loaded.problem)
+print("remediation state", journal.load_state(healing, "demo") == (ladder_state, meta))
+records, problems = journal.read_records(healing, "demo")
+print("remediation journal", [(r["replica"], r["step"], r["outcome"]) for r in records], problems)
 print("said", lines)
-modes = sorted({f"{oct(p.stat().st_mode & 0o777)}" for p in [state, *state.rglob("*")]
-                if p.is_dir()})
+modes = sorted({f"{oct(p.stat().st_mode & 0o777)}" for p in [
+    state, *state.rglob("*"), healing.parent, healing, *healing.rglob("*")] if p.is_dir()})
 print("dir modes", modes)
 '''
 
@@ -381,8 +395,10 @@ def test_under_umask_002_every_document_reads_back_after_a_restart(tmp_path):
         "canary baselines [0.5, None]",
         "startup history 600000 []",
         "error readings {'aer.badtlp': 3} None",
+        "remediation state True",
+        "remediation journal [('r1', 2, 'serving without the drafter')] []",
         "said []",
-        "dir modes ['0o700', '0o755']",  # errors/ is 0700
+        "dir modes ['0o700', '0o755']",  # errors/ and remediation/ are 0700
     ]
 
 
@@ -435,3 +451,34 @@ def test_the_door_never_goes_through_a_link(tmp_path):
     with pytest.raises(WriteRefused, match="is a symlink"):
         state.write(_doc(), {}, name="k")
     assert list(elsewhere.iterdir()) == []
+
+
+def test_hold_is_one_holder_and_never_a_link_or_a_fifo(tmp_path):
+    from rocmseat.atomic import WriteRefused
+    from rocmseat.statedir import JUDGE_LOCK
+
+    state = StateDir(tmp_path / "state")
+    fd = state.hold(JUDGE_LOCK, seat="demo")
+    assert fd is not None
+    try:
+        assert state.hold(JUDGE_LOCK, seat="demo") is None  # held: another open file's flock
+    finally:
+        os.close(fd)
+    again = state.hold(JUDGE_LOCK, seat="demo")  # released with its descriptor
+    assert again is not None
+    os.close(again)
+    path = state.remediation_judge_lock("demo")
+    assert stat_mode(path) == 0o600 and stat_mode(path.parent) & 0o022 == 0
+    path.unlink()
+    path.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError):  # ELOOP: the caller names it
+        state.hold(JUDGE_LOCK, seat="demo")
+    assert not (tmp_path / "elsewhere").exists()
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(WriteRefused, match="not a lock file"):
+        state.hold(JUDGE_LOCK, seat="demo")
+
+
+def stat_mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777

@@ -44,6 +44,8 @@ MP0_BY_GFX = {"gfx90a": (13, 0, 2), "gfx942": (13, 0, 6)}
 
 @dataclass(frozen=True, slots=True)
 class BadPageRule:
+    """The bad-page threshold the driver applies to a GPU, and how it arrives at it."""
+
     pages: int | None  # the threshold; None: the driver applies none
     words: str  # how the driver arrives at it
     halts: bool = False  # past it the driver marks the GPU for RMA and halts it (a positive value)

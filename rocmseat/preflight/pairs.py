@@ -20,6 +20,8 @@ _EXHAUSTIVE_MAX = 10  # perfect matchings of 10 GPUs: 945; above, pair neighbour
 
 @dataclass(frozen=True, slots=True)
 class Pair:
+    """Two GPUs of a TP2 pair: where they sit and how their links trained."""
+
     a: str  # PCI address, a < b
     b: str
     socket: int | None

@@ -60,6 +60,8 @@ _EVENT_KEYS = ("gpu_resets_fail", "ring_timeouts_fail")
 
 @dataclass(frozen=True, slots=True)
 class ExpectedGpu:
+    """One GPU the profile expects: its address, its link, its socket."""
+
     pci_address: str
     speed_gts: float | None
     width: int | None
@@ -74,6 +76,8 @@ class ExpectedGpu:
 
 @dataclass(frozen=True, slots=True)
 class Profile:
+    """An expectations profile (checks/*.toml), as load_profile checked it."""
+
     name: str
     source: Path
     gpus: tuple[ExpectedGpu, ...]

@@ -56,6 +56,8 @@ class EntryDoc:
 
 @dataclass(frozen=True, slots=True)
 class ReadingsDoc:
+    """The error-readings file as checked: its root, its boot, each device's readings."""
+
     sysfs_root: str
     boot_id: str | None
     devices: dict[str, tuple[EntryDoc, ...]]

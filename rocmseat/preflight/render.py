@@ -7,7 +7,6 @@ ExecStartPre and in a 16-GPU bench).
 from __future__ import annotations
 
 import re
-import textwrap
 from collections import Counter
 from typing import Any
 
@@ -181,6 +180,8 @@ def render_problems(report: PreflightReport, *, strict: bool = False, width: int
     count; every line at most `width` columns. Each problem is its head (severity, check,
     subject), its message fitted on a line of its own so the figure survives (fit_message) and
     its hint, wrapped, never cut."""
+    import textwrap  # the problems table only (not --json)
+
     problems = [f for f in _ordered(report.findings) if f.severity is not Severity.OK]
     folded = len(report.findings) - len(problems)
     lines = [_title(report)]

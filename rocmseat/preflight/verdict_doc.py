@@ -63,6 +63,8 @@ _MAX_TEXT = 1000
 
 @dataclass(frozen=True, slots=True)
 class CachedFinding:
+    """One finding as the cached verdict keeps it."""
+
     check_id: str
     severity: Severity
     subject: str
@@ -75,6 +77,8 @@ class CachedFinding:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """The last full run's verdict, as cached in the state dir."""
+
     written_at_unix_s: float
     sysfs_root: str
     families: tuple[str, ...]  # the check families the run had

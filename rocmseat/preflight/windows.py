@@ -73,6 +73,8 @@ Counters = dict[str, int]
 
 @dataclass(frozen=True, slots=True)
 class Entry:
+    """One reading of a device's error counters (or a run of equal ones)."""
+
     first: str  # UTC stamps, "YYYY-MM-DDTHH:MM:SSZ"
     last: str
     counters: Counters  # nonzero counts only (absent = 0)
@@ -91,6 +93,8 @@ class Stamp:
 
 @dataclass(frozen=True, slots=True)
 class Ring:
+    """The readings kept for a sysfs root in one boot, per device, oldest first."""
+
     sysfs_root: str
     boot_id: str | None
     devices: dict[str, tuple[Entry, ...]]
@@ -144,6 +148,8 @@ def _ring(doc: ReadingsDoc) -> Ring:
 
 @dataclass(frozen=True, slots=True)
 class Loaded:
+    """The ring as read back, or why there is none."""
+
     ring: Ring | None  # None: no file, or one of another root/boot, or unusable
     problem: str | None  # a one-line problem with the file
     untrusted: bool = False  # the file could not be trusted (StrictModes): never rewrite it

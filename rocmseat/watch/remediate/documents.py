@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from rocmseat.seat.model import is_replica_name, is_seat_name
+from rocmseat.statedir import JOURNAL_RECORD, REMEDIATION_STATE, Document
 from rocmseat.text import printable
 from rocmseat.watch.remediate import policy as P
 from rocmseat.watch.remediate.mode import Mode
@@ -31,6 +32,9 @@ AMOUNT_MAX = 1e15  # drafts, tokens, seconds: far above any real count, far belo
 TEXT_MAX = 4096
 LIST_MAX = 100_000
 MAP_MAX = 4096
+STATE_LIMIT_BYTES = 4 << 20
+RECORD_LIMIT_BYTES = 1 << 20
+FILE_MODE = 0o600  # the state and the records: this user's only, as their dirs (0700)
 
 
 class DocumentError(P.StateError):
@@ -236,6 +240,22 @@ def parse_record(text: str | bytes) -> RecordDoc:
         return RecordDoc.model_validate_json(text)
     except ValidationError as exc:
         raise DocumentError(first_error(exc)) from None
+
+
+def _parse_state_file(text: str, shown: str) -> StateDoc:
+    return parse_state_doc(text)  # DocumentError: load_state names the file
+
+
+def _parse_record_file(text: str, shown: str) -> RecordDoc:
+    return parse_record(text)  # DocumentError: read_records names the file
+
+
+# the two documents of remediation, through the state dir's door (rocmseat.statedir); a
+# journal record's `entry` is its file name (journal.write_record)
+STATE_DOC = Document(REMEDIATION_STATE, STATE_SCHEMA, _parse_state_file,
+                     limit_bytes=STATE_LIMIT_BYTES, mode=FILE_MODE)
+RECORD_DOC = Document(JOURNAL_RECORD, SCHEMA, _parse_record_file,
+                      limit_bytes=RECORD_LIMIT_BYTES, mode=FILE_MODE)
 
 
 def _plain(model: BaseModel | None) -> dict[str, Any]:

@@ -8,9 +8,11 @@
     .action.lock               flock: held around each restart (the worker's, reset's)
     .judge.lock                flock: held by the one watcher that judges the seat
 
-The state decides actions, so it is read back through rocmseat.safeio.read_trusted_state (no
-link, owned by root or the reader, not writable by group or others); a state file that fails
-that, or is not one this module wrote, is a StateUnusable and nothing acts on it.
+Every file here is made, read, written and locked through the state dir's door
+(rocmseat.statedir.StateDir; the documents are declared in rocmseat.watch.remediate.documents).
+The state decides actions, so it is read back as every state file is (no link, owned by root or
+the reader, not writable by group or others, capped); a state file that fails that, or is not
+one this module wrote, is a StateUnusable and nothing acts on it.
 """
 
 from __future__ import annotations
@@ -25,26 +27,30 @@ from pathlib import Path
 from typing import Any
 
 from rocmseat import exitcodes
-from rocmseat.atomic import atomic_write_json, exclusive_lock
+from rocmseat.atomic import WriteRefused
 from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.redact import redact_output, redact_text
-from rocmseat.safeio import read_regular_text, read_trusted_state
-from rocmseat.statedir import StateDir
+from rocmseat.statedir import (
+    ACTION_LOCK,
+    JUDGE_LOCK,
+    REMEDIATION_DIR,
+    REMEDIATION_JOURNAL,
+    REMEDIATION_LOCK,
+    REMEDIATION_ROOT,
+    StateDir,
+)
 from rocmseat.text import printable
 from rocmseat.watch.alerts import iso
 from rocmseat.watch.remediate.documents import (
+    RECORD_DOC,
     SCHEMA,
-    STATE_SCHEMA,
+    STATE_DOC,
     DocumentError,
-    parse_record,
-    parse_state_doc,
     state_of,
 )
 from rocmseat.watch.remediate.mode import Mode
 from rocmseat.watch.remediate.policy import State, StepRecord, state_json
 
-STATE_LIMIT_BYTES = 4 << 20
-RECORD_LIMIT_BYTES = 1 << 20
 DIR_MODE = 0o700
 STAMP_FORMAT = "%Y%m%dT%H%M%S.%fZ"
 KEEP_PER_REPLICA = 100  # journal records kept per replica (prune), beside the current ladder's
@@ -76,19 +82,22 @@ def _prepare(state_dir: Path, seat: str) -> Path:
     from rocmseat.statedir import check_owned_dir
 
     names = StateDir(state_dir)
-    directory = names.remediation(seat)
-    for path in (names.remediation_root, directory, names.remediation_journal(seat)):
+    for template in (REMEDIATION_ROOT, REMEDIATION_DIR, REMEDIATION_JOURNAL):
+        path = names.path(template, seat=seat)
         try:
             check_owned_dir(path, what="remediation dir")
-            path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            # made as every state dir is (never group- or other-writable, whatever the
+            # umask), then 0700: the journal holds the seat's argv and alerts
+            names.make_dir(template, mode=DIR_MODE, seat=seat)
             check_owned_dir(path, what="remediation dir")
             if not path.is_dir() or path.is_symlink():
                 raise NotADirectoryError(20, "not a directory")
-        except OSError as exc:
-            raise StateUnusable(f"{path}: {_shape(path) or exc.strerror or exc}",
+        except (OSError, WriteRefused) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else exc.message
+            raise StateUnusable(f"{path}: {_shape(path) or why or exc}",
                                 hint="move it away; rocmseat makes its own directory there")\
                 from None
-    return directory
+    return names.remediation(seat)
 
 
 def check_shapes(state_dir: Path, seat: str) -> None:
@@ -120,7 +129,7 @@ def _shape(path: Path) -> str | None:
 @contextlib.contextmanager
 def locked(state_dir: Path, seat: str, timeout_s: float = 60.0) -> Iterator[Path]:
     directory = _prepare(state_dir, seat)
-    with exclusive_lock(StateDir(state_dir).remediation_lock(seat), timeout_s=timeout_s):
+    with StateDir(state_dir).lock(REMEDIATION_LOCK, timeout_s=timeout_s, seat=seat):
         yield directory
 
 
@@ -129,7 +138,7 @@ def acting(state_dir: Path, seat: str, timeout_s: float) -> Iterator[None]:
     """Held by whoever restarts a replica of the seat (the watcher's worker, `remediate
     reset`): a reset waits for the worker's restart in flight, never lands under it."""
     _prepare(state_dir, seat)
-    with exclusive_lock(StateDir(state_dir).remediation_action_lock(seat), timeout_s=timeout_s):
+    with StateDir(state_dir).lock(ACTION_LOCK, timeout_s=timeout_s, seat=seat):
         yield
 
 
@@ -138,43 +147,31 @@ def try_judge(state_dir: Path, seat: str) -> int | None:
     process dies): the descriptor when this watcher got it, None when another watcher holds
     it. Only the holder decides and counts verification drafts: two watchers on one seat
     would count each draft twice."""
-    import fcntl
-    import stat
-
     _prepare(state_dir, seat)
-    path = StateDir(state_dir).remediation_judge_lock(seat)
+    state = StateDir(state_dir)
+    path = state.remediation_judge_lock(seat)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | os.O_CLOEXEC, 0o600)
+        return state.hold(JUDGE_LOCK, seat=seat)
     except OSError as exc:
         raise StateUnusable(f"{path}: {_shape(path) or exc.strerror or exc}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise StateUnusable(f"{path}: not a lock file")
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    except WriteRefused:
+        raise StateUnusable(f"{path}: not a lock file") from None
 
 
 def load_state(state_dir: Path, seat: str) -> tuple[State, Meta]:
     """The state (empty when there is none yet); StateUnusable when it cannot be trusted."""
     path = StateDir(state_dir).remediation_state(seat)
     try:
-        text = read_trusted_state(path, trusted_root=state_dir, limit_bytes=STATE_LIMIT_BYTES)
+        doc = StateDir(state_dir).read(STATE_DOC, seat=seat)
+        if doc is None:
+            return State(), Meta(seat)
+        if doc.seat != seat:
+            raise DocumentError(f"the state of seat {doc.seat!r}")
+        state = state_of(doc)
     except ReadError as exc:
         raise StateUnusable(f"remediation state: {printable(exc.message, 300)}",
                             hint="look at who wrote it; `rocmseat remediate status` says what it "
                             "held") from None
-    if text is None:
-        return State(), Meta(seat)
-    try:
-        doc = parse_state_doc(text)
-        if doc.seat != seat:
-            raise DocumentError(f"the state of seat {doc.seat!r}")
-        state = state_of(doc)
     except (DocumentError, RecursionError) as exc:
         raise StateUnusable(f"{path}: not a remediation state: {printable(str(exc), 300)}",
                             hint="move it away; remediation starts afresh (rocmseat acts on "
@@ -184,10 +181,10 @@ def load_state(state_dir: Path, seat: str) -> tuple[State, Meta]:
 
 def save_state(state_dir: Path, meta: Meta, state: State, now_s: float) -> None:
     _prepare(state_dir, meta.seat)
-    atomic_write_json(StateDir(state_dir).remediation_state(meta.seat), {
-        "schema": STATE_SCHEMA, "seat": meta.seat, "seat_file": meta.seat_file,
-        "node": meta.node, "mode": meta.mode, "written_at": iso(now_s), **state_json(state),
-    }, mode=0o600)
+    StateDir(state_dir).write(STATE_DOC, {
+        "seat": meta.seat, "seat_file": meta.seat_file, "node": meta.node, "mode": meta.mode,
+        "written_at": iso(now_s), **state_json(state),
+    }, seat=meta.seat)
 
 
 def record_json(meta: Meta, record: StepRecord) -> dict[str, Any]:
@@ -213,12 +210,11 @@ def write_record(state_dir: Path, meta: Meta, record: StepRecord) -> Path:
     _prepare(state_dir, meta.seat)
     stamp = dt.datetime.fromtimestamp(record.time_s, dt.UTC).strftime(STAMP_FORMAT)
     replica = record.replica if record.replica != "*" else "all"
-    journal = StateDir(state_dir).remediation_journal(meta.seat)
     # the sequence zero-padded: names sort as written within a stamp ("-10" sorted before "-9"
     # and a reset's two records read back swapped once the count passed 9)
-    path = journal / f"{stamp}-{replica}-{os.getpid()}-{next(_SEQ):012d}.json"
-    atomic_write_json(path, record_json(meta, record), mode=0o600)
-    return path
+    entry = f"{stamp}-{replica}-{os.getpid()}-{next(_SEQ):012d}.json"
+    return StateDir(state_dir).write(RECORD_DOC, record_json(meta, record), seat=meta.seat,
+                                     entry=entry)
 
 
 def _name_facts(name: str) -> tuple[float | None, str | None]:
@@ -300,12 +296,14 @@ def read_records(state_dir: Path, seat: str, *, last: int = 20) -> tuple[list[di
     records, problems = [], []
     for name in names[-last:]:
         try:
-            doc = parse_record(read_regular_text(journal / name, limit_bytes=RECORD_LIMIT_BYTES))
+            doc = StateDir(state_dir).read(RECORD_DOC, seat=seat, entry=name)
         except ReadError as exc:
             problems.append(printable(exc.message, 300))
             continue
         except (DocumentError, RecursionError) as exc:
             problems.append(f"{journal / name}: {printable(str(exc), 300)}")
+            continue
+        if doc is None:  # pruned meanwhile (by another watcher)
             continue
         out = doc.model_dump(by_alias=True)
         out["why"] = doc.why.model_dump(exclude_none=True)

@@ -35,7 +35,6 @@ from rocmseat.watch.status import ReplicaStatus
 
 REMEDIATION_ALERTS = (A.REMEDIATION_RUNNING, A.REMEDIATION_HALTED,
                       *(alert for alert, _ in P.MODE_ALERTS.values()))
-STARTUP_LIMIT_BYTES = 4 << 20
 # when the watcher stops: the longest it waits for a restart it started, after SIGTERM to the
 # restart's process group (rocmseat.runner.CANCEL_GRACE_S, then SIGKILL)
 STOP_WAIT_S = 15.0
@@ -77,15 +76,10 @@ def startup_facts(state_dir: Path, seat: str, replica: str) -> tuple[bool | None
     artifacts (`cache_load`, or `load_failure`: found, failed to load, compiled again, which is
     how vLLM's CPU build restarts on its cache, docs/demo.md); only fresh compiles mean the
     start began from an empty cache (rocmseat.launch.startupfacts)."""
-    from rocmseat.docmodel import load_json_doc
-    from rocmseat.launch.report_doc import StartupReportDoc
-    from rocmseat.safeio import read_trusted_state
+    from rocmseat.launch.report import STARTUP_REPORT
 
-    path = StateDir(state_dir).replica(seat, replica).startup
-    try:
-        text = read_trusted_state(path, trusted_root=state_dir, limit_bytes=STARTUP_LIMIT_BYTES)
-        # a strict model (rocmseat.launch.report_doc): DocumentInvalid is a RocmseatError
-        doc = load_json_doc(StartupReportDoc, text, str(path)) if text is not None else None
+    try:  # a strict model (rocmseat.launch.report_doc): DocumentInvalid is a RocmseatError
+        doc = StateDir(state_dir).read(STARTUP_REPORT, seat=seat, replica=replica)
     except RocmseatError:
         return None, None
     if doc is None:
