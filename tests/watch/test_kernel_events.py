@@ -368,3 +368,36 @@ def test_remediation_stays_held_when_the_other_gpu_resets(tmp_path):
     assert A.GPU_LOST not in world.status().alerts
     assert "rocmseat-remediate replica=r0 hold-lifted" in world.lines
     world.watcher.kernel.close()
+
+
+def test_a_held_gpu_stops_the_next_step_of_one_being_verified(tmp_path):
+    """Step 1 runs (caches moved aside, restarted); the GPU is lost before its verdict; the
+    verdict "not the cache" would start step 2 at once (a continuation): it is refused instead,
+    and the replica is restarted no more."""
+    from rocmseat.watch.remediate import policy as P
+    from tests.watch.test_remediate import World, collapse
+
+    world = World(tmp_path, after_restart={
+        "drafter": {"alpha": 0.02, "tokens": 110.0},  # the drafter's weights are wrong
+        "no-drafter": {"alpha": 0.0, "tokens": 200.0, "spec": False}})
+    world.watcher.set_targets([Target(t.name, t.url, t.cache_dir, ("0000:10:00.0",
+                                                                    "0000:11:00.0"))
+                               for t in world.watcher.targets])
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    world.watcher.kernel = KernelFollower(kmsg)
+    assert world.watcher.kernel.start() is None
+    world.step(3)
+    collapse(world)
+    world.step(1)
+    assert world.outcomes()[:1] == [("r0", 1, P.MOVE_CACHE_RESTART, "started")]
+    with kmsg.open("a") as f:
+        f.write("3,7,9000000,-;amdgpu 0000:11:00.0: amdgpu: device lost from bus!\n")
+    world.step(4)
+    assert world.restarts == [("r0", "drafter")]
+    outcomes = world.outcomes()
+    assert outcomes[1][3] == "still collapsed after a fresh compile", outcomes
+    assert [o for o in outcomes if o[2] == P.RESTART_NO_DRAFTER] == []
+    refused = [o for o in outcomes[2:] if o[3].startswith("refused: r0 is held: gpu_lost")]
+    assert refused, outcomes
+    world.watcher.kernel.close()
