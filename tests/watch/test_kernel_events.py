@@ -401,3 +401,24 @@ def test_a_held_gpu_stops_the_next_step_of_one_being_verified(tmp_path):
     refused = [o for o in outcomes[2:] if o[3].startswith("refused: r0 is held: gpu_lost")]
     assert refused, outcomes
     world.watcher.kernel.close()
+
+
+def test_the_service_follows_the_log_with_each_gpus_bridges(tmp_path):
+    """`rocmseat watch SEAT --sysfs-root ROOT` hands the node's root to the follower
+    (rocmseat.cli.watch -> Parts.sysfs_root -> _start_kernel_events)."""
+    from rocmseat.watch.service import _start_kernel_events
+
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    lines: list[str] = []
+    w = Watcher([Target("r0", "http://x/metrics", gpus=R0)], WatchConfig(state_dir=tmp_path),
+                fetch=lambda u, t: "up 1\n")
+    follower = _start_kernel_events(w.targets, w, lines.append, kmsg, X99)
+    try:
+        assert follower is not None and w.kernel is follower
+        assert follower.alerts.upstream["0000:05:00.0"][-1] == "0000:00:02.0"
+        assert lines == [f"rocmseat-watch kernel-events following path={kmsg} gpus=2 bridges=6"]
+    finally:
+        if follower is not None:
+            follower.close()
+        w.close()
