@@ -116,6 +116,7 @@ class _Watched:
     remediator: Any = None  # the remediator factory (remediation on)
     kernel_log: Path | None = None
     canary: Any = None  # the drafter canary factory ([canary] enabled)
+    sysfs_root: Path | None = None  # a rocm seat's node (the kernel log's GPU paths)
 
 
 @click.command("watch")
@@ -238,7 +239,7 @@ def _from_seat(opts: WatchOptions, seat_file: Path,
         hook_argv=hook_argv or seat.watch.command_hook,
         min_ready=seat.watch.min_ready if opts.min_ready is None else opts.min_ready,
         seat_name=seat.name, node=node, remediator=remediator, kernel_log=kernel_log,
-        canary=canary,
+        canary=canary, sysfs_root=node_root,
     )
 
 
@@ -359,7 +360,7 @@ def _service(watched: _Watched, config: WatchConfig, sinks: Sinks) -> int:
             run_service(watched.targets, config, sinks, log=log, stop=stop, parts=Parts(
                 targets_file=watched.source, extra_targets=watched.extra,
                 remediate=watched.remediator, kernel_log=watched.kernel_log,
-                canary=watched.canary))
+                canary=watched.canary, sysfs_root=watched.sysfs_root))
         except BaseException as exc:  # handed to the CLI's error boundary below
             caught.append(exc)
 

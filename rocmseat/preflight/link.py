@@ -167,7 +167,9 @@ def _unjudged(gpu: Gpu, truth: LinkTruth, claim: str, errors: list[str],
                      f"{ASLEEP_WORDS}; {truth.hierarchy.why}, so the link is judged when it "
                      f"is awake ({gpu.amdgpu.asleep})", "", data)
     if truth.hierarchy.kind != WALKED and not errors:
-        said = fw.problem or "no pp_dpm_pcie level and no gpu_metrics link"
+        said = fw.problem or (f"not read: {gpu.amdgpu.runtime_error}"
+                              if gpu.amdgpu.runtime_error else
+                              "no pp_dpm_pcie level and no gpu_metrics link")
         reason = (
             f"{truth.hierarchy.why}, so the endpoint's claim {claim} is not the link, and "
             f"the GPU firmware does not say it ({said})"
@@ -325,6 +327,16 @@ def _capability_note(gpu: Gpu, eff: EffectiveLink) -> str:
 def judge_dpm(gpu: Gpu) -> list[Finding]:
     """`pcie.dpm.*`: pp_dpm_pcie's active and highest level against the trained link."""
     it = Subject(gpu.pci_address)
+    if gpu.amdgpu.runtime_error:
+        # never asleep: the PM core refuses every resume until a rebind (rocmseat.sysfs.amdgpu)
+        return [it.fail(
+            "pcie.dpm.resume_failed",
+            f"GPU {gpu.pci_address} failed a runtime resume ({gpu.amdgpu.runtime_error}): the "
+            "PM core refuses every later resume (-EINVAL) until the driver is rebound, so the "
+            "GPU is unusable, not asleep",
+            "see the kernel log for the failure (amdgpu_device_ip_resume failed ...); drain the "
+            "node, then rebind amdgpu (or reboot) and re-run preflight",
+            {"runtime_status": gpu.amdgpu.runtime_status})]
     if gpu.amdgpu.asleep:
         return [it.ok("pcie.dpm.asleep", f"{ASLEEP_WORDS} ({gpu.amdgpu.asleep})", "",
                       {"asleep": gpu.amdgpu.asleep})]

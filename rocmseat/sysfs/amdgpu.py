@@ -16,6 +16,14 @@ gpu_metrics, gpu_busy_percent) answer EPERM instead of waking it; older kernels 
 getters are not read at all (a health check never wakes a GPU as a side effect); an EPERM from a
 getter says the same. `asleep` carries why. The PCI link and AER files do not go through these
 getters and are read as usual.
+
+`error` is not asleep: the PM core prints it whenever `dev->power.runtime_error` is set
+(drivers/base/power/sysfs.c runtime_status_show(), checked before any status), which a failed
+runtime suspend or resume callback sets (drivers/base/power/runtime.c rpm_callback()); from then
+on rpm_resume() returns -EINVAL for every resume ("if (dev->power.runtime_error) retval =
+-EINVAL") until the status is set again (pm_runtime_set_active(), a driver rebind). The GPU
+cannot be woken: `runtime_error` carries it, and its pm getters are not read either (their
+EPERM would only repeat it, and an older kernel's pm_runtime_get_sync() would fail the same way).
 """
 
 from __future__ import annotations
@@ -48,6 +56,9 @@ class AmdgpuReading:
     ras: RasReading | None = None  # None: no ras/ directory (Radeon parts): not applicable
     # why the pm getters were not read (runtime suspend), or None
     asleep: str | None = None
+    # power/runtime_status is `error`: a runtime resume or suspend failed, the GPU cannot be
+    # woken until the driver is rebound (see the module text); None otherwise
+    runtime_error: str | None = None
     # MP0 (PSP) IP version from ip_discovery, for the driver's bad-page rule; None: not exposed
     mp0_version: tuple[int, int, int] | None = None
     # the function's assigned BARs (`resource`, rocmseat.sysfs.pci.parse_resource); None: absent
@@ -70,9 +81,11 @@ def _busy(text: str, source: str) -> int:
 def read_amdgpu(device_dir: Path) -> AmdgpuReading:
     attrs = Collector(device_dir)
     runtime_status = read_text(device_dir / "power" / "runtime_status")[0] or None
-    asleep = None
+    asleep = runtime_error = None
     dpm = metrics = busy = None
-    if runtime_status == "suspended":
+    if runtime_status == "error":
+        runtime_error = "power/runtime_status is error"
+    elif runtime_status == "suspended":
         asleep = "power/runtime_status is suspended"
     else:
         dpm, denied_dpm = attrs.get_pm("pp_dpm_pcie", parse_pp_dpm_pcie)
@@ -98,6 +111,7 @@ def read_amdgpu(device_dir: Path) -> AmdgpuReading:
         ras=read_ras(device_dir),
         errors=tuple(attrs.errors),
         asleep=asleep,
+        runtime_error=runtime_error,
         mp0_version=mp0,
         bars=bars,
         xgmi=read_xgmi(device_dir),

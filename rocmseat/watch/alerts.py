@@ -31,6 +31,10 @@ GPU_WEDGED = "gpu_wedged"
 GPU_RING_TIMEOUT = "gpu_ring_timeout"
 GPU_PAGE_FAULT = "gpu_page_fault"
 GPU_LOST = "gpu_lost"
+GPU_AER_FATAL = "gpu_aer_fatal"
+GPU_RAS_UNCORRECTABLE = "gpu_ras_uncorrectable"
+GPU_BAD_PAGE_THRESHOLD = "gpu_bad_page_threshold"
+GPU_FATAL = "gpu_fatal"
 # remediation (rocmseat/watch/remediate, docs/remediate.md)
 REMEDIATION_RUNNING = "remediation_running"
 REMEDIATION_HALTED = "remediation_halted"
@@ -45,6 +49,7 @@ ALERTS: tuple[str, ...] = (
     METRICS_UNSTABLE, GPU_AER_RECOVERY, GPU_AER_FAILED, GPU_RESET, GPU_WEDGED,
     REMEDIATION_RUNNING, REMEDIATION_HALTED, REPLICA_NO_DRAFTER, REPLICA_OUT_OF_ROTATION,
     GPU_RING_TIMEOUT, GPU_PAGE_FAULT, GPU_LOST,
+    GPU_AER_FATAL, GPU_RAS_UNCORRECTABLE, GPU_BAD_PAGE_THRESHOLD, GPU_FATAL,
     DRAFTER_CANARY_FAILED, REPLICA_SLOW_SPAWN,
 )
 SEVERITY: dict[str, str] = {
@@ -65,6 +70,10 @@ SEVERITY: dict[str, str] = {
     GPU_RING_TIMEOUT: "critical",
     GPU_PAGE_FAULT: "warning",
     GPU_LOST: "critical",
+    GPU_AER_FATAL: "critical",
+    GPU_RAS_UNCORRECTABLE: "critical",
+    GPU_BAD_PAGE_THRESHOLD: "critical",
+    GPU_FATAL: "critical",
     DRAFTER_CANARY_FAILED: "critical",
     REPLICA_SLOW_SPAWN: "warning",
 }
@@ -90,6 +99,15 @@ SUMMARY: dict[str, str] = {
     GPU_PAGE_FAULT: "the kernel log says a GPU VM page fault hit the replica's GPU",
     GPU_LOST: "the kernel log says a GPU of the replica failed its reset or fell off the bus: "
     "a node problem (drain), never restarted by remediation",
+    GPU_AER_FATAL: "the kernel log says a PCIe AER fatal error (or a failed PCIe recovery) hit "
+    "the replica's GPU or a bridge above it: held until that GPU resets successfully; "
+    "remediation holds",
+    GPU_RAS_UNCORRECTABLE: "the kernel log says the replica's GPU had uncorrectable RAS errors "
+    "or consumed poisoned data: held until that GPU resets successfully; remediation holds",
+    GPU_BAD_PAGE_THRESHOLD: "the kernel log says the replica's GPU retired more VRAM pages than "
+    "its bad-page threshold (an RMA candidate): held, no reset clears it; remediation holds",
+    GPU_FATAL: "the kernel log reports a fatal event on the replica's GPU: held until that "
+    "GPU resets successfully; remediation holds",
     DRAFTER_CANARY_FAILED: "the canary's fixed prompts collapsed against their baseline for "
     "this config key (the drafter's weights or cache changed behind the key?)",
     REPLICA_SLOW_SPAWN: "this start decodes slower than the seat's history at the same load "

@@ -39,7 +39,7 @@ from rocmseat.watch.canary import Usage, subtract
 from rocmseat.watch.detector import DetectorParams, SpecDetector, SpecVerdict
 from rocmseat.watch.fetch import CallableScraper, Fetch
 from rocmseat.watch.kernel import HOLD_S as KERNEL_HOLD_S
-from rocmseat.watch.kernel import KernelCause, KernelFollower, kernel_node_events
+from rocmseat.watch.kernel import KernelCause, KernelFollower
 from rocmseat.watch.metrics import PageError, PageReader, Reading, read_page
 from rocmseat.watch.scrape import Target
 from rocmseat.watch.spawn import SpawnWatch
@@ -418,7 +418,7 @@ class Watcher:
         by_name = {r.target.name: r for r in self._replicas}
         gpus = {r.target.name: r.target.gpus for r in self._replicas}
         for kevent in self.kernel.poll():
-            for event in kernel_node_events(kevent, gpus, now):
+            for event in self.kernel.alerts.apply(kevent, gpus, now):
                 rep = by_name[event.replica]
                 if event.on:
                     rep.kernel_cause = KernelCause(event.detail, now)
@@ -426,6 +426,14 @@ class Watcher:
                         rep.held[event.alert] = now + event.hold_s
                 self._set(rep, event.alert, event.on, now, device=event.device,
                           event=event.detail)
+
+    def blocking_alert(self, replica: str) -> str | None:
+        """Why remediation must hold for `replica`: a fatal kernel event held on one of its
+        GPUs, or on the node (rocmseat.watch.kernel.KernelAlerts.blocking); None: nothing."""
+        rep = next((r for r in self._replicas if r.target.name == replica), None)
+        if rep is None or self.kernel is None:
+            return None
+        return self.kernel.alerts.blocking(rep.target.gpus)
 
     def _kernel_cause(self, rep: _Replica, now: float) -> dict[str, str]:
         """The kernel's cause for a replica's stall or outage, when it spoke lately."""
@@ -469,6 +477,8 @@ class Watcher:
             labels=rep.target.labels,
             restarts_in_row=rep.restarts,
             gpus=rep.target.gpus,
+            blocked_by=None if self.kernel is None else self.kernel.alerts.blocking(
+                rep.target.gpus),
             speculating=self._expects_spec(rep),
             spawn_factor=rep.spawn_factor,
         )

@@ -23,7 +23,7 @@ from rocmseat.watch.alerts import iso
 from rocmseat.watch.canary_service import CanaryService
 from rocmseat.watch.exporter import START_LINE, ExportState, listen_address, start_exporter
 from rocmseat.watch.filesd import BackgroundPoll, Reload, TargetsFile
-from rocmseat.watch.kernel import KernelFollower
+from rocmseat.watch.kernel import KernelFollower, upstream_paths
 from rocmseat.watch.loop import WatchConfig, Watcher
 from rocmseat.watch.remediate.service import Remediator
 from rocmseat.watch.scrape import Target
@@ -121,6 +121,9 @@ class Parts:
     remediate: Callable[[Callable[[str], None]], Remediator] | None = None
     kernel_log: Path | None = None
     canary: Callable[[Watcher, Callable[[str], None]], CanaryService] | None = None
+    # the node's sysfs root: each GPU's bridges up to its root port, so that an AER line naming
+    # the root port reaches the replica below it (rocmseat.watch.kernel.upstream_paths)
+    sysfs_root: Path | None = None
 
 
 def run_service(  # noqa: PLR0915
@@ -181,7 +184,7 @@ def run_service(  # noqa: PLR0915
                     hint="choose another HOST:PORT, or 'off'",
                 ) from None
         monitor = _start_node_events(targets, watcher, log)
-        follower = _start_kernel_events(targets, watcher, log, kernel_log)
+        follower = _start_kernel_events(targets, watcher, log, kernel_log, parts.sysfs_root)
         names = ",".join(t.name for t in targets) if len(targets) <= 20 else (
             f"{len(targets)} targets")
         where = sinks.exporter_listen
@@ -271,18 +274,23 @@ def _start_node_events(
 
 
 def _start_kernel_events(
-    targets: list[Target], watcher: Watcher, log: Callable[[str], None], path: Path | None
+    targets: list[Target], watcher: Watcher, log: Callable[[str], None], path: Path | None,
+    sysfs_root: Path | None = None,
 ) -> KernelFollower | None:
-    """Follow the kernel log for the replicas that have GPUs (their placement's PCI pair)."""
+    """Follow the kernel log for the replicas that have GPUs (their placement's PCI pair), and
+    the bridges above each GPU as the node's sysfs tree shows them."""
     gpus = sum(len(t.gpus) for t in targets)
     if path is None or not gpus:
         return None
-    follower = KernelFollower(path)
+    addresses = sorted({g for t in targets for g in t.gpus})
+    upstream = upstream_paths(sysfs_root, addresses) if sysfs_root is not None else {}
+    follower = KernelFollower(path, upstream)
     problem = follower.start()
     if problem is not None:  # not root, dmesg_restrict: say so, keep watching the rest
         log(f"rocmseat-watch kernel-events unavailable path={path} "
             f"error={'_'.join(problem.split())}")
         return None
     watcher.kernel = follower
-    log(f"rocmseat-watch kernel-events following path={path} gpus={gpus}")
+    bridges = len({b for chain in upstream.values() for b in chain})
+    log(f"rocmseat-watch kernel-events following path={path} gpus={gpus} bridges={bridges}")
     return follower

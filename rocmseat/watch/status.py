@@ -40,6 +40,8 @@ class ReplicaStatus:
     # this start's decode rate against the seat's history at the same load, once judged
     # (rocmseat.watch.spawn.SpawnVerdict.factor: >= 1 is slower; None: not judged yet)
     spawn_factor: float | None = None
+    # why remediation must hold: a fatal kernel event on one of its GPUs (Watcher.blocking_alert)
+    blocked_by: str | None = None
 
     @property
     def undrafted(self) -> bool:

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import time
 import tomllib
 from collections.abc import Callable
@@ -300,15 +301,17 @@ def test_engine_compiles_into_the_store(world: World) -> None:
 
 
 # ----- the kernel log, live, while the healthy replica serves ------------------------------------
-def _kernel_watch_seat(world: World) -> Path:
+def _kernel_watch_seat(world: World, name: str = "r9700-watch",
+                       extra: dict[str, Any] | None = None) -> Path:
     doc = tomllib.loads((REPO / "launchers" / "r9700-mxfp4-dflash.toml").read_text())
     doc["name"] = "r9700-on-fixture"
-    doc["state_dir"] = str(world.root / "watch-state")
-    doc["cache_root"] = str(world.root / "watch-cache")
+    doc["state_dir"] = str(world.root / f"{name}-state")
+    doc["cache_root"] = str(world.root / f"{name}-cache")
     doc["serve"]["port_base"] = world.engine_port  # r0 = the real CPU engine
+    doc.update(extra or {})
     # beside the scenarios' own seats, not among them: every seat there serves with the API key
     # (test_api_key_never_in_a_log_or_state_file finds it in each), this one watches only
-    path = world.root / "kernel-watch" / "r9700-watch.toml"
+    path = world.root / "kernel-watch" / f"{name}.toml"
     path.parent.mkdir(exist_ok=True)
     text = dump_toml(doc).replace('"../checks/x99-r9700.toml"',
                                   f'"{REPO / "checks" / "x99-r9700.toml"}"')
@@ -388,6 +391,116 @@ def test_a_kernel_line_alerts_the_serving_replica_within_one_interval(world: Wor
              f"gpu_ring_timeout on r0 ({GPU}) {latency_s:.2f} s after the line "
              f"was written (interval {INTERVAL_S:g} s; evaluations {before:.0f} -> "
              f"{seen_at:.0f}); {served} completions served meanwhile")
+    finally:
+        watch.stop(grace_s=30)
+        hook.stop()
+
+
+# issue 34 item 6, re-addressed to r0's pair on the x99 tree (0000:05:00.0 + 0000:09:00.0):
+# amdgpu_device.c amdgpu_device_health_check() "device lost from bus!" (6.10+) on one GPU, then
+# amdgpu_do_asic_reset() "GPU reset succeeded, trying to resume" on the other; then a fatal AER
+# on 05:00.0's root port 0000:00:02.0 (corpus/rocm-32.log, aer.c aer_print_error(), re-addressed)
+OTHER_GPU = "0000:09:00.0"
+ROOT_PORT = "0000:00:02.0"
+LOST = f"3,91001,9000000000,-;amdgpu {GPU}: amdgpu: device lost from bus!"
+OTHER_RESET_OK = (f"6,91002,9001000000,-;amdgpu {OTHER_GPU}: amdgpu: GPU reset succeeded, "
+                  "trying to resume")
+AER_ROOT_PORT = (
+    f"3,91003,9002000000,-;pcieport {ROOT_PORT}: PCIe Bus Error: severity=Uncorrected (Fatal), "
+    "type=Transaction Layer, id=0010(Receiver ID)",
+    f"3,91004,9002000100,-;pcieport {ROOT_PORT}:    [18] Malformed TLP          (First)",
+)
+
+
+def _firing(hook: Webhook, name: str) -> dict[str, Any] | None:
+    return next((a for a in hook.alerts() if a.get("labels", {}).get("alertname") == name
+                 and not a.get("endsAt")), None)
+
+
+def test_a_tp2_replicas_lost_gpu_stays_lost_and_remediation_holds(world: World) -> None:
+    """Issue 34 item 6 on the healthy replica's engine, watched as the TP2 replica r0 of the
+    R9700 seat placed on the x99 fixture (as the kernel-line scenario above; remediation on,
+    its restart command a marker file): "device lost from bus!" on 05:00.0 fires `gpu_lost` and
+    the remediator says the hold; "GPU reset succeeded" on the replica's other GPU 09:00.0
+    resolves nothing (before: it resolved `gpu_lost`, and remediation was free to restart a
+    replica whose GPU is gone); a fatal AER naming 05:00.0's root port fires `gpu_aer_fatal` on
+    r0 within one interval (before: dropped, it names no GPU). The restart command never runs."""
+    seat = world.write_seat()
+    world.running() or world.launch(seat)
+    started = time.monotonic()  # the scenario's own time: the engine is the module's
+    marker = world.root / "kernel-hold-restarted"
+    seat_path = _kernel_watch_seat(world, "r9700-hold", {"remediate": {
+        "mode": "on",
+        "restart_command": [sys.executable, "-c",
+                            "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('ran')",
+                            str(marker)]}})
+    hook = Webhook()
+    hook.start()
+    kmsg = world.root / "kmsg-hold"
+    kmsg.write_text("6,90000,8000000000,-;amdgpu 0000:05:00.0: amdgpu: SMU is resumed "
+                    "successfully!\n")
+    exporter = free_port()
+    watch = Proc(["watch", seat_path, "--sysfs-root", X99, "--interval", str(INTERVAL_S),
+                  "--exporter-listen", f"127.0.0.1:{exporter}", "--webhook", hook.url],
+                 world.root / "watch-hold.log", world.env(ROCMSEAT_KMSG=str(kmsg)))
+
+    def seen() -> str:
+        return f"{hook.alerts()[-4:]}\n{tail(watch.log)}"
+
+    def write(*lines: str) -> None:
+        with kmsg.open("a") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def active(alert: str) -> float | None:
+        return gauge(scrape(exporter), "rocmseat_alert_active", replica="r0", alert=alert)
+
+    try:
+        following = wait_for("the watchdog's kernel follower", lambda: next(
+            (ln for ln in watch.log.read_text().splitlines() if "kernel-events following" in ln),
+            None), 90, seen)
+        assert "gpus=4 bridges=" in following and "bridges=0" not in following, following
+        wait_for("an evaluation", lambda: _evaluations(exporter) >= 2, 30, seen)
+        written = time.monotonic()
+        write(LOST)
+        lost = wait_for("gpu_lost", lambda: _firing(hook, "gpu_lost"), 6 * INTERVAL_S, seen)
+        lost_s = time.monotonic() - written
+        assert lost["labels"]["replica"] == "r0" and lost["annotations"]["device"] == GPU, lost
+        held = wait_for("the remediator's hold", lambda: next(
+            (ln for ln in watch.log.read_text().splitlines() if " held why=gpu_lost" in ln),
+            None), 6 * INTERVAL_S, seen)
+        assert "replica=r0" in held and GPU in held, held
+        # the replica's other GPU comes back: nothing of 05:00.0's loss is resolved
+        write(OTHER_RESET_OK)
+        after = _evaluations(exporter)
+        wait_for("three evaluations after the other GPU's reset",
+                 lambda: _evaluations(exporter) >= after + 3, 10 * INTERVAL_S, seen)
+        assert active("gpu_lost") == 1.0
+        assert [a for a in hook.alerts() if a["labels"]["alertname"] == "gpu_lost"
+                and a.get("endsAt")] == []
+        assert "hold-lifted" not in watch.log.read_text()
+        # a fatal AER naming the root port above 05:00.0
+        before = _evaluations(exporter)
+        written = time.monotonic()
+        write(*AER_ROOT_PORT)
+        aer = wait_for("gpu_aer_fatal", lambda: _firing(hook, "gpu_aer_fatal"), 6 * INTERVAL_S,
+                       seen)
+        aer_s = time.monotonic() - written
+        seen_at = _evaluations(exporter)
+        assert aer["labels"]["replica"] == "r0" and aer["labels"]["severity"] == "critical"
+        assert aer["annotations"]["device"] == ROOT_PORT, aer
+        assert f"(upstream of {GPU})" in aer["annotations"]["event"], aer
+        assert seen_at - before <= 2, (before, seen_at)  # within one interval
+        assert active("gpu_lost") == 1.0 and active("gpu_aer_fatal") == 1.0
+        assert gauge(scrape(exporter), "rocmseat_alert_active", replica="r1",
+                     alert="gpu_aer_fatal") in (None, 0.0)
+        assert not marker.exists(), "remediation ran its restart command"
+        note("a_tp2_replicas_lost_gpu_stays_lost_and_remediation_holds",
+             f"gpu_lost on r0 ({GPU}) {lost_s:.2f} s after the line; held by the remediator; "
+             f"still firing {_evaluations(exporter) - after:.0f} evaluations after 'GPU reset "
+             f"succeeded' on {OTHER_GPU}; gpu_aer_fatal from root port {ROOT_PORT} "
+             f"{aer_s:.2f} s after the line (evaluations {before:.0f} -> {seen_at:.0f}, "
+             f"interval {INTERVAL_S:g} s); {time.monotonic() - started:.0f} s beside the running "
+             "engine")
     finally:
         watch.stop(grace_s=30)
         hook.stop()

@@ -428,6 +428,9 @@ def _start(run: _Run, obs: Observation, ladder: Ladder, step: Step,
     """Start a step (bounds permitting). `continuation`: a step started by the verdict of the
     one before (its `then`, with the rate it measured), the same ladder; every other start is
     a new remediation for the per-day bound."""
+    if continuation and obs.refusal is not None:  # e.g. a GPU held by the kernel log meanwhile
+        run.note_once(obs, ladder, f"refused: {obs.refusal}", step.number, NO_ACTION, why)
+        return
     if step.says is not None:
         why["text"] = step.says(obs, ladder, run.now)
     would = "dry-run: " + step.would.format(action=step.action, replica=obs.replica)

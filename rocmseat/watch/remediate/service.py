@@ -152,6 +152,7 @@ class Remediator:
         now = self.clock()
         statuses = list(watcher.statuses)
         self._note_alerts(statuses, now)
+        self._note_holds(statuses)
         fresh = watcher.evaluated_at_s is not None and now - watcher.evaluated_at_s <= \
             self.max_age_s
         problem = ("no evaluation yet" if watcher.evaluated_at_s is None else
@@ -250,22 +251,37 @@ class Remediator:
             spawn_factor=status.spawn_factor)
         ladder = state.ladder(status.replica)
         if ladder.pending is not None or not _acts_on(status):
-            return obs  # the edge is read only where the ladder may start a step
-        refusal: str | None = None
+            # the edge is read only where the ladder may start a step; a held GPU still holds
+            # the next step of one being verified (policy._start, a continuation)
+            return obs if status.blocked_by is None else dataclasses.replace(
+                obs, refusal=_held(status))
+        refusal = self._refusal(status)
+        loaded, started = startup_facts(self.state_dir, self.seat.name, status.replica)
+        return dataclasses.replace(obs, refusal=refusal, cache_loaded=loaded, last_start=started)
+
+    def _refusal(self, status: ReplicaStatus) -> str | None:
+        """Why the ladder may not act on this replica now (None: it may)."""
+        if status.blocked_by is not None:
+            return _held(status)
         if status.replica not in self.records and self._reread is not None:
             self.records = dict(self._reread())
             self.edge.records = dict(self.records)
         if status.replica not in self.records:
-            refusal = (f"{status.replica} has no placement record (not launched by rocmseat "
-                       "with this state dir): never acted on")
-        elif (node := self.node_refusal()) is not None:
-            refusal = f"the node's preflight: {node} (a node problem is not a drafter problem)"
-        elif A.GPU_LOST in status.alerts:
-            # the kernel log: a reset that failed or a GPU off the bus (rocmseat/watch/kernel.py)
-            refusal = (f"{status.replica}'s GPU failed its reset or fell off the bus (kernel "
-                       "log): a node problem, drain it; a restart would not help")
-        loaded, started = startup_facts(self.state_dir, self.seat.name, status.replica)
-        return dataclasses.replace(obs, refusal=refusal, cache_loaded=loaded, last_start=started)
+            return (f"{status.replica} has no placement record (not launched by rocmseat "
+                    "with this state dir): never acted on")
+        if (node := self.node_refusal()) is not None:
+            return f"the node's preflight: {node} (a node problem is not a drafter problem)"
+        return None
+
+    def _note_holds(self, statuses: Sequence[ReplicaStatus]) -> None:
+        """Say when a replica's hold begins, changes or ends (once each), trigger or not."""
+        for status in statuses:
+            kind = f"hold:{status.replica}"
+            if status.blocked_by is not None:
+                self._say(kind, f"rocmseat-remediate replica={status.replica} held "
+                          f"why={_token(status.blocked_by)}")
+            elif self._said.pop(kind, None) is not None:
+                self.log(f"rocmseat-remediate replica={status.replica} hold-lifted")
 
     # ----- the edge -------------------------------------------------------------------------
 
@@ -369,6 +385,13 @@ class Remediator:
 
             os.close(self._judge)
             self._judge = None
+
+
+def _held(status: ReplicaStatus) -> str:
+    """The refusal while a fatal kernel event is held on one of the replica's GPUs or on the
+    node (the watcher's blocking_alert, rocmseat/watch/kernel.py): checked before anything."""
+    return (f"{status.replica} is held: {status.blocked_by} (kernel log): a node problem, "
+            "drain it; a restart would not help")
 
 
 def _without_drafter(ladder: P.Ladder) -> bool:
