@@ -31,6 +31,7 @@ before any regex; bench/bench_kernel_log.py measures it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from rocmseat.sysfs.kernel_events import BY_NAME, about_gpu, classify, could_be_event
@@ -199,6 +200,25 @@ class KernelLogParser:
         else:
             out.append(event)
         return out
+
+    def feed_all(self, lines: Iterable[str]) -> Iterator[Parsed]:
+        """`feed` every line, then `flush`: the bulk path, with the cheap test inline (a line
+        that is not about a GPU, while no event waits for its context line, is only counted:
+        no call, no list; a /dev/kmsg record still goes through for its sequence number)."""
+        feed = self.feed
+        skipped = 0
+        for raw in lines:
+            if self._held is None and not (
+                    "amdgpu" in raw or "pcie" in raw or "AER" in raw or "aer_" in raw
+                    or "PCIe Bus" in raw or "[drm" in raw  # ANCHORS (about_gpu), unrolled
+                    or (raw[:1].isdigit() and "," in raw[1:5])):
+                skipped += 1
+                continue
+            parsed = feed(raw)
+            if parsed:
+                yield from parsed
+        self.lines += skipped
+        yield from self.flush()
 
     def flush(self) -> list[Parsed]:
         held, self._held = self._held, None
