@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from rocmseat.sysfs.kernel_events import BY_NAME, about_gpu, classify, could_be_event
+from rocmseat.sysfs.kernel_events import BY_NAME, classify, could_be_event
 
 MAX_LINE_CHARS = 4096  # the kernel's own line limit is 1024 (PRINTK_MESSAGE_MAX); keep margin
 
@@ -169,9 +169,9 @@ class KernelLogParser:
         out: list[Parsed] = []
         if raw[:1] == " " and self._last_seq is not None and _KMSG_RE.match(raw[1:]) is None:
             return out  # a /dev/kmsg dictionary line (" SUBSYSTEM=pci")
-        if self._held is None and not about_gpu(raw) and not (
+        if self._held is None and not could_be_event(raw) and not (
                 raw[:1].isdigit() and "," in raw[1:5]):
-            return out  # the fast path: no class can match (a kmsg record still counts its seq)
+            return out  # no class can match (a kmsg record still counts its sequence number)
         line = split_line(raw)
         if line is None:
             return out
