@@ -148,9 +148,11 @@ CATALOGUE: tuple[EventClass, ...] = (
        'amdgpu_device_init() too); amdgpu_device.c amdgpu_device_init(): '
        '"amdgpu_device_ip_init failed"; amdgpu_device_ip_init(): "sw_init of IP block <%s> '
        'failed %d", "hw_init of IP block <%s> failed %d"; amdgpu_device_ip_early_init(): '
-       '"early_init of IP block <%s> failed %d" (6.1, 6.6, today; DRM_ERROR in 6.1)',
+       '"early_init of IP block <%s> failed %d"; amdgpu_device_ip_late_init(): "late_init of '
+       'IP block <%s> failed %d" (6.1, 6.6, today; DRM_ERROR in 6.1)',
        r"\bFatal error during GPU init\b|\bamdgpu_device_ip_init failed"
-       r"|\b(?:sw_init|hw_init|early_init) of IP block <(?P<detail>[^>]{1,40})> failed -?\d+",
+       r"|\b(?:sw_init|hw_init|early_init|late_init) of IP block <(?P<detail>[^>]{1,40})> "
+       r"failed -?\d+",
        ("Fatal error during", "amdgpu_device_ip_init failed", "init of IP block"),
        alert=GPU_LOST),
     _c("probe_failed", "fatal", "amdgpu failed to probe the GPU",

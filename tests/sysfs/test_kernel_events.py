@@ -107,6 +107,8 @@ WORDINGS: list[tuple[str, str, str]] = [
      "failed -62", "amdgpu_device.c amdgpu_device_ip_init(), 6.1, 6.6, today"),
     ("init_failed", "[drm:amdgpu_device_ip_init] *ERROR* sw_init of IP block <psp> failed -2",
      "amdgpu_device.c amdgpu_device_ip_init() (built in), 6.1, 6.6, today"),
+    ("init_failed", f"amdgpu {GPU}: amdgpu: late_init of IP block <vcn_v4_0> failed -22",
+     "amdgpu_device.c amdgpu_device_ip_late_init(), 6.1, 6.6, today"),
     ("probe_failed", f"amdgpu {GPU}: probe with driver amdgpu failed with error -22",
      "drivers/base/dd.c call_driver_probe() dev_err, 6.9 and later"),
     ("probe_failed", f"amdgpu: probe of {GPU} failed with error -22",
