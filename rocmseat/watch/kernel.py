@@ -28,7 +28,7 @@ as rocmseat.watch.uevents does for uevents. Alert state is kept per GPU:
   (rocmseat.watch.remediate.service: a node problem, not a drafter problem).
 
 Which class raises which alert, and whether it blocks, is decided in `_alert_for` and `_blocks`
-only (derived from the catalogue's severity today; the catalogue's own fields when it has them).
+only, from the catalogue entry's `alert` and `blocks_remediation` (rocmseat.sysfs.kernel_events).
 
 Each replica keeps its last kernel cause, so a stalled or down replica's alert says what the
 kernel said ("ring gfx_0.0.0 timeout on 0000:86:00.0 at 12:03:11").
@@ -51,21 +51,6 @@ from rocmseat.watch.uevents import RESET_HOLD_S, NodeEvent
 HOLD_S = RESET_HOLD_S  # a one-shot kernel alert stays this long after its last line
 NODE = "node"  # the scope (and `device`) of a line that names no device
 
-# The class -> alert map of the classes that had one before the catalogue said so itself; read
-# only by _alert_for.
-_ALERT_OF = {
-    "gpu_reset": A.GPU_RESET,
-    "ring_timeout": A.GPU_RING_TIMEOUT,
-    "page_fault": A.GPU_PAGE_FAULT,
-    "gpu_reset_failed": A.GPU_LOST,
-    "device_lost": A.GPU_LOST,
-    "init_failed": A.GPU_LOST,
-    "aer_fatal": A.GPU_AER_FATAL,
-    "pcie_recovery_failed": A.GPU_AER_FATAL,
-    "ras_uncorrectable": A.GPU_RAS_UNCORRECTABLE,
-    "ras_poison": A.GPU_RAS_UNCORRECTABLE,
-    "ras_threshold": A.GPU_BAD_PAGE_THRESHOLD,
-}
 # what a successful reset on a GPU resolves there (amdgpu_do_asic_reset(): "GPU reset
 # succeeded, trying to resume"); the bad-page threshold is the EEPROM's, no reset clears it
 _RESET_OK = "gpu_reset_ok"
@@ -73,17 +58,20 @@ _KEPT_BY_RESET = frozenset({A.GPU_BAD_PAGE_THRESHOLD})
 
 
 def _alert_for(event_class: str) -> str | None:
-    """The alert a kernel event class raises (None: none). Every fatal class raises one."""
-    alert = _ALERT_OF.get(event_class)
+    """The alert a kernel event class raises (None: none): the catalogue entry's `alert`
+    (rocmseat.sysfs.kernel_events); a fatal class the entry gives none still raises gpu_fatal."""
+    known = BY_NAME.get(event_class)
+    alert = known.alert if known is not None else None
     if alert is None and _blocks(event_class):
         return A.GPU_FATAL
     return alert
 
 
 def _blocks(event_class: str) -> bool:
-    """The class is fatal for its GPU: its alert holds per GPU and holds remediation back."""
+    """The class is fatal for its GPU: its alert holds per GPU and holds remediation back (the
+    catalogue entry's `blocks_remediation`)."""
     known = BY_NAME.get(event_class)
-    return known is not None and known.severity == "fatal"
+    return known is not None and known.blocks_remediation
 
 
 def _resolves(event_class: str) -> bool:

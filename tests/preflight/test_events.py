@@ -44,6 +44,46 @@ def events_of(path: Path) -> list[KernelEvent]:
 # ----- the corpus ------------------------------------------------------------------------------
 
 
+# Issue 34's classes (rocmseat/sysfs/kernel_events.py) find more in these excerpts than
+# corpus.json, written before them, expects; each line was read: "ring kiq_2.1.0 test failed
+# (-110)" is ring_test_failed; "hw_init/sw_init of IP block <%s> failed" and
+# "amdgpu_device_ip_init failed" are init_failed wordings; "resume of IP block <%s> failed" is
+# resume_failed; "Failed to quiesce KFD", "Failed to evict queue %d" are kfd_preemption; "failed
+# to remove hardware queue from MES" and "MES might be in unrecoverable state" are mes_failure.
+# Where corpus.json no longer holds the old expectation (the corpus helper folds the recount
+# in), corpus.json is the truth again.
+RECOUNTED = {  # excerpt: (corpus.json's expectation before issue 34, the recount)
+    "coreboot-4": ({"aer_corrected": 1, "init_failed": 1},
+                 {"aer_corrected": 1, "init_failed": 3, "ring_test_failed": 1}),
+    "kernelci-2238": ({"init_failed": 1, "psp_failure": 1},
+                    {"init_failed": 3, "psp_failure": 1}),
+    "nixpkgs-176915": ({"gpu_reset": 1, "smu_failure": 2},
+                     {"gpu_reset": 1, "ring_test_failed": 1, "smu_failure": 2}),
+    "ollama-738-hws": ({"kfd_preemption": 3},
+                     {"kfd_preemption": 4}),
+    "pop-2132": ({"gpu_reset": 1, "ring_timeout": 1},
+               {"gpu_reset": 1, "ring_test_failed": 1, "ring_timeout": 1}),
+    "qubes-7648": ({"gpu_reset_failed": 1, "ring_timeout": 1},
+                 {"gpu_reset_failed": 1, "resume_failed": 1, "ring_test_failed": 1,
+                  "ring_timeout": 1}),
+    "rocm-2804-reset-failed": ({"gpu_reset_failed": 1, "kfd_preemption": 1, "psp_failure": 2},
+                             {"gpu_reset_failed": 1, "kfd_preemption": 1, "psp_failure": 2,
+                              "resume_failed": 1}),
+    "rocm-2995": ({"psp_failure": 1},
+                {"init_failed": 1, "psp_failure": 1}),
+    "rocm-5724": ({"gpu_reset": 1, "kfd_preemption": 1, "mes_failure": 2},
+                {"gpu_reset": 1, "kfd_preemption": 2, "mes_failure": 4}),
+    "vendor-reset-3": ({"gpu_reset": 1, "gpu_reset_ok": 1},
+                     {"gpu_reset": 1, "gpu_reset_ok": 1, "ring_test_failed": 1}),
+}
+
+
+def expected_of(excerpt: dict) -> dict[str, int]:
+    """corpus.json's expectation, or the recount above for an excerpt it predates."""
+    old, new = RECOUNTED.get(excerpt["name"], (None, None))
+    return new if new is not None and excerpt["expected"] == old else excerpt["expected"]
+
+
 def test_corpus_per_class_found_against_expected(capsys):
     """Every real excerpt classified as its README says; the per-class table is printed."""
     found: Counter[str] = Counter()
@@ -52,9 +92,10 @@ def test_corpus_per_class_found_against_expected(capsys):
     for excerpt in CORPUS["excerpts"]:
         got = Counter(e.event_class for e in events_of(KLOG / excerpt["file"]))
         found.update(got)
-        expected.update(excerpt["expected"])
-        if dict(got) != excerpt["expected"]:
-            wrong.append((excerpt["name"], dict(got), excerpt["expected"]))
+        want = expected_of(excerpt)
+        expected.update(want)
+        if dict(got) != want:
+            wrong.append((excerpt["name"], dict(got), want))
     with capsys.disabled():
         print(f"\nkernel-log corpus: {len(CORPUS['excerpts'])} excerpts")
         print(f"{'class':22} {'found':>6} {'expected':>9}")
@@ -138,6 +179,25 @@ SYNTHETIC = {
                      "type=Data Link Layer, (Receiver ID)",
     "pcie_recovery_failed": "pcieport 0000:80:02.0: AER: device recovery failed",
     "link_down": "pcieport 0000:80:02.0: pciehp: Slot(2): Link Down",
+    # issue 34's classes (the function and versions of each wording: tests/sysfs/
+    # test_kernel_events.py WORDINGS)
+    "gpu_jobs_stop": "amdgpu 0000:86:00.0: amdgpu: GPU jobs stop begin!",
+    "probe_failed": "amdgpu 0000:86:00.0: probe with driver amdgpu failed with error -22",
+    "resume_failed": "amdgpu 0000:86:00.0: amdgpu: amdgpu_device_ip_resume failed (-110).",
+    "suspend_failed": "amdgpu 0000:86:00.0: amdgpu: suspend of IP block <gfx_v11_0> failed -110",
+    "smu_start_failed": "amdgpu 0000:86:00.0: amdgpu: SMC engine is not correctly up!",
+    "engine_test_failed": "amdgpu 0000:86:00.0: amdgpu: IB test failed on gfx_0.0.0 (-110).",
+    "ring_test_failed": "amdgpu 0000:86:00.0: amdgpu: ring comp_1.0.0 test failed (-110)",
+    "media_test_failed": "amdgpu 0000:86:00.0: amdgpu: ring vcn_dec_0 test failed (-110)",
+    "psp_cmd_status": "amdgpu 0000:86:00.0: amdgpu: psp gfx command LOAD_TA(0x1) failed and "
+                      "response status is (0x7)",
+    "xgmi_add_failed": "amdgpu 0000:86:00.0: amdgpu: XGMI: Failed to add node 3, hive "
+                       "0x1a2b3c4d ret: -22",
+    "xgmi_pcs_uncorrectable": "amdgpu 0000:86:00.0: amdgpu: XGMI PCS DataLossErr detected",
+    "xgmi_pcs_error": "amdgpu 0000:86:00.0: amdgpu: XGMI PCS BERExceededErr detected",
+    "aer_fatal_message": "pcieport 0000:80:02.0: AER: Uncorrectable (Fatal) error message "
+                         "received from 0000:86:00.0",
+    "aer_firmware_first": "amdgpu 0000:86:00.0: aer_status: 0x00004000, aer_mask: 0x00000000",
 }
 VERDICT = {"fatal": Severity.FAIL, "threshold": Severity.FAIL, "warn": Severity.WARN,
            "count": Severity.OK}
@@ -398,3 +458,51 @@ def test_the_sample_line_is_redacted_and_bounded():
            "pasid:1, for process https://u:hunter2@h/x pid 1 thread t pid 1)" + " x" * 300
     sample = sample_line(line)
     assert "hunter2" not in sample and len(sample) <= SAMPLE_CHARS
+
+
+# ----- judged from the entry alone (issue 34 items 8 and 11) ---------------------------------
+
+# synthetic, amdgpu_psp.c psp_cmd_submit_buf() "psp gfx command %s(0x%X) failed and response
+# status is (0x%X)" (6.1, 6.6, today) and psp_resume() "PSP resume failed"
+PSP_STATUS = "[  10.000000] amdgpu 0000:86:00.0: amdgpu: psp gfx command LOAD_TA(0x1) failed " \
+             "and response status is (0x7)"
+PSP_FAILED = "[  10.100000] amdgpu 0000:86:00.0: amdgpu: PSP resume failed"
+
+
+def test_the_psp_command_status_alone_is_counted_not_a_warning(degraded_gpus):
+    findings = judged([PSP_STATUS] * 3, degraded_gpus)
+    (status,) = [f for f in findings if f.check_id == "events.psp_cmd_status"]
+    assert (status.severity, status.data["count"]) == (Severity.OK, 3)
+    assert {f.severity for f in findings} == {Severity.OK}
+
+
+def test_the_psp_command_status_is_judged_with_the_failure_that_follows(degraded_gpus):
+    findings = judged([PSP_STATUS, PSP_FAILED], degraded_gpus)
+    by_id = {f.check_id: f for f in findings if f.subject == "0000:86:00.0"}
+    assert by_id["events.psp_failure"].severity == Severity.WARN
+    status = by_id["events.psp_cmd_status"]
+    assert status.severity == Severity.WARN and status.data["followed_by"] == ["psp_failure"]
+    # a failure on another GPU, or one before the status line, is no evidence for it
+    other = judged([PSP_FAILED.replace("86:00.0", "89:00.0"), PSP_STATUS], degraded_gpus)
+    assert [f.severity for f in other if f.check_id == "events.psp_cmd_status"] == [Severity.OK]
+    before = judged([PSP_FAILED.replace("10.100000", "9.000000"), PSP_STATUS], degraded_gpus)
+    assert [f.severity for f in before if f.check_id == "events.psp_cmd_status"] == [
+        Severity.OK]
+
+
+def test_the_threshold_and_the_hint_come_from_the_catalogue_entry(degraded_gpus, monkeypatch):
+    """No class is special in the judge: an entry's threshold name and advice are used as
+    they stand (a threshold class on ring_timeouts_fail judged by that profile field)."""
+    import dataclasses
+
+    from rocmseat.sysfs import kernel_events
+
+    entry = dataclasses.replace(BY_NAME["gpu_reset"], threshold="ring_timeouts_fail",
+                                advice="the entry's own words")
+    monkeypatch.setitem(kernel_events.BY_NAME, "gpu_reset", entry)
+    events = tally_events(parse([SYNTHETIC["gpu_reset"]]), degraded_gpus, source="t",
+                          window="this boot")
+    (finding,) = [f for f in judge_events(events, degraded_gpus,
+                                          EventThresholds(gpu_resets_fail=1, ring_timeouts_fail=5))
+                  if f.check_id == "events.gpu_reset"]
+    assert (finding.severity, finding.hint) == (Severity.WARN, "the entry's own words")
