@@ -215,7 +215,7 @@ def _source_findings(events: KernelEvents) -> list[Finding]:
         ))
     for why in events.partial:
         findings.append(NODE.unknown(
-            "events.source", f"kernel log {events.source} {why} ({events.lines:,} lines "
+            "events.source", f"kernel log {events.source}: {why} ({events.lines:,} lines "
             "read): the events family cannot judge it whole",
             "pass the whole log (journalctl -k -b > FILE, or zcat a compressed one), or a "
             "longer --kernel-log-timeout",

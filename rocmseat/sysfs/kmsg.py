@@ -240,13 +240,14 @@ class _Tail:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
+        self._chunk = max(4096, min(_TAIL_CHUNK, limit // 16))  # dropped a piece at a time
         self.chunks: deque[bytearray] = deque()
         self._firsts: deque[int | None] = deque()  # each chunk's first sequence number
         self.size = 0
         self.dropped: tuple[int, int] | None = None
 
     def add(self, record: bytes) -> None:
-        if not self.chunks or len(self.chunks[-1]) >= _TAIL_CHUNK:
+        if not self.chunks or len(self.chunks[-1]) >= self._chunk:
             self.chunks.append(bytearray())
             self._firsts.append(record_seq(record))
         if not record.endswith(b"\n"):
