@@ -77,7 +77,7 @@ _REFUSED = (
     (b"PK\x03\x04", "a zip archive (unpack it first)"),
     (b"7z\xbc\xaf\x27\x1c", "a 7z archive (unpack it first)"),
     (b"LPKSHHRH", "a systemd journal file (read it with journalctl -k --file=FILE)"),
-    (b"\x7fELF", "an ELF binary, not a log"),
+    (b"\177ELF", "an ELF binary, not a log"),
 )
 
 

@@ -79,10 +79,10 @@ def test_a_reset_still_in_the_ring_is_counted_once(node):
 
 def test_records_no_run_read_are_said_on_every_later_run_of_the_boot(node):
     node(first_boot_ring())
-    code, found = node(records(filler(50), 5000))  # 40..4999 wrapped before this run
+    _, found = node(records(filler(50), 5000))  # 40..4999 wrapped before this run
     assert found["events.lost"][0] == "warn" and "4,960 records" in found["events.lost"][1]
     assert found["events.gpu_reset"][0] == "fail"
-    code, found = node(records(filler(50), 5020))  # nothing new lost: the boot still has a hole
+    _code, found = node(records(filler(50), 5020))  # nothing new lost: the boot still has a hole
     assert found["events.lost"][0] == "warn" and "4,960 records" in found["events.lost"][1]
 
 
@@ -119,10 +119,10 @@ def test_a_damaged_kept_file_is_unknown_once_then_replaced(node):
     node(first_boot_ring())
     path = StateDir(node.state).path(BOOT_EVENTS_DOC)
     path.write_text('{"schema": "rocmseat.boot-events/v1", "tallies": 7}')
-    code, found = node(records(filler(20), 40))
+    _, found = node(records(filler(20), 40))
     assert found["events.memory"][0] == "unknown" and str(path) in found["events.memory"][1]
     # what the damage forgot is said from now on: records 0..39 count as never read
-    code, found = node(records(filler(20), 40))
+    _code, found = node(records(filler(20), 40))
     assert "events.memory" not in found and found["events.lost"][0] == "warn"
 
 
