@@ -35,3 +35,13 @@ def reset_lines() -> list[str]:
 def filler(count: int, start_s: int = 9000) -> list[str]:
     """Boring lines after the reset (what pushes it out of the ring)."""
     return [f"[{start_s + n:5d}.000000] {FILLER.format(n=n % 127 + 1)}" for n in range(count)]
+
+
+def make_proc(root: Path, boot_id: str) -> Path:
+    """A proc root holding this boot's id (rocmseat.sysfs.host reads it there)."""
+    kernel = root / "sys" / "kernel"
+    (kernel / "random").mkdir(parents=True, exist_ok=True)
+    (kernel / "random" / "boot_id").write_text(boot_id + "\n")
+    (kernel / "hostname").write_text("gpu07\n")
+    (root / "uptime").write_text("9200.00 1000.00\n")
+    return root

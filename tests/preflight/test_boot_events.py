@@ -9,28 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 
 from rocmseat.located import DocumentInvalid
 from rocmseat.preflight.boot_events import BOOT_EVENTS_DOC, parse_boot_events
 from rocmseat.statedir import StateDir
-from tests.preflight.kmsg_records import filler, records, reset_lines
+from tests.preflight.kmsg_records import filler, make_proc, records, reset_lines
 from tests.sysfs.conftest import SYSFS_FIXTURES
 
 HEALTHY = SYSFS_FIXTURES / "x99-r9700"
 BOOT_A = "3f1c2f6e-5d1a-4c59-9a53-0b7d4f3e8a11"
 BOOT_B = "9b2e7c41-0a6d-4f1e-8c3b-5e9d1a2f4c77"
-
-
-def make_proc(root: Path, boot_id: str) -> Path:
-    kernel = root / "sys" / "kernel"
-    (kernel / "random").mkdir(parents=True, exist_ok=True)
-    (kernel / "random" / "boot_id").write_text(boot_id + "\n")
-    (kernel / "hostname").write_text("gpu07\n")
-    (root / "uptime").write_text("9200.00 1000.00\n")
-    return root
 
 
 @pytest.fixture
