@@ -7,6 +7,8 @@ spells these names. The layout (unchanged since rocmseat.startup/v1):
 
     <root>/preflight/verdict.json                the node's cached preflight verdict
     <root>/preflight/error-readings.json         timestamped error counter readings
+    <root>/preflight/boot-events.json            the kernel events seen this boot (so a wrap
+                                                 of the printk ring forgets none)
     <root>/watch/<replica key>.json              the watchdog's learned baselines (and, by
                                                  the same rule, canary-<seat>.<replica> and
                                                  spawn-<seat>.<replica>: the drafter canary's
@@ -104,6 +106,7 @@ PLACEMENT_FILE = "placement.json"  # a name messages use too ("its placement.jso
 # --- the names of the documents, relative to the state dir ({part}s filled by StateDir.path) --
 VERDICT = "preflight/verdict.json"
 READINGS = "preflight/error-readings.json"
+BOOT_EVENTS = "preflight/boot-events.json"
 WATCH_DIR = "watch"
 WATCH_FILE = "watch/{name}.json"  # a baseline, a canary's baselines, a slow-spawn history
 REPLICA_DIR = "seats/{seat}/{replica}"
@@ -124,6 +127,7 @@ REMEDIATION_JOURNAL = f"{REMEDIATION_DIR}/journal"
 JOURNAL_RECORD = f"{REMEDIATION_JOURNAL}/{{entry}}"  # one file per step, never appended to
 # locks by name
 READINGS_LOCK = "preflight/error-readings.lock"
+BOOT_EVENTS_LOCK = "preflight/boot-events.lock"
 REPORT_LOCK = f"{REPLICA_DIR}/{_REPORT_LOCK}"
 LAUNCH_LOCK = f"{REPLICA_DIR}/{_LAUNCH_LOCK}"
 REMEDIATION_LOCK = f"{REMEDIATION_DIR}/.lock"

@@ -50,6 +50,7 @@ class PreflightArgs:
     sample_s: float | None
     strict: bool
     kernel_log: Path | None
+    kernel_log_timeout_s: float
     hip: bool
     hip_timeout_s: float
     amdsmi: bool
@@ -140,8 +141,19 @@ def _pairs(
     "--kernel-log",
     type=click.Path(path_type=Path, dir_okay=False),
     metavar="FILE",
-    help="Judge this saved kernel log (as /dev/kmsg, dmesg or journalctl -k print it) instead "
-    "of this boot's /dev/kmsg (the events family).",
+    help="Judge this saved kernel log (as /dev/kmsg, dmesg or journalctl -k print it; gzip, "
+    "xz or bzip2 compressed; a pipe such as /dev/stdin or <(journalctl -k -b), read until its "
+    "writer closes it) instead of this boot's /dev/kmsg (the events family).",
+)
+@click.option(
+    "--kernel-log-timeout",
+    "kernel_log_timeout_s",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="The longest the kernel log may take to read to its end; a log still unread then "
+    "(a pipe whose writer never closes) makes the events family unknown.",
 )
 @click.option(
     "--hip/--no-hip",
@@ -213,6 +225,7 @@ def preflight(**values: Any) -> int:
             sample_s=opts.sample_s,
             sleep=_sleep_with_progress if sys.stderr.isatty() else time.sleep,
             kernel_log=opts.kernel_log,
+            kernel_log_timeout_s=opts.kernel_log_timeout_s,
         ),
     )
     if run.save_problem:

@@ -158,26 +158,17 @@ def decide(
         return Action("none", None, f"left alone: {foreign} was not set by rocmseat")
     ours = node.drained_by_rocmseat
     causes = reason_families(node.reason) if ours else frozenset()
-    checked = frozenset(covered or ())
+    blind = blind_families(findings)
+    # a family that could not see all it judges has not re-judged what drained the node: its
+    # drain is carried like an unchecked family's (the tag keeps it, no resume)
+    checked = frozenset(covered or ()) - set(blind)
     carried = sorted((causes or frozenset()) - checked)
     if code == exitcodes.PROBLEM:
         if ours and causes is None:
             return Action("none", node.reason, f"already drained ({node.reason})")
         return _drain(node, drain_reason(findings, Severity.FAIL, carried=carried))
     if code == exitcodes.OK:
-        if not ours:
-            return Action("none", None, "nothing to do")
-        if causes is None:
-            return Action("none", node.reason,
-                          f"left drained ({node.reason}): cannot tell which checks drained it; "
-                          "resume it by hand",
-                          unknown="cannot tell which checks drained the node")
-        if carried:
-            hint = " (add --hip to the periodic run)" if "hip" in carried else ""
-            return Action("none", node.reason, f"left drained ({node.reason})",
-                          unknown=f"this verdict did not check {','.join(carried)}, which "
-                                  f"drained the node{hint}")
-        return Action("resume", None, f"resumed (it was drained: {node.reason})")
+        return _decide_ok(node, causes, carried, blind)
     judged = judged_families(findings, checked)
     if (ours and causes and causes <= judged
             and not any(f.severity == Severity.FAIL for f in findings)):
@@ -198,6 +189,41 @@ def decide(
         tag = f" [{','.join(carried)}]"
         reason = f"{REASON_PREFIX} unknown {what}"[: MAX_REASON - len(tag)] + tag
     return _drain(node, reason)
+
+
+def _decide_ok(node: NodeState, causes: frozenset[str] | None, carried: Sequence[str],
+               blind: Mapping[str, str]) -> Action:
+    """decide() on a verdict without a problem: resume only what it re-judged. Pure."""
+    if not node.drained_by_rocmseat:
+        return Action("none", None, "nothing to do")
+    if causes is None:
+        return Action("none", node.reason,
+                      f"left drained ({node.reason}): cannot tell which checks drained it; "
+                      "resume it by hand",
+                      unknown="cannot tell which checks drained the node")
+    blinded = [f for f in carried if f in blind]
+    if blinded:
+        return Action("none", node.reason, f"left drained ({node.reason})",
+                      unknown=f"{blind[blinded[0]]}: {','.join(blinded)}, which drained the "
+                              "node, cannot be re-judged")
+    if carried:
+        hint = " (add --hip to the periodic run)" if "hip" in carried else ""
+        return Action("none", node.reason, f"left drained ({node.reason})",
+                      unknown=f"this verdict did not check {','.join(carried)}, which "
+                              f"drained the node{hint}")
+    return Action("resume", None, f"resumed (it was drained: {node.reason})")
+
+
+# findings that say their family could not see all it judges (docs/fleet.md, "Slurm"): records
+# of this boot's kernel log that no run read (rocmseat.preflight.boot_events keeps the rest)
+_BLIND = {"events.lost": ("events", "this verdict could not see the whole boot's kernel log "
+                                    "(records lost before any run read them)")}
+
+
+def blind_families(findings: Sequence[CachedFinding]) -> dict[str, str]:
+    """The families the verdict ran but could not see whole, and why. Pure."""
+    return {_BLIND[f.check_id][0]: _BLIND[f.check_id][1] for f in findings
+            if f.check_id in _BLIND}
 
 
 # findings of these families speak for every family (a card nobody could read, a run that could
@@ -290,7 +316,10 @@ def obtain_verdict(
     started = clocks.monotonic()
     run = record(request.sysfs_root, request.state_dir,
                  PreflightOptions(profile=request.profile, hip=request.hip,
-                                  hip_stage_timeout_s=hip_stage_timeout(budget_s)),
+                                  hip_stage_timeout_s=hip_stage_timeout(budget_s),
+                                  # a kernel log that never ends (a FIFO named by
+                                  # ROCMSEAT_KMSG) is unknown well inside the budget
+                                  kernel_log_timeout_s=max(MIN_CALL_S, budget_s / 4)),
                  clock=clocks.wall)
     if clocks.monotonic() - started > budget_s:
         return None, f"preflight did not finish within {budget_s:.3g}s", True

@@ -27,7 +27,7 @@ PCIe port it names, else the device itself, else "node".
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,11 +38,12 @@ from rocmseat.redact import redact_text
 from rocmseat.sysfs.fs import Unreadable
 from rocmseat.sysfs.kernel_events import BY_NAME
 from rocmseat.sysfs.kernlog import KernelEvent, KernelLogParser, LostRecords, Parsed
-from rocmseat.sysfs.kmsg import open_kernel_log
+from rocmseat.sysfs.kmsg import READ_BUDGET_S, SeqSpan, open_kernel_log
 
 SAMPLE_CHARS = 200
 MAX_SUBJECTS = 256  # distinct (subject, class) tallies kept; more are counted as "other"
 _KEEP = 8  # rings and processes named per tally
+KEEP_SEQS = 64  # newest /dev/kmsg sequence numbers kept per tally (preflight.boot_events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +63,15 @@ class Tally:
     rings: list[str] = field(default_factory=list)
     processes: list[str] = field(default_factory=list)
     details: list[str] = field(default_factory=list)
+    seqs: list[int] = field(default_factory=list)  # the newest KEEP_SEQS, oldest first
+    kept: int = 0  # of `count`, those no longer in the ring: kept from an earlier read this boot
 
     def add(self, event: KernelEvent) -> None:
         self.count += 1
+        if event.seq is not None:
+            self.seqs.append(event.seq)
+            if len(self.seqs) > KEEP_SEQS:
+                del self.seqs[0]
         when = event.since_boot_s
         if when is not None:
             self.first_s = when if self.first_s is None else min(self.first_s, when)
@@ -88,6 +95,8 @@ class KernelEvents:
     lost_before_first: int = 0
     lost_during: int = 0
     notes: tuple[str, ...] = ()
+    partial: tuple[str, ...] = ()  # why the log was read only in part (the family is unknown)
+    span: SeqSpan | None = None  # the /dev/kmsg sequence numbers read (None: no record had one)
 
 
 def sample_line(message: str) -> str:
@@ -132,20 +141,33 @@ def tally_events(parsed: Iterable[Parsed], gpus: Sequence[Gpu], *, source: str, 
     return KernelEvents(source, window, tallies, lines, lost_before, lost_during, tuple(notes))
 
 
-def read_kernel_events(path: Path, gpus: Sequence[Gpu], *, live: bool) -> KernelEvents | Unreadable:
-    """Read and tally a kernel log (the node's /dev/kmsg when `live`, else a saved log)."""
-    log = open_kernel_log(path)
+def read_kernel_events(path: Path, gpus: Sequence[Gpu], *, live: bool,
+                       budget_s: float = READ_BUDGET_S) -> KernelEvents | Unreadable:
+    """Read and tally a kernel log (the node's /dev/kmsg when `live`, else a saved log) to its
+    end, within `budget_s` (a pipe still open then is read only in part: `partial`)."""
+    log = open_kernel_log(path, budget_s=budget_s)
     if isinstance(log, Unreadable):
         return log
     parser = KernelLogParser()
+    span = SeqSpan()
+
+    def seen(lines: Iterable[str]) -> Iterator[str]:
+        for line in lines:
+            if line[:1].isdigit():  # a kmsg record: its sequence number (SeqSpan)
+                span.see(line)
+            yield line
 
     window = "this boot" if live or log.kind == "kmsg" else f"in {path.name}"
-    events = tally_events(parser.feed_all(log.lines()), gpus, source=str(path), window=window)
+    events = tally_events(parser.feed_all(seen(log.lines())), gpus, source=str(path), window=window)
     notes = list(log.notes)
     if log.overruns and not events.lost_during:
         notes.append(f"the kernel's ring buffer overran the reader {log.overruns} time(s)")
+    partial = list(log.partial)
+    if parser.lines == 0 and not partial:
+        partial.append("is empty (a kernel log holds at least the boot banner)")
     return KernelEvents(events.source, events.window, events.tallies, parser.lines,
-                        events.lost_before_first, events.lost_during, tuple(notes))
+                        events.lost_before_first, events.lost_during, tuple(notes),
+                        tuple(partial), span if span.first is not None else None)
 
 
 def judge_events(events: KernelEvents | Unreadable, gpus: Sequence[Gpu],
@@ -167,7 +189,7 @@ def judge_events(events: KernelEvents | Unreadable, gpus: Sequence[Gpu],
             followers = _followers(subject, name, tally, events.tallies)
             findings.append(_finding(subject, name, tally, events.window, thresholds,
                                      followers=followers))
-    for gpu in gpus:
+    for gpu in gpus if not events.partial else ():  # a partial read calls no GPU clean
         if gpu.pci_address not in seen and gpu.pci_address not in others:
             findings.append(Subject(gpu.pci_address).ok(
                 "events.gpu",
@@ -195,6 +217,13 @@ def _source_findings(events: KernelEvents) -> list[Finding]:
             "keep the journal (journalctl -k -b) or raise log_buf_len; a watchdog that runs "
             "from boot sees them live",
             {"lost": events.lost_before_first, "before_first": True},
+        ))
+    for why in events.partial:
+        findings.append(NODE.unknown(
+            "events.source", f"kernel log {events.source}: {why} ({events.lines:,} lines "
+            "read): the events family cannot judge it whole",
+            "pass the whole log (journalctl -k -b > FILE, or zcat a compressed one), or a "
+            "longer --kernel-log-timeout",
         ))
     for note in events.notes:
         findings.append(NODE.warn(
@@ -252,8 +281,10 @@ def _finding(subject: str, name: str, tally: Tally, window: str,
     if followers:
         data["followed_by"] = list(followers)
         extra += f"; followed by {', '.join(followers)}"
+    kept = (f" ({tally.kept} no longer in the kernel's ring: kept from an earlier read this "
+            "boot)") if tally.kept else ""
     return Subject(subject).finding(
         f"events.{name}", _severity(name, tally, thresholds, followers),
-        f"{event_class.title}: {tally.count}x {window}{when}{extra}: {tally.sample}",
+        f"{event_class.title}: {tally.count}x {window}{when}{kept}{extra}: {tally.sample}",
         event_class.advice, data,
     )

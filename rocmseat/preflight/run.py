@@ -71,7 +71,9 @@ class PreflightOptions:
     `proc_root` is where this boot's id is read (None: the default for the sysfs root,
     rocmseat.sysfs.fs.default_proc_root). `kernel_log` is the log the events family reads
     (None: rocmseat.sysfs.fs.default_kmsg_path; a default run on a tree with no kernel log of
-    its own skips the family, an asked-for one says unknown).
+    its own skips the family, an asked-for one says unknown), read to its end within
+    `kernel_log_timeout_s` (a pipe still open then is unknown). The node's own log (no
+    `kernel_log`) is merged with this boot's kept events (rocmseat.preflight.boot_events).
     """
 
     families: Collection[str] | None = None
@@ -87,6 +89,7 @@ class PreflightOptions:
     now: Callable[[], str] = _now
     proc_root: Path | None = None
     kernel_log: Path | None = None
+    kernel_log_timeout_s: float | None = None  # None: rocmseat.sysfs.kmsg.READ_BUDGET_S
 
 
 def preflight_report(
@@ -126,8 +129,10 @@ def preflight_report(
             _Roots(sysfs_root, state_dir, proc, identity), checked, thresholds, selected, opts)
         findings += error_findings
     if "events" in selected:
-        findings += _events(kmsg, inventory.gpus, checked, loaded,
-                            live=live and opts.kernel_log is None)
+        own = opts.kernel_log is None  # the node's own log: this boot's, kept across runs
+        keep = (state_dir, sysfs_root, identity.boot_id) if own and identity.boot_id else None
+        findings += _events(kmsg, inventory.gpus, checked, loaded, live=live and own,
+                            keep=keep, budget_s=opts.kernel_log_timeout_s)
     if "xgmi" in selected:
         findings += _xgmi(inventory, checked, loaded, wanted)
     if "amdsmi" in selected:
@@ -409,9 +414,13 @@ def _stamp(now: Callable[[], str], proc_root: Path | None, findings: list[Findin
 
 
 def _events(kmsg: Path | None, gpus: tuple[Gpu, ...], checked: tuple[Gpu, ...],
-            profile: Profile | None, *, live: bool) -> list[Finding]:
-    """The kernel log's findings (rocmseat.preflight.events)."""
+            profile: Profile | None, *, live: bool, keep: tuple[Path, Path, str] | None,
+            budget_s: float | None) -> list[Finding]:
+    """The kernel log's findings (rocmseat.preflight.events); `keep`: (state dir, sysfs root,
+    boot id) where this boot's events are kept (rocmseat.preflight.boot_events)."""
     from rocmseat.preflight.events import EventThresholds, judge_events, read_kernel_events
+    from rocmseat.sysfs.fs import Unreadable
+    from rocmseat.sysfs.kmsg import READ_BUDGET_S
 
     if kmsg is None:
         return [NODE.unknown(
@@ -420,7 +429,14 @@ def _events(kmsg: Path | None, gpus: tuple[Gpu, ...], checked: tuple[Gpu, ...],
         )]
     thresholds = profile.events if profile is not None else EventThresholds()
     only = {g.pci_address for g in checked} if len(checked) < len(gpus) else None
-    return judge_events(read_kernel_events(kmsg, gpus, live=live), gpus, thresholds, only=only)
+    events = read_kernel_events(kmsg, gpus, live=live,
+                                budget_s=READ_BUDGET_S if budget_s is None else budget_s)
+    said: list[Finding] = []
+    if keep is not None and not isinstance(events, Unreadable):
+        from rocmseat.preflight.boot_events import remember
+
+        events, said = remember(*keep, events)
+    return said + judge_events(events, gpus, thresholds, only=only)
 
 
 def _hive_expected(inventory: Inventory, profile: Profile | None) -> bool:
