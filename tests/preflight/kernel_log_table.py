@@ -44,10 +44,10 @@ _FIRST_PASS_FATAL = frozenset({
 
 # The floor (measured on this branch's final state; see the corpus README). The table test
 # fails when the corpus measures below it.
-FLOOR_PERCENT_ALL = 85.9  # fatal+error excerpts of the whole corpus giving a non-ok finding
-FLOOR_PERCENT_SECOND = 65.3  # the same, of the second-pass excerpts (those with `kinds`)
+FLOOR_PERCENT_ALL = 85.0  # fatal+error excerpts of the whole corpus giving a non-ok finding
+FLOOR_PERCENT_SECOND = 65.5  # the same, of the second-pass excerpts (those with `kinds`)
 FLOOR_KIND_LINES: Mapping[str, int] = {  # per kind: lines classified
-    "aer_fatal": 1, "gpu_reset": 6, "init_failed": 4, "kfd_queue": 2, "mes_failure": 5,
+    "aer_fatal": 1, "gpu_reset": 7, "init_failed": 4, "kfd_queue": 2, "mes_failure": 6,
     "pcie_recovery_failed": 1, "psp_cmd_benign": 1, "psp_failure": 2, "ras_uncorrectable": 1,
     "ring_timeout": 5,
 }
