@@ -11,8 +11,12 @@ log's length; `judge_events` turns the tally into findings, a pure function:
   `ring_timeouts_fail`, 1 by default: any this boot), and warns below it;
 - page faults, MES/SMU/PSP firmware complaints, KFD preemption failures, link-down and AER
   non-fatal errors warn;
-- counted classes (a reset that succeeded, corrected AER/RAS errors) are ok findings that carry
-  their count (the aer and ras families judge those rates from the counters);
+- counted classes (a reset that succeeded, corrected AER/RAS errors, the PSP's command status)
+  are ok findings that carry their count (the aer and ras families judge those rates from the
+  counters); a counted class with `judged_with` (the PSP's command status) warns when one of
+  those classes follows it on the same GPU;
+- the role, the threshold's name, the title and the hint are the catalogue entry's
+  (rocmseat.sysfs.kernel_events.CATALOGUE): nothing here is special to one class;
 - lines of no class are never findings.
 
 Each finding names the class, the count, the first and last time since boot and one sample
@@ -165,7 +169,9 @@ def judge_events(events: KernelEvents | Unreadable, gpus: Sequence[Gpu],
     seen = {subject for subject, _ in events.tallies}
     for (subject, name), tally in sorted(events.tallies.items()):
         if subject not in others:
-            findings.append(_finding(subject, name, tally, events.window, thresholds))
+            followers = _followers(subject, name, tally, events.tallies)
+            findings.append(_finding(subject, name, tally, events.window, thresholds,
+                                     followers=followers))
     for gpu in gpus:
         if gpu.pci_address not in seen and gpu.pci_address not in others:
             findings.append(Subject(gpu.pci_address).ok(
@@ -203,28 +209,37 @@ def _source_findings(events: KernelEvents) -> list[Finding]:
     return findings
 
 
-_HINTS = {
-    "fatal": "the GPU needs service or a node reboot: drain it and check the full kernel log",
-    "threshold": "the GPU hung this boot; if it repeats, drain the node and check the "
-                 "workload, firmware and driver (threshold: the profile's [thresholds])",
-    "warn": "usually one process's bug or a firmware hiccup; repeated, it precedes a hang",
-    "count": "counted only; the aer and ras families judge the rate",
-}
-
-
-def _severity(name: str, count: int, thresholds: EventThresholds) -> Severity:
-    role = BY_NAME[name].severity
+def _severity(name: str, tally: Tally, thresholds: EventThresholds,
+              followers: Collection[str]) -> Severity:
+    """The verdict of one tally: the class's role, from the catalogue's entry alone."""
+    event_class = BY_NAME[name]
+    role = event_class.severity
     if role == "fatal":
         return Severity.FAIL
     if role == "threshold":
-        limit = (thresholds.gpu_resets_fail if name == "gpu_reset"
-                 else thresholds.ring_timeouts_fail)
-        return Severity.FAIL if count >= max(1, limit) else Severity.WARN
-    return Severity.WARN if role == "warn" else Severity.OK
+        limit = getattr(thresholds, event_class.threshold or "", 1)
+        return Severity.FAIL if tally.count >= max(1, limit) else Severity.WARN
+    if role == "warn":
+        return Severity.WARN
+    return Severity.WARN if followers else Severity.OK
+
+
+def _followers(subject: str, name: str, tally: Tally,
+               tallies: Mapping[tuple[str, str], Tally]) -> list[str]:
+    """The `judged_with` classes of a count class seen on the same subject after its first
+    line (or with no time to order them by): the failure its lines are evidence for."""
+    names = []
+    for other in BY_NAME[name].judged_with:
+        later = tallies.get((subject, other))
+        if later is None:
+            continue
+        if tally.first_s is None or later.last_s is None or later.last_s >= tally.first_s:
+            names.append(other)
+    return names
 
 
 def _finding(subject: str, name: str, tally: Tally, window: str,
-             thresholds: EventThresholds) -> Finding:
+             thresholds: EventThresholds, *, followers: Sequence[str] = ()) -> Finding:
     event_class = BY_NAME[name]
     when = ""
     if tally.first_s is not None and tally.last_s is not None:
@@ -239,8 +254,11 @@ def _finding(subject: str, name: str, tally: Tally, window: str,
         "processes": list(tally.processes), "details": list(tally.details),
         "upstream": event_class.upstream,
     }
+    if followers:
+        data["followed_by"] = list(followers)
+        extra += f"; followed by {', '.join(followers)}"
     return Subject(subject).finding(
-        f"events.{name}", _severity(name, tally.count, thresholds),
+        f"events.{name}", _severity(name, tally, thresholds, followers),
         f"{event_class.title}: {tally.count}x {window}{when}{extra}: {tally.sample}",
-        _HINTS[event_class.severity], data,
+        event_class.advice, data,
     )

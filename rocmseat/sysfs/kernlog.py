@@ -9,6 +9,10 @@ Formats, detected per line (a saved log may mix them; docs/preflight.md "Kernel 
 - `dmesg`: `[  312.522692] message`, with or without a caller id (`[    T609] `), `dmesg -T`
   (`[Wed Jun  8 16:34:49 2022] message`: no time since boot) and no timestamp at all;
 - syslog / `journalctl -k` lines: `... kernel: message` or `... kernel: [  12.3] message`.
+  Only kernel records count: a syslog or `journalctl -b` line whose ident is not `kernel`
+  (`Feb  2 08:03:20 host logger[12]: GPU reset begin!`, rocmseat's own alert lines) is not
+  classified (RFC 3164 `TIMESTAMP HOSTNAME TAG[PID]: MSG`; journalctl's short, short-iso,
+  short-precise and short-full outputs put the identifier in the same place).
 
 amdgpu names its device first (`amdgpu 0000:03:00.0: amdgpu: ...`, dev_err/drm_err); older
 kernels' DRM_ERROR lines carry no device (`[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ...`):
@@ -19,7 +23,9 @@ pid %d thread %s pid %d"; gmc "for process %s pid %d thread %s pid %d"); AER's b
 attached to the event they follow.
 
 Pure: `KernelLogParser.feed(line)` returns what that line completed; nothing is read here.
-Memory is bounded: one held event, whatever the input's length.
+Memory is bounded: one held event, whatever the input's length. Speed: a line that is not about
+a GPU or a PCIe port (rocmseat.sysfs.kernel_events.about_gpu, a few substring tests) is dropped
+before any regex; bench/bench_kernel_log.py measures it.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from rocmseat.sysfs.kernel_events import classify, could_be_event
+from rocmseat.sysfs.kernel_events import BY_NAME, about_gpu, classify, could_be_event
 
 MAX_LINE_CHARS = 4096  # the kernel's own line limit is 1024 (PRINTK_MESSAGE_MAX); keep margin
 
@@ -36,6 +42,15 @@ _DMESG_TS_RE = re.compile(r"\[\s*(\d{1,12}\.\d{1,9})\]\s?")
 _DMESG_T_RE = re.compile(r"\[[^\]\[]{8,40}\d{4}\]\s?")  # dmesg -T, any locale
 _CALLER_RE = re.compile(r"\[\s*[TC]\d{1,10}\]\s?")
 _KERNEL_TAG = "kernel: "
+# a syslog / journalctl line: [grep's file prefix] TIMESTAMP HOSTNAME IDENT[PID]: (RFC 3164;
+# journalctl -o short / short-iso / short-precise / short-full; months in any locale)
+_SYSLOG_RE = re.compile(
+    r"(?:[^\s:]{1,200}:)?"
+    r"(?:\S{2,12} {1,2}\d{1,2} \d{1,2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
+    r"|(?:\S{2,4} )?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
+    r"(?:Z|[+-]\d{2}:?\d{2})?(?: [A-Z]{3,5})?)"
+    r" (?P<host>\S{1,255}) (?P<ident>[^\s\[:]{1,64})(?:\[\d{1,10}\])?: "
+)
 _DEVICE_RE = re.compile(
     r"(?P<driver>[\w.-]{1,40}) (?P<addr>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
     r"(?::[\w.-]{1,40})?: (?P<rest>.*)",
@@ -106,7 +121,13 @@ def split_line(raw: str) -> _Line | None:
             return None  # facility != kern: written by userspace (printk.c devkmsg_write)
         seq = int(kmsg.group(2))
         return _Line(clean(kmsg.group(4)), int(kmsg.group(3)) / 1e6, seq)
-    tag = text.find(_KERNEL_TAG, 0, 200)
+    syslog = _SYSLOG_RE.match(text)
+    if syslog:
+        if syslog.group("ident") != "kernel":
+            return None  # a userspace program's line, whatever it quotes
+        tag = syslog.end() - len(_KERNEL_TAG)
+    else:
+        tag = text.find(_KERNEL_TAG, 0, 200)
     if tag >= 0:
         text = text[tag + len(_KERNEL_TAG):]
     since: float | None = None
@@ -147,7 +168,8 @@ class KernelLogParser:
         out: list[Parsed] = []
         if raw[:1] == " " and self._last_seq is not None and _KMSG_RE.match(raw[1:]) is None:
             return out  # a /dev/kmsg dictionary line (" SUBSYSTEM=pci")
-        if self._held is None and not raw[:1].isdigit() and not could_be_event(raw):
+        if self._held is None and not about_gpu(raw) and not (
+                raw[:1].isdigit() and "," in raw[1:5]):
             return out  # the fast path: no class can match (a kmsg record still counts its seq)
         line = split_line(raw)
         if line is None:
@@ -165,13 +187,14 @@ class KernelLogParser:
             self._held = None
         if match is None:
             return out
+        if match.source is not None:  # the message names the device it is about
+            device = normalize_address(match.source) or device
         event = KernelEvent(
             match.event_class.name, device, driver, match.ring, None, None, line.since_boot_s,
             line.seq, match.detail, line.text,
         )
         event = _with_inline_process(event, message)
-        if event.event_class in ("ring_timeout", "page_fault", "aer_fatal", "aer_nonfatal",
-                                 "aer_corrected") and event.process is None:
+        if match.event_class.context is not None and event.process is None:
             self._held = event
         else:
             out.append(event)
@@ -196,15 +219,19 @@ class KernelLogParser:
         assert held is not None
         if device != held.device:
             return False
-        if held.event_class.startswith("aer_"):
+        if BY_NAME[held.event_class].context == "aer":
             bit = _AER_BIT_RE.match(message)
             if bit:
                 name = bit.group("name").strip()
                 self._held = replace(held, detail=f"{held.detail}: {name}" if held.detail
                                      else name)
                 return True
-            # "device [1002:1478] error status/mask=..." and the TLP header stay with it
+            # "device [1002:1478] error status/mask=..." and the TLP header stay with it; the
+            # firmware-first report's layer and severity lines (pci_print_aer()) with its status
             rest = message.removeprefix("AER:").lstrip()
+            if held.event_class == "aer_firmware_first" and rest.startswith(
+                    ("aer_layer=", "aer_uncor_severity:")):
+                return True
             return rest.startswith(("device [", "TLP Header"))
         process = _PROCESS_RE.match(message)
         if process:

@@ -27,19 +27,10 @@ from pathlib import Path
 from rocmseat.sysfs.kernel_events import BY_NAME
 from rocmseat.sysfs.kernlog import KernelEvent, KernelLogParser
 from rocmseat.sysfs.kmsg import KernelLogTail
-from rocmseat.watch.alerts import GPU_LOST, GPU_PAGE_FAULT, GPU_RESET, GPU_RING_TIMEOUT
+from rocmseat.watch.alerts import GPU_LOST
 from rocmseat.watch.uevents import RESET_HOLD_S, NodeEvent
 
 HOLD_S = RESET_HOLD_S  # a one-shot kernel alert stays this long after its last line
-
-_ALERT_OF = {
-    "gpu_reset": GPU_RESET,
-    "ring_timeout": GPU_RING_TIMEOUT,
-    "page_fault": GPU_PAGE_FAULT,
-    "gpu_reset_failed": GPU_LOST,
-    "device_lost": GPU_LOST,
-    "init_failed": GPU_LOST,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +59,7 @@ def kernel_node_events(event: KernelEvent, replica_gpus: Mapping[str, Iterable[s
         return []
     replicas = sorted(r for r, gpus in replica_gpus.items() if event.device in set(gpus))
     changes: list[tuple[str, bool, float | None]] = []
-    alert = _ALERT_OF.get(event.event_class)
+    alert = BY_NAME[event.event_class].alert  # the catalogue entry's (kernel_events.py)
     if alert is not None:
         changes.append((alert, True, None if alert == GPU_LOST else HOLD_S))
     elif event.event_class == "gpu_reset_ok":

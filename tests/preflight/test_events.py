@@ -47,6 +47,46 @@ def events_of(path: Path) -> list[KernelEvent]:
 # ----- the corpus ------------------------------------------------------------------------------
 
 
+# Issue 34's classes (rocmseat/sysfs/kernel_events.py) find more in these excerpts than
+# corpus.json, written before them, expects; each line was read: "ring kiq_2.1.0 test failed
+# (-110)" is ring_test_failed; "hw_init/sw_init of IP block <%s> failed" and
+# "amdgpu_device_ip_init failed" are init_failed wordings; "resume of IP block <%s> failed" is
+# resume_failed; "Failed to quiesce KFD", "Failed to evict queue %d" are kfd_preemption; "failed
+# to remove hardware queue from MES" and "MES might be in unrecoverable state" are mes_failure.
+# Where corpus.json no longer holds the old expectation (the corpus helper folds the recount
+# in), corpus.json is the truth again.
+RECOUNTED = {  # excerpt: (corpus.json's expectation before issue 34, the recount)
+    "coreboot-4": ({"aer_corrected": 1, "init_failed": 1},
+                 {"aer_corrected": 1, "init_failed": 3, "ring_test_failed": 1}),
+    "kernelci-2238": ({"init_failed": 1, "psp_failure": 1},
+                    {"init_failed": 3, "psp_failure": 1}),
+    "nixpkgs-176915": ({"gpu_reset": 1, "smu_failure": 2},
+                     {"gpu_reset": 1, "ring_test_failed": 1, "smu_failure": 2}),
+    "ollama-738-hws": ({"kfd_preemption": 3},
+                     {"kfd_preemption": 4}),
+    "pop-2132": ({"gpu_reset": 1, "ring_timeout": 1},
+               {"gpu_reset": 1, "ring_test_failed": 1, "ring_timeout": 1}),
+    "qubes-7648": ({"gpu_reset_failed": 1, "ring_timeout": 1},
+                 {"gpu_reset_failed": 1, "resume_failed": 1, "ring_test_failed": 1,
+                  "ring_timeout": 1}),
+    "rocm-2804-reset-failed": ({"gpu_reset_failed": 1, "kfd_preemption": 1, "psp_failure": 2},
+                             {"gpu_reset_failed": 1, "kfd_preemption": 1, "psp_failure": 2,
+                              "resume_failed": 1}),
+    "rocm-2995": ({"psp_failure": 1},
+                {"init_failed": 1, "psp_failure": 1}),
+    "rocm-5724": ({"gpu_reset": 1, "kfd_preemption": 1, "mes_failure": 2},
+                {"gpu_reset": 1, "kfd_preemption": 2, "mes_failure": 4}),
+    "vendor-reset-3": ({"gpu_reset": 1, "gpu_reset_ok": 1},
+                     {"gpu_reset": 1, "gpu_reset_ok": 1, "ring_test_failed": 1}),
+}
+
+
+def expected_of(excerpt: dict) -> dict[str, int]:
+    """corpus.json's expectation, or the recount above for an excerpt it predates."""
+    old, new = RECOUNTED.get(excerpt["name"], (None, None))
+    return new if new is not None and excerpt["expected"] == old else excerpt["expected"]
+
+
 def test_corpus_per_class_found_against_expected(capsys):
     """Every real excerpt classified as its README says; the per-class table is printed."""
     found: Counter[str] = Counter()
@@ -55,9 +95,10 @@ def test_corpus_per_class_found_against_expected(capsys):
     for excerpt in FIRST_PASS:
         got = Counter(e.event_class for e in events_of(KLOG / excerpt["file"]))
         found.update(got)
-        expected.update(excerpt["expected"])
-        if dict(got) != excerpt["expected"]:
-            wrong.append((excerpt["name"], dict(got), excerpt["expected"]))
+        want = expected_of(excerpt)
+        expected.update(want)
+        if dict(got) != want:
+            wrong.append((excerpt["name"], dict(got), want))
     with capsys.disabled():
         print(f"\nkernel-log corpus, first pass: {len(FIRST_PASS)} excerpts")
         print(f"{'class':22} {'found':>6} {'expected':>9}")
@@ -141,6 +182,25 @@ SYNTHETIC = {
                      "type=Data Link Layer, (Receiver ID)",
     "pcie_recovery_failed": "pcieport 0000:80:02.0: AER: device recovery failed",
     "link_down": "pcieport 0000:80:02.0: pciehp: Slot(2): Link Down",
+    # issue 34's classes (the function and versions of each wording: tests/sysfs/
+    # test_kernel_events.py WORDINGS)
+    "gpu_jobs_stop": "amdgpu 0000:86:00.0: amdgpu: GPU jobs stop begin!",
+    "probe_failed": "amdgpu 0000:86:00.0: probe with driver amdgpu failed with error -22",
+    "resume_failed": "amdgpu 0000:86:00.0: amdgpu: amdgpu_device_ip_resume failed (-110).",
+    "suspend_failed": "amdgpu 0000:86:00.0: amdgpu: suspend of IP block <gfx_v11_0> failed -110",
+    "smu_start_failed": "amdgpu 0000:86:00.0: amdgpu: SMC engine is not correctly up!",
+    "engine_test_failed": "amdgpu 0000:86:00.0: amdgpu: IB test failed on gfx_0.0.0 (-110).",
+    "ring_test_failed": "amdgpu 0000:86:00.0: amdgpu: ring comp_1.0.0 test failed (-110)",
+    "media_test_failed": "amdgpu 0000:86:00.0: amdgpu: ring vcn_dec_0 test failed (-110)",
+    "psp_cmd_status": "amdgpu 0000:86:00.0: amdgpu: psp gfx command LOAD_TA(0x1) failed and "
+                      "response status is (0x7)",
+    "xgmi_add_failed": "amdgpu 0000:86:00.0: amdgpu: XGMI: Failed to add node 3, hive "
+                       "0x1a2b3c4d ret: -22",
+    "xgmi_pcs_uncorrectable": "amdgpu 0000:86:00.0: amdgpu: XGMI PCS DataLossErr detected",
+    "xgmi_pcs_error": "amdgpu 0000:86:00.0: amdgpu: XGMI PCS BERExceededErr detected",
+    "aer_fatal_message": "pcieport 0000:80:02.0: AER: Uncorrectable (Fatal) error message "
+                         "received from 0000:86:00.0",
+    "aer_firmware_first": "amdgpu 0000:86:00.0: aer_status: 0x00004000, aer_mask: 0x00000000",
 }
 VERDICT = {"fatal": Severity.FAIL, "threshold": Severity.FAIL, "warn": Severity.WARN,
            "count": Severity.OK}
