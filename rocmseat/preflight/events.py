@@ -139,13 +139,8 @@ def read_kernel_events(path: Path, gpus: Sequence[Gpu], *, live: bool) -> Kernel
         return log
     parser = KernelLogParser()
 
-    def parsed() -> Iterable[Parsed]:
-        for line in log.lines():
-            yield from parser.feed(line)
-        yield from parser.flush()
-
     window = "this boot" if live or log.kind == "kmsg" else f"in {path.name}"
-    events = tally_events(parsed(), gpus, source=str(path), window=window)
+    events = tally_events(parser.feed_all(log.lines()), gpus, source=str(path), window=window)
     notes = list(log.notes)
     if log.overruns and not events.lost_during:
         notes.append(f"the kernel's ring buffer overran the reader {log.overruns} time(s)")

@@ -31,9 +31,10 @@ before any regex; bench/bench_kernel_log.py measures it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from rocmseat.sysfs.kernel_events import BY_NAME, about_gpu, classify, could_be_event
+from rocmseat.sysfs.kernel_events import BY_NAME, classify, could_be_event
 
 MAX_LINE_CHARS = 4096  # the kernel's own line limit is 1024 (PRINTK_MESSAGE_MAX); keep margin
 
@@ -168,9 +169,9 @@ class KernelLogParser:
         out: list[Parsed] = []
         if raw[:1] == " " and self._last_seq is not None and _KMSG_RE.match(raw[1:]) is None:
             return out  # a /dev/kmsg dictionary line (" SUBSYSTEM=pci")
-        if self._held is None and not about_gpu(raw) and not (
+        if self._held is None and not could_be_event(raw) and not (
                 raw[:1].isdigit() and "," in raw[1:5]):
-            return out  # the fast path: no class can match (a kmsg record still counts its seq)
+            return out  # no class can match (a kmsg record still counts its sequence number)
         line = split_line(raw)
         if line is None:
             return out
@@ -199,6 +200,25 @@ class KernelLogParser:
         else:
             out.append(event)
         return out
+
+    def feed_all(self, lines: Iterable[str]) -> Iterator[Parsed]:
+        """`feed` every line, then `flush`: the bulk path, with the cheap test inline (a line
+        that is not about a GPU, while no event waits for its context line, is only counted:
+        no call, no list; a /dev/kmsg record still goes through for its sequence number)."""
+        feed = self.feed
+        skipped = 0
+        for raw in lines:
+            if self._held is None and not (
+                    "amdgpu" in raw or "pcie" in raw or "AER" in raw or "aer_" in raw
+                    or "PCIe Bus" in raw or "[drm" in raw  # ANCHORS (about_gpu), unrolled
+                    or (raw[:1].isdigit() and "," in raw[1:5])):
+                skipped += 1
+                continue
+            parsed = feed(raw)
+            if parsed:
+                yield from parsed
+        self.lines += skipped
+        yield from self.flush()
 
     def flush(self) -> list[Parsed]:
         held, self._held = self._held, None

@@ -461,3 +461,51 @@ def test_the_sample_line_is_redacted_and_bounded():
            "pasid:1, for process https://u:hunter2@h/x pid 1 thread t pid 1)" + " x" * 300
     sample = sample_line(line)
     assert "hunter2" not in sample and len(sample) <= SAMPLE_CHARS
+
+
+# ----- judged from the entry alone (issue 34 items 8 and 11) ---------------------------------
+
+# synthetic, amdgpu_psp.c psp_cmd_submit_buf() "psp gfx command %s(0x%X) failed and response
+# status is (0x%X)" (6.1, 6.6, today) and psp_resume() "PSP resume failed"
+PSP_STATUS = "[  10.000000] amdgpu 0000:86:00.0: amdgpu: psp gfx command LOAD_TA(0x1) failed " \
+             "and response status is (0x7)"
+PSP_FAILED = "[  10.100000] amdgpu 0000:86:00.0: amdgpu: PSP resume failed"
+
+
+def test_the_psp_command_status_alone_is_counted_not_a_warning(degraded_gpus):
+    findings = judged([PSP_STATUS] * 3, degraded_gpus)
+    (status,) = [f for f in findings if f.check_id == "events.psp_cmd_status"]
+    assert (status.severity, status.data["count"]) == (Severity.OK, 3)
+    assert {f.severity for f in findings} == {Severity.OK}
+
+
+def test_the_psp_command_status_is_judged_with_the_failure_that_follows(degraded_gpus):
+    findings = judged([PSP_STATUS, PSP_FAILED], degraded_gpus)
+    by_id = {f.check_id: f for f in findings if f.subject == "0000:86:00.0"}
+    assert by_id["events.psp_failure"].severity == Severity.WARN
+    status = by_id["events.psp_cmd_status"]
+    assert status.severity == Severity.WARN and status.data["followed_by"] == ["psp_failure"]
+    # a failure on another GPU, or one before the status line, is no evidence for it
+    other = judged([PSP_FAILED.replace("86:00.0", "89:00.0"), PSP_STATUS], degraded_gpus)
+    assert [f.severity for f in other if f.check_id == "events.psp_cmd_status"] == [Severity.OK]
+    before = judged([PSP_FAILED.replace("10.100000", "9.000000"), PSP_STATUS], degraded_gpus)
+    assert [f.severity for f in before if f.check_id == "events.psp_cmd_status"] == [
+        Severity.OK]
+
+
+def test_the_threshold_and_the_hint_come_from_the_catalogue_entry(degraded_gpus, monkeypatch):
+    """No class is special in the judge: an entry's threshold name and advice are used as
+    they stand (a threshold class on ring_timeouts_fail judged by that profile field)."""
+    import dataclasses
+
+    from rocmseat.sysfs import kernel_events
+
+    entry = dataclasses.replace(BY_NAME["gpu_reset"], threshold="ring_timeouts_fail",
+                                advice="the entry's own words")
+    monkeypatch.setitem(kernel_events.BY_NAME, "gpu_reset", entry)
+    events = tally_events(parse([SYNTHETIC["gpu_reset"]]), degraded_gpus, source="t",
+                          window="this boot")
+    (finding,) = [f for f in judge_events(events, degraded_gpus,
+                                          EventThresholds(gpu_resets_fail=1, ring_timeouts_fail=5))
+                  if f.check_id == "events.gpu_reset"]
+    assert (finding.severity, finding.hint) == (Severity.WARN, "the entry's own words")

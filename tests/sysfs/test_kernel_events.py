@@ -107,6 +107,8 @@ WORDINGS: list[tuple[str, str, str]] = [
      "failed -62", "amdgpu_device.c amdgpu_device_ip_init(), 6.1, 6.6, today"),
     ("init_failed", "[drm:amdgpu_device_ip_init] *ERROR* sw_init of IP block <psp> failed -2",
      "amdgpu_device.c amdgpu_device_ip_init() (built in), 6.1, 6.6, today"),
+    ("init_failed", f"amdgpu {GPU}: amdgpu: late_init of IP block <vcn_v4_0> failed -22",
+     "amdgpu_device.c amdgpu_device_ip_late_init(), 6.1, 6.6, today"),
     ("probe_failed", f"amdgpu {GPU}: probe with driver amdgpu failed with error -22",
      "drivers/base/dd.c call_driver_probe() dev_err, 6.9 and later"),
     ("probe_failed", f"amdgpu: probe of {GPU} failed with error -22",
@@ -274,6 +276,37 @@ def test_the_firmware_first_report_is_one_event_with_its_layer():
                      f"amdgpu {GPU}: aer_uncor_severity: 0x00062030")
     assert (event.event_class, event.device, event.detail) == (
         "aer_firmware_first", GPU, "CmpltTO")
+
+
+def test_the_unrolled_cheap_test_is_the_anchor_list():
+    """about_gpu() and KernelLogParser.feed_all() spell ANCHORS out for speed: each anchor
+    alone passes both, a line with none passes neither."""
+    for anchor in ANCHORS:
+        assert about_gpu(f"x {anchor} y"), anchor
+        parser = KernelLogParser()
+        list(parser.feed_all([f"x {anchor} y"]))
+        assert parser.lines == 1
+    assert not about_gpu("usb 1-4: new high-speed USB device number 3 using xhci_hcd")
+
+
+def test_the_keys_cover_every_word():
+    assert all(any(key in word for key in kernel_events.KEYS) for word in kernel_events.WORDS)
+    assert len(kernel_events.KEYS) < len(kernel_events.WORDS)
+
+
+def test_feed_all_is_feed_line_by_line():
+    """The bulk path gives what feeding each line gives, on every corpus excerpt (held
+    context lines, kmsg records, lines that are not about a GPU)."""
+    from pathlib import Path
+
+    corpus = Path(__file__).resolve().parent.parent / "fixtures" / "kernel-log" / "corpus"
+    lines = [line for f in sorted(corpus.glob("*.log")) for line in f.read_text().splitlines()]
+    lines += ["3,0,1000,-;amdgpu 0000:03:00.0: amdgpu: GPU reset begin!",
+              "6,7,2000,-;usb 1-4: new high-speed USB device number 3 using xhci_hcd"]
+    one, bulk = KernelLogParser(), KernelLogParser()
+    each = [p for line in lines for p in one.feed(line)] + one.flush()
+    assert list(bulk.feed_all(lines)) == each
+    assert bulk.lines == one.lines == len(lines)
 
 
 def test_the_anchors_hold_every_class_word():
