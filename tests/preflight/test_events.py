@@ -27,6 +27,9 @@ KLOG = FIXTURES / "kernel-log"
 DEGRADED = FIXTURES / "sysfs" / "x99-r9700-degraded"
 RESET_LOG = KLOG / "x99-r9700-reset-86.log"
 CORPUS = json.loads((KLOG / "corpus.json").read_text())
+# the first pass's excerpts carry the exact classes they must give (`expected`); the second
+# pass's (issue 34: `verdict` and `kinds`) are measured by tests/preflight/test_kernel_log_table.py
+FIRST_PASS = [x for x in CORPUS["excerpts"] if "expected" in x]
 
 
 def parse(lines: list[str]) -> list[KernelEvent | LostRecords]:
@@ -89,7 +92,7 @@ def test_corpus_per_class_found_against_expected(capsys):
     found: Counter[str] = Counter()
     expected: Counter[str] = Counter()
     wrong = []
-    for excerpt in CORPUS["excerpts"]:
+    for excerpt in FIRST_PASS:
         got = Counter(e.event_class for e in events_of(KLOG / excerpt["file"]))
         found.update(got)
         want = expected_of(excerpt)
@@ -97,15 +100,15 @@ def test_corpus_per_class_found_against_expected(capsys):
         if dict(got) != want:
             wrong.append((excerpt["name"], dict(got), want))
     with capsys.disabled():
-        print(f"\nkernel-log corpus: {len(CORPUS['excerpts'])} excerpts")
+        print(f"\nkernel-log corpus, first pass: {len(FIRST_PASS)} excerpts")
         print(f"{'class':22} {'found':>6} {'expected':>9}")
         for name in sorted(set(found) | set(expected)):
             print(f"{name:22} {found[name]:6} {expected[name]:9}")
     assert wrong == []
-    benign = [x for x in CORPUS["excerpts"] if not x["expected"]]
-    assert len(CORPUS["excerpts"]) >= 30 and len(benign) >= 5
-    assert len({c for x in CORPUS["excerpts"] for c in x["expected"]}) >= 6
-    assert all(x["source"].startswith("https://github.com/") for x in CORPUS["excerpts"])
+    benign = [x for x in FIRST_PASS if not x["expected"]]
+    assert len(FIRST_PASS) >= 30 and len(benign) >= 5
+    assert len({c for x in FIRST_PASS for c in x["expected"]}) >= 6
+    assert all(x["source"].startswith("https://github.com/") for x in FIRST_PASS)
 
 
 def test_every_corpus_file_is_listed_and_the_readme_names_it():
@@ -117,7 +120,7 @@ def test_every_corpus_file_is_listed_and_the_readme_names_it():
 
 
 def test_benign_boots_are_never_findings():
-    for excerpt in CORPUS["excerpts"]:
+    for excerpt in FIRST_PASS:
         if excerpt["expected"]:
             continue
         events = tally_events(parse((KLOG / excerpt["file"]).read_text().splitlines()), (),
