@@ -70,9 +70,13 @@ def parse(args: Sequence[str]) -> dict[str, list[str]] | None:
     return given
 
 
-def _path(value: str | None, *, want_dir: bool) -> Path | None | bool:
-    """click.Path's conversion of `value` (None: not given); False when click would refuse it
-    (an existing path of the other kind, or one it cannot read)."""
+class _ClickDecides(Exception):
+    """A value click would refuse (its error message is click's to write)."""
+
+
+def _path(value: str | None, *, want_dir: bool) -> Path | None:
+    """click.Path's conversion of `value` (None: not given); _ClickDecides when click would
+    refuse it (an existing path of the other kind, or one it cannot read)."""
     if value is None:
         return None
     try:
@@ -80,10 +84,10 @@ def _path(value: str | None, *, want_dir: bool) -> Path | None | bool:
     except OSError:
         return Path(value)
     except ValueError:  # a NUL in the path: whatever click makes of it, it is click's
-        return False
+        raise _ClickDecides(value) from None
     wrong_kind = stat.S_ISDIR(info.st_mode) if not want_dir else stat.S_ISREG(info.st_mode)
     if wrong_kind or not os.access(value, os.R_OK):
-        return False
+        raise _ClickDecides(value)
     return Path(value)
 
 
@@ -114,13 +118,12 @@ def answer(args: Sequence[str]) -> int | None:
             return values[0]
         return (os.environ.get(env) or None) if env else None
 
-    sysfs_root = _path(one("--sysfs-root", SYSFS_ENV), want_dir=True)
-    state_dir = _path(one("--state-dir", STATE_ENV), want_dir=True)
-    profile = _path(one("--profile"), want_dir=False)
-    if sysfs_root is False or state_dir is False or profile is False:
+    try:
+        sysfs_root = _path(one("--sysfs-root", SYSFS_ENV), want_dir=True)
+        state_dir = _path(one("--state-dir", STATE_ENV), want_dir=True)
+        profile = _path(one("--profile"), want_dir=False)
+    except _ClickDecides:
         return None
-    assert not isinstance(sysfs_root, bool) and not isinstance(state_dir, bool)
-    assert not isinstance(profile, bool)
     return _cached(
         sysfs_root if sysfs_root is not None else default_sysfs_root(),
         state_root(state_dir),
