@@ -23,7 +23,6 @@ name) and `--strict`. click reads an empty environment variable as unset
 from __future__ import annotations
 
 import os
-import re
 import stat
 import sys
 import time
@@ -35,10 +34,6 @@ FAMILIES = frozenset({"pcie", "aer", "ras", "numa", "profile", "amdsmi", "hip", 
 MAX_AGE_RANGE_S = (1.0, 7 * 86400.0)  # click.FloatRange(min=1.0, max=7 * 86400.0)
 _VALUED = ("--format", "--sysfs-root", "--state-dir", "--profile", "--max-age", "--only")
 _FLAGS = ("--cached", "--strict")
-_PLAIN_DECIMAL = re.compile(r"[0-9]{1,7}(?:\.[0-9]{1,6})?")
-# what rocmseat.fleet.npd.fit makes of every line: printable ASCII, nothing click.echo would
-# strip or encode otherwise
-_PRINTABLE_ASCII = re.compile(r"[ -~]*")
 
 
 def parse(args: Sequence[str]) -> dict[str, list[str]] | None:
@@ -68,6 +63,14 @@ def parse(args: Sequence[str]) -> dict[str, list[str]] | None:
     if not once or given.get("--format") != ["npd"] or "--cached" not in given:
         return None
     return given
+
+
+def _plain_decimal(text: str) -> bool:
+    """`[0-9]{1,7}(.[0-9]{1,6})?`: a number float() and click read alike."""
+    whole, dot, fraction = text.partition(".")
+    digits = [whole, fraction] if dot else [whole]
+    return all(part.isascii() and part.isdigit() and len(part) <= 7 for part in digits) and (
+        len(fraction) <= 6)
 
 
 class _ClickDecides(Exception):
@@ -106,7 +109,7 @@ def answer(args: Sequence[str]) -> int | None:
     max_age_s = DEFAULT_MAX_AGE_S
     if "--max-age" in given:
         (text,) = given["--max-age"]
-        if _PLAIN_DECIMAL.fullmatch(text) is None:
+        if not _plain_decimal(text):
             return None
         max_age_s = float(text)
         if not MAX_AGE_RANGE_S[0] <= max_age_s <= MAX_AGE_RANGE_S[1]:
@@ -162,7 +165,9 @@ def _echo(line: str) -> None:
     """click.echo(line): for a line of printable ASCII (what rocmseat.fleet.npd.fit makes),
     the text, a newline and a flush, as click.utils.echo writes it (nothing to strip or
     re-encode); any other line through click.echo itself."""
-    if _PRINTABLE_ASCII.fullmatch(line) is None:
+    # what rocmseat.fleet.npd.fit makes of every line: printable ASCII (0x20-0x7e), nothing
+    # click.echo would strip or encode otherwise
+    if not (line.isascii() and line.isprintable()):
         import click
 
         click.echo(line)
