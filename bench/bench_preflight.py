@@ -35,8 +35,10 @@ from types import ModuleType
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_LOAD = 1.0  # the 1-minute load average above which a ratio is not reported
-# what setuptools needs to build the wheel (pyproject.toml's data-files include systemd/)
-WHEEL_SOURCES = ("pyproject.toml", "README.md", "rocmseat", "systemd")
+# what setuptools needs to build the wheel (pyproject.toml's data-files: systemd/, deploy/,
+# checks/, launchers/, grafana/, prometheus/; a missing one fails the build)
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "rocmseat", "systemd", "deploy", "checks",
+                 "launchers", "grafana", "prometheus")
 
 
 def _builder() -> ModuleType:

@@ -1,6 +1,6 @@
 """The examples every `--help` ends with: 2-4 real invocations per command, in one table.
 
-The root group attaches them when it loads a command (rocmseat.cli.main.LazyGroup), so a
+The root group attaches them when it loads a command (rocmseat.cli.root.LazyGroup), so a
 command's module need not carry them; tests/cli/test_help.py checks that every command has
 them, that each names the command it is the help of, and that each flag exists there.
 """

@@ -1,4 +1,5 @@
-"""The root command and the one error boundary every command runs inside.
+"""The console entry and the one error boundary every command runs inside (the root group is
+rocmseat.cli.root; the cached NPD answer, rocmseat.cli.npd_fast, needs no click).
 
 Exit codes (docs/architecture.md "Contracts", node-problem-detector compatible): 0 ok, 1 a
 problem, 2 could not check or a usage error, 3 an internal error (one line on stderr, the
@@ -7,64 +8,32 @@ traceback in a log file only its owner can write), 130 ^C.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-
-import click
+from typing import TYPE_CHECKING, Any
 
 from rocmseat import __version__, exitcodes
-from rocmseat.cli import examples
 from rocmseat.errors import RocmseatError
 
-# Commands are imported when used, so `rocmseat preflight` does not pay for pydantic, httpx or
-# rich's import time (the preflight budget is well under a second, process start included).
-COMMANDS: dict[str, str] = {
-    "preflight": "rocmseat.cli.preflight:preflight",
-    "key": "rocmseat.cli.key:key",
-    "cache-audit": "rocmseat.cli.cache_audit:cache_audit",
-    "launch": "rocmseat.cli.launch:launch",
-    "systemd": "rocmseat.cli.systemd:systemd",
-    "watch": "rocmseat.cli.watch:watch",
-    "demo": "rocmseat.cli.demo:demo",
-    "spec": "rocmseat.cli.spec:spec",
-    "slurm": "rocmseat.cli.slurm:slurm",
-    "remediate": "rocmseat.cli.remediate:remediate",
-}
+if TYPE_CHECKING:
+    from rocmseat.cli.root import COMMANDS, LazyGroup, cli
+
+__all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
 
 LOG_FILE_ENV = "ROCMSEAT_ERROR_LOG"
 
 
-class LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(name for name in COMMANDS if self._available(name))
+def __getattr__(name: str) -> Any:
+    """The root group and its command table live in rocmseat.cli.root (click is imported only
+    by a command line that needs it); `rocmseat.cli.main.cli` and `.COMMANDS` still name them."""
+    if name in ("cli", "COMMANDS", "LazyGroup"):
+        from rocmseat.cli import root
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
-        if target is None:
-            return None
-        module_name, attr = target.split(":")
-        module = importlib.import_module(module_name)
-        command = getattr(module, attr)
-        assert isinstance(command, click.Command)
-        examples.attach(command, f"rocmseat {cmd_name}")
-        return command
-
-    @staticmethod
-    def _available(name: str) -> bool:
-        module_name = COMMANDS[name].split(":")[0]
-        return importlib.util.find_spec(module_name) is not None
-
-
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
-             epilog=examples.epilog("rocmseat"))
-@click.version_option(__version__, prog_name="rocmseat")
-def cli() -> None:
-    """Make the silent failures of vLLM seats on AMD ROCm nodes loud."""
+        return getattr(root, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,45 +56,66 @@ def _run(args: list[str]) -> int:
 
 def _boundary(args: list[str]) -> int:
     try:
-        result = cli.main(args=args, prog_name="rocmseat", standalone_mode=False)
-    except click.exceptions.Abort:
+        result = _dispatch(args)
+    except (Exception, KeyboardInterrupt) as exc:
+        return _failed(args, exc)
+    if isinstance(result, int):
+        return result
+    return exitcodes.OK
+
+
+def _dispatch(args: list[str]) -> Any:
+    """The cached NPD answer without click when the command line is exactly one that path
+    takes (rocmseat.cli.npd_fast: the same call, the same bytes); every other one through the
+    root group."""
+    from rocmseat.cli.npd_fast import answer
+
+    code = answer(args)
+    if code is not None:
+        return code
+    from rocmseat.cli.root import cli
+
+    return cli.main(args=args, prog_name="rocmseat", standalone_mode=False)
+
+
+def _failed(args: list[str], exc: BaseException) -> int:
+    """The one line (and exit code) of a command that raised."""
+    import click  # the error lines are written as every command writes them
+
+    if isinstance(exc, click.exceptions.Abort):
         click.echo("rocmseat: interrupted", err=True)
         return exitcodes.INTERRUPTED
-    except click.UsageError as exc:
+    if isinstance(exc, click.UsageError):
         # One line, like every other error (click's own show() prints three).
         command = exc.ctx.command_path if exc.ctx is not None else "rocmseat"
         click.echo(f"rocmseat: error: {exc.format_message()}", err=True)
         click.echo(f"  hint: {command} --help", err=True)
         return exc.exit_code
-    except click.ClickException as exc:
+    if isinstance(exc, click.ClickException):
         click.echo(f"rocmseat: error: {exc.format_message()}", err=True)
         return exc.exit_code
-    except RocmseatError as exc:
+    if isinstance(exc, RocmseatError):
         _error_document(exc)
         click.echo(f"rocmseat: error: {exc.message}", err=True)
         if exc.hint:
             click.echo(f"  hint: {exc.hint}", err=True)
         return exc.exit_code
-    except KeyboardInterrupt:
+    if isinstance(exc, KeyboardInterrupt):
         click.echo("rocmseat: interrupted", err=True)
         return exitcodes.INTERRUPTED
-    except BrokenPipeError:
+    if isinstance(exc, BrokenPipeError):
         # `rocmseat ... | head`: the reader left before the verdict was written. Exit as a shell
         # reports SIGPIPE (128 + 13), never 0: the result was not delivered. Point stdout at
         # /dev/null so the interpreter's final flush does not raise again.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return exitcodes.BROKEN_PIPE
-    except Exception as exc:
-        import traceback  # only on the way out of an internal error
+    import traceback  # only on the way out of an internal error
 
-        log = _write_crash_log(args, traceback.format_exc())
-        where = f"traceback in {log}" if log else "traceback could not be written"
-        click.echo(f"rocmseat: internal error: {type(exc).__name__}: {exc} ({where})", err=True)
-        return exitcodes.INTERNAL
-    if isinstance(result, int):
-        return result
-    return exitcodes.OK
+    log = _write_crash_log(args, traceback.format_exc())
+    where = f"traceback in {log}" if log else "traceback could not be written"
+    click.echo(f"rocmseat: internal error: {type(exc).__name__}: {exc} ({where})", err=True)
+    return exitcodes.INTERNAL
 
 
 def _error_document(exc: RocmseatError) -> None:
@@ -139,6 +129,8 @@ def _error_document(exc: RocmseatError) -> None:
         return
     doc = error_document(command, exc.message, exc.exit_code, exc.hint)
     if doc is not None:
+        import click
+
         from rocmseat import jsonio
 
         click.echo(jsonio.dumps(doc))

@@ -1,4 +1,8 @@
-"""Options shared by several commands, each with its environment variable."""
+"""Options shared by several commands, each with its environment variable.
+
+click is imported by the functions that build options, not by this module: the error boundary
+(rocmseat.cli.main) reads JSON_WANTED on every command line, the cached NPD answer included,
+which needs no click (rocmseat.cli.npd_fast)."""
 
 from __future__ import annotations
 
@@ -7,20 +11,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import click
-
 from rocmseat import state
 from rocmseat.state import STATE_ENV
 from rocmseat.sysfs import fs
 from rocmseat.sysfs.fs import SYSFS_ENV
 
 if TYPE_CHECKING:
+    import click
+
     from rocmseat.seat.model import Seat
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def sysfs_root_option(func: F) -> F:
+    import click
+
     return click.option(
         "--sysfs-root",
         type=click.Path(path_type=Path, file_okay=False),
@@ -34,6 +40,8 @@ def max_age_option(help: str) -> Callable[[F], F]:
     """`--max-age SECONDS`: the oldest cached preflight verdict a reader trusts (one default
     for every reader, rocmseat.preflight.verdict_doc.DEFAULT_MAX_AGE_S); `help` says how this
     command uses it."""
+    import click
+
     from rocmseat.preflight.verdict_doc import DEFAULT_MAX_AGE_S
 
     return click.option(
@@ -48,6 +56,8 @@ def max_age_option(help: str) -> Callable[[F], F]:
 
 
 def state_dir_option(func: F) -> F:
+    import click
+
     return click.option(
         "--state-dir",
         type=click.Path(path_type=Path, file_okay=False),
@@ -98,6 +108,8 @@ def _json_flag(ctx: click.Context, _param: click.Parameter, value: bool) -> bool
 
 
 def json_option(func: F) -> F:
+    import click
+
     return click.option(
         "--json", "as_json", is_flag=True, callback=_json_flag,
         help="Print JSON (stable keys); when the command could not check, a document with "
@@ -136,6 +148,8 @@ def pair_option(text: str | None, option: str = "--pair") -> tuple[str, ...] | N
     error naming the option otherwise."""
     if text is None:
         return None
+    import click
+
     from rocmseat.errors import ConfigError
     from rocmseat.placement.rules import parse_group
 

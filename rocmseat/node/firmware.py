@@ -32,6 +32,8 @@ from rocmseat.sysfs.parse import DpmLevel, format_speed
 
 @dataclass(frozen=True, slots=True)
 class FirmwareLink:
+    """The GPU's link as its firmware reports it (pp_dpm_pcie, gpu_metrics)."""
+
     speed_gts: float | None
     width: int | None
     sources: tuple[str, ...]  # "pp_dpm_pcie level 1", "gpu_metrics v1.3"

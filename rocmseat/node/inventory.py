@@ -47,6 +47,8 @@ class Hop:
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
+    """One AMD GPU of the node: its identity, NUMA node, socket, PCI path and amdgpu readings."""
+
     pci_address: str
     card: str | None
     gfx_target: str | None
@@ -79,6 +81,8 @@ class Gpu:
 
 @dataclass(frozen=True, slots=True)
 class Inventory:
+    """The node as preflight sees it: its GPUs, NUMA nodes, sockets and what could not be read."""
+
     sysfs_root: Path
     gpus: tuple[Gpu, ...]  # sorted by PCI address
     numa_nodes: tuple[NumaNode, ...]

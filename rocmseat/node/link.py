@@ -91,6 +91,9 @@ def physical_links(gpu: Gpu) -> tuple[PhysicalLink, ...]:
 
 @dataclass(frozen=True, slots=True)
 class EffectiveLink:
+    """The link a GPU's traffic gets: the slowest hop of its path to the root port (or the
+    firmware's), and what the path could do."""
+
     speed_gts: float | None
     width: int | None
     limited_at: str | None  # the address of the hop whose link limits the path

@@ -273,15 +273,13 @@ def parse_verdict(text: str) -> Verdict:
 
     The document is validated by one strict schema (`_document_validator`): exact types (no
     "4" for 4, no 4.0 for a count, no true for a number), finite bounded numbers, printable
-    bounded strings, no unknown keys; then checked to say what a full run says."""
-    from pydantic_core import ValidationError
-
-    try:
-        doc = _document_validator().validate_json(text)
-    except ValidationError as exc:
-        raise UnusableVerdict(_why(exc)) from None
-    except (ValueError, RecursionError) as exc:
-        raise UnusableVerdict(f"cached verdict is not JSON ({type(exc).__name__})") from None
+    bounded strings, no unknown keys; then checked to say what a full run says. A document
+    `_vouched` accepts (what a run writes) is one that schema accepts, as the same values, so
+    the schema itself is built only for one it cannot vouch for, and its verdict and reason are
+    the answer (tests/preflight/test_verdict_vouched.py holds the two to it)."""
+    doc = _vouched(text)
+    if doc is None:
+        doc = _validated(text)
     findings = tuple(CachedFinding(f["check_id"], Severity(f["severity"]), f["subject"],
                                    f["message"]) for f in doc["findings"])
     verdict = Verdict(float(doc["written_at_unix_s"]), doc["sysfs_root"], tuple(doc["families"]),
@@ -291,6 +289,117 @@ def parse_verdict(text: str) -> Verdict:
     if doc["exit_code"] != verdict.exit_code():
         raise UnusableVerdict("cached verdict's exit_code disagrees with its findings")
     return verdict
+
+
+def _validated(text: str) -> dict[str, Any]:
+    """The document as the strict schema reads it; UnusableVerdict with its first problem."""
+    from pydantic_core import ValidationError
+
+    try:
+        doc: dict[str, Any] = _document_validator().validate_json(text)
+    except ValidationError as exc:
+        raise UnusableVerdict(_why(exc)) from None
+    except (ValueError, RecursionError) as exc:
+        raise UnusableVerdict(f"cached verdict is not JSON ({type(exc).__name__})") from None
+    return doc
+
+
+class _Unvouched(Exception):
+    """Something `_vouched` does not vouch for (the strict schema then says what it is)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _Unvouched(name)  # NaN, Infinity, -Infinity: the schema's business
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise _Unvouched("a key given twice")
+    return dict(pairs)
+
+
+_FINDING_KEYS = frozenset({"check_id", "severity", "subject", "message"})
+_REQUIRED_KEYS = frozenset({"schema", "written_at_unix_s", "sysfs_root", "families", "gpus",
+                            "exit_code", "findings"})
+_OPTIONAL_KEYS = frozenset({"profile", "profile_sha256", "boot_id", "host"})
+_SEVERITIES = frozenset({"ok", "warn", "fail", "unknown"})
+_PRINTABLE_RE = re.compile(f"[^{CONTROL_CLASS}]*")
+_FAMILY_RE = re.compile(r"[a-z]{1,16}")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def _vouched(text: str) -> dict[str, Any] | None:
+    """The document, when every rule of `_document_validator`'s schema plainly holds for it;
+    None when it cannot say (the schema decides, and names the problem).
+
+    Only stricter, never looser, than the schema (pydantic_core's validator, its JSON parser
+    jiter and its Rust regex engine), rule by rule: the text is JSON without NaN or Infinity
+    and without a key given twice (where json.loads and jiter could read one text two ways);
+    the keys are exactly the schema's; every value has the schema's exact type (`type(x) is
+    int`: no bool), bounds and length; a string is printable text without a lone surrogate
+    (which jiter refuses and json.loads keeps), and matches its pattern as a whole
+    (`re.fullmatch`: Python's `$` also matches before a final newline, Rust's only at the end);
+    a count is a list of at most the schema's length. Every string and number so accepted
+    reads the same through both parsers."""
+    import json  # the full run's writer imports it too; a bad file costs the schema anyway
+
+    try:
+        doc = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+        _vouch_document(doc)
+    except (_Unvouched, ValueError, RecursionError):
+        return None
+    return doc  # type: ignore[no-any-return]
+
+
+def _vouch_text(value: Any, max_length: int = _MAX_TEXT, pattern: re.Pattern[str] = _PRINTABLE_RE,
+                *, nullable: bool = False) -> None:
+    if value is None and nullable:
+        return
+    if (type(value) is not str or len(value) > max_length or _SURROGATE_RE.search(value)
+            or _PRINTABLE_RE.fullmatch(value) is None or pattern.fullmatch(value) is None):
+        raise _Unvouched("text")
+
+
+def _vouch_int(value: Any, high: int) -> None:
+    if type(value) is not int or not 0 <= value <= high:
+        raise _Unvouched("int")
+
+
+def _vouch_document(doc: Any) -> None:
+    if type(doc) is not dict or not _REQUIRED_KEYS <= doc.keys() <= _REQUIRED_KEYS | _OPTIONAL_KEYS:
+        raise _Unvouched("keys")
+    if doc["schema"] != SCHEMA or type(doc["schema"]) is not str:
+        raise _Unvouched("schema")
+    stamp = doc["written_at_unix_s"]
+    if type(stamp) is float:
+        if not 0 <= stamp <= MAX_UNIX_S:  # NaN and infinities fail this too
+            raise _Unvouched("written_at_unix_s")
+    else:
+        _vouch_int(stamp, MAX_UNIX_S)
+    _vouch_text(doc["sysfs_root"], 4096)
+    families = doc["families"]
+    if type(families) is not list or len(families) > 32:
+        raise _Unvouched("families")
+    for family in families:
+        _vouch_text(family, 16, _FAMILY_RE)
+    _vouch_int(doc["gpus"], MAX_GPUS)
+    _vouch_text(doc.get("profile"), nullable=True)
+    _vouch_text(doc.get("profile_sha256"), 64, _SHA256_RE, nullable=True)
+    _vouch_text(doc.get("boot_id"), 36, _BOOT_ID_RE, nullable=True)
+    _vouch_text(doc.get("host"), 64, _HOST_RE, nullable=True)
+    _vouch_int(doc["exit_code"], 3)
+    findings = doc["findings"]
+    if type(findings) is not list or len(findings) > MAX_FINDINGS:
+        raise _Unvouched("findings")
+    for finding in findings:
+        if type(finding) is not dict or finding.keys() != _FINDING_KEYS:
+            raise _Unvouched("finding")
+        _vouch_text(finding["check_id"], 200, _CHECK_ID_RE)
+        if type(finding["severity"]) is not str or finding["severity"] not in _SEVERITIES:
+            raise _Unvouched("severity")
+        _vouch_text(finding["subject"])
+        _vouch_text(finding["message"])
 
 
 def _parse_cached(text: str, shown: str) -> Verdict:

@@ -28,6 +28,9 @@ ROOTPORT_FILES = {
 
 @dataclass(frozen=True, slots=True)
 class AerReading:
+    """One PCI function's AER counters (aer_dev_correctable, _nonfatal, _fatal) and, on a root
+    port, its aer_rootport_total_err_* totals."""
+
     address: str
     correctable: AerCounters | None
     nonfatal: AerCounters | None

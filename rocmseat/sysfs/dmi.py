@@ -29,6 +29,8 @@ _HYPERVISORS = (
 
 @dataclass(frozen=True, slots=True)
 class DmiIdentity:
+    """The DMI strings that name the machine (class/dmi/id sys_vendor, product_name)."""
+
     sys_vendor: str | None
     product_name: str | None
 

@@ -17,6 +17,8 @@ _CARD_RE = re.compile(r"^card(\d{1,6})$")
 
 @dataclass(frozen=True, slots=True)
 class Card:
+    """One class/drm/cardN entry and the PCI function its `device` link names."""
+
     name: str  # "card9"
     index: int
     device_dir: Path | None  # the PCI function, None when `device` is missing or dangling

@@ -17,6 +17,9 @@ from rocmseat.sysfs.parse import gfx_target, parse_kfd_properties
 
 @dataclass(frozen=True, slots=True)
 class KfdTopology:
+    """What KFD's topology (class/kfd/kfd/topology/nodes) says of each GPU: gfx target and
+    render minor, by PCI address."""
+
     gfx_by_address: tuple[tuple[str, str], ...]  # ("0000:05:00.0", "gfx1201")
     errors: tuple[str, ...] = ()
     render_minor_by_address: tuple[tuple[str, int], ...] = ()  # ("0000:05:00.0", 129)

@@ -21,6 +21,8 @@ _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 
 @dataclass(frozen=True, slots=True)
 class DriverParams:
+    """amdgpu's module parameters preflight judges by (module/amdgpu/parameters)."""
+
     bad_page_threshold: int | None  # None: the file is absent (the default applies)
     errors: tuple[str, ...] = ()  # the file exists and cannot be read or parsed
 

@@ -17,6 +17,8 @@ from rocmseat.sysfs.parse import parse_cpulist, parse_distance, parse_int
 
 @dataclass(frozen=True, slots=True)
 class NumaNode:
+    """One devices/system/node/nodeN: its CPUs and distance row."""
+
     node_id: int
     cpus: tuple[int, ...] | None
     cpulist: str | None
@@ -26,6 +28,8 @@ class NumaNode:
 
 @dataclass(frozen=True, slots=True)
 class CpuTopology:
+    """Each CPU's physical package (devices/system/cpu/cpuN/topology/physical_package_id)."""
+
     packages: tuple[tuple[int, int], ...]  # (cpu, physical_package_id)
     errors: tuple[str, ...] = ()
 

@@ -203,6 +203,8 @@ _DPM_RE = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class DpmLevel:
+    """One line of amdgpu's pp_dpm_pcie: a link speed and width level, `*` when active."""
+
     index: int
     speed_gts: float
     width: int

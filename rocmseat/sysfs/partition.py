@@ -28,6 +28,8 @@ _LEVEL_RE = re.compile(r"^\s*(\d{1,2})\s*:\s*([A-Za-z0-9_]{1,40})\s*(\*?)\s*$")
 
 @dataclass(frozen=True, slots=True)
 class PartitionReading:
+    """A GPU's compute and memory partition modes and its DPM policies."""
+
     compute: str | None  # None: no such attribute (the part has no partitions)
     memory: str | None
     policies: tuple[tuple[str, str | None], ...]  # (policy, current level name or None)

@@ -44,6 +44,8 @@ class LinkState:
 
 @dataclass(frozen=True, slots=True)
 class PciDevice:
+    """One PCI function as sysfs shows it: ids, class, link state, NUMA node, local CPUs."""
+
     address: str
     path: Path  # the real directory (symlinks resolved)
     vendor_id: int | None
@@ -137,6 +139,8 @@ PCI_STD_NUM_BARS = 6  # include/uapi/linux/pci_regs.h: BARs 0-5 are the first si
 
 @dataclass(frozen=True, slots=True)
 class Bar:
+    """One line of the function's `resource` file: a BAR's start, size and flags."""
+
     index: int
     start: int
     size_bytes: int

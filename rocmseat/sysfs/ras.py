@@ -32,6 +32,8 @@ INACCESSIBLE = "Query currently inaccessible"
 
 @dataclass(frozen=True, slots=True)
 class RasBlock:
+    """One amdgpu RAS block's error counts (`<block>_err_count`)."""
+
     block: str
     ue: int
     ce: int
@@ -40,6 +42,8 @@ class RasBlock:
 
 @dataclass(frozen=True, slots=True)
 class BadPage:
+    """One retired page of gpu_vram_bad_pages."""
+
     pfn: int
     size_bytes: int
     flag: str  # R reserved, P pending, F failed to reserve
@@ -47,6 +51,8 @@ class BadPage:
 
 @dataclass(frozen=True, slots=True)
 class RasReading:
+    """A GPU's amdgpu ras/ directory: the feature mask, each block's counts, the retired pages."""
+
     features_mask: int | None
     blocks: tuple[RasBlock, ...]
     bad_pages: tuple[BadPage, ...] | None  # None: no gpu_vram_bad_pages file

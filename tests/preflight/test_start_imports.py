@@ -1,7 +1,8 @@
 """What preflight's start imports (issue 32, "Speed: preflight's start"): each path imports what
 it uses. The cached NPD answer reads one file, so none of the state dir's writers (atomic,
-jsonio: json, fcntl, tempfile) nor the full run's readers and renderers; the full run's JSON
-needs no table wrapping."""
+jsonio: json, fcntl, tempfile) nor the full run's readers and renderers, and no click (the
+console entry answers it itself, rocmseat.cli.npd_fast); the full run's JSON needs no table
+wrapping."""
 
 from __future__ import annotations
 
@@ -31,10 +32,12 @@ def test_the_cached_npd_answer_imports_no_writer_and_no_full_run(tmp_path):
     assert _imported([*common, "--json"], ())[0] == 0  # the verdict the answer reads
     writers = ("rocmseat.atomic", "rocmseat.jsonio", "rocmseat.preflight.run",
                "rocmseat.preflight.render", "rocmseat.node.inventory", "rocmseat.sysfs.pci",
-               "pydantic", "rich")
+               "pydantic", "pydantic_core", "rich", "click", "rocmseat.cli.root",
+               "rocmseat.cli.preflight")
     assert _imported([*common, "--format", "npd", "--cached"], writers) == (0, [])
     # the check can fail: the full run imports them
     assert _imported([*common, "--json"], writers[:5]) == (0, list(writers[:5]))
+    assert _imported([*common, "--json"], writers[-3:]) == (0, list(writers[-3:]))
 
 
 def test_json_output_wraps_no_text(tmp_path):
