@@ -466,7 +466,8 @@ class Watcher:
             restarted=restarted,
             blind=blind,
             baseline=det.baseline,
-            learning=det.baseline is None,
+            learning=(verdict.learning if verdict is not None and verdict.mean_only
+                      else det.baseline is None),
             expected_al=verdict.expected_al if verdict else None,
             lower_al=verdict.lower_al if verdict else None,
             cusum=det.cusum,
