@@ -142,3 +142,35 @@ def test_a_command_of_another_engine_is_refused_in_one_line_naming_both(tmp_path
 def test_every_vllm_seat_of_the_house_passes_the_kind_check():
     for path in sorted((REPO / "launchers").glob("*.toml")):
         assert kind_problem(load_seat(path)) is None, path
+
+
+def test_cache_audit_says_no_compile_cache_for_a_llamacpp_seat(seat_file, rocmseat_cli):
+    path = seat_file("llamacpp")
+    result = rocmseat_cli("cache-audit", str(path), "--sysfs-root", X99)
+    assert result.exit_code == 0, result.stderr
+    assert "no compile cache" in result.stdout and "llama.cpp" in result.stdout
+    assert "absent" not in result.stdout  # not a table of dirs that hold no cache
+    doc = json.loads(rocmseat_cli("cache-audit", str(path), "--json", "--sysfs-root",
+                                  X99).stdout)
+    (seat,) = doc["seats"]
+    assert seat["compile_cache"] is None and "no compile cache" in seat["no_compile_cache"]
+
+
+def test_remediate_status_says_what_applies_per_engine(seat_file, rocmseat_cli, tmp_path):
+    for kind, absent in (("llamacpp", "move-cache-aside-restart"), ("sglang", None)):
+        path = seat_file(kind)
+        result = rocmseat_cli("remediate", "status", "--seat", str(path), "--state-dir",
+                              str(tmp_path / kind))
+        assert result.exit_code == 0, result.stderr
+        line = next(ln for ln in result.stdout.splitlines() if ln.startswith("engine "))
+        assert "restart-without-drafter" in line.split("; not:")[0]
+        if absent:
+            assert line.split("; not: ")[1].startswith(f"1 {absent}")
+            assert "no compile cache" in line
+        else:
+            assert "; not:" not in line
+        doc = json.loads(rocmseat_cli("remediate", "status", "--seat", str(path), "--json",
+                                      "--state-dir", str(tmp_path / kind)).stdout)
+        assert doc["engine"] == kind
+        assert (absent in doc["steps_not_applying"]) if absent else not doc[
+            "steps_not_applying"]
