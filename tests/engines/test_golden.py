@@ -174,3 +174,17 @@ def test_remediate_status_says_what_applies_per_engine(seat_file, rocmseat_cli, 
         assert doc["engine"] == kind
         assert (absent in doc["steps_not_applying"]) if absent else not doc[
             "steps_not_applying"]
+
+
+def test_launch_refuses_a_kind_mismatch_in_one_located_line(tmp_path, rocmseat_cli,
+                                                           monkeypatch):
+    monkeypatch.setattr(rocmseat.launch.flow, "find_numactl", lambda: None)
+    path = tmp_path / "seat.toml"
+    path.write_text(R9700.read_text().replace(
+        'command = ["/opt/vllm/bin/vllm", "serve"]',
+        'command = ["sudo", "-u", "llm", "/opt/llama/llama-server"]'))
+    result = rocmseat_cli("launch", str(path), "--dry-run", "--sysfs-root", X99)
+    assert result.exit_code == 2
+    (line,) = [ln for ln in result.stderr.splitlines() if "[engine] kind" in ln]
+    assert f"{path}:13: key 'engine.command'" in line
+    assert "vLLM" in line and "llama.cpp" in line

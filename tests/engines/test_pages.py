@@ -196,3 +196,13 @@ def test_hostile_engine_pages_are_errors_not_verdicts():
                       accepted=25.0, per_pos=(10.0, 15.0, 0.0))
     with pytest.raises(PageError, match=r"rate above 1|sum to"):
         read_page(over)
+
+
+def test_a_seat_targets_page_of_another_engine_is_an_error(tmp_path):
+    page = llama_page(predicted=10.0, prompt=5.0, decodes=10.0, drafts=0.0)
+    w = Watcher([Target("r0", "http://r0/metrics", engine="vllm")],
+                WatchConfig(state_dir=tmp_path), fetch=lambda url, t: page, clock=FakeClock())
+    (status,) = w.step()
+    w.close()
+    assert not status.up and "llamacpp's" in (status.error or "")
+    assert "[engine] kind is vllm" in (status.error or "")
