@@ -7,6 +7,7 @@ replica's root, so one key governs all of them and one rename moves all of them 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from rocmseat.seat.envclass import CACHE_ENV_SUBDIRS
@@ -18,6 +19,9 @@ MANIFEST_NAME = "rocmseat-manifest.json"
 STALE_NAME = re.compile(rf"^(?P<replica>{NAME_CHARS})\.stale-(?P<stamp>\d{{8}}T\d{{6}}Z)(-\d+)?$")
 
 
-def cache_env(replica_root: Path) -> dict[str, str]:
-    """The environment variables that point every compiler cache into `replica_root`."""
-    return {name: str(replica_root / sub) for name, sub in CACHE_ENV_SUBDIRS.items()}
+def cache_env(replica_root: Path,
+              subdirs: Mapping[str, str] = CACHE_ENV_SUBDIRS) -> dict[str, str]:
+    """The environment variables that point every compiler cache into `replica_root`:
+    `subdirs` the engine's (rocmseat.engines: Engine.cache_subdirs; vLLM's by default, none for
+    llama.cpp, which has no compile cache)."""
+    return {name: str(replica_root / sub) for name, sub in subdirs.items()}

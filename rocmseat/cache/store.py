@@ -27,8 +27,8 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +111,8 @@ class _Job:
     now: dt.datetime | None
     hook: CrashHook
     owner_uid: int
+    # the engine's cache variables -> subfolders (rocmseat.engines: Engine.cache_subdirs)
+    subdirs: Mapping[str, str] = field(default_factory=lambda: CACHE_ENV_SUBDIRS)
 
     @property
     def live(self) -> Path:
@@ -134,6 +136,7 @@ def prepare(
     lock_timeout_s: float = 600.0,
     owner_uid: int | None = None,
     crash_hook: CrashHook | None = None,
+    subdirs: Mapping[str, str] = CACHE_ENV_SUBDIRS,
 ) -> PrepareResult:
     """Make `cache_dir` a cache keyed by `key`, moving any other one aside.
 
@@ -146,7 +149,8 @@ def prepare(
     if not is_replica_name(replica) or cache_root == cache_dir:
         raise ConfigError(f"{cache_dir}: not a replica's cache dir (<cache_root>/<replica>)")
     uid = os.geteuid() if owner_uid is None else owner_uid
-    job = _Job(cache_root, replica, key, seat_name, now, crash_hook or (lambda step: None), uid)
+    job = _Job(cache_root, replica, key, seat_name, now, crash_hook or (lambda step: None), uid,
+               subdirs)
     check_root(cache_root, owner_uid=owner_uid)
     cache_root.mkdir(parents=True, exist_ok=True)
     check_root(cache_root, owner_uid=owner_uid)
@@ -161,17 +165,17 @@ def prepare(
             return recovered
         manifest = read_manifest(live) if live.is_dir() else None
         if manifest is not None and manifest["key"] == key.digest:
-            _ensure_subdirs(live)
+            _ensure_subdirs(live, job.subdirs)
             message = f"{replica}: cache {live} is current (key {key.short})"
             log.info(message)
-            return PrepareResult(live, "current", None, (), cache_env(live), message)
+            return PrepareResult(live, "current", None, (), cache_env(live, job.subdirs), message)
         if not live.exists():
             _build_fresh(job)
             os.rename(job.fresh, live)
             job.hook("published")
             message = f"{replica}: new cache {live} (key {key.short})"
             log.info(message)
-            return PrepareResult(live, "absent", None, (), cache_env(live), message)
+            return PrepareResult(live, "absent", None, (), cache_env(live, job.subdirs), message)
         state = "stale" if manifest is not None else "unkeyed"
         changed = diff_factors(manifest["factors"], key.factors) if manifest is not None else []
         aside = _stale_name(cache_root, replica, now)
@@ -324,7 +328,8 @@ def _finish_move(job: _Job) -> PrepareResult:
     changed = tuple(FactorChange(str(f), old, new) for f, old, new, _ in intent.changed)
     message = f"{job.replica}: moved cache aside to {aside} because {why}"
     log.warning(message)
-    return PrepareResult(live, intent.state_before, aside, changed, cache_env(live), message)
+    return PrepareResult(live, intent.state_before, aside, changed,
+                         cache_env(live, job.subdirs), message)
 
 
 def _recover(job: _Job) -> PrepareResult | None:
@@ -365,7 +370,7 @@ def _build_fresh(job: _Job, replaced: dict[str, str] | None = None) -> None:
     fresh = job.fresh
     fresh.mkdir(exist_ok=True)  # _check_names refused anything at this name but our own dir
     job.hook("fresh-created")
-    _ensure_subdirs(fresh)
+    _ensure_subdirs(fresh, job.subdirs)
     created = (job.now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     atomic_write_json(fresh / MANIFEST_NAME, {
         "schema": MANIFEST_SCHEMA,
@@ -380,10 +385,10 @@ def _build_fresh(job: _Job, replaced: dict[str, str] | None = None) -> None:
     job.hook("manifest-written")
 
 
-def _ensure_subdirs(replica_dir: Path) -> None:
+def _ensure_subdirs(replica_dir: Path, subdirs: Mapping[str, str]) -> None:
     """Every compiler-cache subfolder, as a real directory: one that is a link would put that
     cache outside the store, where a move aside never reaches it (ConfigError)."""
-    for sub in CACHE_ENV_SUBDIRS.values():
+    for sub in subdirs.values():
         path = replica_dir
         for part in Path(sub).parts:
             path = path / part

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from rocmseat import exitcodes
 from rocmseat.atomic import LockTimeout
+from rocmseat.engines import seat_engine
+from rocmseat.engines.command import kind_problem
 from rocmseat.errors import ConfigError, NoDeviceError, RocmseatError
 from rocmseat.findings import Finding, Severity
 from rocmseat.hip.numbering import ROCR_MASK, without_hip_masks
@@ -220,6 +222,9 @@ def start_problems(seat: Seat, plan: ReplicaPlan, env: Mapping[str, str]) -> lis
     that does not exist, a `[preflight] profile` that does not load."""
     refusal = container_refusal(plan.engine_argv)
     problems = [refusal] if refusal else []
+    mismatch = kind_problem(seat)  # a command that is not the [engine] kind's engine
+    if mismatch is not None:
+        problems.insert(0, mismatch)
     # in a container the command and the Python are the image's; the runtime is the host's
     program = look_through(plan.engine_argv).program[:1]
     checked = ((("runtime", seat.engine.runtime),) if seat.engine.runtime != "host" else
@@ -381,7 +386,8 @@ def _launch_locked(  # noqa: PLR0915
         raise
     write_recorded(plan.placement)
     try:
-        prepared = prepare(plan.cache_dir, key, seat_name=seat.name)
+        prepared = prepare(plan.cache_dir, key, seat_name=seat.name,
+                           subdirs=seat_engine(seat).cache_subdirs)
     except OSError as exc:  # e.g. cache_root is a file
         why = ("not a directory" if seat.cache_root.exists() and not seat.cache_root.is_dir()
                else exc.strerror or str(exc))

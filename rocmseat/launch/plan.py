@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmseat import exitcodes, jsonio
+from rocmseat import exitcodes
 from rocmseat.cache.layout import cache_env
+from rocmseat.engines import seat_engine
+from rocmseat.engines import vllm as vllm_engine
 from rocmseat.hip.numbering import HIP_MASKS
 from rocmseat.launch.sdnotify import NOTIFY_ENV
 from rocmseat.placement.record import HIP_ORDER_ASSUMED, HIP_ORDER_PROBED, ReplicaPlacement
@@ -130,49 +132,12 @@ class ReplicaPlan:
 
 def speculative_config(seat: Seat) -> dict[str, Any] | None:
     """The --speculative-config object (vllm/config/speculative.py field names)."""
-    drafter = seat.drafter
-    if drafter is None:
-        return None
-    config: dict[str, Any] = {"method": drafter.method}
-    if drafter.path is not None:
-        config["model"] = str(drafter.path)
-    config["num_speculative_tokens"] = drafter.num_speculative_tokens
-    if drafter.num_speculative_tokens_per_batch_size is not None:
-        config["num_speculative_tokens_per_batch_size"] = [
-            list(entry) for entry in drafter.num_speculative_tokens_per_batch_size
-        ]
-    config.update(sorted(drafter.extra.items()))
-    return config
+    return vllm_engine.speculative_config(seat)
 
 
 def engine_argv(seat: Seat, port: int) -> tuple[str, ...]:
-    serve = seat.serve
-    argv = list(seat.engine.command)
-    if seat.engine.model_flag:
-        argv += [seat.engine.model_flag, str(seat.model.path)]
-    else:
-        argv.append(str(seat.model.path))
-    argv += ["--served-model-name", seat.model.served_name or seat.name]
-    if seat.backend == "rocm":
-        argv += ["--tensor-parallel-size", str(seat.tp)]
-    spec = speculative_config(seat)
-    if spec is not None:
-        argv += ["--speculative-config", jsonio.dumps_line(spec)]
-        if seat.canary.enabled:
-            # each response carries its own acceptance for the watchdog's drafter canary
-            # (vllm/entrypoints/openai/completion/serving.py: metrics.speculative_decoding);
-            # vLLM refuses the flag without a speculative config (vllm/config/vllm.py)
-            argv += ["--per-request-spec-decode-metrics", "summary"]
-    argv += ["--max-model-len", str(serve.max_model_len), "--max-num-seqs", str(serve.max_num_seqs)]
-    if serve.max_num_batched_tokens is not None:
-        argv += ["--max-num-batched-tokens", str(serve.max_num_batched_tokens)]
-    if seat.backend == "rocm" and serve.gpu_memory_utilization is not None:
-        argv += ["--gpu-memory-utilization", f"{serve.gpu_memory_utilization:g}"]
-    argv += ["--dtype", serve.dtype]
-    if serve.quantization:
-        argv += ["--quantization", serve.quantization]
-    argv += ["--host", seat.engine.host, "--port", str(port), *serve.extra_args]
-    return tuple(argv)
+    """The serve argv of the seat's engine (`[engine] kind`, rocmseat.engines)."""
+    return seat_engine(seat).serve_argv(seat, port)
 
 
 def plan_replica(seat: Seat, record: ReplicaPlacement, *, numactl: str | None,
@@ -181,7 +146,8 @@ def plan_replica(seat: Seat, record: ReplicaPlacement, *, numactl: str | None,
     """How the engine of `record` starts. `cache_vars`: the cache store's variables for the
     replica's dir (default: the layout's, rocmseat.cache.layout.cache_env)."""
     env = dict(seat.env)
-    env.update(cache_vars if cache_vars is not None else cache_env(record.cache_dir))
+    env.update(cache_vars if cache_vars is not None
+               else cache_env(record.cache_dir, seat_engine(seat).cache_subdirs))
     # The engine's output goes to a pipe: unbuffered, each line reaches the journal and the
     # startup-log classifier when it is written, not when a 8 KiB buffer fills.
     env.setdefault("PYTHONUNBUFFERED", "1")

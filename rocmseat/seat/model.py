@@ -205,7 +205,17 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# The engines behind the seam (rocmseat.engines, docs/engines.md): which one the seat's command
+# starts. The same names as rocmseat.engines.base.KINDS (the seat room is below the engines, so
+# the list is spelt here for the schema; tests/engines hold the two equal).
+ENGINE_KINDS = ("vllm", "sglang", "llamacpp")
+
+
 class Engine(_Section):
+    # what the command starts: launch builds its argv, the key its factors, watch reads its
+    # /metrics by this (rocmseat.engines.by_kind); a command that does not look like it is
+    # refused (rocmseat.engines.command.kind_problem)
+    kind: Literal["vllm", "sglang", "llamacpp"] = "vllm"
     command: Annotated[tuple[str, ...], Field(min_length=1), AfterValidator(_program)]
     model_flag: str = ""
     python: SeatPath
