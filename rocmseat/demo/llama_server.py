@@ -6,13 +6,14 @@ It takes llama-server's own flag spelling, so a seat's `command` that names it c
 `llama-server` binary on a node instead, unchanged:
 
     PYTHON llama_server.py -m TARGET.gguf --port 8080 [--host H] [--metrics] [-c N] [-np N]
-        [-t N] [-a NAME] [-md DRAFTER.gguf --spec-type draft-simple --spec-draft-n-max 3]
+        [-t N] [-a NAME] [-b N] [-md DRAFTER.gguf --spec-type draft-simple --spec-draft-n-max 3]
 
 The spellings are llama.cpp's common/arg.cpp as embedded in xllamacpp 2026.10.11549 (read from
 the wheel's strings: `-md, --spec-draft-model, --model-draft`; `--spec-draft-n-max, --draft-max,
 --draft-n`; `--spec-type` "comma-separated list of types of speculative decoding to use", the
 names of common/speculative.cpp `draft-simple`, `ngram-simple`, ...; `-c, --ctx-size`;
-`-np, --parallel`; `-t, --threads`; `-a, --alias`; `--metrics`). The 2026 rename took
+`-np, --parallel`; `-t, --threads`; `-a, --alias`; `-b, --batch-size`; `--metrics`). The 2026
+rename took
 `--draft-max` and `--model-draft` to the `--spec-draft-*` names; both are accepted here as
 llama-server accepts them. A flag this program does not know is refused in one line (exit 2),
 never ignored: a real binary would honour it and the demo would silently differ.
@@ -42,13 +43,14 @@ VALUED = {
     "-np": "parallel", "--parallel": "parallel",
     "-t": "threads", "--threads": "threads",
     "-a": "alias", "--alias": "alias",
+    "-b": "batch_size", "--batch-size": "batch_size",
     "-md": "draft_model", "--spec-draft-model": "draft_model", "--model-draft": "draft_model",
     "--spec-draft-n-max": "draft_n_max", "--draft-max": "draft_n_max",
     "--draft-n": "draft_n_max",
     "--spec-type": "spec_type",
 }
 SWITCHES = {"--metrics": "metrics"}
-INTS = ("port", "ctx_size", "parallel", "threads", "draft_n_max")
+INTS = ("port", "ctx_size", "parallel", "threads", "draft_n_max", "batch_size")
 # common/speculative.cpp's type names that this demo serves (a drafter model only; the ngram
 # kinds need no model and are passed through as llama.cpp names them)
 SPEC_TYPES = {
@@ -72,6 +74,7 @@ class Options:
     parallel: int | None = None
     threads: int | None = None
     alias: str | None = None
+    batch_size: int | None = None
     draft_model: str | None = None
     draft_n_max: int | None = None
     spec_type: str | None = None
@@ -143,6 +146,8 @@ def params_of(opts: Options, x: Any) -> Any:
         p.cpuparams_batch.n_threads = opts.threads
     if opts.alias:
         p.model_alias = {opts.alias}
+    if opts.batch_size is not None:
+        p.n_batch = opts.batch_size
     types = [t for t in (opts.spec_type or "").split(",") if t]
     if opts.draft_model is not None and not types:
         types = ["draft-simple"]  # llama-server: a draft model alone means a draft model
