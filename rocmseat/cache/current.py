@@ -88,7 +88,8 @@ def ask_engine(seat: Seat, *, runner: Runner = run) -> EngineVersions | str:
 
     try:
         return engine_versions(seat.engine.python, runner=runner,
-                               container=probe_prefix(seat.engine))
+                               container=probe_prefix(seat.engine), kind=seat.engine.kind,
+                               command=seat.engine.command)
     except RocmseatError as exc:
         return f"engine python {seat.engine.python}: {exc} ({_set_at(seat, ('engine', 'python'))})"
 

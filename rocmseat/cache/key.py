@@ -18,6 +18,8 @@ from typing import Any
 
 from rocmseat.cache.fingerprint import fingerprint_model
 from rocmseat.cache.versions import EngineVersions, engine_versions
+from rocmseat.engines import seat_engine
+from rocmseat.engines import vllm as vllm_engine
 from rocmseat.errors import RocmseatError
 from rocmseat.located import where_key
 from rocmseat.redact import REDACTED, is_secret_name, redact_text
@@ -28,19 +30,9 @@ from rocmseat.seat.runtime import image_digest, probe_prefix
 
 KEY_SCHEMA = 1
 
-# Engine arguments that cannot change what is compiled (network, names, logging, auth).
-NEUTRAL_FLAGS = frozenset(
-    {
-        "--port", "--host", "--served-model-name", "--api-key", "--uvicorn-log-level",
-        "--disable-log-requests", "--enable-log-requests", "--disable-log-stats",
-        "--disable-uvicorn-access-log", "--max-log-len", "--ssl-keyfile", "--ssl-certfile",
-        "--root-path", "--allowed-origins", "--allowed-methods", "--allowed-headers",
-        "--enable-server-load-tracking", "--middleware", "--chat-template-content-format",
-        # observability: ObservabilityConfig.compute_hash has no factors (vllm/config/
-        # observability.py, vLLM 0.32): the drafter canary's per-request acceptance
-        "--per-request-spec-decode-metrics",
-    }
-)
+# Engine arguments that cannot change what is compiled (network, names, logging, auth): vLLM's
+# (rocmseat.engines.vllm); each engine has its own (Engine.neutral_flags).
+NEUTRAL_FLAGS = vllm_engine.NEUTRAL_FLAGS
 _COMPILATION_FLAGS = ("--compilation-config", "-cc")
 # A secret in a key factor (the value of a secret-bearing flag, a key-classified variable whose
 # name looks like a credential: rocmseat.redact.is_secret_name) enters the key as the sha256 of
@@ -97,18 +89,11 @@ def build_factors(
 ) -> dict[str, Any]:
     """The factor dict; a gathered input given as None is left out (see `missing_factors`)."""
     engine_factors = engine.as_factors() if isinstance(engine, EngineVersions) else engine
-    args, compilation = split_engine_args(seat.serve.extra_args)
-    speculative = None
-    if seat.drafter is not None:
-        schedule = seat.drafter.num_speculative_tokens_per_batch_size
-        speculative = {
-            "method": seat.drafter.method,
-            "num_speculative_tokens": seat.drafter.num_speculative_tokens,
-            "num_speculative_tokens_per_batch_size": (
-                [list(entry) for entry in schedule] if schedule is not None else None
-            ),
-            "extra": dict(seat.drafter.extra),
-        }
+    kind = seat_engine(seat)
+    args, compilation = split_engine_args(seat.serve.extra_args, kind.neutral_flags)
+    # in the engine's own terms (vLLM: what --speculative-config says; llama.cpp: --spec-type,
+    # --spec-draft-n-max; SGLang: --speculative-algorithm and its step counts)
+    speculative = kind.speculative_factors(seat)
     env = {**seat.env, **(extra_env or {})}
     classified = classify_env(
         env,
@@ -135,6 +120,8 @@ def build_factors(
         "engine_args": args,
         "env": key_env(classified),
     }
+    if kind.kind != "vllm":  # a vLLM seat's key stays what it was before the engine seam
+        factors["engine_kind"] = kind.kind
     factors = seal_factors(factors)
     for name, value in (("engine", engine), ("gpu_arch", gpu_arch), ("model", model)):
         if value is None:
@@ -244,8 +231,10 @@ def missing_factors(factors: Mapping[str, Any], seat: Seat) -> list[str]:
     return [name for name in needed if name not in factors]
 
 
-def split_engine_args(args: Sequence[str]) -> tuple[list[str], dict[str, Any] | None]:
-    """Separate the compilation config (parsed) and drop neutral flags from the engine args."""
+def split_engine_args(args: Sequence[str], neutral: frozenset[str] = NEUTRAL_FLAGS
+                      ) -> tuple[list[str], dict[str, Any] | None]:
+    """Separate the compilation config (parsed) and drop neutral flags (the engine's: vLLM's by
+    default) from the engine args."""
     kept: list[str] = []
     compilation: dict[str, Any] | None = None
     index = 0
@@ -272,7 +261,7 @@ def split_engine_args(args: Sequence[str]) -> tuple[list[str], dict[str, Any] | 
                     compilation["<level>"] = parsed
             index += step
             continue
-        if flag in NEUTRAL_FLAGS:
+        if flag in neutral:
             index += step
             if not eq and is_secret_name(flag):
                 # `--api-key a b`: one or more keys (nargs="+"); none of them is a key factor
@@ -321,7 +310,8 @@ def replica_key(
                 hint="read the node inventory (rocmseat preflight) to learn each GPU's gfx target",
             )
     versions = engine_versions(seat.engine.python, runner=runner,
-                               container=probe_prefix(seat.engine))
+                               container=probe_prefix(seat.engine), kind=seat.engine.kind,
+                               command=seat.engine.command)
     model = fingerprint_model(seat.model.path)
     drafter = None
     if seat.drafter is not None and seat.drafter.path is not None:

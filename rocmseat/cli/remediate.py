@@ -94,14 +94,38 @@ def status(seat_file: Path | None, as_json: bool, state_dir: Path | None, last: 
     records, problems = journal.read_records(state_root, seat, last=last)
     for problem in problems:
         click.echo(f"rocmseat: warning: {problem}: not read", err=True)
+    engine = _engine_of(seat_file)
     if as_json:
-        click.echo(dumps(status_json(state, meta, records)))
+        doc = status_json(state, meta, records)
+        if engine is not None:
+            from rocmseat.watch.remediate.policy import steps_for
+
+            applying, not_applying = steps_for(engine[0])
+            doc["engine"] = engine[0]
+            doc["steps_applying"] = list(dict.fromkeys(s.action for s in applying))
+            doc["steps_not_applying"] = list(dict.fromkeys(s.action for s in not_applying))
+        click.echo(dumps(doc))
     else:
         click.echo(render_status(state, meta, records), nl=False)
+        if engine is not None:
+            from rocmseat.watch.remediate.render import applies_line
+
+            click.echo(applies_line(*engine), nl=False)
     from rocmseat.watch.remediate.mode import Mode
 
     off = state.halts or any(lad.mode != Mode.DRAFTER for lad in state.ladders.values())
     return exitcodes.PROBLEM if off else exitcodes.OK
+
+
+def _engine_of(seat_file: Path | None) -> tuple[str, str] | None:
+    """(kind, label) of the seat's engine, when a seat file is given."""
+    if seat_file is None:
+        return None
+    from rocmseat.engines import seat_engine
+    from rocmseat.seat.load import load_seat
+
+    engine = seat_engine(load_seat(seat_file))
+    return engine.kind, engine.label
 
 
 @remediate.command("reset")

@@ -39,13 +39,16 @@ REPLICA_OUT_OF_ROTATION = "replica_out_of_rotation"
 # the drafter canary and the slow-spawn lottery (issue 27; rocmseat/watch/canary*.py, spawn.py)
 DRAFTER_CANARY_FAILED = "drafter_canary_failed"
 REPLICA_SLOW_SPAWN = "replica_slow_spawn"
+# acceptance implausibly high (a repetition loop; rocmseat/watch/detector.py): a warning, never a
+# remediation trigger
+SPEC_ACCEPTANCE_IMPLAUSIBLE = "spec_acceptance_implausible"
 
 ALERTS: tuple[str, ...] = (
     SPEC_ACCEPTANCE_DROP, SPEC_DRAFTER_DEAD, SPEC_BLIND, REPLICA_DOWN, REPLICA_STALLED,
     METRICS_UNSTABLE, GPU_AER_RECOVERY, GPU_AER_FAILED, GPU_RESET, GPU_WEDGED,
     REMEDIATION_RUNNING, REMEDIATION_HALTED, REPLICA_NO_DRAFTER, REPLICA_OUT_OF_ROTATION,
     GPU_RING_TIMEOUT, GPU_PAGE_FAULT, GPU_LOST,
-    DRAFTER_CANARY_FAILED, REPLICA_SLOW_SPAWN,
+    DRAFTER_CANARY_FAILED, REPLICA_SLOW_SPAWN, SPEC_ACCEPTANCE_IMPLAUSIBLE,
 )
 SEVERITY: dict[str, str] = {
     SPEC_ACCEPTANCE_DROP: "warning",
@@ -67,6 +70,7 @@ SEVERITY: dict[str, str] = {
     GPU_LOST: "critical",
     DRAFTER_CANARY_FAILED: "critical",
     REPLICA_SLOW_SPAWN: "warning",
+    SPEC_ACCEPTANCE_IMPLAUSIBLE: "warning",
 }
 SUMMARY: dict[str, str] = {
     SPEC_ACCEPTANCE_DROP: "speculative acceptance fell below the baseline's healthy range",
@@ -94,6 +98,9 @@ SUMMARY: dict[str, str] = {
     "this config key (the drafter's weights or cache changed behind the key?)",
     REPLICA_SLOW_SPAWN: "this start decodes slower than the seat's history at the same load "
     "(the spawn lottery: a restart may fix it)",
+    SPEC_ACCEPTANCE_IMPLAUSIBLE: "nearly every drafted token is accepted (rate >= 0.98 over "
+    "500+ drafts, 3 windows in a row) on traffic that is not the canary's: a repetition loop "
+    "in the output? (vLLM PR #44487); never remediated",
 }
 FIRING = "firing"
 RESOLVED = "resolved"

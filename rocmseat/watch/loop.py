@@ -113,6 +113,7 @@ class _Replica:
     held: dict[str, float] = field(default_factory=dict)  # one-shot node alerts: until when
     kernel_cause: KernelCause | None = None  # the kernel's last word on its GPUs
     spawn_factor: float | None = None  # this start against the seat's history, once judged
+    canary_in_window: bool = False  # the last window held the drafter canary's requests
 
 
 class Watcher:
@@ -271,9 +272,11 @@ class Watcher:
         if rep.previous is not None:
             window = window_between(rep.previous, snapshot)
             restarted = window is None
+        rep.canary_in_window = False
         if self.take_canary is not None:
             used = self.take_canary(rep.target.name, scraped_at)
             window = None if window is None else subtract(window, used)
+            rep.canary_in_window = bool(used)
         rep.previous = snapshot
         if window is not None and (problem := window_problem(window)) is not None:
             # Both pages parse, the two together are not counts of one server. Start afresh
@@ -316,7 +319,8 @@ class Watcher:
         nothing could ever clear it (docs/watch.md, "Readiness")."""
         rep.detector.restart()
         rep.spawn_factor = None
-        for alert in (A.SPEC_DRAFTER_DEAD, A.SPEC_ACCEPTANCE_DROP, A.DRAFTER_CANARY_FAILED):
+        for alert in (A.SPEC_DRAFTER_DEAD, A.SPEC_ACCEPTANCE_DROP, A.DRAFTER_CANARY_FAILED,
+                      A.SPEC_ACCEPTANCE_IMPLAUSIBLE):
             self._set(rep, alert, False, now, reason="engine-restarted")
         if self.on_restart is not None:
             self.on_restart(rep.target.name, now)
@@ -330,7 +334,7 @@ class Watcher:
         return self._status(rep, None, error, restarted=False, blind=False, now=now)
 
     def _judge(self, rep: _Replica, window: Window, now: float) -> None:
-        verdict = rep.detector.observe(window, now)
+        verdict = rep.detector.observe(window, now, canary=rep.canary_in_window)
         rep.last_verdict = verdict
         if verdict.learned is not None and self.config.state_dir is not None:
             try:
@@ -352,6 +356,9 @@ class Watcher:
         if judged is not None and judged.drafts > 0 and judged.accepted_per_pos:
             p0 = judged.accepted_per_pos[0] / judged.drafts
         self._set(rep, A.SPEC_DRAFTER_DEAD, verdict.dead, now, **details, p0=_fmt(p0))
+        rate = judged.draft_acceptance_rate if judged is not None else None
+        self._set(rep, A.SPEC_ACCEPTANCE_IMPLAUSIBLE, verdict.implausible, now,
+                  drafts=details["drafts"], rate=_fmt(rate, 3))
 
     def _judge_stall(self, rep: _Replica, window: Window, snap: Snapshot, now: float) -> None:
         # Progress is any engine progress, not only generated tokens: a 262k-token prompt is
@@ -459,7 +466,8 @@ class Watcher:
             restarted=restarted,
             blind=blind,
             baseline=det.baseline,
-            learning=det.baseline is None,
+            learning=(verdict.learning if verdict is not None and verdict.mean_only
+                      else det.baseline is None),
             expected_al=verdict.expected_al if verdict else None,
             lower_al=verdict.lower_al if verdict else None,
             cusum=det.cusum,

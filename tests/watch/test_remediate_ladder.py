@@ -89,13 +89,27 @@ def test_on_vllm_a_collapse_on_a_loaded_cache_starts_step_1() -> None:
 
 @pytest.mark.parametrize("engine", ["sglang", "llamacpp"])
 def test_an_engine_no_step_lists_is_refused_once_and_never_acted_on(engine) -> None:
-    d = decide(obs(**COLLAPSED), engine=engine)
+    # a table none of whose steps lists the engine (the ladder before issue 36 listed vLLM only)
+    steps = tuple(dataclasses.replace(s, engines=frozenset({"vllm"})) for s in P.LADDER)
+    d = decide(obs(**COLLAPSED), engine=engine, steps=steps)
     assert d.actions == ()
     assert [(r.step, r.action, r.outcome) for r in d.records] == [
         (None, P.NO_ACTION, f"refused: no step of the ladder applies to {engine}")]
     again = P.decide(d.state, [obs(**COLLAPSED)], T0 + 10, P.Settings("on", engine=engine),
-                     node="n1", view_fresh=True)
+                     node="n1", view_fresh=True, steps=steps)
     assert again.records == () and again.actions == ()  # said once per alert episode
+
+
+def test_the_ladder_per_engine_has_no_cache_step_for_llamacpp() -> None:
+    """Issue 36 item 4: SGLang's compile caches are moved aside like vLLM's (step 1);
+    llama.cpp has none, so its collapse starts at step 2 (restart without the drafter)."""
+    assert outcomes(decide(obs(**COLLAPSED), engine="sglang")) == [(1, "started")]
+    d = decide(obs(**COLLAPSED), engine="llamacpp")
+    assert outcomes(d) == [(2, "started")]
+    assert d.records[0].why["step1"] == "not applicable to llamacpp"
+    on, off = P.steps_for("llamacpp")
+    assert [s.action for s in off] == [P.MOVE_CACHE_RESTART]
+    assert all("llamacpp" in s.engines for s in on)
 
 
 def test_a_step_that_does_not_list_the_engine_is_passed_over_with_its_reason() -> None:

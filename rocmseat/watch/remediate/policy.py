@@ -673,21 +673,25 @@ OUTCOME_HEADS = ("failed", "unverified", "halted", "refused", "dry-run", "reset"
 DRAFTER_TRIGGERS = (A.SPEC_DRAFTER_DEAD, A.SPEC_ACCEPTANCE_DROP, A.DRAFTER_CANARY_FAILED)
 _BOUNDS = (Bound.PER_KEY_DAY, Bound.NODE_HOUR, Bound.FLEET_SHARE)
 _SERVING = (Mode.DRAFTER, Mode.NO_DRAFTER)
-# every step applies to vLLM today (the engine rocmseat launches and whose metrics the
-# watcher reads); an engine is added to a step once its action is proven on it
-_VLLM: frozenset[EngineKind] = frozenset({"vllm"})
+# The engines each step applies to (docs/engines.md): a restart, a start without the drafter
+# (launch --no-drafter drops the [drafter] table, whatever the engine's flags) and taking a
+# replica out of rotation are the engine's unit's and the watcher's, so every engine; moving
+# the compile cache aside needs a compile cache: vLLM's and SGLang's (torch.compile, Triton),
+# never llama.cpp's, which has none (rocmseat.engines.llamacpp: no cache variables).
+_ALL: frozenset[EngineKind] = frozenset(ENGINES)
+_COMPILED: frozenset[EngineKind] = frozenset({"vllm", "sglang"})
 
 LADDER: tuple[Step, ...] = (
     Step(number=3, action=OUT_OF_ROTATION, triggers=(A.REPLICA_STALLED,), starts_from=_SERVING,
          condition="stalled again within an hour of its stall restart",
          applies=_stalled_again, mode=Mode.OUT_OF_ROTATION, effects=(),
          verification="none: out of rotation until `rocmseat remediate reset`", verify=None,
-         outcomes=(TAKEN_OUT,), bounds=(), engines=_VLLM,
+         outcomes=(TAKEN_OUT,), bounds=(), engines=_ALL,
          would="would take {replica} out of rotation", says=_out_of_rotation_text),
     Step(number=3, action=RESTART, triggers=(A.REPLICA_STALLED,), starts_from=_SERVING,
          condition="always", applies=None, mode=None, effects=(Effect.RESTART,),
          verification="the new engine answers", verify=_verify_answering,
-         outcomes=(RESTARTED,), bounds=_BOUNDS, engines=_VLLM),
+         outcomes=(RESTARTED,), bounds=_BOUNDS, engines=_ALL),
     Step(number=1, action=MOVE_CACHE_RESTART, triggers=DRAFTER_TRIGGERS,
          starts_from=(Mode.DRAFTER,), condition="its last start loaded its compile caches, "
          "and step 1 did not run for this config key yet", applies=_cache_untried,
@@ -695,23 +699,29 @@ LADDER: tuple[Step, ...] = (
          verification="the canary's first round on the new engine; without the canary, "
          "`verify_drafts` drafts of traffic: position-0 acceptance at least 0.20 and the "
          "acceptance length at least the detector's lower edge", verify=_verify_cache,
-         outcomes=(RECOVERED, NOT_THE_CACHE), bounds=_BOUNDS, engines=_VLLM,
+         outcomes=(RECOVERED, NOT_THE_CACHE), bounds=_BOUNDS, engines=_COMPILED,
          then=RESTART_NO_DRAFTER),
     Step(number=2, action=RESTART_NO_DRAFTER, triggers=DRAFTER_TRIGGERS,
          starts_from=(Mode.DRAFTER,), condition="step 1 does not apply (or did not help)",
          applies=None, mode=Mode.NO_DRAFTER, effects=(Effect.RESTART,),
          verification="`verify_s` seconds of generation, at least as fast as collapsed",
          verify=_verify_without_drafter, outcomes=(SERVING_WITHOUT, SLOWER_WITHOUT),
-         bounds=_BOUNDS, engines=_VLLM, instead_of=MOVE_CACHE_RESTART),
+         bounds=_BOUNDS, engines=_ALL, instead_of=MOVE_CACHE_RESTART),
     Step(number=3, action=RESTART_SLOW_SPAWN, triggers=(A.REPLICA_SLOW_SPAWN,),
          starts_from=_SERVING, condition="always", applies=None, mode=None,
          effects=(Effect.RESTART,), verification="the new start's decode rate against the "
          "seat's history at the same load", verify=_verify_respawn,
-         outcomes=(RESPAWNED, STILL_SLOW), bounds=_BOUNDS, engines=_VLLM),
+         outcomes=(RESPAWNED, STILL_SLOW), bounds=_BOUNDS, engines=_ALL),
 )
 STEPS: Mapping[str, Step] = {s.action: s for s in LADDER}
 # Every alert the ladder may act on: a stall, a drafter collapse, a slow start.
 ACTS_ON = tuple(dict.fromkeys(a for s in LADDER for a in s.triggers))
+
+
+def steps_for(engine: str) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
+    """(the steps that apply to `engine`, the ones that do not), in the ladder's order."""
+    return (tuple(s for s in LADDER if engine in s.engines),
+            tuple(s for s in LADDER if engine not in s.engines))
 _BY_TEXT = {o.text: o.label for o in (STARTED, RESET_BY_OPERATOR,
                                       *(o for s in LADDER for o in s.outcomes))}
 # what rocmseat_remediations_total{outcome} may say: a closed set (the text goes to the journal)

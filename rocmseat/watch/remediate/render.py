@@ -54,6 +54,21 @@ def render_status(state: State, meta: Meta, records: Sequence[Mapping[str, Any]]
     return "\n".join(lines) + "\n"
 
 
+def applies_line(engine: str, label: str) -> str:
+    """What of the ladder applies to a seat's engine (`remediate status` with a seat file):
+    the steps that list it, and those that do not (llama.cpp: no compile cache to move)."""
+    from rocmseat.watch.remediate.policy import steps_for
+
+    on, off = steps_for(engine)
+    said = ", ".join(dict.fromkeys(f"{s.number} {s.action}" for s in on)) or "none"
+    line = f"engine {label} ({engine}): steps that apply: {said}"
+    if off:
+        line += "; not: " + ", ".join(f"{s.number} {s.action}" for s in off)
+        if engine == "llamacpp":
+            line += " (llama.cpp has no compile cache)"
+    return line + "\n"
+
+
 def ladder_table(steps: Sequence[Step] = LADDER) -> str:
     """docs/remediate.md's table of the ladder, between LADDER_BEGIN and LADDER_END
     (tests/watch/test_remediate_ladder.py holds the two equal)."""

@@ -68,7 +68,7 @@ def settings_of(seat: Seat, mode: str, episode_hold_s: float = 60.0) -> P.Settin
     return P.Settings(mode, verify_drafts=r.verify_drafts, verify_s=r.verify_s,
                       ready_timeout_s=r.ready_timeout_s, verify_timeout_s=r.verify_timeout_s,
                       node_per_hour=r.node_per_hour, max_fraction=r.max_fraction,
-                      episode_hold_s=episode_hold_s)
+                      episode_hold_s=episode_hold_s, engine=seat.engine.kind)
 
 
 def startup_facts(state_dir: Path, seat: str, replica: str) -> tuple[bool | None, str | None]:
