@@ -20,12 +20,14 @@ never ignored: a real binary would honour it and the demo would silently differ.
 
 The server answers /health, /completion, /v1/completions (streaming) and, with --metrics,
 /metrics (`llamacpp:*`, tools/server/server-context.cpp `handle_metrics`). It runs until
-SIGTERM or SIGINT, then exits 0.
+SIGTERM or SIGINT, then exits 0. `--version` answers as llama-server does (what the config key
+records of the engine).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -162,7 +164,30 @@ def params_of(opts: Options, x: Any) -> Any:
     return p
 
 
+def version_lines(x: Any) -> str:
+    """llama-server's `--version` answer (common/common.cpp: `version: %d (%s)` of
+    LLAMA_BUILD_NUMBER and LLAMA_COMMIT, then `built with %s for %s`), the embedded build's
+    figures from xllamacpp's BUILD_INFO, with the wheel's own version (its build number and
+    commit read 0 / unknown): what the config key records of the engine."""
+    info = getattr(x, "BUILD_INFO", {}) or {}
+    try:
+        wheel = importlib.metadata.version("xllamacpp")
+    except importlib.metadata.PackageNotFoundError:
+        wheel = "unknown"
+    return (f"version: {info.get('build_number', 0)} ({info.get('commit', 'unknown')}; "
+            f"xllamacpp {wheel})\nbuilt with {info.get('compiler', '?')} for "
+            f"{info.get('build_target', '?')}")
+
+
 def main(argv: list[str]) -> int:
+    if argv[1:] == ["--version"]:
+        try:
+            x = importlib.import_module("xllamacpp")
+        except ImportError as exc:
+            print(f"llama_server.py: {sys.executable} has no xllamacpp ({exc})", file=sys.stderr)
+            return 3
+        print(version_lines(x), file=sys.stderr)
+        return 0
     try:
         opts = parse_args(argv[1:])
     except UsageError as exc:
