@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -210,7 +211,11 @@ def main(argv: list[str]) -> int:
           f"({server.listening_address})", file=sys.stderr, flush=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
     print("main: stopping on a signal", file=sys.stderr, flush=True)
-    return 0
+    # Gone at once, every connection closed by the kernel: xllamacpp's Server destructor waits
+    # for its main loop and keeps accepting connections it never answers meanwhile (measured:
+    # a client held until its own timeout), where llama-server's signal handler stops its
+    # HTTP server (tools/server/server.cpp, `shutdown_handler`).
+    os._exit(0)
 
 
 if __name__ == "__main__":
