@@ -21,6 +21,13 @@ sides read.
   and it must report every target up.
 
 Goal (issue 13): every evaluation inside the interval, and less CPU than Prometheus.
+
+    python3 bench/bench_watch_fleet.py --against main [--rounds 2]
+
+The engine seam's check (issue 36): the same watch child, the same fleet, run with this tree's
+rocmseat and with REF's (`git archive REF` unpacked into a temporary dir, put first on the
+child's PYTHONPATH), in alternating order `--rounds` times; the ratio is this tree's CPU seconds
+per evaluation over REF's (the median of each side's evaluations). Prometheus is not run then.
 """
 
 from __future__ import annotations
@@ -198,8 +205,9 @@ def start_fleet(replicas: int, servers: int, tmp: Path) -> tuple[list[subprocess
     return procs, ports
 
 
-def run_watch(targets_file: Path, interval: float, evaluations: int, tmp: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_watch(targets_file: Path, interval: float, evaluations: int, tmp: Path,
+              code: Path = ROOT) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(code)}
     done = subprocess.run([sys.executable, __file__, "--watch-child", str(targets_file),
                            str(interval), str(evaluations), str(tmp / "state")],
                           capture_output=True, text=True, env=env,
@@ -268,6 +276,51 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def export_ref(ref: str, into: Path) -> Path:
+    """REF's tree (`git archive`), unpacked under `into`: the package the baseline imports."""
+    into.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref],
+                             capture_output=True, check=True, timeout=120).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True, timeout=120)
+    return into
+
+
+def against(args: argparse.Namespace) -> int:
+    """This tree's watch against REF's on the same fleet, in alternating order."""
+    with tempfile.TemporaryDirectory(prefix="rocmseat-fleet-") as name:
+        tmp = Path(name)
+        base = export_ref(args.against, tmp / "ref")
+        servers, ports = start_fleet(args.replicas, args.servers, tmp)
+        runs: dict[str, list[float]] = {"this": [], "ref": []}
+        windows: dict[str, int] = {}
+        try:
+            targets = tmp / "fleet.json"
+            targets.write_text(json.dumps([{"targets": [f"127.0.0.1:{p}" for p in ports],
+                                            "labels": {"fleet": "bench"}}]))
+            for round_ in range(args.rounds):
+                order = ("this", "ref") if round_ % 2 == 0 else ("ref", "this")
+                for side in order:
+                    result = run_watch(targets, args.interval, args.evaluations, tmp / side,
+                                       ROOT if side == "this" else base)
+                    runs[side] += result["cpus"][1:]  # the first opens every connection
+                    windows[side] = result["windows"]
+        finally:
+            for proc in servers:
+                proc.terminate()
+                proc.wait(10)
+    this, ref = statistics.median(runs["this"]), statistics.median(runs["ref"])
+    print(f"fleet: {args.replicas} replicas (recorded vLLM 0.32 page), interval "
+          f"{args.interval:g} s, {args.rounds} rounds x {args.evaluations} evaluations a side")
+    print(f"{'':34} {'this tree':>12} {args.against:>12}")
+    print(f"{'CPU s per evaluation (median)':34} {this:>12.3f} {ref:>12.3f}")
+    print(f"{'CPU s per evaluation (min)':34} {min(runs['this']):>12.3f} "
+          f"{min(runs['ref']):>12.3f}")
+    print(f"{'targets read at the end':34} {windows['this']:>12} {windows['ref']:>12}")
+    print(f"ratio: this tree CPU / {args.against} CPU = {this / ref:.3f}x (baseline: "
+          f"{args.against}'s rocmseat watching the same fleet in the same run)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--replicas", type=int, default=1000)
@@ -275,8 +328,13 @@ def main() -> int:
     parser.add_argument("--evaluations", type=int, default=12)
     parser.add_argument("--servers", type=int, default=2)
     parser.add_argument("--small", type=int, default=250, help="replicas of the RSS-slope run")
+    parser.add_argument("--against", metavar="REF", help="compare with REF's rocmseat instead "
+                        "of Prometheus (a git ref of this repository)")
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     resource.setrlimit(resource.RLIMIT_NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE)[1:] * 2)
+    if args.against:
+        return against(args)
     with tempfile.TemporaryDirectory(prefix="rocmseat-fleet-") as name:
         tmp = Path(name)
         servers, ports = start_fleet(args.replicas, args.servers, tmp)

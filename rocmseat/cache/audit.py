@@ -67,6 +67,8 @@ class SeatAudit:
     current_keys: dict[str, CurrentKey]  # replica -> current key
     entries: tuple[CacheEntry, ...]
     problems: tuple[str, ...] = field(default=())  # e.g. the cache root is missing
+    # why the seat's engine has no compile cache (rocmseat.engines: no cache variables), or None
+    no_compile_cache: str | None = None
 
     def live(self) -> tuple[CacheEntry, ...]:
         return tuple(e for e in self.entries if e.state != "moved-aside")
@@ -251,10 +253,17 @@ def audit_seat_file(path: Path, *, sysfs_root: Path | None, state_dir: Path | No
                     runner: Runner = run) -> SeatAudit:
     """`cache-audit` of one seat file: its placement on this host (the roots by the one rule,
     rocmseat.placement.place.seat_roots), each replica's current key, every dir judged."""
+    from rocmseat.engines import seat_engine
     from rocmseat.placement.place import place, seat_roots
     from rocmseat.seat.load import load_seat
 
     seat = load_seat(path)
+    engine = seat_engine(seat)
+    if not engine.cache_subdirs:
+        # nothing compiled at start to go stale: no table of dirs that hold no cache
+        return SeatAudit(seat.name, str(path), seat.cache_root, {}, (), (),
+                         no_compile_cache=f"{engine.label} has no compile cache (its kernels "
+                         "are built ahead of time): nothing to key or move aside")
     sysfs, state = seat_roots(seat, sysfs_root, state_dir)
     currents, unplaced_why = seat_current_keys(
         place(seat, sysfs_root=sysfs, state_root=state), runner=runner)

@@ -76,13 +76,17 @@ def audit_json(audits: Sequence[SeatAudit], *, now: dt.datetime) -> dict[str, An
                 "cache": entry_json(live) if live is not None else None,
                 "moved_aside": [entry_json(e) for e in audit.moved(replica)],
             })
-        seats.append({
+        seat: dict[str, Any] = {
             "seat": audit.seat,
             "seat_file": audit.seat_file,
             "cache_root": str(audit.cache_root),
             "problems": list(audit.problems),
             "replicas": replicas,
-        })
+        }
+        if audit.no_compile_cache is not None:
+            seat["compile_cache"] = None
+            seat["no_compile_cache"] = audit.no_compile_cache
+        seats.append(seat)
     return {"schema": SCHEMA, "generated": _iso(now), "seats": seats}
 
 
@@ -119,6 +123,10 @@ def audit_table(audits: Sequence[SeatAudit]) -> str:
     """One block per seat: a row per live cache, its moved-aside dirs indented under it."""
     out: list[str] = []
     for audit in audits:
+        if audit.no_compile_cache is not None:
+            out += [f"seat {audit.seat} ({audit.seat_file})  no compile cache",
+                    f"  {audit.no_compile_cache}", ""]
+            continue
         out.append(f"seat {audit.seat} ({audit.seat_file})  cache root {audit.cache_root}")
         out.extend(f"  ! {problem}" for problem in audit.problems)
         rows: list[tuple[str, ...]] = [HEADER]

@@ -12,7 +12,8 @@ detector says it cannot judge (`unknown`), never ok. `llamacpp:kv_cache_usage_ra
 a build has it (older tools/server/server.cpp); current builds have no KV-usage gauge.
 
 Serve flags (common/arg.cpp, 2026 names): `-m/--model`, `--alias`, `--host`, `--port`,
-`--metrics`, `-c/--ctx-size`, `-np/--parallel`, `-b/--batch-size`, `-ngl`, and the draft flags
+`--metrics`, `-c/--ctx-size`, `-np/--parallel`, `-b/--batch-size`, `-ngl/--n-gpu-layers`
+(`--spec-draft-ngl` for the drafter), and the draft flags
 renamed in 2026: `--spec-type` (draft-simple: a draft model), `--spec-draft-model` (was
 `--model-draft`/`-md`), `--spec-draft-n-max` (was `--draft-max`). llama.cpp has no compile
 cache (its kernels are built ahead of time): no cache variables.
@@ -146,12 +147,19 @@ def serve_argv(seat: Seat, port: int) -> tuple[str, ...]:
     argv += ["--ctx-size", str(serve.max_model_len), "--parallel", str(serve.max_num_seqs)]
     if serve.max_num_batched_tokens is not None:
         argv += ["--batch-size", str(serve.max_num_batched_tokens)]
+    gpu = seat.backend == "rocm"
+    if gpu:
+        # every layer on the replica's GPUs (HIP_VISIBLE_DEVICES shows only its pair; llama.cpp
+        # splits the layers over the visible devices by default, --split-mode layer)
+        argv += ["--n-gpu-layers", "999"]
     drafter = seat.drafter
     if drafter is not None:
         argv += ["--spec-type", SPEC_TYPES.get(drafter.method, drafter.method)]
         if drafter.path is not None:
             argv += ["--spec-draft-model", str(drafter.path)]
         argv += ["--spec-draft-n-max", str(drafter.num_speculative_tokens)]
+        if gpu and drafter.path is not None:
+            argv += ["--spec-draft-ngl", "999"]
     argv += ["--metrics", "--host", seat.engine.host, "--port", str(port), *serve.extra_args]
     return tuple(argv)
 

@@ -400,7 +400,7 @@ def _launch_locked(  # noqa: PLR0915
     for problem in problems:
         say(f"startup history entry skipped: {problem}")
     rules = expect_rules(seat)
-    reader = StartupLogReader([r.pattern for r in rules])
+    reader = StartupLogReader([r.pattern for r in rules], seat_engine(seat))
     ctx = JudgeContext(
         replica=plan.replica, moved_aside=prepared.moved_aside, cache_dir=prepared.replica_dir,
         drafter_configured=seat.drafter is not None, previous=previous, expect=rules,
@@ -434,7 +434,9 @@ def _launch_locked(  # noqa: PLR0915
         cpus=frozenset(plan.binding.cpus) if plan.binding.method == "cpu-affinity" else None,
         canary=Canary(plan.probe_url, seat.model.served_name or seat.name,
                       seat.readiness.canary_prompt, seat.readiness.canary_max_tokens,
-                      api_key=served_api_key(plan.argv, env)),
+                      api_key=served_api_key(plan.argv, env),
+                      loading=seat_engine(seat).readiness.loading_statuses,
+                      engine=seat_engine(seat).label),
         readiness_timeout_s=seat.readiness.timeout_s, probe_interval_s=run.probe_interval_s,
         stop_grace_s=run.stop_grace_s,
     )

@@ -32,6 +32,9 @@ class Canary:
     prompt: str
     max_tokens: int
     api_key: str | None = field(default=None, repr=False)  # the server's --api-key
+    # the engine's /health while it loads (rocmseat.engines: Engine.readiness): said, waited on
+    loading: frozenset[int] = frozenset()
+    engine: str = "vLLM"
 
 
 def served_api_key(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
@@ -86,7 +89,8 @@ def probe(canary: Canary, *, timeout_s: float, fetch: Fetch = http_fetch) -> Pro
     except (OSError, ValueError, ScrapeError) as exc:
         return ProbeResult(False, "health", f"/health: {_reason(exc)}")
     if status != 200:
-        return ProbeResult(False, "health", f"/health answered {status}")
+        loading = f" ({canary.engine}: still loading)" if status in canary.loading else ""
+        return ProbeResult(False, "health", f"/health answered {status}{loading}")
     payload = {
         "model": canary.served_name,
         "prompt": canary.prompt,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from rocmseat.engines.base import Engine
 from rocmseat.launch.startupfacts import (
     UNTAGGED,
     CompileOutcome,
@@ -128,8 +129,12 @@ def _number(text: str) -> int:
 class StartupLogReader:
     """Accumulates what the startup log says. Not thread-safe: feed it from one thread."""
 
-    def __init__(self, expect_patterns: Sequence[str] = ()) -> None:
+    def __init__(self, expect_patterns: Sequence[str] = (),
+                 engine: Engine | None = None) -> None:
         self._expect = [re.compile(p) for p in expect_patterns]
+        # another engine's memory lines (rocmseat.engines: Engine.memory_facts); vLLM's are
+        # this module's own patterns
+        self._engine = engine if engine is not None and engine.kind != "vllm" else None
         self._expect_hits: dict[int, str] = {}
         self._outcomes: dict[str, list[CompileOutcome]] = {}
         self._paths: dict[str, list[str]] = {}
@@ -215,7 +220,27 @@ class StartupLogReader:
         if path not in paths:
             paths.append(path)
 
+    def _engine_memory(self, line: str, events: list[LogEvent]) -> None:
+        """SGLang's and llama.cpp's memory lines, into the same summary fields: the KV pool in
+        tokens, its size (GiB), the model's memory (GiB; the largest of several lines)."""
+        if self._engine is None:
+            return
+        for fact in self._engine.memory_facts(line):
+            gib = fact.value / 1024.0 if fact.unit == "MiB" else fact.value
+            if fact.name == "kv_cache_tokens":
+                self._kv_tokens = int(fact.value)
+                events.append(LogEvent("kv_cache_tokens", value=self._kv_tokens, line=line))
+            elif fact.name in ("kv_cache_gib", "kv_cache_mib"):
+                self._available_kv = gib
+            elif fact.name in ("model_weights_gib", "model_buffer_mib"):
+                self._model_mem = gib if self._model_mem is None else max(self._model_mem, gib)
+                self._model_mem_ranks.append(gib)
+                events.append(LogEvent("model_memory_gib", value=gib, line=line))
+
     def _memory_events(self, line: str, events: list[LogEvent]) -> None:
+        if self._engine is not None:
+            self._engine_memory(line, events)
+            return
         if (m := _KV_SIZE.search(line)) is not None:
             self._kv_tokens = _number(m.group("tokens"))
             self._kv_device = m.group("device")

@@ -252,7 +252,9 @@ CACHE_ENV_SUBDIRS: dict[str, str] = {
 # Variables a seat must not set in [env]: each points a compiler cache somewhere, and the store
 # owns where compiler caches live (docs/architecture.md, incident 3).
 FORBIDDEN_SEAT_ENV: frozenset[str] = frozenset(
-    {*CACHE_ENV_SUBDIRS, "TRITON_CACHE_DIR"}
+    {*CACHE_ENV_SUBDIRS, "TRITON_CACHE_DIR",
+     # SGLang's (rocmseat.engines.sglang CACHE_SUBDIRS: sglang/srt/environ.py)
+     "SGLANG_CACHE_DIR", "TILELANG_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"}
 )
 
 

@@ -264,6 +264,10 @@ class Watcher:
                 reading = read_page(str(result))
             except PageError as exc:
                 error = exc.message
+        if reading is not None and rep.target.engine not in (None, reading.engine):
+            error = (f"the page is {reading.engine}'s, the seat's [engine] kind is "
+                     f"{rep.target.engine} (another server on the replica's port?)")
+            reading = None
         if reading is None:
             return self._failed(rep, error or "no page", now)
         snapshot = Snapshot(scraped_at, reading)

@@ -220,7 +220,9 @@ class PageReader:
     def _begin(self, lines: list[str]) -> list[str]:
         """The lines from the first of the engine's, telling the engine first if need be."""
         start = self._sniff(lines)
-        return lines[start:] if start else lines
+        if start:
+            del lines[:start]  # the list is this reader's own (split off the chunk)
+        return lines
 
     def _read(self, lines: list[str]) -> None:  # noqa: PLR0912
         if self._spec is None:

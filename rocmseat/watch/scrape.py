@@ -26,6 +26,9 @@ class Target:
     gpus: tuple[str, ...] = ()  # PCI addresses (node events)
     labels: tuple[tuple[str, str], ...] = ()  # carried onto alerts and exporter series
     expect_spec: bool | None = None  # None: as the watcher is configured (a seat's drafter)
+    # the seat's [engine] kind (rocmseat.engines): a page of another engine is an error; None
+    # (a --target URL, file_sd): the engine is told by the page
+    engine: str | None = None
 
     @property
     def shown_url(self) -> str:

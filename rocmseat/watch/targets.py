@@ -77,5 +77,6 @@ def seat_targets(seat: Seat, state_dir: Path | None, *,
             url = f"{record.base_url}/metrics"
         except ValueError as exc:
             raise ConfigError(f"{seat.source_path}: key 'engine.host': {exc}") from None
-        targets.append(Target(record.replica, url, record.cache_dir, record.pci_pair))
+        targets.append(Target(record.replica, url, record.cache_dir, record.pci_pair,
+                              engine=seat.engine.kind))
     return targets

@@ -119,6 +119,17 @@ FOREIGN_FLAGS = {
     "--volume": "podman/docker run",
     "--find-links": "pip (docs/install.md)", "--no-index": "pip",
     "--gates": "bench/bench_advise.py", "--metrics-format": "bench/bench_preflight.py",
+    "--against": "bench/bench_watch_fleet.py",
+    # python -m sglang.launch_server (docs/engines.md; tests/fixtures/engines/sglang-*-flags.txt)
+    **dict.fromkeys(("--chunked-prefill-size", "--context-length", "--enable-metrics",
+                     "--max-running-requests", "--mem-fraction-static", "--model-path",
+                     "--speculative-algorithm", "--speculative-draft-model-path",
+                     "--speculative-eagle-topk", "--speculative-num-draft-tokens",
+                     "--speculative-num-steps", "--tp-size"), "sglang"),
+    # llama-server (docs/engines.md, common/arg.cpp)
+    **dict.fromkeys(("--alias", "--batch-size", "--ctx-size", "--metrics", "--n-gpu-layers",
+                     "--parallel", "--spec-draft-model", "--spec-draft-n-max",
+                     "--spec-draft-ngl", "--spec-type"), "llama-server"),
 }
 FLAG_RE = re.compile(r"(?<![\w/.-])--[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*")
 

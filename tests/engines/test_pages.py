@@ -196,3 +196,40 @@ def test_hostile_engine_pages_are_errors_not_verdicts():
                       accepted=25.0, per_pos=(10.0, 15.0, 0.0))
     with pytest.raises(PageError, match=r"rate above 1|sum to"):
         read_page(over)
+
+
+def test_a_seat_targets_page_of_another_engine_is_an_error(tmp_path):
+    page = llama_page(predicted=10.0, prompt=5.0, decodes=10.0, drafts=0.0)
+    w = Watcher([Target("r0", "http://r0/metrics", engine="vllm")],
+                WatchConfig(state_dir=tmp_path), fetch=lambda url, t: page, clock=FakeClock())
+    (status,) = w.step()
+    w.close()
+    assert not status.up and "llamacpp's" in (status.error or "")
+    assert "[engine] kind is vllm" in (status.error or "")
+
+
+@pytest.mark.parametrize("page", [
+    sglang_page(generated=3400.0, prompt=800.0, verify=1000.0, accept_length=3.4),
+    llama_page(predicted=1200.0, prompt=300.0, decodes=400.0, drafts=400.0,
+               draft_tokens=1600.0, accepted=900.0, per_pos=(360.0, 270.0, 180.0, 90.0)),
+], ids=["sglang", "llamacpp"])
+@pytest.mark.parametrize("chunk", [1, 7, 100, 513, 4096])
+def test_fed_in_chunks_reads_as_whole(page, chunk):
+    """The scraper feeds the page as it arrives: the engine is told across chunk edges."""
+    from rocmseat.watch.metrics import PageReader
+
+    reader = PageReader()
+    for at in range(0, len(page), chunk):
+        reader.feed(page[at:at + chunk])
+    assert reader.finish() == read_page(page)
+
+
+def test_an_engine_spec_given_reads_only_that_engine():
+    from rocmseat.engines import by_kind as kind
+    from rocmseat.watch.metrics import PageReader
+
+    page = sglang_page(generated=10.0, prompt=1.0, verify=5.0)
+    reader = PageReader(kind("vllm").page)
+    reader.feed(page)
+    with pytest.raises(PageError, match="no vllm: series"):
+        reader.finish()
