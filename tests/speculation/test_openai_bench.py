@@ -167,3 +167,16 @@ def test_an_aborted_run_sends_no_more_and_writes_no_result(server, tmp_path: Pat
     assert reply["ok"] is False and "hang" in reply["error"]
     assert server.seen == []
     assert not (tmp_path / f"{run.name}.json").exists()
+
+
+def test_the_gate_drives_a_non_vllm_seat_with_its_own_client():
+    """vllm bench serve for a vLLM seat only: a llama.cpp seat's Python is never asked for it."""
+    from rocmseat.seat.load import load_seat
+    from rocmseat.speculation.gate.arms import engine_pythons, uses_vllm_bench
+    from tests.conftest import REPO
+
+    llama = load_seat(REPO / "launchers" / "demo-cpu-llamacpp.toml")
+    vllm = load_seat(REPO / "launchers" / "demo-cpu-spec.toml")
+    assert not uses_vllm_bench(llama) and uses_vllm_bench(vllm)
+    assert engine_pythons(llama, vllm) == [vllm.engine.python]
+    assert engine_pythons(llama) == []
