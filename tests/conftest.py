@@ -206,7 +206,7 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
 
 
 # ----- tier summary ------------------------------------------------------------------------
-TIERS = ("hip", "engine", "tools", "fleet")
+TIERS = ("hip", "engine", "llamacpp", "tools", "fleet")
 _tier_stats: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 _tier_skips: dict[str, list[str]] = defaultdict(list)
 _tier_by_nodeid: dict[str, str] = {}

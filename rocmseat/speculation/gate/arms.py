@@ -1,5 +1,10 @@
-"""`rocmseat spec gate`: launch each arm cold, run the battery with vLLM's own benchmark client
-while the watchdog runs beside it, and judge (docs/spec.md).
+"""`rocmseat spec gate`: launch each arm cold, run the battery with a benchmark client while the
+watchdog runs beside it, and judge (docs/spec.md).
+
+The client follows the seat's `[engine] kind`: vLLM's own `vllm bench serve` (procs.BenchClient,
+in the engine's Python) for a vLLM seat, rocmseat's own OpenAI-compatible streaming client
+(openai_bench.OpenAIBench, the same result file and figures) for any other engine (llama.cpp's
+llama-server, SGLang), which has no `vllm bench serve`.
 
 One arm at a time, on the same replica slot (the base seat's port), each a fresh start of
 `rocmseat launch ARM_SEAT --replica R` whose seat is the arm's seat file rewritten under
@@ -44,6 +49,7 @@ from rocmseat.speculation.documents import DocumentError, load_document
 from rocmseat.speculation.gate import battery as battery_mod
 from rocmseat.speculation.gate.benchresult import BenchResult, parse_bench_result
 from rocmseat.speculation.gate.judge import ArmFigures, GateConfig, Series
+from rocmseat.speculation.gate.openai_bench import OpenAIBench
 from rocmseat.speculation.gate.procs import (
     BENCH_PROGRAM,
     AlertEvent,
@@ -297,9 +303,10 @@ class GateRun:
         launch = watch = client = None
         try:
             progress("launch", 0, "starting cold")
-            # vLLM's client loads (~10 s) while the engine starts
-            client = BenchClient(seat.engine.python, arm_dir / "bench.log",
-                                 api_key=api_key(seat))
+            # vLLM's client loads (~10 s) while the engine starts; any other engine: ours
+            client = (BenchClient(seat.engine.python, arm_dir / "bench.log",
+                                  api_key=api_key(seat)) if uses_vllm_bench(seat)
+                      else OpenAIBench(api_key=api_key(seat)))
             launch = start_launch(seat_file, self.replica, state_dir, arm_dir / "launch.log",
                                   notify, stop_grace_s=STOP_GRACE_S)
             try:
@@ -331,7 +338,8 @@ class GateRun:
             try:
                 reading = read_page(page)
             except RocmseatError as exc:
-                raise ArmError(f"arm {name}: {base_url}/metrics is not a vLLM metrics page: "
+                raise ArmError(f"arm {name}: {base_url}/metrics is not a metrics page of the "
+                               f"seat's engine ({seat.engine.kind}): "
                                f"{exc.message}: acceptance and the prefix cache cannot be "
                                "measured") from None
             if spec_expected and not reading.spec_present:
@@ -345,7 +353,8 @@ class GateRun:
             watch = WatchChild(seat_file, state_dir, arm_dir / "watch.log",
                                interval_s=WATCH_INTERVAL_S,
                                stall_after_s=self.battery.stall_after_s)
-            progress("bench client", 0, "loading vllm bench serve")
+            progress("bench client", 0, "loading vllm bench serve" if uses_vllm_bench(seat)
+                     else "rocmseat's OpenAI-compatible client")
             try:
                 client.wait_ready()
             except ChildError as exc:
@@ -372,7 +381,7 @@ class GateRun:
         return record
 
     def _battery(self, record: ArmRecord, runs: Sequence[battery_mod.RunSpec], *,
-                 client: BenchClient, watch: Watchdog, seat: Seat, base_url: str,
+                 client: BenchClient | OpenAIBench, watch: Watchdog, seat: Seat, base_url: str,
                  spec_expected: bool, progress: Callable[..., None]) -> None:
         results_dir = self.out / "arms" / record.name / "results"
         results_dir.mkdir(parents=True, exist_ok=True)
@@ -395,7 +404,13 @@ class GateRun:
             result_path = results_dir / f"{spec.name}.json"
             result_path.unlink(missing_ok=True)
             try:
-                reply = client.run(argv, self.battery.run_timeout_s, abort, spec.name)
+                if isinstance(client, OpenAIBench):
+                    reply = client.run_spec(
+                        spec, base_url=base_url, model=seat.model.served_name or seat.name,
+                        result_dir=results_dir, timeout_s=self.battery.run_timeout_s,
+                        abort=abort, metadata=_metadata(record, spec))
+                else:
+                    reply = client.run(argv, self.battery.run_timeout_s, abort, spec.name)
             except ChildError as exc:
                 record.runs.append(RunRecord(spec.name, spec.phase, spec.concurrency,
                                              spec.repeat, None, None, None,
@@ -409,7 +424,13 @@ class GateRun:
             window = (window_between(before, after)
                       if before is not None and after is not None else None)
             if not reply.get("ok"):
-                raise ArmError(f"arm {record.name}: vllm bench serve failed in {spec.name}: "
+                if abort() is not None:  # ours stops sending when the watchdog saw a hang
+                    record.runs.append(RunRecord(spec.name, spec.phase, spec.concurrency,
+                                                 spec.repeat, None, None, window, seconds,
+                                                 redact_text(str(reply.get("error")))))
+                    record.hangs.extend(e.line for e in watch.hangs())
+                    return
+                raise ArmError(f"arm {record.name}: the benchmark client failed in {spec.name}: "
                                f"{redact_text(str(reply.get('error')))}",
                                hint=f"see {self.out / 'arms' / record.name / 'bench.log'}")
             try:
@@ -430,6 +451,12 @@ class GateRun:
                 return
             if (gap := watch_gap(watch, watched)) is not None:
                 record.watch_gaps.append(f"{spec.name}: {gap}")
+
+
+def _metadata(record: ArmRecord, spec: battery_mod.RunSpec) -> dict[str, str]:
+    """What bench_argv hands vLLM's client as --metadata (benchresult.METADATA_KEYS)."""
+    return {"rocmseat_arm": record.name, "rocmseat_phase": spec.phase,
+            "rocmseat_repeat": str(spec.repeat), "rocmseat_k": str(record.k)}
 
 
 class Watchdog(Protocol):
@@ -611,10 +638,17 @@ def now_utc() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def uses_vllm_bench(seat: Seat) -> bool:
+    """Whether the gate drives `seat` with `vllm bench serve` (a vLLM seat) or with rocmseat's
+    own OpenAI-compatible client (every other engine kind)."""
+    return seat.engine.kind == "vllm"
+
+
 def engine_pythons(*seats: Seat) -> list[Path]:
+    """The engine Pythons whose `vllm bench serve` the gate checks first (vLLM seats only)."""
     seen: list[Path] = []
     for seat in seats:
-        if seat.engine.python not in seen:
+        if uses_vllm_bench(seat) and seat.engine.python not in seen:
             seen.append(seat.engine.python)
     return seen
 
