@@ -144,9 +144,10 @@ def spec_models(  # noqa: PLR0917 (click passes every option)
 
 @demo.command("gguf-models")
 @click.argument("dest", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--llamacpp-python", "python", type=click.Path(path_type=Path, dir_okay=False),
               default=None,
-              help=f"The Python with gguf and xllamacpp [env var: {LLAMACPP_PYTHON_ENV}; "
+              help="The Python with gguf and xllamacpp (not vLLM's: --python) "
+                   f"[env var: {LLAMACPP_PYTHON_ENV}; "
                    "default: /opt/rocmseat/llamacpp-venv/bin/python]")
 @click.option("--force", is_flag=True, help="Rebuild model folders that already exist.")
 @json_option

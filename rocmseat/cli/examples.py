@@ -80,6 +80,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "rocmseat demo models /tmp/rocmseat-models",
         "rocmseat demo models /tmp/rocmseat-models --python venv/bin/python --force",
     ),
+    "rocmseat demo gguf-models": (
+        "rocmseat demo gguf-models /var/tmp/rocmseat-demo/gguf-models",
+        "rocmseat demo gguf-models /tmp/gguf --llamacpp-python venv/bin/python",
+    ),
     "rocmseat demo spec-models": (
         "rocmseat demo spec-models /tmp/rocmseat-models --eps 0,0.5,1",
         "rocmseat demo spec-models /tmp/rocmseat-models --acceptance 0.6,0.8",

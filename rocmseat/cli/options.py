@@ -83,6 +83,7 @@ JSON_SCHEMAS: dict[str, str] = {
     "rocmseat spec advise": "rocmseat.speculation.advise.advice:SCHEMA",
     "rocmseat demo models": "rocmseat.demo-models/v1",  # written in cli/demo.py itself
     "rocmseat demo spec-models": "rocmseat.demo-spec-models/v1",  # likewise
+    "rocmseat demo gguf-models": "rocmseat.demo-gguf-models/v1",  # likewise
     "rocmseat remediate status": "rocmseat.remediation-status/v1",  # in watch/remediate/service.py
 }
 # the command path of this invocation, when it asked for JSON (the error boundary reads it)

@@ -105,10 +105,10 @@ def test_the_builder_writes_three_ggufs_the_drafter_the_targets_weights(tmp_path
     # the same shapes and vocabulary: only the weights differ, the header is the same size
     assert target.size_bytes == other.size_bytes
     again = subprocess.run([sys.executable, "-m", "rocmseat", "demo", "gguf-models",
-                            str(tmp_path / "m"), "--python", str(python), "--json"],
+                            str(tmp_path / "m"), "--llamacpp-python", str(python), "--json"],
                            capture_output=True, text=True, timeout=120, cwd=REPO)
     assert again.returncode == 2 and "already exists" in again.stderr
     assert json.loads(subprocess.run(
         [sys.executable, "-m", "rocmseat", "demo", "gguf-models", str(tmp_path / "m"),
-         "--python", str(python), "--json", "--force"], capture_output=True, text=True,
+         "--llamacpp-python", str(python), "--json", "--force"], capture_output=True, text=True,
         timeout=120, cwd=REPO).stdout)["schema"] == "rocmseat.demo-gguf-models/v1"

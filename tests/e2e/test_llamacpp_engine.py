@@ -157,7 +157,7 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaWorld]:
     python = _llama_python_or_skip()
     root = tmp_path_factory.mktemp("llamacpp")
     dest = root / "models"
-    done = cli("demo", "gguf-models", dest, "--python", python, "--json", timeout_s=120)
+    done = cli("demo", "gguf-models", dest, "--llamacpp-python", python, "--json", timeout_s=120)
     assert done.returncode == 0, done.stdout + done.stderr
     world = LlamaWorld(root, python, dest)
     try:

@@ -53,7 +53,17 @@ def moved_seat(shipped: Path, tmp_path: Path, python: Path, port: int) -> Path:
     test engine as its command)."""
     text = shipped.read_text()
     data = tomllib.loads(text)
-    if data["backend"] == "cpu":  # first: the command names the engine Python too
+    if data["backend"] == "cpu" and data["engine"].get("kind") == "llamacpp":
+        # a llama-server stand-in (the seat refuses a command that does not look like
+        # llama.cpp's: rocmseat.engines.llamacpp.looks_like) answering the key's `--version`
+        # probe the way llama-server does, then the test engine
+        stand_in = tmp_path / "engine-bin" / "llama-server"
+        stand_in.parent.mkdir(parents=True, exist_ok=True)
+        stand_in.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then echo "version: 1 (test)"; '
+                            f'exit 0; fi\nexec "{sys.executable}" "{TEST_ENGINE}" "$@"\n')
+        stand_in.chmod(0o755)
+        text = text.replace(json.dumps(data["engine"]["command"])[1:-1], f'"{stand_in}"')
+    elif data["backend"] == "cpu":  # first: the command names the engine Python too
         text = text.replace(json.dumps(data["engine"]["command"])[1:-1],
                             f'"{sys.executable}", "{TEST_ENGINE}"')
     else:  # the engine's script, moved too: launch and its dry run refuse one that is not there
@@ -104,6 +114,15 @@ def test_key_dry_run_and_cache_audit_agree(shipped, tmp_path, rocmseat_cli, fake
         assert key.exit_code == 0, key.stderr
         assert key.stdout.strip() == digest, (replica, key.stdout, digest)
 
+    if seat.engine.kind == "llamacpp":
+        # llama.cpp compiles nothing to cache: the audit says so instead of a table
+        # (rocmseat/cache/audit.py); its launch -> READY runs on the real llama-server in
+        # tests/e2e/test_llamacpp_engine.py
+        audit = rocmseat_cli("cache-audit", str(seat_file), "--json", *node)
+        assert audit.exit_code == 0, audit.stdout + audit.stderr
+        [doc] = json.loads(audit.stdout)["seats"]
+        assert "no compile cache" in (doc.get("no_compile_cache") or ""), doc
+        return
     if seat.backend == "cpu":
         said: list[str] = []
         result = rocmseat.launch.flow.launch_replica(
