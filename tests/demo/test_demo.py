@@ -189,6 +189,7 @@ def _header(path: Path) -> bytes:
 
 
 @pytest.mark.engine
+@pytest.mark.beside  # builds with the engine's Python, starts no engine
 def test_real_builder(rocmseat_cli, tmp_path, demo_models: Path, demo_models_report):
     """The session's build (`rocmseat demo models DEST --json`, shared by the engine tier),
     checked, then rebuilt with --force on a copy: the same bytes."""
@@ -305,6 +306,7 @@ def _tensors(path: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.engine
+@pytest.mark.beside  # likewise
 def test_real_spec_builder(rocmseat_cli, tmp_path):
     """The drafter is the target's first layer with its embeddings, norm and lm_head; eps 0
     zeroes the extra layers' contribution (acceptance 1), eps > 0 does not."""

@@ -210,6 +210,7 @@ def test_an_arm_that_never_becomes_ready(models, tmp_path):
     assert_nothing_left(str(out), port)
 
 
+@pytest.mark.beside  # no timing judged: a gate on a blind page ends unknown, beside other work
 def test_blind_metrics(models, tmp_path):
     # --disable-log-stats: vLLM serves no spec-decode counters; an A/A run of a drafter seat
     # needs them from its first arm. Not --enforce-eager (it once saved this start its
