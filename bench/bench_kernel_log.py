@@ -139,11 +139,11 @@ def reader_runs(root: Path, log: Path, n: int = 3) -> tuple[float, int, int, int
     return float(best[0]), int(best[1]), int(best[2]), int(best[3]), int(best[4])
 
 
-def main_tree(tmp: Path) -> Path | None:
-    """main's rocmseat package in a temp dir (git archive), or None."""
+def main_tree(tmp: Path, rev: str = "main") -> Path | None:
+    """`rev`'s rocmseat package in a temp dir (git archive), or None."""
     dest = tmp / "main"
     dest.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", "main", "rocmseat"],
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "rocmseat"],
                              capture_output=True, check=False)
     if archive.returncode != 0:
         return None
@@ -161,6 +161,8 @@ def main() -> None:
     parser.add_argument("--gpu-share", type=float, default=0.10)
     parser.add_argument("--event-share", type=float, default=0.01)
     parser.add_argument("--no-before", action="store_true", help="skip main's code path")
+    parser.add_argument("--before", default="main", metavar="REV",
+                        help="the revision whose code path is 'before' (default: main)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     from rocmseat.sysfs.kernel_events import WORDS
@@ -174,13 +176,14 @@ def main() -> None:
         pattern = grep_pattern(WORDS)
         grep_s, grep_out = best_of(3, ["grep", "-cE", pattern, str(log)])
         after = reader_runs(REPO, log)
-        before_root = None if args.no_before else main_tree(tmp)
+        before_root = None if args.no_before else main_tree(tmp, args.before)
         before = reader_runs(before_root, log) if before_root is not None else None
     print(f"log: {args.lines:,} lines, {size / 1e6:.1f} MB; {args.event_share:.0%} from event "
           f"excerpts, {args.gpu_share:.0%} amdgpu chatter, the rest not about a GPU")
     print(f"grep -cE ({len(WORDS)} trigger words): {grep_s * 1e3:9.1f} ms  "
           f"({grep_out.strip()} matching lines)")
-    rows = [("after (this tree)", after)] + ([("before (main)", before)] if before else [])
+    rows = [("after (this tree)", after)]
+    rows += [(f"before ({args.before})", before)] if before else []
     for label, (wall, rss0, rss1, lines, events) in rows:
         print(f"{label:19} read_kernel_events: {wall * 1e3:9.1f} ms  ({lines:,} lines, "
               f"{events:,} events)  ratio to grep {wall / grep_s:6.1f}x  "
