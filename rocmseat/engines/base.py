@@ -14,9 +14,10 @@ Layer: above seat (an engine reads the seat's schema), below hip/node and every 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from rocmseat.errors import RocmseatError
 
@@ -192,40 +193,40 @@ class MemoryFact:
     unit: str  # "tokens", "GiB", "MiB"
 
 
-class Engine(Protocol):
-    """One engine behind the seam. Implementations are module-level singletons (ENGINE)."""
+def python_target(program: Sequence[str]) -> tuple[str, str] | None:
+    """What a `python[3[.N]] [options] ...` argv runs: ("module", name) for `-m name` or
+    `-mname`, ("script", its file name) for a script; None for a program that is not a Python,
+    or a Python that runs neither. The engines' `looks_like` read it."""
+    if not program or not os.path.basename(program[0]).startswith("python"):
+        return None
+    words = program[1:]
+    for i, word in enumerate(words):
+        if word == "-m":
+            return ("module", words[i + 1]) if i + 1 < len(words) else None
+        if word.startswith("-m") and len(word) > 2:
+            return ("module", word[2:])
+        if not word.startswith("-"):
+            return ("script", os.path.basename(word))
+    return None
 
-    @property
-    def kind(self) -> str: ...
 
-    @property
-    def label(self) -> str: ...  # "vLLM", "SGLang", "llama.cpp"
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """One engine behind the seam: a record of its facts and its module's pure functions, one
+    per engine module (its `ENGINE`)."""
 
-    @property
-    def page(self) -> PageSpec: ...
-
-    @property
-    def readiness(self) -> Readiness: ...
-
-    @property
-    def cache_subdirs(self) -> Mapping[str, str]: ...  # variable -> subdir of the cache root
-
-    @property
-    def neutral_flags(self) -> frozenset[str]: ...  # serve flags that change no graph
-
-    def looks_like(self, program: Sequence[str]) -> bool:
-        """Whether an argv (after the wrappers, rocmseat.launch.container.look_through) starts
-        this engine's server."""
-        ...
-
-    def serve_argv(self, seat: Seat, port: int) -> tuple[str, ...]:
-        """The engine's serve argv for one replica of `seat` on `port`."""
-        ...
-
-    def speculative_factors(self, seat: Seat) -> dict[str, object] | None:
-        """The speculative part of the config key in this engine's terms (None: no drafter)."""
-        ...
-
-    def memory_facts(self, line: str) -> tuple[MemoryFact, ...]:
-        """The memory facts one startup-log line states (empty for most lines)."""
-        ...
+    kind: str
+    label: str  # "vLLM", "SGLang", "llama.cpp"
+    page: PageSpec
+    readiness: Readiness
+    cache_subdirs: Mapping[str, str]  # variable -> subdir of the cache root
+    neutral_flags: frozenset[str]  # serve flags that change no graph
+    # whether an argv (after the wrappers, rocmseat.launch.container.look_through) starts this
+    # engine's server
+    looks_like: Callable[[Sequence[str]], bool]
+    # the engine's serve argv for one replica of a seat on a port
+    serve_argv: Callable[[Seat, int], tuple[str, ...]]
+    # the speculative part of the config key in this engine's terms (None: no drafter)
+    speculative_factors: Callable[[Seat], dict[str, Any] | None]
+    # the memory facts one startup-log line states (empty for most lines)
+    memory_facts: Callable[[str], tuple[MemoryFact, ...]]

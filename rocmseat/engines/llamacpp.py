@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from rocmseat.engines.base import (
     BASIS_ACCEPTED_PER_DRAFT,
     BASIS_PER_POSITION,
+    Engine,
     MemoryFact,
     PageError,
     PageSpec,
@@ -37,6 +37,7 @@ from rocmseat.engines.base import (
     Reading,
     Sums,
     check_spec_counts,
+    python_target,
 )
 
 if TYPE_CHECKING:
@@ -172,18 +173,8 @@ def looks_like(program: Sequence[str]) -> bool:
     name = os.path.basename(program[0]).lower()
     if any(word in name for word in ("llama-server", "llama_server", "llamacpp", "llama.cpp")):
         return True
-    return _python_module_or_script(program)
-
-
-def _python_module_or_script(program: Sequence[str]) -> bool:
-    if not os.path.basename(program[0]).startswith("python"):
-        return False
-    for i, word in enumerate(program[1:], start=1):
-        if word == "-m" and i + 1 < len(program):
-            return "llama" in program[i + 1].lower()
-        if not word.startswith("-"):
-            return "llama" in os.path.basename(word).lower()
-    return False
+    target = python_target(program)  # python -m <llama...> / python <llama...>.py
+    return target is not None and "llama" in target[1].lower()
 
 
 # llama.cpp's memory lines (src/llama-kv-cache.cpp `llama_kv_cache: size = %7.2f MiB (%6u cells,
@@ -210,29 +201,14 @@ READINESS: Final = Readiness("/health", frozenset({503}),
                              "tools/server/server.cpp (503 while loading the model)")
 
 
-@dataclass(frozen=True, slots=True)
-class LlamaCppEngine:
-    kind: str = "llamacpp"
-    label: str = "llama.cpp"
-    page: PageSpec = PAGE
+ENGINE: Final = Engine(
+    kind="llamacpp", label="llama.cpp", page=PAGE,
     # /health: 503 {"error": {"message": "Loading model"}} while the model loads, 200 once
     # ready (tools/server/server.cpp, the `ex_wrapper`/middleware on SERVER_STATE_LOADING_MODEL):
     # launch keeps waiting on 503, it is not a failure.
-    readiness: Readiness = READINESS
-    cache_subdirs: Mapping[str, str] = field(default_factory=dict)
-    neutral_flags: frozenset[str] = NEUTRAL_FLAGS
-
-    def looks_like(self, program: Sequence[str]) -> bool:
-        return looks_like(program)
-
-    def serve_argv(self, seat: Seat, port: int) -> tuple[str, ...]:
-        return serve_argv(seat, port)
-
-    def speculative_factors(self, seat: Seat) -> dict[str, object] | None:
-        return speculative_factors(seat)
-
-    def memory_facts(self, line: str) -> tuple[MemoryFact, ...]:
-        return memory_facts(line)
-
-
-ENGINE: Final = LlamaCppEngine()
+    readiness=READINESS,
+    cache_subdirs={},
+    neutral_flags=NEUTRAL_FLAGS,
+    looks_like=looks_like, serve_argv=serve_argv, speculative_factors=speculative_factors,
+    memory_facts=memory_facts,
+)

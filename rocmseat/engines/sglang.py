@@ -30,18 +30,19 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from rocmseat.engines.base import (
     BASIS_VERIFY_STEPS,
+    Engine,
     MemoryFact,
     PageError,
     PageSpec,
     Readiness,
     Reading,
     Sums,
+    python_target,
 )
 
 if TYPE_CHECKING:
@@ -183,14 +184,9 @@ def looks_like(program: Sequence[str]) -> bool:
     name = os.path.basename(program[0]).lower()
     if "sglang" in name:
         return True
-    if not name.startswith("python"):
-        return False
-    for i, word in enumerate(program[1:], start=1):
-        if word == "-m" and i + 1 < len(program):
-            return program[i + 1].split(".", 1)[0] == "sglang"
-        if not word.startswith("-"):
-            return False
-    return False
+    target = python_target(program)
+    return (target is not None and target[0] == "module"
+            and target[1].split(".", 1)[0] == "sglang")
 
 
 # sglang 0.5.23 sglang/srt/model_executor/model_runner.py "Load weight end. elapsed=..., avail
@@ -218,28 +214,13 @@ READINESS: Final = Readiness("/health", frozenset({503}),
                              "sglang/srt/entrypoints/http_server.py (health_generate)")
 
 
-@dataclass(frozen=True, slots=True)
-class SglangEngine:
-    kind: str = "sglang"
-    label: str = "SGLang"
-    page: PageSpec = PAGE
+ENGINE: Final = Engine(
+    kind="sglang", label="SGLang", page=PAGE,
     # /health answers 200 once the server and a scheduler answered a health generation, 503
     # while it warms up or after it failed (sglang/srt/entrypoints/http_server.py health_generate)
-    readiness: Readiness = READINESS
-    cache_subdirs: Mapping[str, str] = field(default_factory=lambda: dict(CACHE_SUBDIRS))
-    neutral_flags: frozenset[str] = NEUTRAL_FLAGS
-
-    def looks_like(self, program: Sequence[str]) -> bool:
-        return looks_like(program)
-
-    def serve_argv(self, seat: Seat, port: int) -> tuple[str, ...]:
-        return serve_argv(seat, port)
-
-    def speculative_factors(self, seat: Seat) -> dict[str, object] | None:
-        return speculative_factors(seat)
-
-    def memory_facts(self, line: str) -> tuple[MemoryFact, ...]:
-        return memory_facts(line)
-
-
-ENGINE: Final = SglangEngine()
+    readiness=READINESS,
+    cache_subdirs=dict(CACHE_SUBDIRS),
+    neutral_flags=NEUTRAL_FLAGS,
+    looks_like=looks_like, serve_argv=serve_argv, speculative_factors=speculative_factors,
+    memory_facts=memory_facts,
+)

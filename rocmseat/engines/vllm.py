@@ -10,12 +10,12 @@ usage, where the fullest engine is the one that matters (max). The serve flags a
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from rocmseat import jsonio
 from rocmseat.engines.base import (
+    Engine,
     MemoryFact,
     PageError,
     PageSpec,
@@ -23,6 +23,7 @@ from rocmseat.engines.base import (
     Reading,
     Sums,
     check_spec_counts,
+    python_target,
 )
 from rocmseat.seat.envclass import CACHE_ENV_SUBDIRS
 
@@ -200,24 +201,8 @@ def looks_like(program: Sequence[str]) -> bool:
     name = os.path.basename(program[0]).lower()
     if "vllm" in name:
         return True
-    return _python_module(program, ("vllm",))
-
-
-def _python_module(program: Sequence[str], packages: tuple[str, ...]) -> bool:
-    """`python[3[.N]] [-X ...] -m <package>[.<sub>...]` for one of `packages`."""
-    name = os.path.basename(program[0])
-    if not name.startswith("python"):
-        return False
-    words = list(program[1:])
-    for i, word in enumerate(words):
-        if word == "-m" and i + 1 < len(words):
-            module = words[i + 1]
-            return module.split(".", 1)[0] in packages
-        if word.startswith("-m") and len(word) > 2:
-            return word[2:].split(".", 1)[0] in packages
-        if not word.startswith("-"):
-            return False  # a script: python script.py
-    return False
+    target = python_target(program)
+    return target is not None and target[0] == "module" and target[1].split(".", 1)[0] == "vllm"
 
 
 def memory_facts(line: str) -> tuple[MemoryFact, ...]:
@@ -231,31 +216,16 @@ READINESS: Final = Readiness("/health", frozenset(),
                              "vllm/entrypoints/serve/instrumentator/health.py")
 
 
-@dataclass(frozen=True, slots=True)
-class VllmEngine:
-    kind: str = "vllm"
-    label: str = "vLLM"
-    page: PageSpec = PAGE
+ENGINE: Final = Engine(
+    kind="vllm", label="vLLM", page=PAGE,
     # /health answers 200 once the API server is up and the engine core is alive, 503 when the
     # engine died (vllm/entrypoints/serve/instrumentator/health.py, vLLM 0.33.0): launch waits
     # for it and a canary completion (rocmseat.launch.readiness).
-    readiness: Readiness = READINESS
+    readiness=READINESS,
     # every cache the engine, torch.compile, Triton, MIOpen, comgr and AITER write
     # (rocmseat.seat.envclass.CACHE_ENV_SUBDIRS, docs/cache.md)
-    cache_subdirs: Mapping[str, str] = field(default_factory=lambda: dict(CACHE_ENV_SUBDIRS))
-    neutral_flags: frozenset[str] = NEUTRAL_FLAGS
-
-    def looks_like(self, program: Sequence[str]) -> bool:
-        return looks_like(program)
-
-    def serve_argv(self, seat: Seat, port: int) -> tuple[str, ...]:
-        return serve_argv(seat, port)
-
-    def speculative_factors(self, seat: Seat) -> dict[str, object] | None:
-        return speculative_factors(seat)
-
-    def memory_facts(self, line: str) -> tuple[MemoryFact, ...]:
-        return memory_facts(line)
-
-
-ENGINE: Final = VllmEngine()
+    cache_subdirs=dict(CACHE_ENV_SUBDIRS),
+    neutral_flags=NEUTRAL_FLAGS,
+    looks_like=looks_like, serve_argv=serve_argv, speculative_factors=speculative_factors,
+    memory_facts=memory_facts,
+)
