@@ -1,11 +1,12 @@
 """The engine seam: what every room asks of an engine instead of naming vLLM (docs/engines.md).
 
-One module per engine (`vllm`, `sglang`, `llamacpp`) implements `Engine`; `rocmseat.engines.
-by_kind(kind)` is the one way a room gets it, from the seat's `[engine] kind`. The seam is data
-and pure functions: the serve argv from a seat, the key factors the engine adds, the cache
-variables it honours, what its readiness probe means, the startup lines that are facts, and how
-its /metrics page maps to one normalised `Reading` (the page grammar itself is read by
-rocmseat.watch.metrics, driven by the engine's `PageSpec`).
+One module per engine (`vllm`, `sglang`, `llamacpp`) builds its `Engine` record (`ENGINE`)
+from its pure functions; `rocmseat.engines.by_kind(kind)` is the one way a room gets it, from
+the seat's `[engine] kind`. The seam is data and pure functions: the serve argv from a seat,
+the key factors the engine adds, the cache variables it honours, what its readiness probe
+means, the startup lines that are facts, and how its /metrics page maps to one normalised
+`Reading` (the page grammar itself is read by rocmseat.watch.metrics, driven by the engine's
+`PageSpec`).
 
 Layer: above seat (an engine reads the seat's schema), below hip/node and every room that asks
 (pyproject.toml, the rooms contract).
