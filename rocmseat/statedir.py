@@ -27,14 +27,18 @@ The door: a document kept here is declared once, as a `Document` (its name under
 from the templates below, its schema string, its strict parser, its size cap) beside its model
 in the room that owns it, and `StateDir.read(doc, **parts)` / `StateDir.write(doc, value,
 **parts)` / `StateDir.make_dir(name, **parts)` / `StateDir.lock(name, **parts)` (and
-`StateDir.hold(name, **parts)`: a lock taken without waiting, kept for the process's life) are
-the only ways any module opens, parses, writes, makes or locks something here
+`StateDir.hold(name, **parts)`: a lock taken without waiting, kept for the process's life) /
+`StateDir.names(name, suffix=, **parts)` / `StateDir.remove(name, **parts)` are the only ways any
+module opens, parses, writes, makes, locks, lists or removes something here
 (tests/test_statedir.py holds the rest of the package to that). Reads are sshd's StrictModes
 (rocmseat.safeio.read_trusted_state up from the state dir: no link, owned by root or the reader,
 writable by nobody else), capped, and parsed by the document's strict model: a bad file is one
 line naming it and why. Writes stamp the schema, make their dirs through rocmseat.atomic.make_dirs
 (never group- or other-writable, whatever the umask: the reader above would refuse them) and
-go through rocmseat.atomic.write_into (temp file, fsync, rename; never through a link).
+go through rocmseat.atomic.write_into (temp file, fsync, rename; never through a link). A
+listing is of a real directory, never through a link, its hidden names (temp files, locks) left
+out; a removal unlinks only a regular file or a link itself, in a directory check_owned_dir
+passes, opened without following a link (a prune never lands outside the dir it names).
 
 This module imports no pydantic (the preflight and NPD fast paths use it): a document's parser
 is any `(text, shown) -> value` function, the pydantic ones made by rocmseat.docmodel.strict.
@@ -55,7 +59,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from rocmseat.errors import ConfigError, ReadError
-from rocmseat.safeio import check_write_dirs, read_trusted_state
+from rocmseat.safeio import UntrustedState, check_write_dirs, read_trusted_state
 from rocmseat.text import printable
 
 # The writers (rocmseat.atomic, rocmseat.jsonio: fcntl, tempfile, json) are imported where they
@@ -109,7 +113,9 @@ READINGS = "preflight/error-readings.json"
 BOOT_EVENTS = "preflight/boot-events.json"
 WATCH_DIR = "watch"
 WATCH_FILE = "watch/{name}.json"  # a baseline, a canary's baselines, a slow-spawn history
-REPLICA_DIR = "seats/{seat}/{replica}"
+SEATS_DIR = "seats"
+SEAT_DIR = f"{SEATS_DIR}/{{seat}}"
+REPLICA_DIR = f"{SEAT_DIR}/{{replica}}"
 PLACEMENT = f"{REPLICA_DIR}/{PLACEMENT_FILE}"
 _STARTUP_FILE, _HISTORY, _SYSFS_FILE = "startup.json", "history", "preflight-sysfs.json"
 _REPORT_LOCK, _LAUNCH_LOCK = ".lock", ".launch.lock"
@@ -269,6 +275,55 @@ class StateDir:
             os.close(fd)
         return path
 
+    def names(self, template: str, /, *, suffix: str = "", **parts: str) -> list[str] | None:
+        """The names in a directory of the layout, sorted, the hidden ones (a leading `.`: temp
+        files, locks, a probe) left out, only those ending in `suffix`: None when no directory
+        stands there (nothing, or a file). Never through a link: one at the directory or on
+        the way to it is UntrustedState (an entry is then read or removed through the door,
+        which checks it again); OSError when the OS refuses the listing (the caller names it)."""
+        path = self.path(template, **parts)
+        check_write_dirs(path, trusted_root=self.root)  # no link on the way (UntrustedState)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:  # a file, or (O_NOFOLLOW with O_DIRECTORY) a link
+            if os.path.islink(path):
+                raise UntrustedState(path, "is a symlink; state is never listed through a link",
+                                     hint=f"move {path} away; rocmseat makes its own") from None
+            return None
+        try:
+            entries = os.listdir(fd)
+        finally:
+            os.close(fd)
+        return sorted(n for n in entries if not n.startswith(".") and n.endswith(suffix))
+
+    def remove(self, template: str | Document[Any], /, **parts: str) -> bool:
+        """Unlink the file of that name (a pruned entry, a probe): a regular file, or a link
+        itself, never what it points to; anything else standing there (a directory, a FIFO) is
+        left alone. Never through a link on the way (UntrustedState), never in a directory
+        `check_owned_dir` refuses (ConfigError), and the name is unlinked in its directory
+        opened without following a link, so it never lands outside it. True when a file went,
+        False when none stood there; OSError when the OS refuses (the caller names it)."""
+        path = self.path(template, **parts)
+        check_write_dirs(path, trusted_root=self.root)
+        check_owned_dir(path.parent, what="state dir")
+        try:
+            fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            # lstat before unlink: only a regular file or a link (a link is unlinked itself)
+            mode = os.lstat(path.name, dir_fd=fd).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+                return False
+            os.unlink(path.name, dir_fd=fd)
+        except FileNotFoundError:  # removed meanwhile (another start, another watcher)
+            return False
+        finally:
+            os.close(fd)
+        return True
+
     @contextlib.contextmanager
     def lock(self, template: str, /, *, timeout_s: float | None = None,
              **parts: str) -> Iterator[None]:
@@ -343,10 +398,10 @@ class StateDir:
 
     @property
     def seats(self) -> Path:
-        return self.root / "seats"
+        return self.path(SEATS_DIR)
 
     def seat(self, seat: str) -> Path:
-        return self.seats / seat
+        return self.path(SEAT_DIR, seat=seat)
 
     def replica(self, seat: str, replica: str) -> ReplicaDir:
         return ReplicaDir(self.path(REPLICA_DIR, seat=seat, replica=replica))

@@ -86,14 +86,14 @@ def test_the_check_sees_a_spelling(tmp_path):
                                             "planted.py:5: 'startup.json'"]
 
 
-# --- the one door (issue 32): nothing but rocmseat/statedir.py opens, makes, parses, writes or
-# locks a file under the state dir. An ast scan, per function: a value is a state path when it
-# comes from the layout (StateDir(...), ReplicaDir(...), a function that returns a state file's
-# path) or from a name that holds the state dir (state_dir, state_root, record.state_dir ...),
-# through assignments, `/`, attributes, method calls and for-loops; a sink is any call that
-# opens, makes, reads, parses or writes (builtins, os, pathlib, json, and the helpers under the
-# door: safeio's readers, atomic's writers and locks) with such a value among its arguments or
-# as its receiver.
+# --- the one door (issue 32): nothing but rocmseat/statedir.py opens, makes, parses, writes,
+# locks, lists or removes a file under the state dir. An ast scan, per function: a value is a
+# state path when it comes from the layout (StateDir(...), ReplicaDir(...), a function that
+# returns a state file's path) or from a name that holds the state dir (state_dir, state_root,
+# record.state_dir ...), through assignments, `/`, attributes, method calls and for-loops; a
+# sink is any call that opens, makes, reads, parses, writes, lists or removes (builtins, os,
+# shutil, pathlib, json, and the helpers under the door: safeio's readers, atomic's writers and
+# locks) with such a value among its arguments or as its receiver.
 STATE_NAMES = {"state_dir", "state_root", "_state_dir"}
 STATE_MAKERS = {"StateDir", "ReplicaDir", "baseline_path", "state_path", "verdict_path",
                 "replica_state_dir", "seat_state_dir", "_result_path", "default_state_dir"}
@@ -104,7 +104,13 @@ SINK_FUNCS = {"open", "read_trusted_state", "read_regular_text", "atomic_write_j
 PATH_ARGS = {"atomic_write_json": 1, "atomic_write_text": 1, "atomic_write_bytes": 1,
              "write_into": 2}
 SINK_METHODS = {"open", "mkdir", "read_text", "write_text", "read_bytes", "write_bytes",
-                "touch", "loads", "load"}
+                "touch", "loads", "load",
+                # listing and removing (pathlib's): the door's names() and remove() do it
+                "iterdir", "glob", "rglob", "walk", "unlink", "rmdir", "rename"}
+# os's and shutil's listing and removing calls, caught only as os.x / shutil.x or a bare x
+# (`remove` and `replace` are also the door's StateDir.remove, list.remove and str.replace)
+MODULE_SINKS = {"listdir", "scandir", "walk", "fwalk", "unlink", "remove", "rmdir",
+                "removedirs", "rename", "renames", "replace", "rmtree"}
 # the door itself, and nothing else (remediation's state, journal and locks joined it: issue 32)
 OUTSIDE_THE_DOOR = ("rocmseat/statedir.py",)
 
@@ -242,7 +248,10 @@ def door_breaches(path: Path, base: Path = REPO) -> list[str]:
             if called in PATH_ARGS:  # a writer: where it writes counts, not what (a report's text)
                 args = [*node.args[:PATH_ARGS[called]],
                         *(k.value for k in node.keywords if k.arg in ("path", "directory"))]
-            if isinstance(func, ast.Name) and func.id in SINK_FUNCS:
+            if isinstance(func, ast.Name) and (func.id in SINK_FUNCS or func.id in MODULE_SINKS):
+                hit = any(_state_value(a, tainted) for a in args)
+            elif isinstance(func, ast.Attribute) and func.attr in MODULE_SINKS \
+                    and isinstance(func.value, ast.Name) and func.value.id in ("os", "shutil"):
                 hit = any(_state_value(a, tainted) for a in args)
             elif isinstance(func, ast.Attribute) and (func.attr in SINK_FUNCS
                                                       or func.attr in SINK_METHODS):
@@ -266,8 +275,10 @@ def test_nothing_but_the_door_touches_state():
 
 
 def test_the_door_check_sees_a_breach(tmp_path):
-    # the check above can fail: each way of touching a state file by hand is caught, however
-    # the path reached the call; the door itself and a path that is not the state dir's are not
+    # the check above can fail: each way of touching a state file by hand is caught (listing
+    # and unlinking too), however the path reached the call; the door itself (its names() and
+    # remove() among it), a list's remove, a str's replace and a path that is not the state
+    # dir's are not
     planted = tmp_path / "planted.py"
     planted.write_text(
         "import json, os\n"
@@ -283,14 +294,20 @@ def test_the_door_check_sees_a_breach(tmp_path):
         "    atomic_write_json(state_dir / 'x', {})\n"
         "    StateDir(state_dir).read(BASELINE, name='k')\n"
         "    (cache_root / 'manifest.json').read_text()\n"
+        "    names = [p.name for p in (folder / 'sub').iterdir()]\n"
+        "    os.unlink(path)\n"
+        "    StateDir(state_dir).remove(BASELINE, name='k'), StateDir(state_dir).names(WATCH_DIR)\n"
+        "    names.remove('k'), str(path).replace('/', '-'), os.unlink(cache_root / 'x')\n"
         "    _private(StateDir(state_dir).errors, cache_root)\n"
         "    return doc\n"
         "def _private(folder, other):\n"
         "    folder.mkdir(mode=0o700)\n"
+        "    shutil.rmtree(folder)\n"
         "    other.mkdir()\n")
     assert [line.split(": ", 1)[0] for line in door_breaches(planted, tmp_path)] == [
-        "planted.py:10", "planted.py:11", "planted.py:17", "planted.py:4", "planted.py:6",
-        "planted.py:6", "planted.py:7"]
+        "planted.py:10", "planted.py:11", "planted.py:14", "planted.py:15", "planted.py:21",
+        "planted.py:22", "planted.py:4", "planted.py:6", "planted.py:6", "planted.py:7",
+        "planted.py:9"]
 
 
 # --- umask 002 (issue 32, item 1): every document written reads back after a restart --------
@@ -482,3 +499,66 @@ def test_hold_is_one_holder_and_never_a_link_or_a_fifo(tmp_path):
 
 def stat_mode(path: Path) -> int:
     return path.stat().st_mode & 0o777
+
+
+def test_names_lists_a_real_dir_of_the_layout_and_never_through_a_link(tmp_path):
+    from rocmseat.safeio import UntrustedState
+    from rocmseat.statedir import HISTORY_DIR, WATCH_DIR
+
+    state = StateDir(tmp_path / "state")
+    assert state.names(WATCH_DIR) is None  # no dir
+    watch = tmp_path / "state" / "watch"
+    watch.mkdir(parents=True)
+    for name in ("b.json", "a.json", ".a.json.x.tmp", "c.txt"):
+        (watch / name).write_text("{}")
+    assert state.names(WATCH_DIR) == ["a.json", "b.json", "c.txt"]  # hidden ones left out
+    assert state.names(WATCH_DIR, suffix=".json") == ["a.json", "b.json"]
+    (tmp_path / "state" / "seats").write_text("")  # a file where a dir should be
+    with pytest.raises(UntrustedState, match="where a directory should be"):
+        state.names(HISTORY_DIR, seat="s", replica="r0")
+    (tmp_path / "state" / "seats").unlink()
+    (tmp_path / "state" / "seats").symlink_to(tmp_path)  # a link on the way
+    with pytest.raises(UntrustedState, match="is a symlink"):
+        state.names(HISTORY_DIR, seat="state", replica="watch")
+    watch.rename(tmp_path / "elsewhere")
+    watch.symlink_to(tmp_path / "elsewhere")  # the dir itself a link
+    with pytest.raises(UntrustedState, match="is a symlink; state is never listed through a link"):
+        state.names(WATCH_DIR)
+    watch.unlink()
+    watch.write_text("")
+    assert state.names(WATCH_DIR) is None  # a file: no dir there
+
+
+def test_remove_unlinks_a_file_or_a_link_itself_and_nothing_else(tmp_path):
+    from rocmseat.errors import ConfigError
+    from rocmseat.safeio import UntrustedState
+    from rocmseat.statedir import WATCH_FILE
+
+    state = StateDir(tmp_path / "state")
+    assert state.remove(WATCH_FILE, name="k") is False  # no dir, no file
+    state.write(_doc(), {}, name="k")
+    assert state.remove(WATCH_FILE, name="k") is True
+    assert state.remove(_doc(), name="k") is False  # gone already
+    watch = tmp_path / "state" / "watch"
+    outside = tmp_path / "outside.json"
+    outside.write_text("keep")
+    (watch / "link.json").symlink_to(outside)
+    assert state.remove(WATCH_FILE, name="link") is True  # the link, never its target
+    assert outside.read_text() == "keep" and not os.path.lexists(watch / "link.json")
+    os.mkfifo(watch / "fifo.json")
+    (watch / "dir.json").mkdir()
+    assert state.remove(WATCH_FILE, name="fifo") is False
+    assert state.remove(WATCH_FILE, name="dir") is False
+    assert (watch / "fifo.json").exists() and (watch / "dir.json").is_dir()
+    watch.chmod(0o777)
+    with pytest.raises(ConfigError, match="is writable by every user"):
+        state.remove(WATCH_FILE, name="fifo")
+    watch.chmod(0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "k.json").write_text("keep")
+    watch.rename(tmp_path / "old-watch")
+    watch.symlink_to(elsewhere)
+    with pytest.raises(UntrustedState, match="is a symlink"):
+        state.remove(WATCH_FILE, name="k")
+    assert (elsewhere / "k.json").read_text() == "keep"

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,7 @@ import click
 from rocmseat import exitcodes
 from rocmseat.cli.options import json_option, resolve_state_dir, state_dir_option
 from rocmseat.errors import ConfigError, RocmseatError
-from rocmseat.statedir import StateDir
+from rocmseat.statedir import REMEDIATION_ROOT, StateDir
 from rocmseat.text import printable
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -49,12 +48,8 @@ def _seats(seat_file: Path | None, state_dir: Path | None) -> tuple[Path, list[s
             [seat.name]
     state = resolve_state_dir(state_dir)
     base = StateDir(state).remediation_root
-    try:
-        seats = sorted(n for n in os.listdir(base) if not n.startswith(".")
-                       and (base / n).is_dir() and not (base / n).is_symlink())
-    except (FileNotFoundError, NotADirectoryError):
-        seats = []
-    return state, seats
+    names = StateDir(state).names(REMEDIATION_ROOT) or []
+    return state, [n for n in names if (base / n).is_dir() and not (base / n).is_symlink()]
 
 
 @click.group("remediate")

@@ -9,10 +9,8 @@ the rest of a command line is still nobody else's business).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import os
-import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -124,26 +122,20 @@ def save_report(state_dir: Path, report: dict[str, Any]) -> Path:
     entry = f"{report['started_at'].replace(':', '')}-{os.getpid()}.json"
     with state.lock(REPORT_LOCK, timeout_s=30.0, seat=seat, replica=replica):
         # made never group- or other-writable, whatever the umask (its entries read back)
-        history = state.make_dir(HISTORY_DIR, seat=seat, replica=replica)
+        state.make_dir(HISTORY_DIR, seat=seat, replica=replica)
         check_replica_tree(state_dir, seat, replica)  # under the lock
         state.write(HISTORY_REPORT, report, seat=seat, replica=replica, entry=entry)
         startup = state.write(STARTUP_REPORT, report, seat=seat, replica=replica)
-        for old in _history(history)[:-HISTORY_KEEP]:
-            # lstat before unlink: only our regular files (a link is unlinked itself, never
-            # followed; a dir or a FIFO someone put there is left alone)
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISREG(os.lstat(old).st_mode) or old.is_symlink():
-                    old.unlink()
+        for old in _history(state, seat, replica)[:-HISTORY_KEEP]:
+            # only our regular files go (a link is unlinked itself, never followed; a dir or a
+            # FIFO someone put there is left alone): StateDir.remove
+            state.remove(HISTORY_ENTRY, seat=seat, replica=replica, entry=old)
     return startup
 
 
-def _history(history: Path) -> list[Path]:
-    """The history entries, oldest first (names start with the UTC stamp)."""
-    try:
-        names = os.listdir(history)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return [history / n for n in sorted(names) if n.endswith(".json") and not n.startswith(".")]
+def _history(state: StateDir, seat: str, replica: str) -> list[str]:
+    """The names of the history entries, oldest first (names start with the UTC stamp)."""
+    return state.names(HISTORY_DIR, suffix=".json", seat=seat, replica=replica) or []
 
 
 def previous_start(
@@ -159,9 +151,13 @@ def previous_start(
     problems: list[str] = []
     if history.is_symlink():
         return None, [f"{history}: is a symlink: not read"]
-    for path in reversed(_history(history)):
+    try:
+        names = _history(state, seat, replica)
+    except ReadError as exc:  # a link on the way (UntrustedState): not read through it
+        return None, [printable(exc.message, 300)]
+    for name in reversed(names):
         try:
-            doc = state.read(HISTORY_REPORT, seat=seat, replica=replica, entry=path.name)
+            doc = state.read(HISTORY_REPORT, seat=seat, replica=replica, entry=name)
         except ReadError as exc:
             problems.append(printable(exc.message, 300))
             continue

@@ -29,7 +29,7 @@ from rocmseat.placement.record import (
 )
 from rocmseat.placement.rules import replica_index, seat_state_dir
 from rocmseat.seat.model import Seat
-from rocmseat.statedir import PLACEMENT, Document, ReplicaDir, StateDir
+from rocmseat.statedir import PLACEMENT, SEAT_DIR, Document, ReplicaDir, StateDir
 from rocmseat.text import printable
 
 PLACEMENT_LIMIT_BYTES = 64 << 10  # a record is ~1 KiB
@@ -76,16 +76,9 @@ def read_recorded(seat: Seat, state_root: Path | None) -> Recorded:
     if state_root is None:
         return Recorded((), {})
     seat_dir = seat_state_dir(state_root, seat.name)
-    for linked in (seat_dir.parent, seat_dir):
-        if linked.is_symlink():
-            return Recorded((), {"": f"{linked}: is a symlink; no placement.json is read "
-                                     "through one"})
-    try:
-        names = sorted(os.listdir(seat_dir))
-    except (FileNotFoundError, NotADirectoryError):
-        return Recorded((), {})
-    except OSError as exc:
-        return Recorded((), {"": f"{seat_dir}: {exc.strerror or exc}"})
+    names, problem = _replica_dirs(seat_dir, state_root, seat.name)
+    if problem is not None:
+        return Recorded((), {"": problem})
     found: list[ReplicaPlacement] = []
     problems: dict[str, str] = {}
     for name in names:
@@ -108,6 +101,20 @@ def read_recorded(seat: Seat, state_root: Path | None) -> Recorded:
             found.append(record)
     records = _without_clashes(found, problems)
     return Recorded(tuple(sorted(records, key=lambda r: r.index)), problems)
+
+
+def _replica_dirs(seat_dir: Path, state_root: Path, seat: str) -> tuple[list[str], str | None]:
+    """The names in the seat's state dir (none when there is no dir), or one line why they
+    cannot be listed."""
+    for linked in (seat_dir.parent, seat_dir):
+        if linked.is_symlink():
+            return [], f"{linked}: is a symlink; no placement.json is read through one"
+    try:
+        return StateDir(state_root).names(SEAT_DIR, seat=seat) or [], None
+    except ReadError as exc:  # a link on the way (UntrustedState)
+        return [], printable(exc.message, 400)
+    except OSError as exc:
+        return [], f"{seat_dir}: {exc.strerror or exc}"
 
 
 def _read_one(seat: Seat, state_root: Path,

@@ -157,8 +157,8 @@ def check_state_dir_writable(state_dir: Path) -> None:
     and write a probe there, or raise a ConfigError naming it."""
     state = StateDir(state_dir)
     try:
-        path = state.write(BASELINE, {}, name=".write-probe")
-        path.unlink()
+        state.write(BASELINE, {}, name=".write-probe")
+        state.remove(BASELINE, name=".write-probe")
     except (OSError, WriteRefused, ReadError) as exc:
         raise ConfigError(
             f"{state.path(WATCH_DIR)}: the state dir is not writable "

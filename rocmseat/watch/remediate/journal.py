@@ -32,6 +32,7 @@ from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.redact import redact_output, redact_text
 from rocmseat.statedir import (
     ACTION_LOCK,
+    JOURNAL_RECORD,
     JUDGE_LOCK,
     REMEDIATION_DIR,
     REMEDIATION_JOURNAL,
@@ -233,11 +234,10 @@ def prune(state_dir: Path, seat: str, state: State, now_s: float, *,
     """Remove journal records older than `max_age_s` and beyond the last `keep` of each
     replica, never one of a ladder still running (a pending step, a replica off its drafter:
     every record since its ladder began stays). Returns how many went."""
-    journal = StateDir(state_dir).remediation_journal(seat)
+    door = StateDir(state_dir)
     try:
-        names = sorted(n for n in os.listdir(journal) if n.endswith(".json")
-                       and not n.startswith("."))
-    except OSError:
+        names = door.names(REMEDIATION_JOURNAL, suffix=".json", seat=seat) or []
+    except (OSError, ReadError):  # nothing pruned; the dir's next write says what is wrong
         return 0
     current = {name: lad.ladder_started_s for name, lad in state.ladders.items()
                if lad.ladder_started_s is not None
@@ -252,9 +252,7 @@ def prune(state_dir: Path, seat: str, state: State, now_s: float, *,
             continue
         old = when is None or now_s - when > max_age_s
         if old or seen[replica] > keep:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(journal / name)
-                removed += 1
+            removed += door.remove(JOURNAL_RECORD, seat=seat, entry=name)
     return removed
 
 
@@ -287,12 +285,11 @@ def read_records(state_dir: Path, seat: str, *, last: int = 20) -> tuple[list[di
         raise StateUnusable(f"{journal}: {shape}", hint="move it away; rocmseat makes its own "
                             "directory there")
     try:
-        names = sorted(n for n in os.listdir(journal) if n.endswith(".json")
-                       and not n.startswith("."))
-    except FileNotFoundError:
-        return [], []
+        names = StateDir(state_dir).names(REMEDIATION_JOURNAL, suffix=".json", seat=seat) or []
     except OSError as exc:
         return [], [f"{journal}: {exc.strerror or exc}"]
+    except ReadError as exc:  # a link on the way (UntrustedState)
+        return [], [printable(exc.message, 300)]
     records, problems = [], []
     for name in names[-last:]:
         try:
