@@ -365,7 +365,14 @@ def _run_on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
 
     from tests.conftest import REPO
 
+    import fcntl
+    import struct
+    import termios
+
     leader, follower = pty.openpty()
+    # a terminal wide enough for the progress line whatever the temporary path's length (80
+    # columns wrapped "(2 s)" across two rows under a longer --basetemp)
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 400, 0, 0))
     proc = subprocess.Popen([sys.executable, "-m", "rocmseat", *args], stdout=subprocess.PIPE,
                             stderr=follower, env=env, cwd=REPO)
     os.close(follower)
