@@ -365,14 +365,7 @@ def _run_on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
 
     from tests.conftest import REPO
 
-    import fcntl
-    import struct
-    import termios
-
     leader, follower = pty.openpty()
-    # a terminal wide enough for the progress line whatever the temporary path's length (80
-    # columns wrapped "(2 s)" across two rows under a longer --basetemp)
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 400, 0, 0))
     proc = subprocess.Popen([sys.executable, "-m", "rocmseat", *args], stdout=subprocess.PIPE,
                             stderr=follower, env=env, cwd=REPO)
     os.close(follower)
@@ -398,7 +391,10 @@ def test_demo_models_show_progress_on_a_terminal(tmp_path):
     import os
 
     python = _slow_builder(tmp_path, 2.5)
-    env = {**os.environ, "TERM": "xterm", "PYTHONPATH": str(Path(__file__).parents[2])}
+    # COLUMNS: a terminal wide enough for the line whatever the temporary path's length (at 80
+    # columns rich wrapped "(2 s)" across two rows under .ci/run's longer --basetemp)
+    env = {**os.environ, "TERM": "xterm", "COLUMNS": "400",
+           "PYTHONPATH": str(Path(__file__).parents[2])}
     code, shown = _run_on_a_terminal(["demo", "models", str(tmp_path / "m"), "--python",
                                       str(python)], env)
     assert code == 0, shown
