@@ -6,7 +6,9 @@ stopped through rocmseat/procgroup.py; argv only).
   group, SIGKILL after a grace, and a final SIGKILL sweep of the group so nothing is left.
 - Its stdout and stderr pass through line by line to our stdout (the journal under systemd)
   while the startup-log classifier reads them.
-- SIGTERM and SIGINT sent to us are forwarded to the engine's group; we then wait for it.
+- SIGTERM and SIGINT sent to us are forwarded to the engine's group; we then wait for it up to
+  the stop grace, then kill the group (as systemd does after TimeoutStopSec=, systemd.kill(5)):
+  a vLLM API server that waits for an open connection on SIGTERM held a launch 120 s.
 - Readiness is probed until the seat's timeout (readiness.py); READY=1 goes to systemd only then.
 - The exit code is the engine's exit status (128+N when a signal N ended it), or 1 with the
   reason when it never became ready.
@@ -34,6 +36,7 @@ from rocmseat.procgroup import (
     affinity,
     describe_returncode,
     exit_code_of,
+    kill_group,
     signal_group,
     spawn,
     stop_group,
@@ -198,7 +201,8 @@ def _watch(
         # forwarded it at once), and systemd should still hear that we are stopping.
         if state.signal_received is not None:
             notifier.stopping(f"stopping: received {signal.Signals(state.signal_received).name}")
-            wait_for(proc, spec.stop_grace_s)
+            if not wait_for(proc, spec.stop_grace_s):
+                kill_group(proc)  # the grace is over
             break
         if proc.poll() is not None:
             break

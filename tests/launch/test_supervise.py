@@ -183,7 +183,8 @@ from rocmseat.launch.startuplog import StartupLogReader
 from rocmseat.launch.supervise import EngineSpec, supervise
 port = int(sys.argv[1]); argv = sys.argv[2:]
 spec = EngineSpec(tuple(argv), dict(os.environ), None,
-                  Canary(f"http://127.0.0.1:{port}", "test", "Hi", 2), 60.0, 0.2, 10.0)
+                  Canary(f"http://127.0.0.1:{port}", "test", "Hi", 2), 60.0, 0.2,
+                  float(os.environ.get("GRACE_S", "10")))
 r = supervise(spec, reader=StartupLogReader(), notifier=Notifier(os.environ.get("NOTIFY_SOCKET")),
               echo=lambda l: (sys.stdout.write(l), sys.stdout.flush()))
 sys.stderr.write(json.dumps({"exit": r.exit_code, "rc": r.engine_returncode,
@@ -224,6 +225,40 @@ def test_signal_to_supervisor_is_forwarded_and_status_returned(tmp_path, signum)
     assert report["reason"].startswith(f"received {signal.Signals(signum).name}, forwarded")
     assert not alive(engine_pid)
     assert "test engine listening" in out
+
+
+def test_an_engine_that_ignores_the_forwarded_sigterm_is_killed_after_the_grace(tmp_path):
+    """The stop grace holds on a signal too: before, the supervisor waited for as long as the
+    engine took (an e2e launch stopped 120.7 s after its SIGTERM, with a 30 s grace)."""
+    port = free_port()
+    pid_file = tmp_path / "pids"
+    sock_path = tmp_path / "n.sock"
+    grams = Datagrams(str(sock_path), str(sock_path))
+    argv = [sys.executable, str(TEST_ENGINE), "--port", str(port), "--ignore-sigterm",
+            "--grandchild", "--pid-file", str(pid_file)]
+    env = {**os.environ, "NOTIFY_SOCKET": str(sock_path), "PYTHONPATH": str(REPO),
+           "GRACE_S": "1"}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(port), *argv], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in wait_for_file(pid_file).split()]
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not any(g.startswith("READY=1") for g in grams.read_all()):
+            time.sleep(0.1)
+        driver.send_signal(signal.SIGTERM)
+        out, err = driver.communicate(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    report = json.loads(err.strip().splitlines()[-1])
+    assert report["signal"] == signal.SIGTERM and report["rc"] == -signal.SIGKILL
+    assert report["reason"] == ("received SIGTERM, forwarded to the engine; it exited "
+                                "on signal SIGKILL")
+    assert driver.returncode == 128 + signal.SIGKILL
+    end = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert [p for p in pids if alive(p)] == []  # the engine and the child it left behind
 
 
 def test_notifier_abstract_socket_and_no_socket():
