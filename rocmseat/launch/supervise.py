@@ -185,6 +185,14 @@ def _restore(previous: dict[int, Any]) -> None:
         signal.signal(signum, handler)
 
 
+def _stop_on_signal(spec: EngineSpec, proc: subprocess.Popen[bytes], signum: int,
+                    notifier: Notifier) -> None:
+    """The signal was forwarded to the engine's group: wait out the grace, then kill it."""
+    notifier.stopping(f"stopping: received {signal.Signals(signum).name}")
+    if not wait_for(proc, spec.stop_grace_s):
+        kill_group(proc)
+
+
 def _watch(
     spec: EngineSpec, proc: subprocess.Popen[bytes], pump: _Pump, state: _State, *,
     notifier: Notifier, on_ready: Callable[[StartupSummary, float], None] | None, fetch: Fetch,
@@ -200,9 +208,7 @@ def _watch(
         # The signal first: the engine may already be gone by the time we look (the handler
         # forwarded it at once), and systemd should still hear that we are stopping.
         if state.signal_received is not None:
-            notifier.stopping(f"stopping: received {signal.Signals(state.signal_received).name}")
-            if not wait_for(proc, spec.stop_grace_s):
-                kill_group(proc)  # the grace is over
+            _stop_on_signal(spec, proc, state.signal_received, notifier)
             break
         if proc.poll() is not None:
             break

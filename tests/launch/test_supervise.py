@@ -246,7 +246,7 @@ def test_an_engine_that_ignores_the_forwarded_sigterm_is_killed_after_the_grace(
         while time.monotonic() < end and not any(g.startswith("READY=1") for g in grams.read_all()):
             time.sleep(0.1)
         driver.send_signal(signal.SIGTERM)
-        out, err = driver.communicate(timeout=30)
+        _, err = driver.communicate(timeout=30)
     finally:
         if driver.poll() is None:
             driver.kill()
