@@ -97,6 +97,11 @@ def check_owned_dir(path: Path, *, what: str, owner_uid: int | None = None,
         )
 
 
+def _open_dir(path: Path) -> int:
+    """A descriptor of the directory itself, never of what a link there points to."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
 def link_target(link: Path) -> str:
     """Where a link points, for a message (the target is anyone's text: shown escaped)."""
     try:
@@ -284,7 +289,7 @@ class StateDir:
         path = self.path(template, **parts)
         check_write_dirs(path, trusted_root=self.root)  # no link on the way (UntrustedState)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = _open_dir(path)
         except FileNotFoundError:
             return None
         except NotADirectoryError:  # a file, or (O_NOFOLLOW with O_DIRECTORY) a link
@@ -309,7 +314,7 @@ class StateDir:
         check_write_dirs(path, trusted_root=self.root)
         check_owned_dir(path.parent, what="state dir")
         try:
-            fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = _open_dir(path.parent)
         except FileNotFoundError:
             return False
         try:
