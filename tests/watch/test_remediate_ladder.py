@@ -238,3 +238,12 @@ def test_no_module_of_remediation_imports_one_that_imports_it_back() -> None:
 
     cycles = sorted(m for m in graph if m in reach(m))
     assert cycles == [], f"modules of {package} on an import cycle: {cycles}"
+
+
+@pytest.mark.parametrize(("model", "cls"), [
+    (documents.PendingDoc, P.Pending), (documents.LadderDoc, P.Ladder),
+    (documents.TakenDoc, P.Taken), (documents.HaltDoc, P.Halt)])
+def test_each_state_model_holds_its_dataclass_fields_and_no_other(model: type, cls: type) -> None:
+    """documents.state_of builds each dataclass from its model's fields by name: a field the
+    model lacks would silently take the dataclass's default after a restart."""
+    assert list(model.model_fields) == [f.name for f in dataclasses.fields(cls)]

@@ -263,22 +263,11 @@ def _plain(model: BaseModel | None) -> dict[str, Any]:
 
 
 def state_of(doc: StateDoc) -> P.State:
-    """The policy's State from a checked document."""
+    """The policy's State from a checked document (each model's fields are its dataclass's)."""
     ladders = {}
     for name, lad in doc.ladders.items():
-        pending = None
-        if (p := lad.pending) is not None:
-            pending = P.Pending(
-                p.step, p.action, p.started_s, p.key, _plain(p.why),
-                collapsed_tps=p.collapsed_tps, seen_restart=p.seen_restart,
-                restarted_s=p.restarted_s, drafts=p.drafts, accepted=p.accepted,
-                accepted_pos0=p.accepted_pos0, generation_tokens=p.generation_tokens,
-                generation_s=p.generation_s, failed=p.failed)
-        ladders[name] = P.Ladder(lad.mode, lad.since_s, pending, lad.cache_tried_key,
-                                 tuple(lad.stalls_s), lad.noted,
-                                 ladder_started_s=lad.ladder_started_s,
-                                 reset_problem=lad.reset_problem)
-    taken = tuple(P.Taken(t.time_s, t.replica, t.key, t.action, t.ladder_start)
-                  for t in doc.taken)
-    halts = {k: P.Halt(h.scope, h.bound, h.since_s, h.text) for k, h in doc.halts.items()}
-    return P.State(ladders, taken, halts)
+        p = lad.pending
+        pending = None if p is None else P.Pending(**{**dict(p), "why": _plain(p.why)})
+        ladders[name] = P.Ladder(**{**dict(lad), "pending": pending})
+    return P.State(ladders, tuple(P.Taken(**dict(t)) for t in doc.taken),
+                   {k: P.Halt(**dict(h)) for k, h in doc.halts.items()})

@@ -304,6 +304,10 @@ class _Run:
         self.records.append(StepRecord(replica, step, action, outcome, self.now,
                                        dry_run=self.settings.dry_run, **kw))
 
+    def halt(self, replica: str, bound: str, text: str) -> None:
+        """Halt the replica's scope (a step that failed or could not be verified)."""
+        self.halts[replica_scope(replica)] = Halt(replica_scope(replica), bound, self.now, text)
+
     def set(self, replica: str, ladder: Ladder) -> None:
         self.ladders[replica] = ladder
 
@@ -499,8 +503,7 @@ def _verify(run: _Run, obs: Observation, ladder: Ladder, pending: Pending) -> No
     s = run.settings
     figures: dict[str, Any] = {}
     if pending.failed is not None:
-        halt = Halt(replica_scope(obs.replica), "an action failed", run.now, pending.failed)
-        run.halts[halt.scope] = halt
+        run.halt(obs.replica, "an action failed", pending.failed)
         _finish(run, obs, ladder, pending, f"failed: {pending.failed}", figures, mode=ladder.mode)
         return
     if not pending.seen_restart:
@@ -508,9 +511,8 @@ def _verify(run: _Run, obs: Observation, ladder: Ladder, pending: Pending) -> No
             run.set(obs.replica, dataclasses.replace(ladder, pending=dataclasses.replace(
                 pending, seen_restart=True, restarted_s=run.now)))
         elif run.now - pending.started_s > s.ready_timeout_s:
-            halt = Halt(replica_scope(obs.replica), "a restart was not seen", run.now,
-                        f"no new engine within {s.ready_timeout_s:g} s")
-            run.halts[halt.scope] = halt
+            run.halt(obs.replica, "a restart was not seen",
+                     f"no new engine within {s.ready_timeout_s:g} s")
             _finish(run, obs, ladder, pending, f"failed: no new engine within "
                     f"{s.ready_timeout_s:g} s of the restart", figures, mode=ladder.mode)
         return
@@ -571,10 +573,8 @@ def _verify_without_drafter(run: _Run, obs: Observation, ladder: Ladder,  # noqa
     figures |= {"tokens_per_s": _finite(tps, 2),
                 "collapsed_tokens_per_s": _finite(pending.collapsed_tps, 2)}
     if pending.collapsed_tps is not None and tps < pending.collapsed_tps:
-        halt = Halt(replica_scope(obs.replica), "slower without the drafter", run.now,
-                    f"{tps:.1f} tok/s without the drafter against {pending.collapsed_tps:.1f}"
-                    " collapsed")
-        run.halts[halt.scope] = halt
+        run.halt(obs.replica, "slower without the drafter", f"{tps:.1f} tok/s without the "
+                 f"drafter against {pending.collapsed_tps:.1f} collapsed")
         _finish(run, obs, ladder, pending, SLOWER_WITHOUT.text, figures, mode=step.mode)
         return
     text = NO_DRAFTER_TEXT.format(replica=obs.replica, since=_iso(pending.started_s))
@@ -609,9 +609,8 @@ def _wait(run: _Run, obs: Observation, ladder: Ladder, pending: Pending, step: S
           figures: dict[str, Any]) -> None:
     restarted = pending.restarted_s if pending.restarted_s is not None else run.now
     if run.now - restarted > run.settings.verify_timeout_s:
-        halt = Halt(replica_scope(obs.replica), "a step could not be verified", run.now,
-                    f"not enough traffic within {run.settings.verify_timeout_s:g} s")
-        run.halts[halt.scope] = halt
+        run.halt(obs.replica, "a step could not be verified",
+                 f"not enough traffic within {run.settings.verify_timeout_s:g} s")
         _finish(run, obs, ladder, pending, "unverified: not enough traffic", figures,
                 mode=step.mode)
         return
