@@ -11,6 +11,7 @@ all start through `spawn` and stop through the functions below.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -33,6 +34,7 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     own_session: bool = True,
+    created: Callable[[subprocess.Popen[bytes]], None] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start argv (a list, never a shell) as the leader of a new process group.
 
@@ -45,9 +47,18 @@ def spawn(
     signals"), and the watcher blocks SIGTERM and SIGINT in every thread to take them with
     sigtimedwait (rocmseat.cli.watch). Without this a restart command, and the engine it
     starts, ignored SIGTERM from systemd, `timeout` and launch's own forwarding.
+
+    `created` is handed the Popen object before the fork, so a caller that must kill the child
+    whatever happens holds it even when an exception (^C, a signal handler's) lands after the
+    fork and before this returns: CPython sets `pid` right after the fork and then reads the
+    exec status, and an exception there neither kills the child nor returns it
+    (Lib/subprocess.py, `Popen._execute_child`). One bytecode remains, between the fork's
+    return and the store of `pid`.
     """
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, ())
-    return subprocess.Popen(
+    popen: Callable[..., subprocess.Popen[bytes]] = (
+        subprocess.Popen if created is None else functools.partial(_Announced, created))
+    return popen(
         tuple(str(a) for a in argv),
         stdin=stdin,
         stdout=stdout,
@@ -61,8 +72,17 @@ def spawn(
         # without a preexec_fn CPython keeps its faster vfork path (Modules/_posixsubprocess.c).
         # The function is a single call into C that takes no lock another thread could hold
         # at fork (the hazard the subprocess docs warn of for preexec_fn with threads).
-        preexec_fn=_empty_signal_mask if blocked else None,  # noqa: PLW1509 (see above)
+        preexec_fn=_empty_signal_mask if blocked else None,
     )
+
+
+class _Announced(subprocess.Popen[bytes]):
+    """A Popen that hands itself to `created` before it forks (see `spawn`)."""
+
+    def __init__(self, created: Callable[[subprocess.Popen[bytes]], None], *args: Any,
+                 **kwargs: Any) -> None:
+        created(self)
+        super().__init__(*args, **kwargs)
 
 
 def _empty_signal_mask() -> None:

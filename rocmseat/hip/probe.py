@@ -81,26 +81,41 @@ class _Outcome(Exception):
 class Child:
     """One child process and its JSON-lines stdout, read under a per-stage deadline."""
 
-    def __init__(self, role: str, argv: list[str], env: Mapping[str, str]) -> None:
+    def __init__(self, role: str, argv: list[str], env: Mapping[str, str],
+                 spawned: list[Child]) -> None:
         self.role = role
         self.stage = "start"
+        self._buffer = b""
+        self.hung = False
+        self.proc: subprocess.Popen[bytes] | None = None
+        # Held by `_children` before the fork, the Popen the moment it exists: an exception
+        # between the fork and the caller's next line (a ^C, a signal handler's) must not
+        # leave a child running that nobody kills (rocmseat.procgroup.spawn, `created`).
+        spawned.append(self)
         # A file, not a pipe: a chatty runtime (AMD_LOG_LEVEL) must not block on a full pipe.
         self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in kill)
-        self.proc = spawn(
+        spawn(
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env=env,
             own_session=False,  # its own group: killed as a whole on timeout
+            created=self._hold,
         )
-        self._buffer = b""
-        self.hung = False
+
+    def _hold(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    @property
+    def _proc(self) -> subprocess.Popen[bytes]:
+        assert self.proc is not None  # set before spawn forks
+        return self.proc
 
     def message(self, stage_timeout_s: float) -> dict[str, Any]:
         """The next non-stage message; stage lines reset the deadline. Raises _Outcome."""
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
+        assert self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
         deadline = time.monotonic() + stage_timeout_s
         while True:
             while b"\n" in self._buffer:
@@ -129,7 +144,7 @@ class Child:
             self._buffer += chunk
 
     def _exited(self) -> StageFailure:
-        code = self.proc.wait()
+        code = self._proc.wait()
         self._stderr.seek(0)
         tail = self._stderr.read()[-2000:].decode(errors="replace").strip().splitlines()
         why = f"child exited {code}" if code >= 0 else f"child killed by signal {-code}"
@@ -137,29 +152,34 @@ class Child:
 
     def send(self, line: str) -> None:
         with contextlib.suppress(OSError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(line.encode() + b"\n")
-            self.proc.stdin.flush()
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(line.encode() + b"\n")
+            self._proc.stdin.flush()
 
     def finish(self, grace_s: float) -> None:
         """Let a child that is not hung exit on its own (a runtime frees its memory on exit),
         then kill its group whatever it did."""
         if not self.hung:
             with contextlib.suppress(OSError):
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()
+                assert self._proc.stdin is not None
+                self._proc.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=grace_s)
+                self._proc.wait(timeout=grace_s)
         self.kill()
 
     def kill(self) -> None:
-        kill_group(self.proc)
-        self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        self._stderr.close()
+        """SIGKILL the child's group and reap it; a child whose fork never happened (the
+        exception came before it, or while its stderr file was made) has nothing to kill."""
+        if getattr(self.proc, "pid", None) is not None:
+            assert self.proc is not None
+            kill_group(self.proc)
+            self.proc.wait()
+            for stream in (self.proc.stdin, self.proc.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+        if hasattr(self, "_stderr"):
+            self._stderr.close()
 
 
 @contextlib.contextmanager
@@ -205,9 +225,7 @@ def probe_pair(
     with _children() as spawned:
 
         def spawn(role: str, *extra: str) -> Child:
-            child = Child(role, [*base, role, *common, *extra], environ)
-            spawned.append(child)
-            return child
+            return Child(role, [*base, role, *common, *extra], environ, spawned)
 
         try:
             info_child = spawn("info", "--pci", a, "--pci", b)
@@ -250,8 +268,7 @@ def probe_order(environ: Mapping[str, str], *, stage_timeout_s: float,
     if library is not None:
         argv += ["--library", str(library)]
     with _children() as spawned:
-        child = Child("order", argv, child_env(environ, inherit=False))
-        spawned.append(child)
+        child = Child("order", argv, child_env(environ, inherit=False), spawned)
         try:
             result = _final(child, stage_timeout_s)
         except _Outcome as outcome:

@@ -135,3 +135,33 @@ def test_an_exception_mid_probe_kills_the_children_at_once(
     assert len(seen) == 2  # the owner and the hung opener were running
     assert _probe_children(me) == []
     assert not any(psutil.pid_exists(pid) for pid in seen)  # killed and reaped, not zombies
+
+
+@pytest.mark.parametrize("role", ["info", "owner", "opener"])
+def test_an_exception_as_a_child_starts_leaves_no_child(
+    fake_hip: Path, x99: dict[str, str], monkeypatch: pytest.MonkeyPatch, role: str
+) -> None:
+    # The exception lands after the fork and before the probe holds the child: where a ^C or a
+    # signal handler's exception can land (CI saw the test above leave an opener running once,
+    # when its handler fired in that window). Deterministic: the spawner raises once it forked.
+    import rocmseat.hip.probe as probe
+    from rocmseat.hip.check import hip_findings
+
+    real_spawn = probe.spawn
+    started: list[int] = []
+
+    def spawn_then_interrupt(argv: list[str], **kwargs: object) -> object:
+        proc = real_spawn(argv, **kwargs)  # type: ignore[arg-type]
+        if role in argv:
+            started.append(proc.pid)
+            raise _Interrupted
+        return proc
+
+    monkeypatch.setattr(probe, "spawn", spawn_then_interrupt)
+    env = {**x99, "FAKEHIP_HANG": "hipIpcOpenMemHandle"}
+    with pytest.raises(_Interrupted):
+        hip_findings([(A, B)], env=env, stage_timeout_s=3600, library=fake_hip,
+                     size_bytes=PROBE_SIZE)
+    assert len(started) == 1
+    assert _probe_children(psutil.Process()) == []
+    assert not psutil.pid_exists(started[0])  # killed and reaped
