@@ -11,7 +11,6 @@ all start through `spawn` and stop through the functions below.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
 import subprocess
@@ -56,10 +55,9 @@ def spawn(
     return and the store of `pid`.
     """
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, ())
-    popen: Callable[..., subprocess.Popen[bytes]] = (
-        subprocess.Popen if created is None else functools.partial(_Announced, created))
-    return popen(
+    return _Popen(
         tuple(str(a) for a in argv),
+        created=created,
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
@@ -76,13 +74,15 @@ def spawn(
     )
 
 
-class _Announced(subprocess.Popen[bytes]):
-    """A Popen that hands itself to `created` before it forks (see `spawn`)."""
+class _Popen(subprocess.Popen[bytes]):
+    """subprocess.Popen that hands itself to `created` before it forks (see `spawn`)."""
 
-    def __init__(self, created: Callable[[subprocess.Popen[bytes]], None], *args: Any,
+    def __init__(self, args: tuple[str, ...], *,
+                 created: Callable[[subprocess.Popen[bytes]], None] | None,
                  **kwargs: Any) -> None:
-        created(self)
-        super().__init__(*args, **kwargs)
+        if created is not None:
+            created(self)
+        super().__init__(args, **kwargs)
 
 
 def _empty_signal_mask() -> None:

@@ -80,6 +80,12 @@ def starters(path: Path, base: Path = REPO) -> list[str]:
             aliases.update({a.asname or a.name: a.name for a in node.names})
     found = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):  # a subclass of Popen starts processes too
+            bases = [b.value if isinstance(b, ast.Subscript) else b for b in node.bases]
+            if any(isinstance(b, ast.Attribute) and isinstance(b.value, ast.Name)
+                   and STARTERS.match(f"{aliases.get(b.value.id, b.value.id)}.{b.attr}")
+                   for b in bases):
+                found.append(f"{path.relative_to(base)}:{node.lineno}: class {node.name}")
         if not isinstance(node, ast.Call):
             continue
         func = node.func
@@ -104,7 +110,8 @@ def test_one_module_starts_processes():
 def test_the_spawner_check_sees_every_spelling(tmp_path):
     planted = tmp_path / "planted.py"
     planted.write_text("import subprocess as sp\nfrom os import system\nimport os\n"
-                       "sp.run(['x'])\nsystem('x')\nos.execv('x', ['x'])\n")
+                       "sp.run(['x'])\nsystem('x')\nos.execv('x', ['x'])\n"
+                       "class Quiet(sp.Popen[bytes]):\n    pass\n")
     hits = [h.split(": ")[1] for h in starters(planted, tmp_path)]
-    assert hits == ["subprocess.run", "os.system", "os.execv"]
+    assert sorted(hits) == sorted(["subprocess.run", "os.system", "os.execv", "class Quiet"])
 
