@@ -37,6 +37,16 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+def misplaced(mode: int) -> str | None:
+    """What an lstat `st_mode` is where a directory should be, for a message; None for a
+    directory."""
+    if stat.S_ISDIR(mode):
+        return None
+    kind = ("a symlink" if stat.S_ISLNK(mode) else "a file" if stat.S_ISREG(mode)
+            else file_kind(mode))
+    return f"is {kind} where a directory should be"
+
+
 def read_regular_bytes(path: Path, *, limit_bytes: int = DEFAULT_LIMIT_BYTES) -> bytes:
     """The bytes of a regular file of at most `limit_bytes`; ReadError (exit 2) otherwise."""
     try:
@@ -168,10 +178,8 @@ def _check_dir_shapes(path: Path, trusted_root: Path | None) -> None:
             raise UntrustedState(directory, f"(directory of {path.name}) is a symlink; state is "
                                  "never read through a link",
                                  hint=f"move {directory} away; rocmseat makes its own")
-        if not stat.S_ISDIR(info.st_mode):
-            kind = "a file" if stat.S_ISREG(info.st_mode) else file_kind(info.st_mode)
-            raise UntrustedState(directory, f"is {kind} where a directory should be",
-                                 hint=f"move {directory} away")
+        if (shape := misplaced(info.st_mode)) is not None:
+            raise UntrustedState(directory, shape, hint=f"move {directory} away")
 
 
 def _is_below(root: Path, directory: Path) -> bool:

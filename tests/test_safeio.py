@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pytest
 
 from rocmseat.errors import ReadError
-from rocmseat.safeio import read_regular_bytes, read_regular_text
+from rocmseat.safeio import misplaced, read_regular_bytes, read_regular_text
 
 
 def test_regular_file_and_symlink_to_it(tmp_path: Path):
@@ -78,3 +79,16 @@ def test_one_file_kind_for_every_reader_and_writer(tmp_path: Path):
     assert isinstance(attr, Unreadable) and "is a FIFO, not a regular file" in attr.reason
     with pytest.raises(WriteRefused, match="is a FIFO, not a regular file"):
         write_into(tmp_path, "fifo", b"x")
+
+
+@pytest.mark.parametrize(("mode", "said"), [
+    (stat.S_IFDIR | 0o700, None),
+    (stat.S_IFREG | 0o600, "is a file where a directory should be"),
+    (stat.S_IFLNK | 0o777, "is a symlink where a directory should be"),
+    (stat.S_IFIFO | 0o600, "is a FIFO where a directory should be"),
+    (stat.S_IFSOCK | 0o600, "is a socket where a directory should be"),
+    (stat.S_IFCHR | 0o600, "is a character device where a directory should be"),
+    (stat.S_IFBLK | 0o600, "is a block device where a directory should be"),
+])
+def test_what_stands_where_a_directory_should_be(mode: int, said: str | None) -> None:
+    assert misplaced(mode) == said

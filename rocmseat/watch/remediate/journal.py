@@ -30,6 +30,7 @@ from rocmseat import exitcodes
 from rocmseat.atomic import WriteRefused
 from rocmseat.errors import ReadError, RocmseatError
 from rocmseat.redact import redact_output, redact_text
+from rocmseat.safeio import misplaced
 from rocmseat.statedir import (
     ACTION_LOCK,
     JOURNAL_RECORD,
@@ -113,18 +114,10 @@ def check_shapes(state_dir: Path, seat: str) -> None:
 
 def _shape(path: Path) -> str | None:
     """What stands at `path` when it is not a directory (None: nothing, or a directory)."""
-    import stat
-
     try:
-        mode = os.lstat(path).st_mode
+        return misplaced(os.lstat(path).st_mode)
     except OSError:
         return None
-    for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISREG, "a file"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
-        if test(mode):
-            return f"is {name} where a directory should be"
-    return None
 
 
 @contextlib.contextmanager
@@ -256,14 +249,16 @@ def prune(state_dir: Path, seat: str, state: State, now_s: float, *,
     return removed
 
 
-def journal_line(meta: Meta, record: StepRecord) -> str:
-    """One journald-friendly line per step: key=value, no spaces or controls inside values.
-    Each value is redacted before its spaces become `_` (after, a URL with a spaced password
+def token(value: object) -> str:
+    """A value inside a key=value log line: redacted, control characters escaped, no spaces,
+    "-" for none. Redacted before its spaces become `_` (after, a URL with a spaced password
     or a `--api-key VALUE` is no longer one to the redactor)."""
-    def token(value: object) -> str:
-        text = "-" if value is None or value == "" else redact_output(str(value))
-        return "".join("_" if c.isspace() or not c.isprintable() else c for c in text)
+    text = "" if value is None else printable(redact_output(str(value)), 400)
+    return "_".join(text.split()) or "-"
 
+
+def journal_line(meta: Meta, record: StepRecord) -> str:
+    """One journald-friendly line per step: key=value, each value a `token`."""
     parts = [f"replica={token(record.replica)}", f"step={token(record.step)}",
              f"action={token(record.action)}", f"outcome={token(record.outcome)}"]
     if record.dry_run:
@@ -281,9 +276,7 @@ def read_records(state_dir: Path, seat: str, *, last: int = 20) -> tuple[list[di
     """The newest `last` journal records, oldest first, each checked by the record model
     (rocmseat.watch.remediate.documents.RecordDoc), and one line per file not read."""
     journal = StateDir(state_dir).remediation_journal(seat)
-    if (shape := _shape(journal)) is not None:
-        raise StateUnusable(f"{journal}: {shape}", hint="move it away; rocmseat makes its own "
-                            "directory there")
+    check_shapes(state_dir, seat)
     try:
         names = StateDir(state_dir).names(REMEDIATION_JOURNAL, suffix=".json", seat=seat) or []
     except OSError as exc:

@@ -167,11 +167,11 @@ class Remediator:
                     decision = self._decide(state, statuses, now, fresh, problem)
         except RocmseatError as exc:  # an untrusted or damaged state, a lock timeout
             self._say("state", f"rocmseat-remediate unusable-state acting-on=nothing "
-                      f"error={_token(exc.message)}")
+                      f"error={journal.token(exc.message)}")
             return
         except OSError as exc:
             self._say("state", f"rocmseat-remediate state-not-saved "
-                      f"error={_token(exc.strerror or exc)}")
+                      f"error={journal.token(exc.strerror or exc)}")
             return
         self._said.pop("state", None)  # the state is usable again: a new problem is said
         self.state = decision.state
@@ -279,7 +279,7 @@ class Remediator:
             kind = f"hold:{status.replica}"
             if status.blocked_by is not None:
                 self._say(kind, f"rocmseat-remediate replica={status.replica} held "
-                          f"why={_token(status.blocked_by)}")
+                          f"why={journal.token(status.blocked_by)}")
             elif self._said.pop(kind, None) is not None:
                 self.log(f"rocmseat-remediate replica={status.replica} hold-lifted")
 
@@ -311,7 +311,7 @@ class Remediator:
             message = exc.message if isinstance(exc, RocmseatError) else \
                 f"{exc.strerror or exc}"
             self.log(f"rocmseat-remediate replica={action.replica} action-failed "
-                     f"error={_token(message)}")
+                     f"error={journal.token(message)}")
             self._failures.put((action.replica, message))
 
     def _still_wanted(self, action: P.Action) -> bool:
@@ -330,7 +330,7 @@ class Remediator:
                         "schema": SCHEMA, "why": action.reason,
                         "moved_by": f"rocmseat watch --remediate (step {step.number})"})
                     self.log(f"rocmseat-remediate replica={action.replica} cache-moved-aside "
-                             f"to={_token(str(aside))}")
+                             f"to={journal.token(str(aside))}")
                 case P.Effect.RESTART:
                     self.edge.restart(action.replica, action.mode, why=action.reason)
                     self.log(f"rocmseat-remediate replica={action.replica} restarted "
@@ -398,14 +398,6 @@ def _without_drafter(ladder: P.Ladder) -> bool:
     """The replica runs (or is being verified) without its drafter."""
     return ladder.mode == Mode.NO_DRAFTER or (
         ladder.pending is not None and P.STEPS[ladder.pending.action].mode == Mode.NO_DRAFTER)
-
-
-def _token(value: object) -> str:
-    """A value inside a key=value log line: printable, redacted, no spaces."""
-    from rocmseat.redact import redact_output
-    from rocmseat.text import printable
-
-    return "_".join(printable(redact_output(str(value)), 400).split()) or "-"
 
 
 def plan_reset(state_dir: Path, seat: str, replica: str | None) -> list[str]:
