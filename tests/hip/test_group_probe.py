@@ -15,6 +15,7 @@ from rocmseat.hip.check import hip_findings
 from rocmseat.node.inventory import read_inventory
 from rocmseat.placement.groups import group_pairs, plan_groups
 from tests.conftest import FIXTURES
+from tests.hip.conftest import PROBE_SIZE
 
 pytestmark = pytest.mark.hip
 
@@ -33,7 +34,10 @@ def test_every_pair_of_a_tp8_group_is_probed(fake_hip: Path, shm_prefix: str,
            "FAKEHIP_IPC_OPEN_FAIL": f"{bad[0]}>{bad[1]},{bad[1]}>{bad[0]}",
            "HIP_VISIBLE_DEVICES": ",".join(str(i) for i in range(8))}
     started = time.monotonic()
-    findings = hip_findings(pairs, env=env, library=fake_hip, stage_timeout_s=60.0)
+    # 1 MiB per direction (the production 32 MiB took 41 s for the 28 pairs here, 1.4 s a
+    # pair: docs/launch.md's figure)
+    findings = hip_findings(pairs, env=env, library=fake_hip, stage_timeout_s=60.0,
+                            size_bytes=PROBE_SIZE)
     took = time.monotonic() - started
     ipc = {f.subject: f for f in findings if f.check_id == "hip.ipc"}
     assert len(pairs) == 28 and len(ipc) == 28
