@@ -6,9 +6,9 @@ from tests.conftest import REPO
 from tests.e2e.harness import DEFAULT_PYTHON
 
 
-def test_readme_says_the_suite_takes_35_minutes_and_starts_real_engines():
+def test_readme_says_the_suite_takes_30_minutes_and_starts_real_engines():
     text = " ".join((REPO / "README.md").read_text().split())
-    assert "takes about 35 minutes" in text
+    assert "takes about 30 minutes" in text
     assert "**starts real engines**" in text
     # the venv it names is the one the engine tier looks for
     assert f"default `{DEFAULT_PYTHON}`" in text
