@@ -81,19 +81,20 @@ class _Outcome(Exception):
 class Child:
     """One child process and its JSON-lines stdout, read under a per-stage deadline."""
 
+    proc: subprocess.Popen[bytes]  # set by spawn before it forks (`_hold`)
+
     def __init__(self, role: str, argv: list[str], env: Mapping[str, str],
                  spawned: list[Child]) -> None:
         self.role = role
         self.stage = "start"
         self._buffer = b""
         self.hung = False
-        self.proc: subprocess.Popen[bytes] | None = None
+        # A file, not a pipe: a chatty runtime (AMD_LOG_LEVEL) must not block on a full pipe.
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in kill)
         # Held by `_children` before the fork, the Popen the moment it exists: an exception
         # between the fork and the caller's next line (a ^C, a signal handler's) must not
         # leave a child running that nobody kills (rocmseat.procgroup.spawn, `created`).
         spawned.append(self)
-        # A file, not a pipe: a chatty runtime (AMD_LOG_LEVEL) must not block on a full pipe.
-        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in kill)
         spawn(
             argv,
             stdin=subprocess.PIPE,
@@ -107,15 +108,10 @@ class Child:
     def _hold(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
 
-    @property
-    def _proc(self) -> subprocess.Popen[bytes]:
-        assert self.proc is not None  # set before spawn forks
-        return self.proc
-
     def message(self, stage_timeout_s: float) -> dict[str, Any]:
         """The next non-stage message; stage lines reset the deadline. Raises _Outcome."""
-        assert self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + stage_timeout_s
         while True:
             while b"\n" in self._buffer:
@@ -144,7 +140,7 @@ class Child:
             self._buffer += chunk
 
     def _exited(self) -> StageFailure:
-        code = self._proc.wait()
+        code = self.proc.wait()
         self._stderr.seek(0)
         tail = self._stderr.read()[-2000:].decode(errors="replace").strip().splitlines()
         why = f"child exited {code}" if code >= 0 else f"child killed by signal {-code}"
@@ -152,34 +148,34 @@ class Child:
 
     def send(self, line: str) -> None:
         with contextlib.suppress(OSError):
-            assert self._proc.stdin is not None
-            self._proc.stdin.write(line.encode() + b"\n")
-            self._proc.stdin.flush()
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(line.encode() + b"\n")
+            self.proc.stdin.flush()
 
     def finish(self, grace_s: float) -> None:
         """Let a child that is not hung exit on its own (a runtime frees its memory on exit),
         then kill its group whatever it did."""
         if not self.hung:
             with contextlib.suppress(OSError):
-                assert self._proc.stdin is not None
-                self._proc.stdin.close()
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=grace_s)
+                self.proc.wait(timeout=grace_s)
         self.kill()
 
     def kill(self) -> None:
         """SIGKILL the child's group and reap it; a child whose fork never happened (the
-        exception came before it, or while its stderr file was made) has nothing to kill."""
-        if getattr(self.proc, "pid", None) is not None:
-            assert self.proc is not None
-            kill_group(self.proc)
-            self.proc.wait()
-            for stream in (self.proc.stdin, self.proc.stdout):
+        exception came before it) has nothing to kill."""
+        proc = getattr(self, "proc", None)
+        if getattr(proc, "pid", None) is not None:
+            assert proc is not None
+            kill_group(proc)
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout):
                 if stream is not None:
                     with contextlib.suppress(OSError):
                         stream.close()
-        if hasattr(self, "_stderr"):
-            self._stderr.close()
+        self._stderr.close()
 
 
 @contextlib.contextmanager
